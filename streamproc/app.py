@@ -1,0 +1,163 @@
+"""Running roles in a process: ``streamproc up`` (every role) or one role on its own.
+
+A role that fails — a fail-closed position error, an I/O error — stops the whole process with
+its message and a non-zero exit, rather than running on with stale or skipped state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from streamproc.bus import jsapi, streams
+from streamproc.bus.connect import connect
+from streamproc.bus.fastclient import FastClient
+from streamproc.bus.server import EmbeddedNats
+from streamproc.config import Settings
+from streamproc.ops_http import add_ops_routes
+from streamproc.projector import Projector
+from streamproc.roles import projections_for
+from streamproc.state.store import RocksStore
+
+log = logging.getLogger(__name__)
+READY_LAG = 10_000
+"""A projection more than this many events behind the stream head is reported not ready."""
+
+
+class System:
+    def __init__(self, settings: Settings, roles: Sequence[str], *, http: bool = True) -> None:
+        self.settings = settings
+        self.roles = list(roles)
+        self.http = http
+        self.server: EmbeddedNats | None = None
+        self.nc: FastClient | None = None
+        self.projectors: dict[str, Projector] = {}
+        self.stores: list[RocksStore] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.runner: web.AppRunner | None = None
+        self.http_url = ""
+
+    @property
+    def nats_url(self) -> str:
+        if self.settings.nats_url:
+            return self.settings.nats_url
+        assert self.server is not None
+        return self.server.url
+
+    async def start(self) -> None:
+        s = self.settings
+        if not s.nats_url:
+            self.server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port)
+            await asyncio.to_thread(self.server.start)
+        self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}")
+        for r in await streams.apply(self.nc, streams.definitions(s.prefix)):
+            if r.action == "drift":
+                log.warning("stream %s drift: %s", r.stream, r.describe())
+        for role in self.roles:
+            store = RocksStore(s.state_dir(role))
+            self.stores.append(store)
+            proj = Projector(
+                self.nc,
+                store,
+                projections_for(role),
+                stream=s.events_stream,
+                role=role,
+                batch=s.batch,
+            )
+            await proj.start()
+            self.projectors[role] = proj
+            self.tasks.append(asyncio.create_task(proj.run(), name=f"projector-{role}"))
+        if self.http:
+            app = web.Application()
+            add_ops_routes(app, self.ready)
+            self.runner = web.AppRunner(app, access_log=None)
+            await self.runner.setup()
+            site = web.TCPSite(self.runner, s.http_host, s.http_port)
+            await site.start()
+            self.http_url = f"http://{s.http_host}:{s.http_port}"
+
+    async def ready(self) -> tuple[bool, dict[str, object]]:
+        detail: dict[str, object] = {}
+        ok = self.nc is not None and self.nc.is_connected
+        detail["nats"] = "connected" if ok else "disconnected"
+        if ok:
+            assert self.nc is not None
+            info = await jsapi.stream_info(self.nc, self.settings.events_stream)
+            if info is None:
+                ok = False
+                detail["stream"] = "missing"
+            else:
+                lags = {}
+                for role, p in self.projectors.items():
+                    p.head = max(p.head, info.state.last_seq)
+                    lags[role] = p.lag()
+                    if p.failure is not None or p.lag() > READY_LAG:
+                        ok = False
+                detail["lag"] = lags
+        return ok, detail
+
+    async def wait(self, stop: asyncio.Event) -> int:
+        """Run until ``stop`` is set or a role fails; returns the exit code."""
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([stopper, *self.tasks], return_when=asyncio.FIRST_COMPLETED)
+        code = 0
+        for t in done:
+            if t is not stopper and t.exception() is not None:
+                print(f"streamproc: {t.get_name()} stopped: {t.exception()}", file=sys.stderr)
+                code = 2
+        stopper.cancel()
+        return code
+
+    async def close(self) -> None:
+        for p in self.projectors.values():
+            p.stop()
+        for t in self.tasks:
+            if not t.done():
+                t.cancel()
+            with contextlib.suppress(BaseException):
+                await t
+        if self.runner is not None:
+            await self.runner.cleanup()
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await self.nc.close()
+        for store in self.stores:
+            store.close()
+        if self.server is not None:
+            await asyncio.to_thread(self.server.stop)
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def run_roles(settings: Settings, roles: Sequence[str], *, http: bool = True) -> int:
+    system = System(settings, roles, http=http)
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    try:
+        await system.start()
+        print(f"streamproc {' '.join(roles)} running (node {settings.node_id})", flush=True)
+        print(f"  NATS         {system.nats_url}", flush=True)
+        if settings.nats_url is None and system.server is not None:
+            print(f"  NATS store   {system.server.store_dir}", flush=True)
+        for role in roles:
+            print(f"  state        {settings.state_dir(role)}", flush=True)
+        if system.http_url:
+            for path in ("healthz", "readyz", "metrics"):
+                print(f"  {path:<12} {system.http_url}/{path}", flush=True)
+        print("Press Ctrl-C to stop.", flush=True)
+        code = await system.wait(stop)
+    finally:
+        await system.close()
+    if code == 0:
+        print("streamproc stopped cleanly", flush=True)
+    return code

@@ -1,0 +1,1 @@
+"""NATS JetStream: the embedded server, connections, streams, publishing and consuming."""

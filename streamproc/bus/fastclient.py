@@ -1,0 +1,84 @@
+"""A nats-py client with a raw fast path for the few hot subscriptions and publishes.
+
+nats-py turns every incoming message into a ``Msg`` (parsing its headers), queues it, and
+hands it to a per-subscription task: several microseconds a message, which caps a Python
+consumer far below what one connection carries. Pull loops and publish acknowledgements do
+not need any of that, so a subscription registered with :meth:`subscribe_raw` gets the
+parser's raw ``(subject, reply, data, headers)`` bytes in a synchronous call. Everything else
+(reconnects, resubscription, flushing, other subscriptions) stays nats-py's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+
+RawHandler = Callable[[bytes, bytes, bytes, bytes], None]
+"""``handler(subject, reply, data, headers)``; ``headers`` is the raw header block or b""."""
+
+_CRLF = b"\r\n"
+
+
+def header_block(headers: dict[str, str]) -> bytes:
+    """Encode a NATS header block once, for reuse across publishes."""
+    out = bytearray(b"NATS/1.0\r\n")
+    for k, v in headers.items():
+        out += f"{k}: {v}\r\n".encode()
+    out += _CRLF
+    return bytes(out)
+
+
+def status_of(headers: bytes) -> bytes:
+    """The status code of a status message (``NATS/1.0 408 Request Timeout``), or b""."""
+    if len(headers) >= 12 and headers[8:9] == b" ":
+        return headers[9:12]
+    return b""
+
+
+def description_of(headers: bytes) -> str:
+    line = headers.split(_CRLF, 1)[0]
+    return line[13:].decode(errors="replace").strip()
+
+
+class FastClient(Client):
+    def __init__(self) -> None:
+        super().__init__()
+        self._raw_handlers: dict[int, RawHandler] = {}
+
+    async def subscribe_raw(self, subject: str, handler: RawHandler) -> Subscription:
+        sub = await self.subscribe(subject)
+        self._raw_handlers[sub._id] = handler
+        return sub
+
+    async def unsubscribe_raw(self, sub: Subscription) -> None:
+        self._raw_handlers.pop(sub._id, None)
+        await sub.unsubscribe()
+
+    async def _process_msg(  # type: ignore[override]
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        handler = self._raw_handlers.get(sid)
+        if handler is None:
+            await super()._process_msg(sid, subject, reply, data, headers)
+            return
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += len(data)
+        handler(subject, reply, data, headers or b"")
+
+    async def publish_hpub(self, subject: str, reply: str, header: bytes, payload: bytes) -> None:
+        """Publish with a pre-encoded header block (see :func:`header_block`)."""
+        cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
+            subject.encode(),
+            reply.encode(),
+            len(header),
+            len(header) + len(payload),
+            header,
+            payload,
+        )
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += len(payload)
+        await self._send_command(cmd)
+        if self._flush_queue is not None and self._flush_queue.empty():
+            await self._flush_pending()

@@ -1,0 +1,88 @@
+"""The few JetStream API calls streamproc makes itself, decoded with msgspec.
+
+Raw API requests keep exact values the client library rounds or drops (a stream's
+``created`` time to the nanosecond is the epoch of every checkpoint) and let the stream
+definitions below be the very JSON an operator can apply with the ``nats`` CLI.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+API = "$JS.API"
+STREAM_NOT_FOUND = 10059
+CONSUMER_NOT_FOUND = 10014
+
+
+class JsApiError(RuntimeError):
+    def __init__(self, code: int, err_code: int, description: str) -> None:
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+        super().__init__(f"JetStream API error {code}/{err_code}: {description}")
+
+
+class _Err(msgspec.Struct):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class StreamState(msgspec.Struct):
+    messages: int = 0
+    bytes: int = 0
+    first_seq: int = 0
+    last_seq: int = 0
+    consumer_count: int = 0
+
+
+class StreamInfo(msgspec.Struct):
+    config: dict[str, Any]
+    state: StreamState
+    created: str
+
+
+async def request(
+    nc: Client, subject: str, body: Any = None, timeout: float = 5.0
+) -> dict[str, Any]:
+    data = b"" if body is None else msgspec.json.encode(body)
+    try:
+        msg = await nc.request(f"{API}.{subject}", data, timeout=timeout)
+    except NoRespondersError:
+        raise JsApiError(503, 0, "JetStream not available (no responders)") from None
+    except NatsTimeout:
+        raise JsApiError(408, 0, f"JetStream API {subject} timed out after {timeout} s") from None
+    doc = msgspec.json.decode(msg.data)
+    if isinstance(doc, dict) and doc.get("error"):
+        e = msgspec.convert(doc["error"], _Err)
+        raise JsApiError(e.code, e.err_code, e.description)
+    return doc  # type: ignore[no-any-return]
+
+
+async def stream_info(nc: Client, stream: str) -> StreamInfo | None:
+    try:
+        doc = await request(nc, f"STREAM.INFO.{stream}")
+    except JsApiError as exc:
+        if exc.err_code == STREAM_NOT_FOUND:
+            return None
+        raise
+    return msgspec.convert(doc, StreamInfo)
+
+
+async def delete_consumer(nc: Client, stream: str, consumer: str) -> None:
+    try:
+        await request(nc, f"CONSUMER.DELETE.{stream}.{consumer}")
+    except JsApiError as exc:
+        if exc.err_code != CONSUMER_NOT_FOUND:
+            raise
+
+
+async def create_consumer(nc: Client, stream: str, config: dict[str, Any]) -> dict[str, Any]:
+    name = config.get("durable_name") or config.get("name")
+    subject = f"CONSUMER.CREATE.{stream}.{name}" if name else f"CONSUMER.CREATE.{stream}"
+    return await request(nc, subject, {"stream_name": stream, "config": config})

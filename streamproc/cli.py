@@ -1,0 +1,276 @@
+"""The ``streamproc`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from streamproc import __version__
+from streamproc.config import ConfigError, Settings, load
+
+EXIT_USAGE = 2
+EXIT_DRIFT = 3
+
+
+def _run(coro: Awaitable[int]) -> int:
+    import uvloop
+
+    return uvloop.run(coro)  # type: ignore[arg-type]
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {
+        "data_dir": getattr(args, "data_dir", None),
+        "nats_url": getattr(args, "nats_url", None),
+        "nats_port": getattr(args, "nats_port", None),
+        "http_port": getattr(args, "http_port", None),
+        "prefix": getattr(args, "prefix", None),
+        "node_id": getattr(args, "node_id", None),
+    }
+    return load(overrides)
+
+
+async def _with_nats(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -> int:
+    """Run ``fn(nc)`` against ``--nats-url`` or, failing that, the embedded server."""
+    from streamproc.bus.connect import connect
+    from streamproc.bus.server import EmbeddedNats
+
+    server = None
+    url = settings.nats_url
+    if not url:
+        server = EmbeddedNats(settings.nats_dir, host=settings.nats_host, port=0)
+        await asyncio.to_thread(server.start)
+        url = server.url
+    nc = await connect(url)
+    try:
+        return await fn(nc)
+    finally:
+        await nc.close()
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from streamproc.app import run_roles
+    from streamproc.roles import ROLES
+
+    return _run(run_roles(_settings(args), list(ROLES)))
+
+
+def cmd_role(args: argparse.Namespace) -> int:
+    from streamproc.app import run_roles
+
+    return _run(run_roles(_settings(args), [args.role], http=args.http_port is not None))
+
+
+def cmd_nats(args: argparse.Namespace) -> int:
+    from streamproc.bus.server import EmbeddedNats
+
+    s = _settings(args)
+
+    async def main() -> int:
+        from streamproc.app import install_stop_signals
+
+        server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port)
+        await asyncio.to_thread(server.start)
+        print(f"nats-server (JetStream) listening on {server.url}, store {server.store_dir}")
+        print("Press Ctrl-C to stop.", flush=True)
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await stop.wait()
+        await asyncio.to_thread(server.stop)
+        print("nats-server stopped")
+        return 0
+
+    return _run(main())
+
+
+def cmd_streams_apply(args: argparse.Namespace) -> int:
+    from streamproc.bus import streams
+
+    s = _settings(args)
+
+    async def apply(nc: Any) -> int:
+        results = await streams.apply(nc, streams.definitions(s.prefix, args.replicas))
+        for r in results:
+            print(f"{r.stream:<24} {r.action:<10} {r.describe()}")
+        if any(r.action == "drift" for r in results):
+            print(
+                "streamproc: drift that JetStream cannot change in place; recreate the stream "
+                "(and replay) or accept the running configuration",
+                file=sys.stderr,
+            )
+            return EXIT_DRIFT
+        return 0
+
+    return _run(_with_nats(s, apply))
+
+
+def cmd_streams_export(args: argparse.Namespace) -> int:
+    from streamproc.bus import streams
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for d in streams.definitions(args.prefix or "scheduler", args.replicas):
+        path = out / f"{d['name']}.json"
+        path.write_text(json.dumps(d, indent=2) + "\n")
+        print(path)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from streamproc.replay import rebuild, swap_in
+    from streamproc.state.store import StateLocked
+
+    s = _settings(args)
+    live = s.state_dir(args.role)
+    fresh = live.with_name(f"{live.name}.replay")
+
+    async def go(nc: Any) -> int:
+        summary = await rebuild(nc, s.events_stream, args.role, fresh, progress=not args.quiet)
+        try:
+            swap_in(fresh, live)
+        except StateLocked as exc:
+            print(
+                f"streamproc: {exc}; stop the {args.role} role and run replay again",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        print(
+            f"replayed {summary.events} events of {s.events_stream} into {live} in "
+            f"{summary.seconds:.1f} s ({summary.rate:,.0f} events/s); quarantined "
+            f"{summary.quarantined}, rejected {summary.rejected}; digest {summary.digest}"
+        )
+        return 0
+
+    return _run(_with_nats(s, go))
+
+
+def cmd_state_digest(args: argparse.Namespace) -> int:
+    from streamproc.state.digest import state_digest
+    from streamproc.state.store import RocksStore
+
+    path = Path(args.path) if args.path else _settings(args).state_dir(args.role)
+    if not (path / "CURRENT").exists():
+        print(f"streamproc: {path} is not a state directory", file=sys.stderr)
+        return EXIT_USAGE
+    store = RocksStore(path)
+    try:
+        print(state_digest(store))
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_schemas(args: argparse.Namespace) -> int:
+    from streamproc.events.schemas import write_all
+
+    for path in write_all(Path(args.out)):
+        print(path)
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", help="local data directory (default ./data, STREAMPROC_DATA_DIR)")
+    p.add_argument("--nats-url", help="use this NATS server instead of the embedded one (NATS_URL)")
+    p.add_argument("--prefix", help="subject prefix (default scheduler)")
+    p.add_argument("--node-id", help="HLC node id (default: host name)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamproc", description="Event-sourced vulnerability-verdict stream processor"
+    )
+    parser.add_argument("--version", action="version", version=f"streamproc {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("up", help="run every role on an embedded NATS server and ./data")
+    _common(p)
+    p.add_argument("--nats-port", type=int, help="embedded NATS port (default 4222)")
+    p.add_argument("--http-port", type=int, help="ops HTTP port (default 8480)")
+    p.set_defaults(fn=cmd_up)
+
+    p = sub.add_parser("role", help="run one role's projector on its own")
+    _common(p)
+    p.add_argument("role")
+    p.add_argument("--nats-port", type=int)
+    p.add_argument("--http-port", type=int, help="serve /healthz, /readyz, /metrics on this port")
+    p.set_defaults(fn=cmd_role)
+
+    p = sub.add_parser("nats", help="run the embedded JetStream server until Ctrl-C")
+    _common(p)
+    p.add_argument("--nats-port", type=int)
+    p.set_defaults(fn=cmd_nats)
+
+    streams_p = sub.add_parser("streams", help="JetStream stream definitions")
+    ssub = streams_p.add_subparsers(dest="streams_command", required=True)
+    p = ssub.add_parser("apply", help="create or update the streams; report drift")
+    _common(p)
+    p.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5))
+    p.set_defaults(fn=cmd_streams_apply)
+    p = ssub.add_parser("export", help="write the stream definitions as JSON")
+    p.add_argument("--out", default="deploy/nats/streams")
+    p.add_argument("--prefix")
+    p.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5))
+    p.set_defaults(fn=cmd_streams_export)
+
+    p = sub.add_parser("replay", help="rebuild a role's state from sequence 1 and swap it in")
+    _common(p)
+    p.add_argument("--role", required=True)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(fn=cmd_replay)
+
+    state_p = sub.add_parser("state", help="state directories")
+    stsub = state_p.add_subparsers(dest="state_command", required=True)
+    p = stsub.add_parser("digest", help="print a digest of a state directory")
+    _common(p)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--role")
+    g.add_argument("--path")
+    p.set_defaults(fn=cmd_state_digest)
+
+    p = sub.add_parser("schemas", help="write the JSON Schemas of every event kind")
+    p.add_argument("--out", default="schemas")
+    p.set_defaults(fn=cmd_schemas)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from streamproc.bus.connect import NatsConnectError, NatsVersionError
+    from streamproc.bus.server import NatsServerError
+    from streamproc.projection import StateFormatError
+    from streamproc.projector import PositionError
+    from streamproc.state.store import StateLocked
+
+    try:
+        return int(args.fn(args))
+    except (
+        ConfigError,
+        NatsConnectError,
+        NatsServerError,
+        NatsVersionError,
+        PositionError,
+        StateFormatError,
+        StateLocked,
+    ) as exc:
+        print(f"streamproc: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Process settings: defaults, then environment variables, then command-line flags."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+
+import msgspec
+
+from streamproc.bus.streams import stream_names
+from streamproc.hlc import validate_node
+
+_PREFIX_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def default_node_id() -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:32].strip("-")
+    return name or "node"
+
+
+class Settings(msgspec.Struct, kw_only=True):
+    data_dir: Path = Path("data")
+    nats_url: str | None = None
+    """An existing server; ``None`` starts the embedded one."""
+    nats_host: str = "127.0.0.1"
+    nats_port: int = 4222
+    http_host: str = "127.0.0.1"
+    http_port: int = 8480
+    prefix: str = "scheduler"
+    node_id: str = msgspec.field(default_factory=default_node_id)
+    max_clock_skew_ms: int = 5_000
+    hlc_persistence_interval_ms: int = 60_000
+    batch: int = 1000
+
+    def __post_init__(self) -> None:
+        if not _PREFIX_RE.match(self.prefix):
+            raise ConfigError(
+                f"prefix {self.prefix!r}: 1-32 lowercase letters, digits, '-' or '_', "
+                f"starting with a letter"
+            )
+        try:
+            validate_node(self.node_id)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.batch < 1 or self.batch > 10_000:
+            raise ConfigError(f"batch {self.batch}: between 1 and 10000")
+
+    @property
+    def events_stream(self) -> str:
+        return stream_names(self.prefix)[0]
+
+    def state_dir(self, role: str) -> Path:
+        return self.data_dir / "state" / role
+
+    @property
+    def nats_dir(self) -> Path:
+        return self.data_dir / "nats"
+
+    def hlc_file(self, role: str) -> Path:
+        return self.data_dir / "hlc" / f"{self.node_id}-{role}.json"
+
+
+ENV = {
+    "data_dir": "STREAMPROC_DATA_DIR",
+    "nats_url": "NATS_URL",
+    "nats_port": "STREAMPROC_NATS_PORT",
+    "http_host": "STREAMPROC_HTTP_HOST",
+    "http_port": "STREAMPROC_HTTP_PORT",
+    "prefix": "STREAMPROC_PREFIX",
+    "node_id": "STREAMPROC_NODE_ID",
+    "max_clock_skew_ms": "STREAMPROC_MAX_CLOCK_SKEW_MS",
+    "batch": "STREAMPROC_BATCH",
+}
+
+
+def load(overrides: dict[str, object] | None = None) -> Settings:
+    """Settings from the environment, then ``overrides`` (flags that were given)."""
+    raw: dict[str, object] = {}
+    for field, var in ENV.items():
+        if os.environ.get(var):
+            raw[field] = os.environ[var]
+    raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return msgspec.convert(raw, Settings, strict=False, dec_hook=_dec_hook)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _dec_hook(tp: type, obj: object) -> object:
+    if tp is Path and isinstance(obj, str):
+        return Path(obj)
+    raise NotImplementedError

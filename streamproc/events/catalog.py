@@ -1,0 +1,220 @@
+"""The catalog: every event kind, its payload type, schema version, aggregate and upcasters.
+
+One entry per kind, in one place. Subjects are ``<prefix>.events.<tenant>.<aggregate>.<id>``:
+one subject per aggregate instance gives per-entity history and optimistic concurrency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from streamproc.events import payloads as p
+from streamproc.ids import subject_token
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    kind: str
+    payload: type[p.Payload]
+    aggregate: str
+    id_field: str
+    version: int = 1
+    emitted_by: str = ""
+    folded_by: str = ""
+    upcasters: dict[int, Upcaster] = field(default_factory=dict)
+    """``upcasters[v]`` turns a version-``v`` payload dict into version ``v + 1``."""
+
+    def aggregate_id(self, payload: p.Payload) -> str:
+        return str(getattr(payload, self.id_field))
+
+    def decoder(self) -> msgspec.json.Decoder:
+        return _DECODERS[self.kind]
+
+
+def _schedule_v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 schedules (the original Scheduler's model) said whenCron/timezone."""
+    d = dict(d)
+    if "whenCron" in d:
+        d["cron"] = d.pop("whenCron")
+    return d
+
+
+_GATEWAY = "gateway"
+_READ = "read model"
+KINDS: dict[str, KindSpec] = {
+    s.kind: s
+    for s in [
+        KindSpec(
+            "schedule.created",
+            p.ScheduleCreated,
+            "schedule",
+            "schedule_id",
+            version=2,
+            emitted_by=_GATEWAY,
+            folded_by="read model, planner, auditor",
+            upcasters={1: _schedule_v1_to_v2},
+        ),
+        KindSpec(
+            "schedule.updated",
+            p.ScheduleUpdated,
+            "schedule",
+            "schedule_id",
+            version=2,
+            emitted_by=_GATEWAY,
+            folded_by="read model, planner, auditor",
+            upcasters={1: _schedule_v1_to_v2},
+        ),
+        *[
+            KindSpec(
+                f"schedule.{verb}",
+                p.ScheduleStateChange,
+                "schedule",
+                "schedule_id",
+                emitted_by=_GATEWAY,
+                folded_by="read model, planner, auditor",
+            )
+            for verb in ("paused", "resumed", "deleted")
+        ],
+        KindSpec(
+            "export.feedser",
+            p.FeedserExport,
+            "feedser",
+            "export_id",
+            emitted_by="gateway (webhook), feedser CLI",
+            folded_by="planner (vuln map, cursors), read model",
+        ),
+        KindSpec(
+            "export.vexer",
+            p.VexerExport,
+            "vexer",
+            "export_id",
+            emitted_by="gateway (webhook)",
+            folded_by="planner (cursors), read model",
+        ),
+        KindSpec(
+            "image.indexed",
+            p.ImageIndexed,
+            "image",
+            "digest",
+            emitted_by="index CLI, gateway",
+            folded_by="ImpactIndex",
+        ),
+        KindSpec(
+            "image.removed",
+            p.ImageRemoved,
+            "image",
+            "digest",
+            emitted_by="index CLI, gateway",
+            folded_by="ImpactIndex",
+        ),
+        KindSpec(
+            "run.requested",
+            p.RunRequested,
+            "run",
+            "run_id",
+            emitted_by="gateway, cron",
+            folded_by="planner, read model, auditor",
+        ),
+        KindSpec(
+            "run.planned",
+            p.RunPlanned,
+            "run",
+            "run_id",
+            emitted_by="planner",
+            folded_by="read model, auditor",
+        ),
+        KindSpec(
+            "run.cancel_requested",
+            p.RunCancelRequested,
+            "run",
+            "run_id",
+            emitted_by=_GATEWAY,
+            folded_by="runner, read model, auditor",
+        ),
+        KindSpec(
+            "run.cancelled",
+            p.RunCancelled,
+            "run",
+            "run_id",
+            emitted_by="runner",
+            folded_by="read model, auditor",
+        ),
+        KindSpec(
+            "run.completed",
+            p.RunCompleted,
+            "run",
+            "run_id",
+            emitted_by="runner",
+            folded_by="read model, auditor",
+        ),
+        KindSpec(
+            "segment.enqueued",
+            p.SegmentEnqueued,
+            "segment",
+            "segment_id",
+            emitted_by="planner",
+            folded_by="read model, auditor",
+        ),
+        KindSpec(
+            "segment.started",
+            p.SegmentStarted,
+            "segment",
+            "segment_id",
+            emitted_by="runner",
+            folded_by="read model, auditor",
+        ),
+        KindSpec(
+            "segment.completed",
+            p.SegmentCompleted,
+            "segment",
+            "segment_id",
+            emitted_by="runner",
+            folded_by="read model, auditor",
+        ),
+        KindSpec(
+            "segment.failed",
+            p.SegmentFailed,
+            "segment",
+            "segment_id",
+            emitted_by="runner",
+            folded_by="read model, auditor",
+        ),
+        KindSpec(
+            "verdict.recorded",
+            p.VerdictRecorded,
+            "verdict",
+            "digest",
+            emitted_by="runner",
+            folded_by="read model (previous verdicts), auditor",
+        ),
+        KindSpec(
+            "audit.snapshot",
+            p.AuditSnapshot,
+            "chain",
+            "to_chain_link",
+            emitted_by="auditor",
+            folded_by="auditor",
+        ),
+    ]
+}
+
+_DECODERS = {k: msgspec.json.Decoder(s.payload) for k, s in KINDS.items()}
+
+
+def spec_for(kind: str) -> KindSpec | None:
+    return KINDS.get(kind)
+
+
+def subject_for(prefix: str, tenant: str, kind: str, payload: p.Payload) -> str:
+    spec = KINDS[kind]
+    return f"{prefix}.events.{tenant}.{spec.aggregate}.{subject_token(spec.aggregate_id(payload))}"
+
+
+def aggregate_subject(prefix: str, tenant: str, aggregate: str, aggregate_id: str) -> str:
+    return f"{prefix}.events.{tenant}.{aggregate}.{subject_token(aggregate_id)}"

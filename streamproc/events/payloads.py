@@ -1,0 +1,373 @@
+"""Payload Structs, one per event kind: the schema of the event log.
+
+Field names are snake_case in Python and camelCase on the wire (``rename="camel"``), matching
+the REST and webhook contract. Validation that msgspec can express (lengths, ranges,
+patterns) lives in the annotations, so a payload that decodes is a payload that validates.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
+from cronsim import CronSim, CronSimError
+from msgspec import UNSET, Meta, UnsetType
+
+MAX_KEYS = 100_000
+
+Str = Annotated[str, Meta(min_length=1, max_length=512)]
+Name = Annotated[str, Meta(min_length=1, max_length=200)]
+Digest = Annotated[str, Meta(pattern=r"^[a-z0-9]+:[a-f0-9]{32,128}$")]
+Count = Annotated[int, Meta(ge=0)]
+KeyList = Annotated[list[Str], Meta(max_length=MAX_KEYS)]
+Mode = Literal["analysis-only", "content-refresh"]
+Trigger = Literal["cron", "feedser", "vexer", "manual"]
+Severity = Literal["low", "medium", "high", "critical"]
+VEX_STATUSES = frozenset({"not_affected", "affected", "fixed", "under_investigation"})
+_EPOCH = datetime(2000, 1, 1)
+_TRANSITION = re.compile(r"^([a-z_]+)\s*(?:→|->)\s*([a-z_]+)$")
+
+
+class Payload(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """Base of every payload: unknown fields are refused, names are camelCase on the wire."""
+
+
+def check_cron(expr: str) -> None:
+    try:
+        CronSim(expr, _EPOCH)
+    except (CronSimError, ValueError, KeyError, IndexError) as exc:
+        raise ValueError(f"invalid cron expression {expr!r}: {exc}") from None
+
+
+def check_timezone(name: str) -> None:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown IANA time zone {name!r}") from exc
+
+
+# ---------------------------------------------------------------- schedule parts
+
+
+class Selection(Payload, kw_only=True):
+    """Which images a schedule or run covers; filters AND together, values within one OR."""
+
+    scope: Literal["all-images", "by-namespace", "by-repo", "by-digest", "by-labels"] = "all-images"
+    namespaces: list[Str] = []
+    repositories: list[Str] = []
+    digests: list[Digest] = []
+    labels: list[Annotated[str, Meta(pattern=r"^[^=]+=.*$", max_length=512)]] = []
+    include_tags: list[Str] = []
+    resolves_tags: bool = False
+
+
+class OnlyIf(Payload, kw_only=True):
+    last_report_older_than_days: Annotated[int, Meta(ge=0)] | None = None
+    policy_revision: Str | None = None
+
+
+class NotifyRule(Payload, kw_only=True):
+    on_new_findings: bool = True
+    min_severity: Severity = "high"
+    include_kev: bool = True
+
+
+class Limits(Payload, kw_only=True):
+    max_jobs: Annotated[int, Meta(ge=1)] | None = None
+    rate_per_second: Annotated[int, Meta(ge=1)] | None = None
+    parallelism: Annotated[int, Meta(ge=1, le=1024)] | None = None
+
+
+class ScheduleCreated(Payload, kw_only=True):
+    schedule_id: Str
+    name: Name
+    enabled: bool = True
+    cron: Str
+    timezone: Str
+    mode: Mode = "analysis-only"
+    selection: Selection = msgspec.field(default_factory=Selection)
+    only_if: OnlyIf = msgspec.field(default_factory=OnlyIf)
+    notify: NotifyRule = msgspec.field(default_factory=NotifyRule)
+    limits: Limits = msgspec.field(default_factory=Limits)
+    subscriptions: list[Literal["feedser", "vexer"]] = msgspec.field(
+        default_factory=lambda: ["feedser", "vexer"]
+    )
+    created_by: Str | None = None
+
+    def __post_init__(self) -> None:
+        check_cron(self.cron)
+        check_timezone(self.timezone)
+
+
+class ScheduleUpdated(Payload, kw_only=True):
+    """A patch: only the fields present change; an update never creates a schedule."""
+
+    schedule_id: Str
+    name: Name | UnsetType = UNSET
+    cron: Str | UnsetType = UNSET
+    timezone: Str | UnsetType = UNSET
+    mode: Mode | UnsetType = UNSET
+    selection: Selection | UnsetType = UNSET
+    only_if: OnlyIf | UnsetType = UNSET
+    notify: NotifyRule | UnsetType = UNSET
+    limits: Limits | UnsetType = UNSET
+    subscriptions: list[Literal["feedser", "vexer"]] | UnsetType = UNSET
+    updated_by: Str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cron is not UNSET:
+            check_cron(self.cron)
+        if self.timezone is not UNSET:
+            check_timezone(self.timezone)
+
+
+class ScheduleStateChange(Payload, kw_only=True):
+    """``schedule.paused``, ``schedule.resumed`` and ``schedule.deleted``."""
+
+    schedule_id: Str
+    by: Str | None = None
+    reason: Annotated[str, Meta(max_length=1000)] | None = None
+
+
+# ---------------------------------------------------------------- exports
+
+
+class Window(Payload, kw_only=True):
+    from_: Annotated[str, Meta(max_length=64)] | None = msgspec.field(default=None, name="from")
+    to: Annotated[str, Meta(max_length=64)] | None = None
+
+
+class AdvisoryChange(Payload, kw_only=True):
+    """Feeds the vuln → product-key map used by ``resolve_by_vulns``."""
+
+    vuln_id: Str
+    product_keys: KeyList
+    severity: Severity | None = None
+    kev: bool = False
+
+
+class FeedserExport(Payload, kw_only=True):
+    export_id: Str
+    changed_product_keys: KeyList = []
+    kev: KeyList = []
+    window: Window | None = None
+    advisories: Annotated[list[AdvisoryChange], Meta(max_length=MAX_KEYS)] = []
+
+
+class ChangedClaim(Payload, kw_only=True):
+    product_key: Str
+    vuln_id: Str
+    status: Annotated[str, Meta(max_length=64)]
+
+    def __post_init__(self) -> None:
+        m = _TRANSITION.match(self.status)
+        if not m or m.group(1) not in VEX_STATUSES or m.group(2) not in VEX_STATUSES:
+            raise ValueError(
+                f"status {self.status!r} is not a VEX transition 'from→to' of "
+                f"{sorted(VEX_STATUSES)}"
+            )
+
+
+class VexerExport(Payload, kw_only=True):
+    export_id: Str
+    changed_claims: Annotated[list[ChangedClaim], Meta(max_length=MAX_KEYS)] = []
+    window: Window | None = None
+
+
+# ---------------------------------------------------------------- images
+
+
+class Component(Payload, kw_only=True, array_like=True):
+    """One package of an image, already normalised (array-like: compact on the wire)."""
+
+    purl: Str
+    product_key: Str
+    used: bool = False
+
+
+class ImageIndexed(Payload, kw_only=True):
+    digest: Digest
+    registry: Str
+    repository: Str
+    namespace: Str | None = None
+    tags: list[Str] = []
+    labels: dict[Str, Annotated[str, Meta(max_length=1024)]] = {}
+    components: Annotated[list[Component], Meta(max_length=MAX_KEYS)] = []
+
+
+class ImageRemoved(Payload, kw_only=True):
+    digest: Digest
+    reason: Annotated[str, Meta(max_length=1000)] | None = None
+
+
+# ---------------------------------------------------------------- runs
+
+
+class RunReason(Payload, kw_only=True):
+    feedser_export_ids: list[Str] = []
+    vexer_export_ids: list[Str] = []
+    scheduled_for: Annotated[str, Meta(max_length=64)] | None = None
+    text: Annotated[str, Meta(max_length=1000)] | None = None
+
+
+class RunStats(Payload, kw_only=True):
+    candidates: Count = 0
+    deduped: Count = 0
+    queued: Count = 0
+    spilled: Count = 0
+    completed: Count = 0
+    failed: Count = 0
+    cancelled: Count = 0
+    deltas: Count = 0
+    new_criticals: Count = 0
+
+
+class RunRequested(Payload, kw_only=True):
+    run_id: Str
+    trigger: Trigger
+    schedule_id: Str | None = None
+    mode: Mode = "analysis-only"
+    selection: Selection | None = None
+    reason: RunReason = msgspec.field(default_factory=RunReason)
+    requested_by: Str | None = None
+
+
+class SegmentRef(Payload, kw_only=True):
+    segment_id: Str
+    shard: Count
+    images: Count
+
+
+class RunPlanned(Payload, kw_only=True):
+    run_id: Str
+    trigger: Trigger
+    schedule_ids: list[Str] = []
+    stats: RunStats = msgspec.field(default_factory=RunStats)
+    segments: list[SegmentRef] = []
+    degraded: bool = False
+    degraded_reason: Annotated[str, Meta(max_length=1000)] | None = None
+
+
+class RunCancelRequested(Payload, kw_only=True):
+    run_id: Str
+    by: Str | None = None
+    reason: Annotated[str, Meta(max_length=1000)] | None = None
+
+
+class RunCancelled(Payload, kw_only=True):
+    run_id: Str
+    reason: Annotated[str, Meta(max_length=1000)] | None = None
+    stats: RunStats = msgspec.field(default_factory=RunStats)
+
+
+class Coverage(Payload, kw_only=True):
+    """Which images were not re-evaluated, and why (reason → count)."""
+
+    evaluated: Count = 0
+    not_evaluated: Count = 0
+    reasons: dict[Str, Count] = {}
+
+
+class RunCompleted(Payload, kw_only=True):
+    run_id: Str
+    state: Literal["completed", "error"] = "completed"
+    stats: RunStats = msgspec.field(default_factory=RunStats)
+    coverage: Coverage = msgspec.field(default_factory=Coverage)
+    error: Annotated[str, Meta(max_length=2000)] | None = None
+
+
+# ---------------------------------------------------------------- segments and verdicts
+
+
+class SegmentEnqueued(Payload, kw_only=True):
+    segment_id: Str
+    run_id: Str
+    shard: Count
+    digests: Annotated[list[Digest], Meta(min_length=1, max_length=10_000)]
+    rate_per_second: Annotated[int, Meta(ge=1)] | None = None
+    mode: Mode = "analysis-only"
+    priority: Annotated[int, Meta(ge=0, le=9)] = 5
+
+
+class SegmentStarted(Payload, kw_only=True):
+    segment_id: Str
+    run_id: Str
+    runner: Str
+    attempt: Annotated[int, Meta(ge=1)] = 1
+
+
+class SegmentUsage(Payload, kw_only=True):
+    wall_ms: Count = 0
+    scanner_p50_ms: float = 0.0
+    scanner_p95_ms: float = 0.0
+    scanner_p99_ms: float = 0.0
+    retries: Count = 0
+
+
+class SegmentCompleted(Payload, kw_only=True):
+    segment_id: Str
+    run_id: Str
+    completed: Count = 0
+    failed: Count = 0
+    cancelled: Count = 0
+    usage: SegmentUsage = msgspec.field(default_factory=SegmentUsage)
+
+
+class SegmentFailed(Payload, kw_only=True):
+    segment_id: Str
+    run_id: Str
+    reason: Annotated[str, Meta(min_length=1, max_length=2000)]
+    deliveries: Count = 0
+    dead_lettered: bool = False
+
+
+class Finding(Payload, kw_only=True):
+    purl: Str
+    vuln_id: Str
+    severity: Severity
+    kev: bool = False
+    link: Annotated[str, Meta(max_length=2048)] | None = None
+
+
+class VerdictRecorded(Payload, kw_only=True):
+    run_id: Str
+    segment_id: Str
+    digest: Digest
+    status: Literal["ok", "failed"] = "ok"
+    error: Annotated[str, Meta(max_length=2000)] | None = None
+    new_criticals: Count = 0
+    new_high: Count = 0
+    kev_hits: list[Str] = []
+    top_findings: Annotated[list[Finding], Meta(max_length=100)] = []
+    findings: Annotated[list[Finding], Meta(max_length=MAX_KEYS)] = []
+    report_url: Annotated[str, Meta(max_length=2048)] | None = None
+
+
+# ---------------------------------------------------------------- audit
+
+
+class DsseSignature(Payload, kw_only=True):
+    keyid: Annotated[str, Meta(max_length=256)] = ""
+    sig: Annotated[str, Meta(min_length=1, max_length=4096)]
+
+
+class DsseEnvelope(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """DSSE wire form: its field names are fixed by the DSSE spec."""
+
+    payloadType: Str
+    payload: Annotated[str, Meta(max_length=1_000_000)]
+    signatures: Annotated[list[DsseSignature], Meta(min_length=1)]
+
+
+class AuditSnapshot(Payload, kw_only=True):
+    from_chain_link: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+    to_chain_link: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+    from_position: Count
+    to_position: Count
+    entry_count: Annotated[int, Meta(ge=1)]
+    merkle_root: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+    snapshot_hlc: Str
+    envelope: DsseEnvelope

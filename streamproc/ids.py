@@ -1,0 +1,57 @@
+"""Identifiers: tenant ids, deterministic event ids, UUIDv7, subject-safe tokens.
+
+Every id that a process derives from a cause goes through :func:`derive_id`, so a crash and
+redo produces the same id and JetStream's ``Nats-Msg-Id`` de-duplication absorbs the repeat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+
+TENANT_RE = re.compile(r"^[a-z0-9_-]{1,128}$")
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_:\-]{1,128}$")
+
+
+class InvalidTenant(ValueError):
+    """A tenant id that is not safe as a subject token; there is no implicit default."""
+
+
+def validate_tenant(tenant: object) -> str:
+    if not isinstance(tenant, str) or not TENANT_RE.match(tenant):
+        raise InvalidTenant(
+            f"invalid tenant id {tenant!r}: use 1-128 lowercase ASCII letters, digits, '-' or '_'"
+        )
+    return tenant
+
+
+def derive_id(*parts: str | int) -> str:
+    """Id derived from its cause: ``sha256`` over the parts, unambiguous about boundaries."""
+    h = hashlib.sha256()
+    for p in parts:
+        b = str(p).encode()
+        h.update(len(b).to_bytes(4, "big"))
+        h.update(b)
+    return h.hexdigest()[:40]
+
+
+def uuid7() -> str:
+    """RFC 9562 UUIDv7: time-ordered, for events that have no cause to derive from."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76
+    value |= ((rand >> 62) & 0xFFF) << 64
+    value |= 0b10 << 62
+    value |= rand & ((1 << 62) - 1)
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def subject_token(value: str) -> str:
+    """A NATS subject token for an aggregate id; ids that are not token-safe are hashed."""
+    if _TOKEN_RE.match(value):
+        return value
+    return "h-" + hashlib.sha256(value.encode()).hexdigest()[:32]

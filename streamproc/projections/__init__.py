@@ -1,0 +1,1 @@
+"""Projections hosted by the roles; each is a plain object with a pure fold."""

@@ -1,0 +1,220 @@
+"""The projector runtime: consume the event log in batches, fold, commit with the checkpoint,
+then ack. Exactly-once state over at-least-once delivery, and fail-closed on gaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from streamproc import metrics
+from streamproc.bus import jsapi
+from streamproc.bus.fastclient import FastClient
+from streamproc.bus.pull import PullLoop, RawMessage
+from streamproc.projection import Folder, Projection
+from streamproc.state.keys import Checkpoint
+from streamproc.state.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class PositionError(RuntimeError):
+    """The stream no longer holds what this state was built from; refuse to go on."""
+
+
+def check_position(
+    stream: str, cp: Checkpoint | None, epoch: str, first_seq: int, last_seq: int
+) -> int:
+    """The sequence to resume from, or :class:`PositionError` saying why not (pure)."""
+    if cp is None:
+        if first_seq > 1:
+            raise PositionError(
+                f"stream {stream} no longer starts at sequence 1 (first is {first_seq}): "
+                f"events 1..{first_seq - 1} are gone, so this state cannot be built from the "
+                f"log; restore the stream or rebuild deliberately with `streamproc replay`"
+            )
+        return 1
+    if cp.stream != stream:
+        raise PositionError(f"state was built from stream {cp.stream}, not {stream}")
+    if cp.epoch != epoch:
+        raise PositionError(
+            f"stream {stream} was recreated: checkpoint epoch {cp.epoch}, stream created "
+            f"{epoch}; its sequences mean something else now. Rebuild with `streamproc replay`"
+        )
+    if last_seq < cp.last_seq:
+        raise PositionError(
+            f"stream {stream} ends at sequence {last_seq} but this state has applied up to "
+            f"{cp.last_seq}: the stream was rewound or replaced. Rebuild with `streamproc replay`"
+        )
+    if first_seq > cp.last_seq + 1:
+        raise PositionError(
+            f"retention gap on stream {stream}: state applied up to {cp.last_seq}, the stream "
+            f"now starts at {first_seq}; events {cp.last_seq + 1}..{first_seq - 1} are lost. "
+            f"The projector will not skip them by itself"
+        )
+    return cp.last_seq + 1
+
+
+class Projector:
+    """Hosts projections over one store and keeps them caught up with one stream."""
+
+    def __init__(
+        self,
+        nc: FastClient,
+        store: Store,
+        projections: Sequence[Projection],
+        *,
+        stream: str,
+        role: str,
+        batch: int = 1000,
+        durable: bool = True,
+    ) -> None:
+        self.nc = nc
+        self.store = store
+        self.stream = stream
+        self.role = role
+        self.batch = batch
+        self.durable = durable
+        self.folder = Folder(store, projections, role)
+        self.consumer = f"proj_{role}".replace(".", "_")
+        self.epoch = ""
+        self.applied = 0
+        self.head = 0
+        self._pull: PullLoop | None = None
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._stop = asyncio.Event()
+        self._ack = True
+        self.failure: BaseException | None = None
+
+    async def start(self, *, ack: bool = True) -> Projector:
+        info = await jsapi.stream_info(self.nc, self.stream)
+        if info is None:
+            if self.folder.checkpoint() is not None:
+                raise PositionError(
+                    f"stream {self.stream} is missing but this state has a checkpoint; "
+                    f"restore the stream or rebuild with `streamproc replay`"
+                )
+            raise PositionError(
+                f"stream {self.stream} does not exist: run `streamproc streams apply`"
+            )
+        cp = self.folder.checkpoint()
+        start = check_position(
+            self.stream, cp, info.created, info.state.first_seq, info.state.last_seq
+        )
+        self.epoch = info.created
+        self.applied = start - 1
+        self.head = info.state.last_seq
+        config: dict[str, Any] = {
+            "deliver_policy": "by_start_sequence",
+            "opt_start_seq": start,
+            "ack_policy": "all" if ack else "none",
+            "max_ack_pending": self.batch * 10,
+            "ack_wait": 60 * 1_000_000_000,
+            "max_deliver": -1,
+            "replay_policy": "instant",
+        }
+        if self.durable:
+            config["durable_name"] = self.consumer
+            await jsapi.delete_consumer(self.nc, self.stream, self.consumer)
+        else:
+            self.consumer = f"{self.consumer}_{int(time.time() * 1000)}"
+            config["name"] = self.consumer
+            config["inactive_threshold"] = 30 * 1_000_000_000
+        await jsapi.create_consumer(self.nc, self.stream, config)
+        self._ack = ack
+        self._pull = await PullLoop(self.nc, self.stream, self.consumer, batch=self.batch).start()
+        metrics.LAST_APPLIED_SEQ.labels(self.role).set(self.applied)
+        return self
+
+    async def step(self, timeout: float = 1.0) -> int:
+        """Fold and commit one batch (whatever has arrived, up to ``batch``)."""
+        assert self._pull is not None
+        msgs = await self._pull.next_batch(self.batch, timeout)
+        if not msgs:
+            return 0
+        return await self._apply(msgs)
+
+    async def _apply(self, msgs: list[RawMessage]) -> int:
+        t0 = time.perf_counter()
+        expected = self.applied + 1
+        items: list[tuple[int, str, bytes]] = []
+        for m in msgs:
+            if m.seq < expected:
+                continue  # a redelivery of something already committed
+            if m.seq != expected:
+                raise PositionError(
+                    f"gap on stream {self.stream}: expected sequence {expected}, received "
+                    f"{m.seq}; events {expected}..{m.seq - 1} were removed before this "
+                    f"projector applied them"
+                )
+            items.append((m.seq, m.subject, m.data))
+            expected += 1
+        if items:
+            last = items[-1][0]
+            self.folder.apply(items, Checkpoint(self.stream, self.epoch, last))
+            self.applied = last
+            self.head = max(self.head, last)
+            metrics.LAST_APPLIED_SEQ.labels(self.role).set(last)
+            metrics.EVENTS_APPLIED.labels(self.role, "applied").inc(len(items))
+            metrics.BATCH_SECONDS.labels(self.role).observe(time.perf_counter() - t0)
+            self._wake()
+        if self._ack and self._pull is not None:
+            await self._pull.ack_all(msgs[-1])
+        return len(items)
+
+    def _wake(self) -> None:
+        if not self._waiters:
+            return
+        keep = []
+        for seq, fut in self._waiters:
+            if seq <= self.applied:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((seq, fut))
+        self._waiters = keep
+
+    async def wait_for(self, seq: int, timeout: float = 10.0) -> None:
+        """Return once the state reflects stream sequence ``seq`` (read-your-writes)."""
+        if self.applied >= seq:
+            return
+        if self.failure is not None:
+            raise self.failure
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, fut))
+        await asyncio.wait_for(fut, timeout)
+
+    async def run(self, until_seq: int | None = None) -> None:
+        """Fold until stopped (or until ``until_seq`` is applied). I/O errors stop the
+        process rather than skip: nothing is acked that was not committed."""
+        try:
+            while not self._stop.is_set():
+                if until_seq is not None and self.applied >= until_seq:
+                    return
+                await self.step()
+        except BaseException as exc:
+            self.failure = exc
+            for _, fut in self._waiters:
+                if not fut.done():
+                    fut.set_exception(exc)
+            raise
+        finally:
+            await self.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def close(self) -> None:
+        if self._pull is not None:
+            pull, self._pull = self._pull, None
+            await pull.close()
+            if not self.durable:
+                with contextlib.suppress(Exception):
+                    await jsapi.delete_consumer(self.nc, self.stream, self.consumer)
+
+    def lag(self) -> int:
+        return max(0, self.head - self.applied)

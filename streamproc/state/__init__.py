@@ -1,0 +1,1 @@
+"""Derived state: the storage contract, its backends, and every reserved name."""

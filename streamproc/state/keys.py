@@ -1,0 +1,51 @@
+"""Every reserved column family and key name, defined once.
+
+Projections own one or more column families named here; ``__meta__`` holds what the runtime
+itself keeps: the checkpoint, the state-format version and the quarantine.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+META_CF = "__meta__"
+CHECKPOINT_KEY = b"checkpoint"
+FORMAT_KEY = b"state_format"
+QUARANTINE_PREFIX = b"quarantine/"
+REJECTION_PREFIX = b"rejected/"
+LOCK_FILE = "LOCK.streamproc"
+
+STATE_FORMAT_VERSION = 1
+"""Bump when a fold's stored layout changes; old directories must then be replayed."""
+
+
+class Checkpoint(msgspec.Struct, frozen=True):
+    """Stream epoch (its ``created`` time) and the last applied sequence, written atomically
+    with the state they describe."""
+
+    stream: str
+    epoch: str
+    last_seq: int
+
+
+class Quarantined(msgspec.Struct, frozen=True):
+    seq: int
+    subject: str
+    reason: str
+    detail: str
+    data: bytes
+
+
+class Rejected(msgspec.Struct, frozen=True):
+    """An event that decoded but could not apply (e.g. an update of an unknown entity)."""
+
+    seq: int
+    projection: str
+    event_id: str
+    kind: str
+    reason: str
+    detail: str
+
+
+def seq_key(prefix: bytes, seq: int) -> bytes:
+    return prefix + seq.to_bytes(8, "big")

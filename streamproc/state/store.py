@@ -1,0 +1,171 @@
+"""The storage contract and its backends.
+
+A store is a set of named column families of bytes → bytes. All writes go through
+:meth:`Store.commit`, which applies a whole batch atomically: projections and their
+checkpoint never disagree. The in-memory backend exists for pure-fold tests and as the
+reference the RocksDB backend is tested against (one contract suite, both backends).
+"""
+
+from __future__ import annotations
+
+import bisect
+import fcntl
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+from rocksdict import Options, Rdict, WriteBatch
+
+from streamproc.state.keys import LOCK_FILE, META_CF
+
+Writes = Mapping[str, Mapping[bytes, bytes | None]]
+"""Per column family: key → value, or ``None`` to delete."""
+
+
+class StateLocked(RuntimeError):
+    """Another process holds this state directory."""
+
+
+class Store(ABC):
+    @abstractmethod
+    def families(self) -> list[str]: ...
+
+    @abstractmethod
+    def ensure_families(self, names: Iterable[str]) -> None: ...
+
+    @abstractmethod
+    def get(self, cf: str, key: bytes) -> bytes | None: ...
+
+    @abstractmethod
+    def scan(
+        self, cf: str, prefix: bytes = b"", start: bytes = b""
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Items of ``cf`` whose key starts with ``prefix``, from ``start`` on, in key order."""
+
+    @abstractmethod
+    def commit(self, writes: Writes) -> None:
+        """Apply every write atomically (all or nothing)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class MemoryStore(Store):
+    def __init__(self) -> None:
+        self._data: dict[str, dict[bytes, bytes]] = {META_CF: {}}
+
+    def families(self) -> list[str]:
+        return sorted(self._data)
+
+    def ensure_families(self, names: Iterable[str]) -> None:
+        for n in names:
+            self._data.setdefault(n, {})
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        return self._data[cf].get(key)
+
+    def scan(
+        self, cf: str, prefix: bytes = b"", start: bytes = b""
+    ) -> Iterator[tuple[bytes, bytes]]:
+        data = self._data[cf]
+        keys = sorted(data)
+        i = bisect.bisect_left(keys, max(prefix, start))
+        for k in keys[i:]:
+            if not k.startswith(prefix):
+                break
+            yield k, data[k]
+
+    def commit(self, writes: Writes) -> None:
+        for cf in writes:
+            if cf not in self._data:
+                raise KeyError(f"unknown column family {cf!r}")
+        for cf, items in writes.items():
+            data = self._data[cf]
+            for k, v in items.items():
+                if v is None:
+                    data.pop(k, None)
+                else:
+                    data[k] = v
+
+    def close(self) -> None:
+        pass
+
+
+def _options() -> Options:
+    o = Options(raw_mode=True)
+    o.create_if_missing(True)
+    o.create_missing_column_families(True)
+    return o
+
+
+class RocksStore(Store):
+    """RocksDB through rocksdict, raw bytes, one column family per projection.
+
+    An advisory file lock keeps a second process out of a directory that is in use.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise StateLocked(
+                f"state directory {self.path} is in use by another streamproc process"
+            ) from None
+        existing = (
+            Rdict.list_cf(str(self.path), _options()) if (self.path / "CURRENT").exists() else []
+        )
+        cfs = {n: _options() for n in existing if n != "default"}
+        cfs.setdefault(META_CF, _options())
+        self._db = Rdict(str(self.path), _options(), column_families=cfs)
+        self._handles = {n: self._db.get_column_family_handle(n) for n in cfs}
+        self._cfs = {n: self._db.get_column_family(n) for n in cfs}
+
+    def families(self) -> list[str]:
+        return sorted(self._cfs)
+
+    def ensure_families(self, names: Iterable[str]) -> None:
+        for n in names:
+            if n not in self._cfs:
+                self._cfs[n] = self._db.create_column_family(n, _options())
+                self._handles[n] = self._db.get_column_family_handle(n)
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        return self._cfs[cf].get(key)
+
+    def scan(
+        self, cf: str, prefix: bytes = b"", start: bytes = b""
+    ) -> Iterator[tuple[bytes, bytes]]:
+        it = self._cfs[cf].iter()
+        it.seek(max(prefix, start))
+        while it.valid():
+            k = it.key()
+            if not k.startswith(prefix):
+                break
+            yield k, it.value()
+            it.next()
+
+    def commit(self, writes: Writes) -> None:
+        wb = WriteBatch(raw_mode=True)
+        for cf, items in writes.items():
+            h = self._handles[cf]
+            for k, v in items.items():
+                if v is None:
+                    wb.delete(k, h)
+                else:
+                    wb.put(k, v, h)
+        self._db.write(wb)
+
+    def close(self) -> None:
+        if self._db is None:
+            return
+        self._cfs.clear()
+        self._handles.clear()
+        self._db.close()
+        self._db = None  # type: ignore[assignment]
+        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        os.close(self._lock_fd)
