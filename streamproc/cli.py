@@ -188,6 +188,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-id", help="HLC node id (default: host name)")
 
 
+def _role_names() -> list[str]:
+    from streamproc.roles import ROLES
+
+    return sorted(ROLES)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamproc", description="Event-sourced vulnerability-verdict stream processor"
@@ -203,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("role", help="run one role's projector on its own")
     _common(p)
-    p.add_argument("role")
+    p.add_argument("role", choices=_role_names())
     p.add_argument("--nats-port", type=int)
     p.add_argument("--http-port", type=int, help="serve /healthz, /readyz, /metrics on this port")
     p.set_defaults(fn=cmd_role)
@@ -227,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="rebuild a role's state from sequence 1 and swap it in")
     _common(p)
-    p.add_argument("--role", required=True)
+    p.add_argument("--role", required=True, choices=_role_names())
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=cmd_replay)
 
@@ -236,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = stsub.add_parser("digest", help="print a digest of a state directory")
     _common(p)
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--role")
+    g.add_argument("--role", choices=_role_names())
     g.add_argument("--path")
     p.set_defaults(fn=cmd_state_digest)
 

@@ -142,16 +142,18 @@ class Projector:
         t0 = time.perf_counter()
         expected = self.applied + 1
         items: list[tuple[int, str, bytes]] = []
+        gap: PositionError | None = None
         for m in msgs:
             if m.seq < expected:
                 continue  # a redelivery of something already committed
             if m.seq != expected:
-                raise PositionError(
+                gap = PositionError(
                     f"gap on stream {self.stream}: expected sequence {expected}, received "
                     f"{m.seq}; events {expected}..{m.seq - 1} were removed before this "
                     f"projector applied them"
                 )
-            items.append((m.seq, m.subject, m.data))
+                break
+            items.append((m.seq, m.subject.decode(), m.data))
             expected += 1
         if items:
             last = items[-1][0]
@@ -162,6 +164,8 @@ class Projector:
             metrics.EVENTS_APPLIED.labels(self.role, "applied").inc(len(items))
             metrics.BATCH_SECONDS.labels(self.role).observe(time.perf_counter() - t0)
             self._wake()
+        if gap is not None:
+            raise gap
         if self._ack and self._pull is not None:
             await self._pull.ack_all(msgs[-1])
         return len(items)
@@ -196,6 +200,9 @@ class Projector:
                 if until_seq is not None and self.applied >= until_seq:
                     return
                 await self.step()
+                # While a backlog is buffered nothing above suspends; yield once a batch so
+                # HTTP, other roles and acks in the same process are served.
+                await asyncio.sleep(0)
         except BaseException as exc:
             self.failure = exc
             for _, fut in self._waiters:

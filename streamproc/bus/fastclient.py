@@ -21,6 +21,10 @@ RawHandler = Callable[[bytes, bytes, bytes, bytes], None]
 _CRLF = b"\r\n"
 
 
+class PayloadTooLarge(ValueError):
+    """A message bigger than the server's ``max_payload`` (refused before sending)."""
+
+
 def header_block(headers: dict[str, str]) -> bytes:
     """Encode a NATS header block once, for reuse across publishes."""
     out = bytearray(b"NATS/1.0\r\n")
@@ -69,6 +73,13 @@ class FastClient(Client):
 
     async def publish_hpub(self, subject: str, reply: str, header: bytes, payload: bytes) -> None:
         """Publish with a pre-encoded header block (see :func:`header_block`)."""
+        size = len(header) + len(payload)
+        if size > self._max_payload:
+            # The server would drop the whole connection for it; refuse this one message.
+            raise PayloadTooLarge(
+                f"message of {size} bytes to {subject} exceeds the server's max_payload "
+                f"{self._max_payload}"
+            )
         cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
             subject.encode(),
             reply.encode(),
