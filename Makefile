@@ -30,7 +30,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 schemas: $(STAMP)
-	$(BIN)/streamproc schemas --out schemas
+	$(BIN)/streamproc schemas --out schemas --catalog docs/events.md
 	$(BIN)/streamproc streams export --out deploy/nats/streams
 
 bench: $(STAMP)

@@ -171,10 +171,14 @@ def cmd_state_digest(args: argparse.Namespace) -> int:
 
 
 def cmd_schemas(args: argparse.Namespace) -> int:
-    from streamproc.events.schemas import write_all
+    from streamproc.events.schemas import render_catalog, write_all
 
     for path in write_all(Path(args.out)):
         print(path)
+    if args.catalog:
+        Path(args.catalog).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.catalog).write_text(render_catalog())
+        print(args.catalog)
     return 0
 
 
@@ -248,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schemas", help="write the JSON Schemas of every event kind")
     p.add_argument("--out", default="schemas")
+    p.add_argument("--catalog", help="also write the Markdown event catalog here")
     p.set_defaults(fn=cmd_schemas)
     return parser
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import heapq
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
-from typing import ClassVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -183,17 +183,22 @@ class Folder:
         raw = self.store.get(keys.META_CF, keys.CHECKPOINT_KEY)
         return None if raw is None else msgspec.json.decode(raw, type=keys.Checkpoint)
 
-    def apply(self, messages: Iterable[tuple[int, str, bytes]], checkpoint: keys.Checkpoint) -> int:
-        """Fold ``(seq, subject, data)`` messages and commit them with ``checkpoint``."""
+    def apply(self, messages: Iterable[Sequence[Any]], checkpoint: keys.Checkpoint) -> int:
+        """Fold ``(seq, subject, data, ...)`` messages and commit them with ``checkpoint``.
+
+        ``subject`` may be bytes (straight off the wire) or str; it is only read to record a
+        quarantined message."""
         tx = Tx(self.store)
         meta = tx.table(keys.META_CF)
         dispatch = self._dispatch
         n = 0
-        for seq, subject, data in messages:
+        for m in messages:
+            seq, data = m[0], m[2]
             n += 1
             try:
                 event = decode(data)
             except EventError as exc:
+                subject = m[1].decode(errors="replace") if isinstance(m[1], bytes) else m[1]
                 self._quarantine(meta, seq, subject, exc.reason, exc.detail, data)
                 continue
             for proj in dispatch.get(event.kind, ()):

@@ -141,19 +141,20 @@ class Projector:
     async def _apply(self, msgs: list[RawMessage]) -> int:
         t0 = time.perf_counter()
         expected = self.applied + 1
-        items: list[tuple[int, str, bytes]] = []
+        items: list[RawMessage] = []
         gap: PositionError | None = None
         for m in msgs:
-            if m.seq < expected:
+            seq = m[0]
+            if seq < expected:
                 continue  # a redelivery of something already committed
-            if m.seq != expected:
+            if seq != expected:
                 gap = PositionError(
                     f"gap on stream {self.stream}: expected sequence {expected}, received "
-                    f"{m.seq}; events {expected}..{m.seq - 1} were removed before this "
+                    f"{seq}; events {expected}..{seq - 1} were removed before this "
                     f"projector applied them"
                 )
                 break
-            items.append((m.seq, m.subject.decode(), m.data))
+            items.append(m)
             expected += 1
         if items:
             last = items[-1][0]

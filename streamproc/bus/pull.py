@@ -22,26 +22,16 @@ class ConsumerGone(RuntimeError):
     """The server ended our requests for a reason we must not paper over (409)."""
 
 
-class RawMessage:
-    __slots__ = ("data", "reply", "seq", "subject")
+RawMessage = tuple[int, bytes, bytes, bytes]
+"""``(stream_seq, subject, data, reply)`` of one delivered message."""
 
-    def __init__(self, seq: int, subject: bytes, data: bytes, reply: bytes) -> None:
-        self.seq = seq
-        self.subject = subject
-        self.data = data
-        self.reply = reply
+SEQ, SUBJECT, DATA, REPLY = 0, 1, 2, 3
 
 
 def stream_seq(reply: bytes) -> int:
     """Stream sequence from a ``$JS.ACK`` reply subject (v1 and v2 token layouts)."""
     tokens = reply.split(b".")
     return int(tokens[5] if len(tokens) == 9 else tokens[7])
-
-
-def pending_after(reply: bytes) -> int:
-    """Messages still pending on the consumer after this one (from the ack subject)."""
-    tokens = reply.split(b".")
-    return int(tokens[8] if len(tokens) == 9 else tokens[10])
 
 
 class PullLoop:
@@ -71,6 +61,7 @@ class PullLoop:
         self._error: BaseException | None = None
         self._closed = False
         self._topping = False
+        self._seq_token: int | None = None
 
     async def start(self) -> PullLoop:
         self._inbox = self.nc.new_inbox()
@@ -109,7 +100,10 @@ class PullLoop:
         if reply[:8] == b"$JS.ACK.":
             # Data messages carry their original subject; the server serves requests in
             # order, so each one counts against the oldest request still open.
-            self._buf.append(RawMessage(stream_seq(reply), subject, data, reply))
+            if self._seq_token is None:
+                self._seq_token = 5 if reply.count(b".") == 8 else 7
+            seq = int(reply.split(b".", self._seq_token + 1)[self._seq_token])
+            self._buf.append((seq, subject, data, reply))
             for token, left in self._requests.items():
                 if left <= 1:
                     del self._requests[token]
@@ -153,4 +147,4 @@ class PullLoop:
 
     async def ack_all(self, msg: RawMessage) -> None:
         """With ``ack_policy: all``, acking the last message acknowledges the whole batch."""
-        await self.nc.publish(msg.reply.decode(), b"+ACK")
+        await self.nc.publish(msg[REPLY].decode(), b"+ACK")

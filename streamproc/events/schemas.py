@@ -63,3 +63,77 @@ def write_all(out: Path) -> list[Path]:
         if stale not in written:
             stale.unlink()
     return written
+
+
+def _type_name(prop: dict[str, Any]) -> str:
+    if "$ref" in prop:
+        return str(prop["$ref"].rsplit("/", 1)[1])
+    if "anyOf" in prop:
+        return " or ".join(_type_name(a) for a in prop["anyOf"])
+    if "enum" in prop:
+        return " or ".join(f"`{v}`" for v in prop["enum"])
+    t = str(prop.get("type", "any"))
+    if t == "array" and "items" in prop:
+        return f"array of {_type_name(prop['items'])}"
+    if t == "object" and "additionalProperties" in prop:
+        return f"map of {_type_name(prop['additionalProperties'])}"
+    return t
+
+
+def _fields(kind: str) -> list[tuple[str, str, bool]]:
+    schema = schema_for(kind)
+    payload = schema["$defs"][schema["properties"]["payload"]["$ref"].rsplit("/", 1)[1]]
+    required = set(payload.get("required", []))
+    return [(n, _type_name(p), n in required) for n, p in payload["properties"].items()]
+
+
+CATALOG_HEADER = """# Event catalog
+
+Generated from `streamproc/events/` by `make schemas`; a test fails when this file or the
+JSON Schemas in `schemas/events/` differ from the code. Do not edit by hand.
+
+Every event is one JSON envelope (camelCase on the wire) on the `SCHEDULER` stream:
+
+| field | meaning |
+|---|---|
+| `id` | deterministic id derived from the cause (`sha256` of its parts), or a UUIDv7; also the `Nats-Msg-Id`, so a retried publish is stored once |
+| `kind` | one of the kinds below |
+| `tenant` | `[a-z0-9_-]{1,128}`; there is no default tenant |
+| `hlc` | hybrid logical clock timestamp `{physical_ms}:{logical}:{node}` of the emitter |
+| `schema` | payload schema version; newer than this build is refused, older is upcast on read |
+| `causationId`, `correlationId` | the event that caused this one; the request or run it belongs to |
+| `payload` | the kind's payload, below; unknown fields are refused |
+
+Subject: `<prefix>.events.<tenant>.<aggregate>.<aggregate id>` (default prefix `scheduler`);
+ids that are not safe as a subject token are replaced by `h-` and 32 hex digits of their
+SHA-256. A message that does not decode or validate is quarantined by every projector with its
+reason (`malformed_json`, `invalid_envelope`, `unknown_kind`, `unsupported_schema_version`,
+`invalid_payload`) and folding goes on.
+
+| kind | version | aggregate (subject token) | emitted by | folded by |
+|---|---|---|---|---|
+"""
+
+
+def render_catalog() -> str:
+    lines = [CATALOG_HEADER.rstrip("\n")]
+    for kind in sorted(KINDS):
+        s = KINDS[kind]
+        lines.append(
+            f"| [`{kind}`](#{kind.replace('.', '')}) | {s.version} | "
+            f"`{s.aggregate}` (`{s.id_field}`) | {s.emitted_by} | {s.folded_by} |"
+        )
+    for kind in sorted(KINDS):
+        s = KINDS[kind]
+        lines += [
+            "",
+            f"## {kind}",
+            "",
+            f"Payload `{s.payload.__name__}` — JSON Schema `schemas/events/{kind}.json`.",
+        ]
+        if s.upcasters:
+            lines.append(f"Upcast on read from versions {sorted(s.upcasters)}.")
+        lines += ["", "| field | type | required |", "|---|---|---|"]
+        for name, t, req in _fields(kind):
+            lines.append(f"| `{name}` | {t} | {'yes' if req else ''} |")
+    return "\n".join(lines) + "\n"

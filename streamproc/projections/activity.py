@@ -33,6 +33,7 @@ class Activity(Projection):
 
     def __init__(self) -> None:
         self._cache: dict[str, TenantActivity] = {}
+        self._last: dict[str, tuple[int, int, str]] = {}
         self._dirty: set[str] = set()
 
     def fold(self, tx: Tx, event: Envelope) -> None:
@@ -42,10 +43,13 @@ class Activity(Projection):
             raw = tx.table(self.name).get(t.encode())
             act = _dec.decode(raw) if raw is not None else TenantActivity()
             self._cache[t] = act
+            self._last[t] = sort_key(act.last_hlc) if act.last_hlc else (-1, 0, "")
         act.counts[event.kind] = act.counts.get(event.kind, 0) + 1
         act.events += 1
-        if not act.last_hlc or sort_key(event.hlc) > sort_key(act.last_hlc):
+        key = sort_key(event.hlc)
+        if key > self._last[t]:
             act.last_hlc = event.hlc
+            self._last[t] = key
         act.last_event_id = event.id
         self._dirty.add(t)
 
@@ -57,6 +61,7 @@ class Activity(Projection):
 
     def discard(self) -> None:
         self._cache.clear()
+        self._last.clear()
         self._dirty.clear()
 
 
