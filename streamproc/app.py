@@ -18,11 +18,13 @@ from aiohttp import web
 from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
+from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
+from streamproc.hlc import HybridLogicalClock
 from streamproc.ops_http import add_ops_routes
 from streamproc.projector import Projector
-from streamproc.roles import projections_for
+from streamproc.roles import Reactor, RoleContext, projections_for, spec_for
 from streamproc.state.store import RocksStore
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ class System:
         self.tasks: list[asyncio.Task[None]] = []
         self.runner: web.AppRunner | None = None
         self.http_url = ""
+        self.publisher: Publisher | None = None
+        self.clock: HybridLogicalClock | None = None
 
     @property
     def nats_url(self) -> str:
@@ -59,6 +63,13 @@ class System:
         for r in await streams.apply(self.nc, streams.definitions(s.prefix)):
             if r.action == "drift":
                 log.warning("stream %s drift: %s", r.stream, r.describe())
+        self.publisher = await Publisher(self.nc, prefix=s.prefix).start()
+        self.clock = HybridLogicalClock(
+            s.node_id,
+            state_file=s.hlc_file("-".join(self.roles)),
+            max_clock_skew_ms=s.max_clock_skew_ms,
+            persistence_interval_ms=s.hlc_persistence_interval_ms,
+        )
         for role in self.roles:
             store = RocksStore(s.state_dir(role))
             self.stores.append(store)
@@ -73,6 +84,14 @@ class System:
             await proj.start()
             self.projectors[role] = proj
             self.tasks.append(asyncio.create_task(proj.run(), name=f"projector-{role}"))
+            reactors = [make(s) for make in spec_for(role).reactors]
+            if reactors:
+                ctx = RoleContext(
+                    role, s, store, self.publisher, self.clock, lambda p=proj: p.applied
+                )
+                self.tasks.append(
+                    asyncio.create_task(react_loop(proj, reactors, ctx), name=f"reactors-{role}")
+                )
         if self.http:
             app = web.Application()
             add_ops_routes(app, self.ready)
@@ -124,6 +143,10 @@ class System:
                 await t
         if self.runner is not None:
             await self.runner.cleanup()
+        if self.publisher is not None:
+            await self.publisher.close()
+        if self.clock is not None:
+            self.clock.close()
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await self.nc.close()
@@ -131,6 +154,18 @@ class System:
             store.close()
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
+
+
+async def react_loop(proj: Projector, reactors: list[Reactor], ctx: RoleContext) -> None:
+    """Run every reactor after each committed batch, and on the shortest reactor interval."""
+    intervals = [r.interval for r in reactors if r.interval]
+    tick = min(intervals) if intervals else None
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proj.committed.wait(), tick)
+        proj.committed.clear()
+        for r in reactors:
+            await r.react(ctx)
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

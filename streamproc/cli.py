@@ -162,7 +162,7 @@ def cmd_state_digest(args: argparse.Namespace) -> int:
     if not (path / "CURRENT").exists():
         print(f"streamproc: {path} is not a state directory", file=sys.stderr)
         return EXIT_USAGE
-    store = RocksStore(path)
+    store = RocksStore(path, read_only=True)  # also works beside a running role
     try:
         print(state_digest(store))
     finally:

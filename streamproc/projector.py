@@ -87,6 +87,8 @@ class Projector:
         self._pull: PullLoop | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._stop = asyncio.Event()
+        self.committed = asyncio.Event()
+        """Set after every committed batch; reactors wait on it."""
         self._ack = True
         self.failure: BaseException | None = None
 
@@ -164,6 +166,7 @@ class Projector:
             metrics.LAST_APPLIED_SEQ.labels(self.role).set(last)
             metrics.EVENTS_APPLIED.labels(self.role, "applied").inc(len(items))
             metrics.BATCH_SECONDS.labels(self.role).observe(time.perf_counter() - t0)
+            self.committed.set()
             self._wake()
         if gap is not None:
             raise gap

@@ -96,12 +96,12 @@ Every event is one JSON envelope (camelCase on the wire) on the `SCHEDULER` stre
 
 | field | meaning |
 |---|---|
-| `id` | deterministic id derived from the cause (`sha256` of its parts), or a UUIDv7; also the `Nats-Msg-Id`, so a retried publish is stored once |
+| `id` | derived from the cause (`derive_id`) or a UUIDv7; also the `Nats-Msg-Id` |
 | `kind` | one of the kinds below |
 | `tenant` | `[a-z0-9_-]{1,128}`; there is no default tenant |
 | `hlc` | hybrid logical clock timestamp `{physical_ms}:{logical}:{node}` of the emitter |
 | `schema` | payload schema version; newer than this build is refused, older is upcast on read |
-| `causationId`, `correlationId` | the event that caused this one; the request or run it belongs to |
+| `causationId`, `correlationId` | the event that caused it; the request or run it is part of |
 | `payload` | the kind's payload, below; unknown fields are refused |
 
 Subject: `<prefix>.events.<tenant>.<aggregate>.<aggregate id>` (default prefix `scheduler`);

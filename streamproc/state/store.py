@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 from streamproc.state.keys import LOCK_FILE, META_CF
 
@@ -102,26 +102,41 @@ def _options() -> Options:
 class RocksStore(Store):
     """RocksDB through rocksdict, raw bytes, one column family per projection.
 
-    An advisory file lock keeps a second process out of a directory that is in use.
+    An advisory file lock keeps a second writer out of a directory that is in use;
+    ``read_only`` opens a point-in-time view beside a running writer (CLI inspection).
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise StateLocked(
-                f"state directory {self.path} is in use by another streamproc process"
-            ) from None
+        self.read_only = read_only
+        self._lock_fd = -1
+        if read_only:
+            if not (self.path / "CURRENT").exists():
+                raise FileNotFoundError(f"{self.path} is not a state directory")
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._lock_fd)
+                raise StateLocked(
+                    f"state directory {self.path} is in use by another streamproc process"
+                ) from None
         existing = (
             Rdict.list_cf(str(self.path), _options()) if (self.path / "CURRENT").exists() else []
         )
         cfs = {n: _options() for n in existing if n != "default"}
-        cfs.setdefault(META_CF, _options())
-        self._db = Rdict(str(self.path), _options(), column_families=cfs)
+        if read_only:
+            self._db = Rdict(
+                str(self.path),
+                Options(raw_mode=True),
+                column_families=cfs,
+                access_type=AccessType.read_only(),
+            )
+        else:
+            cfs.setdefault(META_CF, _options())
+            self._db = Rdict(str(self.path), _options(), column_families=cfs)
         self._handles = {n: self._db.get_column_family_handle(n) for n in cfs}
         self._cfs = {n: self._db.get_column_family(n) for n in cfs}
 
@@ -131,6 +146,8 @@ class RocksStore(Store):
     def ensure_families(self, names: Iterable[str]) -> None:
         for n in names:
             if n not in self._cfs:
+                if self.read_only:
+                    raise KeyError(f"column family {n!r} does not exist in {self.path}")
                 self._cfs[n] = self._db.create_column_family(n, _options())
                 self._handles[n] = self._db.get_column_family_handle(n)
 
@@ -150,6 +167,8 @@ class RocksStore(Store):
             it.next()
 
     def commit(self, writes: Writes) -> None:
+        if self.read_only:
+            raise PermissionError(f"{self.path} is open read-only")
         wb = WriteBatch(raw_mode=True)
         for cf, items in writes.items():
             h = self._handles[cf]
@@ -167,5 +186,6 @@ class RocksStore(Store):
         self._handles.clear()
         self._db.close()
         self._db = None  # type: ignore[assignment]
-        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-        os.close(self._lock_fd)
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
