@@ -24,7 +24,8 @@ from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.ops_http import add_ops_routes
 from streamproc.projector import Projector
-from streamproc.roles import Reactor, RoleContext, projections_for, spec_for
+from streamproc.reactor import Reactor, RoleContext
+from streamproc.roles import projections_for, spec_for
 from streamproc.state.store import RocksStore
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,45 @@
+"""Reactors: the part of a role that has effects.
+
+A projection is pure state; a reactor runs after each committed batch (and on its own
+interval) with the committed state, the process's clock and a publisher, and emits derived
+events whose ids come from their cause, so a crash and redo emits nothing twice. Replay runs
+projections only, never reactors.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from streamproc.bus.publisher import Publisher
+from streamproc.config import Settings
+from streamproc.hlc import HybridLogicalClock
+from streamproc.projection import Projection
+from streamproc.state.store import Store
+
+
+@dataclass
+class RoleContext:
+    role: str
+    settings: Settings
+    store: Store
+    publisher: Publisher
+    clock: HybridLogicalClock
+    applied: Callable[[], int]
+    """The last stream sequence committed to ``store``."""
+
+
+class Reactor(ABC):
+    interval: ClassVar[float | None] = None
+    """Seconds between timer-driven runs, besides the run after every committed batch."""
+
+    @abstractmethod
+    async def react(self, ctx: RoleContext) -> None: ...
+
+
+@dataclass
+class RoleSpec:
+    projections: list[Callable[[], Projection]]
+    reactors: list[Callable[[Settings], Reactor]] = field(default_factory=list)
