@@ -46,6 +46,7 @@ class System:
         self.runner: web.AppRunner | None = None
         self.http_url = ""
         self.publisher: Publisher | None = None
+        self.contexts: dict[str, RoleContext] = {}
         self.clock: HybridLogicalClock | None = None
 
     @property
@@ -85,17 +86,30 @@ class System:
             await proj.start()
             self.projectors[role] = proj
             self.tasks.append(asyncio.create_task(proj.run(), name=f"projector-{role}"))
-            reactors = [make(s) for make in spec_for(role).reactors]
+            spec = spec_for(role)
+            ctx = RoleContext(
+                role=role,
+                settings=s,
+                store=store,
+                publisher=self.publisher,
+                clock=self.clock,
+                applied=lambda p=proj: p.applied,
+                wait_for=proj.wait_for,
+                lag=proj.lag,
+            )
+            self.contexts[role] = ctx
+            reactors = [make(s) for make in spec.reactors]
             if reactors:
-                ctx = RoleContext(
-                    role, s, store, self.publisher, self.clock, lambda p=proj: p.applied
-                )
                 self.tasks.append(
                     asyncio.create_task(react_loop(proj, reactors, ctx), name=f"reactors-{role}")
                 )
         if self.http:
-            app = web.Application()
+            app = web.Application(client_max_size=s.http_max_body)
             add_ops_routes(app, self.ready)
+            for role, ctx in self.contexts.items():
+                hook = spec_for(role).routes
+                if hook is not None:
+                    hook(app, ctx)
             self.runner = web.AppRunner(app, access_log=None)
             await self.runner.setup()
             site = web.TCPSite(self.runner, s.http_host, s.http_port)

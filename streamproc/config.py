@@ -37,6 +37,8 @@ class Settings(msgspec.Struct, kw_only=True):
     max_clock_skew_ms: int = 5_000
     hlc_persistence_interval_ms: int = 60_000
     batch: int = 1000
+    http_max_body: int = 10 * 1024 * 1024
+    """Request bodies above this are refused with 413 (after decompression too)."""
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix):
@@ -76,6 +78,7 @@ ENV = {
     "node_id": "STREAMPROC_NODE_ID",
     "max_clock_skew_ms": "STREAMPROC_MAX_CLOCK_SKEW_MS",
     "batch": "STREAMPROC_BATCH",
+    "http_max_body": "STREAMPROC_HTTP_MAX_BODY",
 }
 
 

@@ -9,9 +9,11 @@ projections only, never reactors.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
+
+from aiohttp import web
 
 from streamproc.bus.publisher import Publisher
 from streamproc.config import Settings
@@ -29,6 +31,10 @@ class RoleContext:
     clock: HybridLogicalClock
     applied: Callable[[], int]
     """The last stream sequence committed to ``store``."""
+    wait_for: Callable[[int, float], Awaitable[None]]
+    """``await wait_for(seq, timeout)``: until ``store`` reflects stream sequence ``seq``."""
+    lag: Callable[[], int]
+    """Events between the stream head (as last seen) and ``applied``."""
 
 
 class Reactor(ABC):
@@ -43,3 +49,5 @@ class Reactor(ABC):
 class RoleSpec:
     projections: list[Callable[[], Projection]]
     reactors: list[Callable[[Settings], Reactor]] = field(default_factory=list)
+    routes: Callable[[web.Application, RoleContext], None] | None = None
+    """Adds the role's HTTP routes to the process's aiohttp application."""
