@@ -20,10 +20,15 @@ import msgspec
 
 from streamproc import metrics
 
-NODE_RE = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
+NODE_RE = re.compile(r"[A-Za-z0-9._-]{1,32}")
+_TS_RE = re.compile(r"([0-9]{1,19}):([0-9]{1,9}):([A-Za-z0-9._-]{1,32})")
+HLC_PATTERN = r"^[0-9]{1,19}:[0-9]{1,9}:[A-Za-z0-9._-]{1,32}(?!\n)$"
+"""The wire pattern of a timestamp string (msgspec and JSON Schema use it)."""
 NODE_WIDTH = 32
 KEY_WIDTH = 8 + 4 + NODE_WIDTH
-MAX_LOGICAL = 0xFFFFFFFF
+MAX_LOGICAL = 999_999_999
+"""Nine digits, as the wire pattern allows; on overflow the clock borrows the next ms."""
+MAX_PHYSICAL = 10**19 - 1
 
 
 class HlcError(ValueError):
@@ -43,7 +48,7 @@ class ClockSkewError(Exception):
 
 
 def validate_node(node: str) -> str:
-    if not NODE_RE.match(node):
+    if not isinstance(node, str) or not NODE_RE.fullmatch(node):
         raise HlcError(f"invalid HLC node id {node!r}: 1-32 characters of [A-Za-z0-9._-]")
     return node
 
@@ -60,14 +65,13 @@ class Timestamp(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> Timestamp:
-        parts = text.split(":", 2)
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
-            raise HlcError(f"malformed HLC timestamp {text!r}: want physical:logical:node")
-        ts = cls(int(parts[0]), int(parts[1]), parts[2])
-        if ts.logical > MAX_LOGICAL or ts.physical >= 1 << 64:
-            raise HlcError(f"HLC timestamp {text!r} out of range")
-        validate_node(ts.node)
-        return ts
+        m = _TS_RE.fullmatch(text) if isinstance(text, str) else None
+        if m is None:
+            raise HlcError(
+                f"malformed HLC timestamp {text!r}: want physical:logical:node with ASCII "
+                f"digits (at most 19 and 9) and a node of [A-Za-z0-9._-]{{1,32}}"
+            )
+        return cls(int(m.group(1)), int(m.group(2)), m.group(3))
 
     def key(self) -> bytes:
         """Fixed-width binary form whose byte order equals the tuple order."""

@@ -11,8 +11,9 @@ import os
 import re
 import time
 
-TENANT_RE = re.compile(r"^[a-z0-9_-]{1,128}$")
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9_:\-]{1,128}$")
+TENANT_RE = re.compile(r"^[a-z0-9_-]{1,128}(?!\n)$")
+"""``(?!\n)$``: Python's ``$`` also matches before a final newline; JSON Schema's does not."""
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_:\-]{1,128}")
 
 
 class InvalidTenant(ValueError):
@@ -20,7 +21,7 @@ class InvalidTenant(ValueError):
 
 
 def validate_tenant(tenant: object) -> str:
-    if not isinstance(tenant, str) or not TENANT_RE.match(tenant):
+    if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
         raise InvalidTenant(
             f"invalid tenant id {tenant!r}: use 1-128 lowercase ASCII letters, digits, '-' or '_'"
         )
@@ -52,6 +53,6 @@ def uuid7() -> str:
 
 def subject_token(value: str) -> str:
     """A NATS subject token for an aggregate id; ids that are not token-safe are hashed."""
-    if _TOKEN_RE.match(value):
+    if _TOKEN_RE.fullmatch(value):
         return value
     return "h-" + hashlib.sha256(value.encode()).hexdigest()[:32]

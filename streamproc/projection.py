@@ -192,34 +192,37 @@ class Folder:
         meta = tx.table(keys.META_CF)
         dispatch = self._dispatch
         n = 0
-        for m in messages:
-            seq, data = m[0], m[2]
-            n += 1
-            try:
-                event = decode(data)
-            except EventError as exc:
-                subject = m[1].decode(errors="replace") if isinstance(m[1], bytes) else m[1]
-                self._quarantine(meta, seq, subject, exc.reason, exc.detail, data)
-                continue
-            for proj in dispatch.get(event.kind, ()):
-                tx.begin(seq)
-                try:
-                    proj.fold(tx, event)
-                except Rejection as r:
-                    tx.rollback_event()
-                    self.rejected += 1
-                    meta.put(
-                        keys.seq_key(keys.REJECTION_PREFIX, seq) + proj.name.encode(),
-                        msgspec.json.encode(
-                            keys.Rejected(seq, proj.name, event.id, event.kind, r.reason, r.detail)
-                        ),
-                    )
         try:
+            for m in messages:
+                seq, data = m[0], m[2]
+                n += 1
+                try:
+                    event = decode(data)
+                except EventError as exc:
+                    subject = m[1].decode(errors="replace") if isinstance(m[1], bytes) else m[1]
+                    self._quarantine(meta, seq, subject, exc.reason, exc.detail, data)
+                    continue
+                for proj in dispatch.get(event.kind, ()):
+                    tx.begin(seq)
+                    try:
+                        proj.fold(tx, event)
+                    except Rejection as r:
+                        tx.rollback_event()
+                        self.rejected += 1
+                        meta.put(
+                            keys.seq_key(keys.REJECTION_PREFIX, seq) + proj.name.encode(),
+                            msgspec.json.encode(
+                                keys.Rejected(
+                                    seq, proj.name, event.id, event.kind, r.reason, r.detail
+                                )
+                            ),
+                        )
             for proj in self.projections:
                 proj.flush(tx)
             meta.put(keys.CHECKPOINT_KEY, msgspec.json.encode(checkpoint))
             self.store.commit(tx.writes)
         except BaseException:
+            # Nothing of this batch is committed: in-memory caches must forget it too.
             for proj in self.projections:
                 proj.discard()
             raise

@@ -14,12 +14,12 @@ from msgspec import Meta
 
 from streamproc.events.catalog import KINDS
 from streamproc.events.payloads import Payload
-from streamproc.hlc import Timestamp
+from streamproc.hlc import HLC_PATTERN, Timestamp
 from streamproc.ids import TENANT_RE, uuid7, validate_tenant
 
-_ID = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+_ID = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+(?!\n)$")]
 _TENANT = Annotated[str, Meta(pattern=TENANT_RE.pattern)]
-_HLC = Annotated[str, Meta(pattern=r"^\d{1,20}:\d{1,10}:[A-Za-z0-9._-]{1,32}$")]
+_HLC = Annotated[str, Meta(pattern=HLC_PATTERN)]
 _KIND = Annotated[str, Meta(min_length=1, max_length=64)]
 
 

@@ -20,7 +20,7 @@ MAX_KEYS = 100_000
 
 Str = Annotated[str, Meta(min_length=1, max_length=512)]
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
-Digest = Annotated[str, Meta(pattern=r"^[a-z0-9]+:[a-f0-9]{32,128}$")]
+Digest = Annotated[str, Meta(pattern=r"^[a-z0-9]+:[a-f0-9]{32,128}(?!\n)$")]
 Count = Annotated[int, Meta(ge=0)]
 KeyList = Annotated[list[Str], Meta(max_length=MAX_KEYS)]
 Mode = Literal["analysis-only", "content-refresh"]
@@ -363,11 +363,11 @@ class DsseEnvelope(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class AuditSnapshot(Payload, kw_only=True):
-    from_chain_link: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
-    to_chain_link: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+    from_chain_link: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}(?!\n)$")]
+    to_chain_link: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}(?!\n)$")]
     from_position: Count
     to_position: Count
     entry_count: Annotated[int, Meta(ge=1)]
-    merkle_root: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+    merkle_root: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}(?!\n)$")]
     snapshot_hlc: Str
     envelope: DsseEnvelope

@@ -1,0 +1,263 @@
+"""One contract suite for both store backends, plus what only RocksDB has to do."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamproc.state.digest import state_digest
+from streamproc.state.keys import META_CF
+from streamproc.state.store import MemoryStore, RocksStore, StateLocked, Store
+
+KEYS = [b"a", b"a\x00", b"a/1", b"a/2", b"a/10", b"ab", b"b", b"b/1", b"\xff", b"\xff\xff"]
+
+
+@pytest.fixture(params=["memory", "rocks"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    s: Store = MemoryStore() if request.param == "memory" else RocksStore(tmp_path / "state")
+    s.ensure_families(["t", "u"])
+    yield s
+    s.close()
+
+
+def fill(s: Store, cf: str = "t") -> None:
+    s.commit({cf: {k: b"v:" + k for k in KEYS}})
+
+
+# ---------------------------------------------------------------- contract (both backends)
+
+
+def test_meta_family_always_exists(store):
+    assert META_CF in store.families()
+    assert store.families() == sorted(store.families())
+    assert {"t", "u"} <= set(store.families())
+
+
+def test_get_commit_delete(store):
+    assert store.get("t", b"k") is None
+    store.commit({"t": {b"k": b"v1"}})
+    assert store.get("t", b"k") == b"v1"
+    store.commit({"t": {b"k": b"v2"}})
+    assert store.get("t", b"k") == b"v2"
+    store.commit({"t": {b"k": None}})
+    assert store.get("t", b"k") is None
+    store.commit({"t": {b"never-there": None}})  # deleting a missing key is fine
+    assert list(store.scan("t")) == []
+
+
+def test_empty_value_is_not_a_missing_value(store):
+    store.commit({"t": {b"empty": b""}})
+    assert store.get("t", b"empty") == b""
+    assert list(store.scan("t")) == [(b"empty", b"")]
+
+
+def test_binary_keys_and_values(store):
+    items = {bytes([i, 0, 255 - i]): bytes(range(i)) for i in range(0, 256, 17)}
+    store.commit({"t": items})
+    for k, v in items.items():
+        assert store.get("t", k) == v
+    assert list(store.scan("t")) == sorted(items.items())
+
+
+def test_families_are_separate(store):
+    store.commit({"t": {b"k": b"in-t"}, "u": {b"k": b"in-u"}})
+    assert store.get("t", b"k") == b"in-t"
+    assert store.get("u", b"k") == b"in-u"
+    assert store.get(META_CF, b"k") is None
+
+
+def test_scan_all_in_key_order(store):
+    fill(store)
+    assert [k for k, _ in store.scan("t")] == sorted(KEYS)
+    assert all(v == b"v:" + k for k, v in store.scan("t"))
+
+
+@pytest.mark.parametrize(
+    ("prefix", "start", "want"),
+    [
+        (b"a/", b"", [b"a/1", b"a/10", b"a/2"]),
+        (b"a", b"", [b"a", b"a\x00", b"a/1", b"a/10", b"a/2", b"ab"]),
+        (b"b", b"", [b"b", b"b/1"]),
+        (b"c", b"", []),
+        (b"\xff", b"", [b"\xff", b"\xff\xff"]),
+        (b"", b"b", [b"b", b"b/1", b"\xff", b"\xff\xff"]),
+        (b"", b"a/2", [b"a/2", b"ab", b"b", b"b/1", b"\xff", b"\xff\xff"]),
+        (b"a/", b"a/10", [b"a/10", b"a/2"]),
+        (b"a/", b"a/11", [b"a/2"]),
+        (b"a/", b"a", [b"a/1", b"a/10", b"a/2"]),  # start before the prefix: from the prefix
+        (b"a/", b"b", []),  # start after the prefix range
+        (b"", b"\xff\xff\xff", []),
+    ],
+)
+def test_scan_prefix_and_start(store, prefix, start, want):
+    fill(store)
+    fill(store, "u")  # another family must not leak in
+    store.commit({"u": {b"a/0": b"x"}})
+    got = list(store.scan("t", prefix, start))
+    assert [k for k, _ in got] == want
+    assert all(v == b"v:" + k for k, v in got)
+
+
+def test_scan_empty_family(store):
+    assert list(store.scan("u")) == []
+    assert list(store.scan("u", b"a")) == []
+
+
+def test_multi_family_commit_applies_together(store):
+    store.commit({"t": {b"x": b"1"}, "u": {b"y": b"2"}, META_CF: {b"checkpoint": b"7"}})
+    assert store.get("t", b"x") == b"1"
+    assert store.get("u", b"y") == b"2"
+    assert store.get(META_CF, b"checkpoint") == b"7"
+    store.commit({"t": {b"x": None, b"z": b"3"}, "u": {b"y": b"4"}})
+    assert store.get("t", b"x") is None
+    assert store.get("t", b"z") == b"3"
+    assert store.get("u", b"y") == b"4"
+
+
+def test_unknown_family_refused_and_nothing_written(store):
+    store.commit({"t": {b"keep": b"old"}})
+    with pytest.raises(KeyError):
+        store.commit({"t": {b"keep": b"new", b"add": b"x"}, "nope": {b"k": b"v"}})
+    assert store.get("t", b"keep") == b"old"
+    assert store.get("t", b"add") is None
+    assert "nope" not in store.families()
+    with pytest.raises(KeyError):
+        store.get("nope", b"k")
+    with pytest.raises(KeyError):
+        list(store.scan("nope"))
+
+
+def test_ensure_families_idempotent(store):
+    store.commit({"t": {b"k": b"v"}})
+    before = store.families()
+    store.ensure_families(["t", "u", META_CF])
+    store.ensure_families(["t"])
+    assert store.families() == before
+    assert store.get("t", b"k") == b"v"
+    store.ensure_families(["v", "v", "w"])
+    assert store.families() == sorted({*before, "v", "w"})
+    store.commit({"v": {b"k": b"new"}})
+    assert store.get("v", b"k") == b"new"
+
+
+def test_digest_reflects_content(store):
+    empty = state_digest(store)
+    fill(store)
+    filled = state_digest(store)
+    assert filled != empty
+    assert state_digest(store) == filled  # stable
+    store.commit({"t": {b"a": b"changed"}})
+    assert state_digest(store) != filled
+    store.commit({"t": {b"a": b"v:a"}})
+    assert state_digest(store) == filled
+
+
+# ---------------------------------------------------------------- RocksStore only
+
+
+def test_rocks_data_and_families_survive_reopen(tmp_path):
+    path = tmp_path / "state"
+    s = RocksStore(path)
+    s.ensure_families(["t", "u"])
+    fill(s)
+    s.commit({"u": {b"x": b"y"}, META_CF: {b"checkpoint": b"c"}})
+    digest = state_digest(s)
+    s.close()
+    s.close()  # closing twice is harmless
+
+    again = RocksStore(path)
+    try:
+        assert set(again.families()) == {META_CF, "t", "u"}
+        assert [k for k, _ in again.scan("t")] == sorted(KEYS)
+        assert again.get("u", b"x") == b"y"
+        assert again.get(META_CF, b"checkpoint") == b"c"
+        assert state_digest(again) == digest
+    finally:
+        again.close()
+
+
+def test_rocks_second_open_is_locked(tmp_path):
+    path = tmp_path / "state"
+    first = RocksStore(path)
+    try:
+        with pytest.raises(StateLocked, match="in use"):
+            RocksStore(path)
+        first.commit({META_CF: {b"k": b"v"}})  # the first store still works
+        assert first.get(META_CF, b"k") == b"v"
+    finally:
+        first.close()
+    # released on close
+    second = RocksStore(path)
+    try:
+        assert second.get(META_CF, b"k") == b"v"
+    finally:
+        second.close()
+
+
+def _populate(s: Store, extra: bytes = b"") -> None:
+    s.ensure_families(["activity", "other"])
+    s.commit(
+        {
+            "activity": {b"acme": b'{"events":3}' + extra, b"beta": b""},
+            "other": {bytes([i]): bytes([i]) * i for i in range(20)},
+            META_CF: {b"checkpoint": b"cp"},
+        }
+    )
+
+
+def test_digest_equal_across_backends_for_equal_content(tmp_path):
+    mem = MemoryStore()
+    rocks = RocksStore(tmp_path / "state")
+    try:
+        assert state_digest(mem) == state_digest(rocks)
+        _populate(mem)
+        _populate(rocks)
+        assert state_digest(mem) == state_digest(rocks)
+        # the same content reached by a different history
+        rocks.commit({"other": {b"tmp": b"x"}})
+        rocks.commit({"other": {b"tmp": None}})
+        assert state_digest(mem) == state_digest(rocks)
+    finally:
+        rocks.close()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"activity": {b"acme": b'{"events":4}'}},  # a value
+        {"activity": {b"beta": None}},  # a key removed
+        {"other": {b"\x00\x00": b""}},  # a key added
+        {META_CF: {b"checkpoint": b"cq"}},  # the checkpoint
+    ],
+)
+def test_digest_differs_across_backends_for_different_content(tmp_path, change):
+    mem = MemoryStore()
+    rocks = RocksStore(tmp_path / "state")
+    try:
+        _populate(mem)
+        _populate(rocks)
+        rocks.commit(change)
+        assert state_digest(mem) != state_digest(rocks)
+    finally:
+        rocks.close()
+
+
+def test_digest_differs_by_family_layout(tmp_path):
+    """Same items under a different family, or an extra empty family, are different states."""
+    a, b, c = MemoryStore(), MemoryStore(), MemoryStore()
+    a.ensure_families(["x", "y"])
+    b.ensure_families(["x", "y"])
+    c.ensure_families(["x", "y", "z"])
+    a.commit({"x": {b"k": b"v"}})
+    b.commit({"y": {b"k": b"v"}})
+    c.commit({"x": {b"k": b"v"}})
+    assert len({state_digest(a), state_digest(b), state_digest(c)}) == 3
+    # and key/value boundaries are unambiguous
+    d, e = MemoryStore(), MemoryStore()
+    d.ensure_families(["x"])
+    e.ensure_families(["x"])
+    d.commit({"x": {b"ab": b"c"}})
+    e.commit({"x": {b"a": b"bc"}})
+    assert state_digest(d) != state_digest(e)
