@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
+from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
 RawHandler = Callable[[bytes, bytes, bytes, bytes], None]
 """``handler(subject, reply, data, headers)``; ``headers`` is the raw header block or b""."""
@@ -46,9 +47,70 @@ def description_of(headers: bytes) -> str:
     return line[13:].decode(errors="replace").strip()
 
 
+def _frame_start(buf: bytearray) -> bool:
+    """Whether ``buf`` begins with (a prefix of) a MSG/HMSG frame still being received."""
+    head = bytes(buf[:4])
+    return head in (b"MSG ", b"HMSG") or (
+        len(head) < 4 and (b"HMSG".startswith(head) or b"MSG ".startswith(head))
+    )
+
+
+class FastParser(Parser):
+    """nats-py's parser with a fast path for complete ``MSG``/``HMSG`` frames.
+
+    The stock parser tries a regex per frame type per message and trims its buffer after each
+    one. This walks complete message frames with ``find``/``split`` and trims once per read;
+    a frame split across reads waits for the next read; anything else (PING, INFO, +OK, -ERR)
+    goes to the stock parser.
+    """
+
+    async def parse(self, data: bytes = b"") -> None:
+        buf = self.buf
+        buf.extend(data)
+        if self.state != AWAITING_CONTROL_LINE:
+            await super().parse()
+            return
+        nc = self.nc
+        pos = 0
+        size = len(buf)
+        while pos < size:
+            op = buf[pos : pos + 4]
+            if op == b"HMSG":
+                has_headers = True
+            elif op == b"MSG ":
+                has_headers = False
+            else:
+                break
+            end = buf.find(b"\r\n", pos)
+            if end < 0:
+                break
+            args = bytes(buf[pos:end]).split()
+            total = int(args[-1])
+            start = end + 2
+            if start + total + 2 > size:
+                break  # payload not all here yet: leave the frame to the next read
+            n = len(args)
+            if has_headers:
+                hdr_len = int(args[-2])
+                reply = args[3] if n == 6 else b""
+                headers = bytes(buf[start : start + hdr_len])
+                payload = bytes(buf[start + hdr_len : start + total])
+            else:
+                reply = args[3] if n == 5 else b""
+                headers = b""
+                payload = bytes(buf[start : start + total])
+            pos = start + total + 2
+            await nc._process_msg(int(args[2]), args[1], reply, payload, headers)
+        if pos:
+            del buf[:pos]
+        if buf and not _frame_start(buf):
+            await super().parse()  # PING, INFO, +OK, -ERR: the stock parser's business
+
+
 class FastClient(Client):
     def __init__(self) -> None:
         super().__init__()
+        self._ps = FastParser(self)
         self._raw_handlers: dict[int, RawHandler] = {}
 
     async def subscribe_raw(self, subject: str, handler: RawHandler) -> Subscription:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from functools import lru_cache
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -35,6 +36,7 @@ class Payload(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="
     """Base of every payload: unknown fields are refused, names are camelCase on the wire."""
 
 
+@lru_cache(maxsize=4096)
 def check_cron(expr: str) -> None:
     try:
         CronSim(expr, _EPOCH)
@@ -42,6 +44,7 @@ def check_cron(expr: str) -> None:
         raise ValueError(f"invalid cron expression {expr!r}: {exc}") from None
 
 
+@lru_cache(maxsize=1024)
 def check_timezone(name: str) -> None:
     try:
         ZoneInfo(name)
