@@ -200,8 +200,9 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
         r = f"{ratio:.2f}x" if ratio is not None else ""
         print(f"{name:<50} {rate:>12,.0f} {r:>12}")
     print(f"replay of {args.replay:,} events took {summary.seconds:.1f} s")
-    print(f"(consume baseline = fastest plain nats-py loop = {raw:,.0f}/s; medians of "
-          f"{args.trials})")
+    print(
+        f"(consume baseline = fastest plain nats-py loop = {raw:,.0f}/s; medians of {args.trials})"
+    )
     result = {
         "fold_events_per_s": round(fold),
         "raw_consume_events_per_s": round(raw),
