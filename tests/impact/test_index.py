@@ -1,0 +1,453 @@
+"""ImpactIndex against a brute-force reference, plus the edges the model cannot show."""
+
+from __future__ import annotations
+
+import random
+from fnmatch import fnmatchcase
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+from pyroaring import BitMap
+
+from streamproc.impact import keys as K
+from streamproc.impact.index import (
+    ImageError,
+    ImpactIndex,
+    IndexedImage,
+    _union_within,
+    build_image,
+)
+from streamproc.impact.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
+from streamproc.impact.purls import normalize_purl as norm
+from streamproc.impact.selector import Selector, SelectorError
+
+TENANTS = ["t1", "t2", "t:3"]
+DIGESTS = [f"sha256:{c * 4}" for c in "abcdef"]
+NAMESPACES = ["web", "data"]
+REPOS = ["app", "lib/db"]
+REGISTRIES = ["", "ghcr.io"]
+LABELS = {"team": ["a", "b"], "env": ["prod"]}
+TAGS = ["prod-1", "prod-2", "dev", "latest"]
+RAW_PURLS = [
+    "pkg:deb/debian/openssl@3.0.11-1?arch=amd64",
+    "pkg:deb/debian/openssl@3.0.11-1?arch=arm64",
+    "pkg:deb/debian/openssl@3.0.13-1?arch=amd64",
+    "pkg:pypi/Django@4.2",
+    "pkg:pypi/django@5.0",
+    "pkg:npm/@angular/core@16.0.0",
+    "pkg:generic/busybox",
+    "pkg:maven/org.example/lib@1.0#sub/dir",
+]
+QUERY_KEYS = [
+    *RAW_PURLS,
+    "pkg:deb/debian/openssl",
+    "pkg:PYPI/Django",
+    "pkg:pypi/django",
+    "pkg:npm/%40angular/core",
+    "pkg:maven/org.example/lib",
+    "pkg:generic/busybox",
+    "pkg:generic/absent",
+    "pkg:deb/debian/zlib1g@1.2",
+]
+
+
+def image(tenant: str, digest: str, purls: list[tuple[str, bool]], **kw: object) -> IndexedImage:
+    return build_image(
+        tenant=tenant, digest=digest, purls=[p for p, _ in purls], used=[u for _, u in purls], **kw
+    )  # type: ignore[arg-type]
+
+
+images = st.builds(
+    image,
+    tenant=st.sampled_from(TENANTS),
+    digest=st.sampled_from(DIGESTS),
+    purls=st.lists(st.tuples(st.sampled_from(RAW_PURLS), st.booleans()), max_size=5),
+    registry=st.sampled_from(REGISTRIES),
+    repo=st.sampled_from(["", *REPOS]),
+    namespace=st.sampled_from(["", *NAMESPACES]),
+    tags=st.lists(st.sampled_from(TAGS), max_size=3),
+    labels=st.dictionaries(st.sampled_from(list(LABELS)), st.sampled_from(["a", "b", "prod"])),
+)
+selectors = st.builds(
+    Selector,
+    tenant=st.sampled_from([*TENANTS, "nobody"]),
+    namespaces=st.lists(st.sampled_from([*NAMESPACES, "nope"]), max_size=2),
+    repos=st.lists(st.sampled_from([*REPOS, "ghcr.io/app", "docker.io/app"]), max_size=2),
+    labels=st.lists(st.sampled_from(["team=a", "team=b", "env=prod", "env=dev"]), max_size=2),
+    digests=st.lists(st.sampled_from(DIGESTS), max_size=2),
+    include_tags=st.lists(st.sampled_from(["prod-*", "dev", "l?test", "[xy]*", "*"]), max_size=2),
+)
+
+
+# -- brute-force reference -------------------------------------------------------------------
+def in_scope(rec: IndexedImage, sel: Selector) -> bool:
+    repo_names = {rec.repo, f"{rec.registry}/{rec.repo}"} if rec.registry else {rec.repo}
+    labels = {f"{k}={v}" for k, v in rec.labels.items()}
+    checks = [
+        not sel.namespaces or rec.namespace in sel.namespaces,
+        not sel.repos or bool(rec.repo and repo_names & set(sel.repos)),
+        not sel.labels or bool(labels & set(sel.labels)),
+        not sel.digests or rec.digest in sel.digests,
+        not sel.include_tags or any(fnmatchcase(t, g) for t in rec.tags for g in sel.include_tags),
+    ]
+    return rec.tenant == sel.tenant and all(checks)
+
+
+def matches(rec: IndexedImage, key: str, usage_only: bool) -> bool:
+    n = norm(key)
+    field = rec.product_keys if n.purl == n.product_key else rec.purls
+    target = n.product_key if n.purl == n.product_key else n.purl
+    return any(f == target and (u or not usage_only) for f, u in zip(field, rec.used, strict=True))
+
+
+def expected_bitmaps(model: dict[tuple[str, str], IndexedImage], ix: ImpactIndex) -> dict:
+    out: dict[bytes, set[str]] = {}
+    for rec in model.values():
+        for prefix, names in K.image_bitmap_names(rec).items():
+            for name in names:
+                out.setdefault(K.storage_key(prefix, name), set()).add(scoped_id(rec))
+    return out
+
+
+def scoped_id(rec: IndexedImage) -> str:
+    return f"{rec.tenant}/{rec.digest}"
+
+
+class IndexMachine(RuleBasedStateMachine):
+    """Interleaved index / re-index / remove / restart against a dict of records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: dict[tuple[str, str], IndexedImage] = {}
+        self.ids: dict[tuple[str, str], int] = {}
+        self.vulns: dict[str, set[str]] = {}
+        self.kv: dict[bytes, bytes] = {}
+        self.ix = ImpactIndex()
+
+    @initialize(bound=st.sampled_from([None, 1, 300, 4000]))
+    def start(self, bound: int | None) -> None:
+        if bound is not None:
+            self.ix = ImpactIndex(loader=self.kv.get, max_bytes=bound)
+
+    def flush(self) -> None:
+        for key, value in self.ix.dirty_items():
+            if value is None:
+                self.kv.pop(key, None)
+            else:
+                self.kv[key] = value
+        self.ix.clear_dirty()
+
+    @rule(rec=images)
+    def index(self, rec: IndexedImage) -> None:
+        key = (rec.tenant, rec.digest)
+        if key not in self.ids:
+            used = set(self.ids.values())
+            expected = min(set(range(len(used) + 1)) - used)  # lowest free id
+        else:
+            expected = self.ids[key]  # re-index keeps the id
+        assert self.ix.index_image(rec) == expected
+        self.model[key] = rec
+        self.ids[key] = expected
+        self.flush()
+
+    @rule(recs=st.lists(images, min_size=2, max_size=8))
+    def index_batch(self, recs: list[IndexedImage]) -> None:
+        for rec in recs:
+            self.index(rec)
+
+    @precondition(lambda self: bool(self.model))
+    @rule(data=st.data())
+    def remove_existing(self, data: st.DataObject) -> None:
+        self.remove(*data.draw(st.sampled_from(sorted(self.model))))
+
+    @rule(tenant=st.sampled_from(TENANTS), digest=st.sampled_from(DIGESTS))
+    def remove(self, tenant: str, digest: str) -> None:
+        assert self.ix.remove_image(tenant, digest) == ((tenant, digest) in self.model)
+        self.model.pop((tenant, digest), None)
+        self.ids.pop((tenant, digest), None)
+        self.flush()
+
+    @rule(vuln=st.sampled_from(["CVE-1", "CVE-2"]), keys=st.lists(st.sampled_from(QUERY_KEYS)))
+    def add_vuln(self, vuln: str, keys: list[str]) -> None:
+        self.ix.add_vuln_keys(vuln, keys)
+        self.vulns.setdefault(vuln, set()).update(keys)
+        self.flush()
+
+    @rule(bound=st.sampled_from([None, 1, 2000]))
+    def restart(self, bound: int | None) -> None:
+        """Come back from storage alone: resident keys restored, the rest loaded lazily."""
+        resident = [(k, v) for k, v in self.kv.items() if k[:2] in K.RESIDENT_PREFIXES]
+        self.ix = ImpactIndex(loader=self.kv.get, max_bytes=bound)
+        self.ix.restore(resident)
+
+    @precondition(lambda self: self.ix.store.max_bytes is None and self.ix.store.loader is None)
+    @invariant()
+    def memory_matches_model(self) -> None:
+        got = {k: {self.who(i) for i in bm} for k, bm in self.ix.iter_bitmaps()}
+        assert got == expected_bitmaps(self.model, self.ix)
+
+    @invariant()
+    def storage_matches_model(self) -> None:
+        assert not self.ix.dirty_keys()
+        stored = {
+            k: {self.who(i) for i in BitMap.deserialize(v)}
+            for k, v in self.kv.items()
+            if k[:2] in (b"c:", b"u:", b"o:")
+        }
+        assert stored == expected_bitmaps(self.model, self.ix)
+        assert {k for k in self.kv if k.startswith(K.DIGEST)} == {
+            K.storage_key(K.DIGEST, K.scoped(t, d)) for t, d in self.model
+        }
+        assert len(self.ix) == len(self.model)
+        if self.ix.store.max_bytes is not None:
+            assert self.ix.store.cached_bytes <= self.ix.store.max_bytes
+
+    def who(self, iid: int) -> str:
+        (key,) = [k for k, v in self.ids.items() if v == iid]
+        return "/".join(key)
+
+    @rule(
+        sel=selectors, keys=st.lists(st.sampled_from(QUERY_KEYS), max_size=6), usage=st.booleans()
+    )
+    def query_purls(self, sel: Selector, keys: list[str], usage: bool) -> None:
+        got = self.ix.resolve_by_purls(keys, usage_only=usage, selector=sel)
+        hits = {r.digest for r in self.model.values() if in_scope(r, sel) and any(
+            matches(r, k, usage) for k in keys)}  # fmt: skip
+        assert set(got.digests()) == hits
+        assert got.count == len(hits)
+        mine = [r for r in self.model.values() if r.tenant == sel.tenant]
+        unmatched = [k for k in keys if not any(matches(r, k, usage) for r in mine)]
+        assert got.unmatched == list(dict.fromkeys(unmatched))
+        in_id_order = sorted(hits, key=lambda d: self.ids[(sel.tenant, d)])
+        assert got.sample(2) == in_id_order[:2]
+
+    @rule(sel=selectors)
+    def query_all(self, sel: Selector) -> None:
+        got = self.ix.resolve_all(sel)
+        assert set(got.digests()) == {r.digest for r in self.model.values() if in_scope(r, sel)}
+
+    @rule(
+        sel=selectors,
+        vulns=st.lists(st.sampled_from(["CVE-1", "CVE-2", "CVE-9"])),
+        usage=st.booleans(),
+    )
+    def query_vulns(self, sel: Selector, vulns: list[str], usage: bool) -> None:
+        got = self.ix.resolve_by_vulns(vulns, usage_only=usage, selector=sel)
+        keys = {k for v in vulns for k in self.vulns.get(v, ())}
+        hits = {r.digest for r in self.model.values() if in_scope(r, sel) and any(
+            matches(r, k, usage) for k in keys)}  # fmt: skip
+        assert set(got.digests()) == hits
+        mine = [r for r in self.model.values() if r.tenant == sel.tenant]
+        unmatched = [
+            v for v in vulns
+            if not any(matches(r, k, usage) for r in mine for k in self.vulns.get(v, ()))
+        ]  # fmt: skip
+        assert got.unmatched == list(dict.fromkeys(unmatched))
+
+
+IndexMachine.TestCase.settings = settings(
+    max_examples=120,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+TestIndexModel = IndexMachine.TestCase
+
+
+# -- hand-written edges --------------------------------------------------------------------
+def sel(tenant: str = "t1", **kw: list[str]) -> Selector:
+    return Selector(tenant=tenant, **kw)
+
+
+def test_ids_are_lowest_free_and_reused_only_after_removal() -> None:
+    ix = ImpactIndex()
+    assert [ix.index_image(image("t1", d, [])) for d in DIGESTS[:3]] == [0, 1, 2]
+    assert ix.index_image(image("t1", DIGESTS[1], [])) == 1  # re-index keeps its id
+    assert ix.index_image(image("t2", DIGESTS[1], [])) == 3  # same digest, other tenant
+    assert ix.remove_image("t1", DIGESTS[1])
+    assert not ix.remove_image("t1", DIGESTS[1])
+    assert ix.index_image(image("t1", DIGESTS[4], [])) == 1
+    ix.remove_image("t1", DIGESTS[0])
+    ix.remove_image("t1", DIGESTS[2])
+    assert [ix.index_image(image("t1", d, [])) for d in ("x", "y", "z")] == [0, 2, 4]
+
+
+def test_reindex_leaves_nothing_stale() -> None:
+    ix = ImpactIndex()
+    a = image("t1", "d", [(RAW_PURLS[0], True), (RAW_PURLS[3], False)], tags=["dev"])
+    b = image("t1", "d", [(RAW_PURLS[3], True)], tags=["prod-1"], labels={"team": "a"})
+    ix.index_image(a)
+    ix.index_image(b)
+    assert {k for k, _ in ix.iter_bitmaps()} == {
+        b"c:p:pkg:pypi/django",
+        b"c:e:pkg:pypi/django@4.2",
+        b"u:p:pkg:pypi/django",
+        b"u:e:pkg:pypi/django@4.2",
+        b"o:t:t1",
+        b"o:g:t1\x00prod-1",
+        b"o:l:t1\x00team=a",
+    }
+    assert ix.resolve_all(sel(include_tags=["dev"])).count == 0
+    assert ix.remove_image("t1", "d")
+    assert list(ix.iter_bitmaps()) == []
+
+
+def test_selector_and_or_semantics_and_repo_spellings() -> None:
+    ix = ImpactIndex()
+    ix.index_image(image("t1", "a", [], namespace="web", registry="ghcr.io", repo="app"))
+    ix.index_image(image("t1", "b", [], namespace="data", repo="app", labels={"env": "prod"}))
+    ix.index_image(image("t1", "c", [], namespace="web", tags=["prod-7"]))
+    digests = lambda s: sorted(ix.resolve_all(s).digests())  # noqa: E731
+    assert digests(sel(namespaces=["web", "data"])) == ["a", "b", "c"]
+    assert digests(sel(namespaces=["web"], repos=["app"])) == ["a"]
+    assert digests(sel(repos=["ghcr.io/app"])) == ["a"]
+    assert digests(sel(labels=["env=prod"], repos=["app", "x"])) == ["b"]
+    assert digests(sel(include_tags=["prod-*"])) == ["c"]
+    assert digests(sel(include_tags=["nomatch-*"])) == []
+    assert digests(sel(digests=["c", "zzz"])) == ["c"]
+
+
+def test_tenant_isolation_including_unmatched() -> None:
+    ix = ImpactIndex()
+    ix.index_image(image("t1", "shared", [(RAW_PURLS[0], True)], namespace="web"))
+    ix.index_image(image("t2", "other", [(RAW_PURLS[3], True)], namespace="web"))
+    r = ix.resolve_by_purls(
+        ["pkg:deb/debian/openssl", "pkg:pypi/django"],
+        usage_only=False,
+        selector=sel("t2", digests=["shared"]),
+    )
+    assert r.count == 0
+    r = ix.resolve_by_purls(
+        ["pkg:deb/debian/openssl", "pkg:pypi/django"], usage_only=False, selector=sel("t2")
+    )
+    assert r.digests() == ["other"]
+    assert r.unmatched == ["pkg:deb/debian/openssl"]  # t1's package is not revealed to t2
+    assert ix.resolve_all(sel("t3")).count == 0
+
+
+def test_keys_exact_vs_product_and_usage() -> None:
+    ix = ImpactIndex()
+    ix.index_image(image("t1", "a", [(RAW_PURLS[0], True), (RAW_PURLS[3], False)]))
+    ix.index_image(image("t1", "b", [(RAW_PURLS[1], False)]))
+    q = lambda keys, u=False: ix.resolve_by_purls(keys, usage_only=u, selector=sel())  # noqa: E731
+    assert sorted(q(["pkg:deb/debian/openssl"]).digests()) == ["a", "b"]
+    assert q(["pkg:deb/debian/openssl"], True).digests() == ["a"]
+    assert q(["pkg:deb/debian/openssl@3.0.11-1?arch=arm64"]).digests() == ["b"]
+    assert q(["pkg:deb/debian/openssl@3.0.11-1"]).unmatched == ["pkg:deb/debian/openssl@3.0.11-1"]
+    assert q(["pkg:pypi/Django"], True).unmatched == ["pkg:pypi/Django"]
+    assert q(["pkg:PYPI/Django@4.2"]).digests() == ["a"]  # non-canonical spelling
+    with pytest.raises(PurlError):
+        q(["openssl"])
+
+
+def test_query_limits() -> None:
+    ix = ImpactIndex()
+    with pytest.raises(TooManyKeysError):
+        ix.resolve_by_purls(
+            ["pkg:pypi/x"] * (MAX_KEYS_PER_QUERY + 1), usage_only=False, selector=sel()
+        )
+    with pytest.raises(TooManyKeysError):
+        ix.resolve_by_vulns(["CVE"] * (MAX_KEYS_PER_QUERY + 1), usage_only=False, selector=sel())
+    with pytest.raises(TypeError):
+        ix.resolve_by_purls("pkg:pypi/x", usage_only=False, selector=sel())
+
+
+def test_vuln_map_folding() -> None:
+    ix = ImpactIndex()
+    ix.index_image(image("t1", "a", [(RAW_PURLS[0], False)]))
+    ix.add_vuln_keys("CVE-1", ["pkg:DEB/debian/openssl"])
+    ix.add_vuln_keys("CVE-1", ["pkg:pypi/django"])
+    assert ix.vuln_keys("CVE-1") == {"pkg:deb/debian/openssl", "pkg:pypi/django"}
+    r = ix.resolve_by_vulns(["CVE-1", "CVE-404"], usage_only=False, selector=sel())
+    assert (r.digests(), r.unmatched) == (["a"], ["CVE-404"])
+    ix.set_vuln_keys("CVE-1", [])
+    assert ix.resolve_by_vulns(["CVE-1"], usage_only=False, selector=sel()).unmatched == ["CVE-1"]
+    assert K.storage_key(K.VULN, "CVE-1") in ix.dirty_keys()
+
+
+def test_records_and_selectors_on_the_wire() -> None:
+    rec = image("t1", "a", [(RAW_PURLS[5], True)], labels={"k": "v"})
+    wire = msgspec.json.encode(rec)
+    assert b'"productKeys"' in wire
+    assert msgspec.json.decode(wire, type=IndexedImage) == rec
+    bad = b'{"tenant":"t","digest":"d","purls":["pkg:pypi/a@1"],"productKeys":[],"used":[]}'
+    with pytest.raises(msgspec.ValidationError, match="same length"):
+        msgspec.json.decode(bad, type=IndexedImage)
+    with pytest.raises(ImageError):
+        IndexedImage(tenant="", digest="d")
+    s = msgspec.json.decode(b'{"tenant":"t","includeTags":["prod-*"]}', type=Selector)
+    assert s.include_tags == ["prod-*"]
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"tenant":"t","include_tags":["x"]}', type=Selector)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"namespaces":[]}', type=Selector)
+    with pytest.raises(SelectorError):
+        Selector(tenant="t", labels=["novalue"])
+    with pytest.raises(SelectorError):
+        Selector(tenant="")
+
+
+def test_build_image_merges_duplicates() -> None:
+    rec = image("t1", "a", [("pkg:pypi/Django@4.2", False), ("pkg:pypi/django@4.2", True)])
+    assert (rec.purls, rec.product_keys, rec.used) == (
+        ["pkg:pypi/django@4.2"],
+        ["pkg:pypi/django"],
+        [True],
+    )
+    with pytest.raises(PurlError):
+        image("t1", "a", [("pkg:pypi/ok@1", False), ("bad", False)])
+
+
+def test_bounded_store_evicts_and_reloads() -> None:
+    kv: dict[bytes, bytes] = {}
+    loads: list[bytes] = []
+
+    def loader(key: bytes) -> bytes | None:
+        loads.append(key)
+        return kv.get(key)
+
+    ix = ImpactIndex(loader=loader, max_bytes=64)
+    for i, d in enumerate(DIGESTS):
+        ix.index_image(image("t1", d, [(RAW_PURLS[i], i % 2 == 0)], tags=[f"prod-{i}"]))
+        kv.update((k, v) for k, v in ix.dirty_items() if v is not None)
+        ix.clear_dirty()
+        assert ix.store.cached_bytes <= 64
+    assert sum(len(m) for p, m in ix.store.maps.items() if p in K.CACHED_PREFIXES) < 10
+    r = ix.resolve_by_purls(
+        ["pkg:deb/debian/openssl"], usage_only=False, selector=sel(include_tags=["prod-*"])
+    )
+    assert sorted(r.digests()) == sorted(DIGESTS[:3])
+    assert loads
+    with pytest.raises(ValueError, match="loader"):
+        ImpactIndex(max_bytes=10)
+
+
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 800, 3000])
+def test_union_within_equals_plain_union(n: int) -> None:
+    rnd = random.Random(n)
+    bms = [BitMap(rnd.sample(range(600), rnd.choice([1, 3, 40]))) for _ in range(n)]
+    everything = BitMap.union(*bms) if n > 1 else BitMap(bms[0] if bms else [])
+    for mask in (BitMap(), BitMap(range(600)), BitMap(range(0, 600, 7)), BitMap([599, 10_000])):
+        assert _union_within(bms, mask.copy()) == everything & mask
+
+
+def test_loader_may_return_decoded_bitmaps() -> None:
+    kv: dict[bytes, bytes] = {}
+    ix = ImpactIndex(loader=kv.get)
+    ix.index_image(image("t1", "a", [(RAW_PURLS[0], True)]))
+    kv.update((k, v) for k, v in ix.dirty_items() if v is not None)
+    ix.clear_dirty()
+    resident = [(k, v) for k, v in kv.items() if k[:2] in K.RESIDENT_PREFIXES]
+    decoded = ImpactIndex(loader=lambda k: BitMap.deserialize(kv[k]) if k[:1] != b"i" else None)
+    decoded.restore(resident)
+    r = decoded.resolve_by_purls(["pkg:deb/debian/openssl"], usage_only=True, selector=sel())
+    assert r.digests() == ["a"]
