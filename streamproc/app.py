@@ -23,6 +23,7 @@ from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.ops_http import add_ops_routes
+from streamproc.projection import Projection
 from streamproc.projector import Projector
 from streamproc.reactor import Reactor, RoleContext
 from streamproc.roles import projections_for, spec_for
@@ -72,13 +73,16 @@ class System:
             max_clock_skew_ms=s.max_clock_skew_ms,
             persistence_interval_ms=s.hlc_persistence_interval_ms,
         )
+        shared: dict[str, Projection] = {}
         for role in self.roles:
             store = RocksStore(s.state_dir(role))
             self.stores.append(store)
+            projections = [p for p in projections_for(role) if p.name not in shared]
+            shared.update({p.name: p for p in projections})
             proj = Projector(
                 self.nc,
                 store,
-                projections_for(role),
+                projections,
                 stream=s.events_stream,
                 role=role,
                 batch=s.batch,
@@ -96,6 +100,7 @@ class System:
                 applied=lambda p=proj: p.applied,
                 wait_for=proj.wait_for,
                 lag=proj.lag,
+                shared=shared,
             )
             self.contexts[role] = ctx
             reactors = [make(s) for make in spec.reactors]

@@ -35,6 +35,9 @@ class RoleContext:
     """``await wait_for(seq, timeout)``: until ``store`` reflects stream sequence ``seq``."""
     lag: Callable[[], int]
     """Events between the stream head (as last seen) and ``applied``."""
+    shared: dict[str, Projection] = field(default_factory=dict)
+    """Every projection hosted in this process, by name: roles in one process (``up``) share
+    one instance (e.g. the gateway's impact preview reads the planner's ``impact`` index)."""
 
 
 class Reactor(ABC):
