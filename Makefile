@@ -31,6 +31,7 @@ format: $(STAMP)
 
 schemas: $(STAMP)
 	$(BIN)/streamproc schemas --out schemas --catalog docs/events.md
+	$(BIN)/python -m streamproc.gateway.openapi --out schemas/openapi.json
 	$(BIN)/streamproc streams export --out deploy/nats/streams
 
 bench: $(STAMP)

@@ -109,13 +109,17 @@ class System:
                     asyncio.create_task(react_loop(proj, reactors, ctx), name=f"reactors-{role}")
                 )
         if self.http:
-            app = web.Application(client_max_size=s.http_max_body)
+            # Bodies stay compressed until a handler decompresses them under a cap (and
+            # webhook signatures cover the bytes as sent).
+            app = web.Application(
+                client_max_size=s.http_max_body, handler_args={"auto_decompress": False}
+            )
             add_ops_routes(app, self.ready)
             for role, ctx in self.contexts.items():
                 hook = spec_for(role).routes
                 if hook is not None:
                     hook(app, ctx)
-            self.runner = web.AppRunner(app, access_log=None)
+            self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=30)
             await self.runner.setup()
             site = web.TCPSite(self.runner, s.http_host, s.http_port)
             await site.start()
@@ -154,6 +158,10 @@ class System:
         return code
 
     async def close(self) -> None:
+        # HTTP first: in-flight requests (including ?wait=true) finish while projectors run.
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
         for p in self.projectors.values():
             p.stop()
         for t in self.tasks:
@@ -161,8 +169,6 @@ class System:
                 t.cancel()
             with contextlib.suppress(BaseException):
                 await t
-        if self.runner is not None:
-            await self.runner.cleanup()
         if self.publisher is not None:
             await self.publisher.close()
         if self.clock is not None:

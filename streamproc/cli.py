@@ -254,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="schemas")
     p.add_argument("--catalog", help="also write the Markdown event catalog here")
     p.set_defaults(fn=cmd_schemas)
+
+    from streamproc.gateway import tokens_cli
+
+    tokens_cli.register(sub)
     return parser
 
 

@@ -5,12 +5,14 @@ Each capability defines its ``RoleSpec`` next to its code and is registered here
 
 from __future__ import annotations
 
+from streamproc.gateway.role import GATEWAY
 from streamproc.projection import Projection
 from streamproc.projections.activity import Activity
 from streamproc.reactor import RoleSpec
 
 ROLES: dict[str, RoleSpec] = {
     "activity": RoleSpec([Activity]),
+    "gateway": GATEWAY,
 }
 
 

@@ -1,0 +1,172 @@
+"""The gateway object a process mounts: its read model, verifiers and publisher, the
+routes, middlewares, an optional TLS listener, and draining on shutdown."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import ssl
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from streamproc.gateway import accesslog
+from streamproc.gateway.auth import Authenticator, Principal
+from streamproc.gateway.hardening import decode_json, read_body, require_json
+from streamproc.gateway.operations import BASE, Operation
+from streamproc.gateway.preview import IMPACT_PREVIEW, ImpactPreview
+from streamproc.gateway.problems import ProblemError
+from streamproc.gateway.settings import GatewaySettings
+from streamproc.gateway.tls import server_context
+from streamproc.gateway.webhooks import WebhookVerifier
+from streamproc.reactor import RoleContext
+from streamproc.readmodel.queries import ReadModel
+
+log = logging.getLogger("streamproc.gateway")
+SHUTDOWN_TIMEOUT = 30.0
+GATEWAY = web.AppKey("gateway", object)
+
+
+class Gateway:
+    """Everything a handler needs; one per process, shared by its listeners."""
+
+    def __init__(
+        self,
+        ctx: RoleContext,
+        settings: GatewaySettings,
+        impact: ImpactPreview | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.s = settings
+        self.rm = ReadModel(ctx.store)
+        self.auth = Authenticator(settings)
+        self.webhooks = WebhookVerifier(settings)
+        self.impact = impact
+        process_cap = ctx.settings.http_max_body
+        self.body_cap = min(settings.max_body or process_cap, process_cap)
+        self.inflated_cap = settings.max_decompressed_body or self.body_cap
+        self.draining = False
+        self.tls_runner: web.AppRunner | None = None
+        self.tls_url = ""
+        self._apps: list[web.Application] = []
+
+    def impact_index(self, request: web.Request) -> ImpactPreview | None:
+        if self.impact is not None:
+            return self.impact
+        for app in (request.app, *self._apps):
+            found = app.get(IMPACT_PREVIEW)
+            if found is not None:
+                return found
+        return None
+
+    async def json_body(self, request: web.Request, decoder: msgspec.json.Decoder[Any]) -> Any:
+        require_json(request)
+        return decode_json(await read_body(request, self.body_cap), decoder)
+
+    # ------------------------------------------------------------------ mounting
+
+    def _bind(self, op: Operation) -> Any:
+        scope = op.scope
+        handler = op.handler
+        auth = self.auth
+        nonce = "dpop" in auth.modes and self.s.dpop.require_nonce
+
+        async def route(request: web.Request) -> web.StreamResponse:
+            if self.draining:
+                raise ProblemError(
+                    503,
+                    "shutting-down",
+                    "the gateway is shutting down; retry on another instance",
+                    headers={"Retry-After": "1", "Connection": "close"},
+                )
+            who: Principal | None = None
+            if scope is not None:
+                who = auth.authenticate(request, scope)
+                request[accesslog.TENANT] = who.tenant
+            resp = await handler(self, request, who)
+            if nonce and who is not None and who.mode == "dpop":
+                resp.headers["DPoP-Nonce"] = auth.dpop.nonce()
+            return resp
+
+        return route
+
+    def install(self, app: web.Application) -> None:
+        """Add the API routes, /openapi.json and the middleware to ``app``."""
+        from streamproc.gateway.routes import OPERATIONS, openapi_handler
+
+        self._apps.append(app)
+        app[GATEWAY] = self
+        app.middlewares.append(accesslog.observe_request((BASE, "/openapi.json")))
+        for op in OPERATIONS:
+            app.router.add_route(op.method, op.full_path, self._bind(op), name=op.operation_id)
+        app.router.add_get("/openapi.json", openapi_handler)
+        app.on_shutdown.append(self._on_shutdown)
+        app.on_cleanup.append(self._on_cleanup)
+
+    async def _on_shutdown(self, _app: web.Application) -> None:
+        """Stop taking new requests; aiohttp then lets in-flight ones finish."""
+        self.draining = True
+        if self.tls_runner is not None:
+            runner, self.tls_runner = self.tls_runner, None
+            await runner.cleanup()
+
+    async def _on_cleanup(self, _app: web.Application) -> None:
+        accesslog.flush()
+
+    async def start_tls(self) -> None:
+        """Serve the same routes over HTTPS (client certificates: mTLS tokens, webhooks)."""
+        cfg = self.s.tls
+        if cfg is None:
+            return
+        extra = [s.mtls.ca_file for s in self.s.webhooks if s.mtls and s.mtls.ca_file]
+        ctx: ssl.SSLContext = server_context(cfg, extra)  # type: ignore[arg-type]
+        app = web.Application(
+            client_max_size=self.body_cap, handler_args={"auto_decompress": False}
+        )
+        self.install(app)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT)
+        await runner.setup()
+        site = web.TCPSite(runner, cfg.host, cfg.port, ssl_context=ctx)
+        await site.start()
+        self.tls_runner = runner
+        port = cfg.port
+        with contextlib.suppress(Exception):
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.tls_url = f"https://{cfg.host}:{port}"
+        log.info("gateway HTTPS listener on %s", self.tls_url)
+
+
+def pass_bodies_through(app: web.Application) -> None:
+    """Make aiohttp hand request bodies over exactly as sent (no Content-Encoding decoding).
+
+    The gateway decodes gzip/zstd itself, under its own caps and after checking webhook
+    signatures over the bytes as sent; aiohttp would otherwise inflate gzip unbounded in its
+    lingering read and refuse zstd before any handler runs. ``streamproc/app.py`` creates its
+    application with ``handler_args={"auto_decompress": False}``; this covers applications
+    built elsewhere (tests, embedding), read by the runner when it starts.
+    """
+    args = dict(getattr(app, "_handler_args", None) or {})
+    if args.get("auto_decompress") is not False:
+        args["auto_decompress"] = False
+        app._handler_args = args  # type: ignore[attr-defined]
+
+
+def mount_gateway(
+    app: web.Application,
+    ctx: RoleContext,
+    settings: GatewaySettings,
+    impact: ImpactPreview | None = None,
+) -> Gateway:
+    """Install the gateway on the process's app; the TLS listener starts with the app."""
+    accesslog.configure(settings.access_log)
+    pass_bodies_through(app)
+    gw = Gateway(ctx, settings, impact)
+    gw.install(app)
+
+    async def start_tls(_app: web.Application) -> None:
+        await gw.start_tls()
+
+    if settings.tls is not None:
+        app.on_startup.append(start_tls)
+    return gw

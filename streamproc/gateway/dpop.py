@@ -1,0 +1,156 @@
+"""DPoP proofs (RFC 9449) with Ed25519 keys: signature, ``htm``/``htu``/``iat``/``ath``,
+unique ``jti`` and server nonces.
+
+Nonces are stateless — ``base64url(issued_at ‖ HMAC(secret, issued_at)[:16])`` — so any
+replica sharing the secret accepts them and nothing has to be stored per client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from nacl.signing import VerifyKey
+
+from streamproc.gateway import jwt
+from streamproc.gateway.replay import ReplayCache, ReplayCacheFull
+from streamproc.gateway.settings import Dpop, resolve_ref
+
+PROOF_TYP = "dpop+jwt"
+
+
+class DpopError(Exception):
+    """``error`` is the RFC 9449 code: ``invalid_dpop_proof`` or ``use_dpop_nonce``."""
+
+    def __init__(self, error: str, description: str) -> None:
+        self.error = error
+        self.description = description
+        super().__init__(f"{error}: {description}")
+
+
+class ProofClaims(msgspec.Struct, kw_only=True):
+    jti: str
+    htm: str
+    htu: str
+    iat: int | float
+    ath: str | None = None
+    nonce: str | None = None
+
+
+_claims_dec = msgspec.json.Decoder(ProofClaims)
+
+
+def access_token_hash(token: str) -> str:
+    return jwt.b64url(hashlib.sha256(token.encode("ascii")).digest())
+
+
+def normalize_htu(url: str) -> str:
+    """Scheme and host lower-cased, default port dropped, no query or fragment (RFC 9449 4.3)."""
+    from yarl import URL
+
+    try:
+        u = URL(url)
+    except (ValueError, TypeError):
+        return ""
+    if not u.is_absolute():
+        return ""
+    port = "" if u.port is None or u.is_default_port() else f":{u.port}"
+    return f"{(u.scheme or '').lower()}://{(u.host or '').lower()}{port}{u.raw_path}"
+
+
+class DpopVerifier:
+    def __init__(self, cfg: Dpop, clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self._clock = clock
+        secret = resolve_ref(cfg.nonce_secret) if cfg.nonce_secret else None
+        self._secret = secret.encode() if secret else os.urandom(32)
+        self._seen = ReplayCache(cfg.replay_cache_size, clock)
+        self._nonce = ("", -1)
+
+    # ------------------------------------------------------------------ nonces
+
+    def nonce(self) -> str:
+        """The current nonce (re-minted at most once a second)."""
+        now = int(self._clock())
+        if self._nonce[1] != now:
+            t = now.to_bytes(8, "big")
+            self._nonce = (
+                jwt.b64url(t + hmac.new(self._secret, t, hashlib.sha256).digest()[:16]),
+                now,
+            )
+        return self._nonce[0]
+
+    def _nonce_ok(self, nonce: str) -> bool:
+        try:
+            raw = jwt.b64url_decode(nonce)
+        except (jwt.JwtError, UnicodeEncodeError):
+            return False
+        if len(raw) != 24:
+            return False
+        t, mac = raw[:8], raw[8:]
+        if not hmac.compare_digest(mac, hmac.new(self._secret, t, hashlib.sha256).digest()[:16]):
+            return False
+        age = self._clock() - int.from_bytes(t, "big")
+        return -5 <= age <= self.cfg.nonce_ttl_s
+
+    # ------------------------------------------------------------------ proofs
+
+    def verify(self, proof: str, *, method: str, url: str, access_token: str) -> str:
+        """Check one proof for this request; returns the JWK thumbprint it was signed with."""
+        try:
+            c = jwt.parse(proof)
+        except jwt.JwtError as exc:
+            raise DpopError("invalid_dpop_proof", str(exc)) from None
+        h = c.header
+        if h.typ != PROOF_TYP:
+            raise DpopError("invalid_dpop_proof", f"typ must be {PROOF_TYP}")
+        key, thumb = _public_jwk(h.jwk)
+        if not jwt.verify(c, key):
+            raise DpopError("invalid_dpop_proof", "signature does not verify with its jwk")
+        try:
+            claims = _claims_dec.decode(c.payload)
+        except msgspec.DecodeError as exc:
+            raise DpopError("invalid_dpop_proof", f"claims: {exc}") from None
+        if claims.htm != method:
+            raise DpopError("invalid_dpop_proof", "htm does not match the request method")
+        if normalize_htu(claims.htu) != normalize_htu(url):
+            raise DpopError("invalid_dpop_proof", "htu does not match the request URL")
+        now = self._clock()
+        if abs(now - claims.iat) > self.cfg.iat_window_s:
+            raise DpopError("invalid_dpop_proof", "iat is outside the accepted window")
+        if claims.ath is None or not hmac.compare_digest(
+            claims.ath.encode(), access_token_hash(access_token).encode()
+        ):
+            raise DpopError("invalid_dpop_proof", "ath does not match the access token")
+        if not 1 <= len(claims.jti) <= 256:
+            raise DpopError("invalid_dpop_proof", "jti must be 1-256 characters")
+        if self.cfg.require_nonce and (claims.nonce is None or not self._nonce_ok(claims.nonce)):
+            raise DpopError("use_dpop_nonce", "resend the proof with the server's DPoP-Nonce")
+        try:
+            fresh = self._seen.add(f"{thumb}:{claims.jti}", claims.iat + self.cfg.iat_window_s + 1)
+        except ReplayCacheFull:
+            raise DpopError("invalid_dpop_proof", "proof cache is full; retry later") from None
+        if not fresh:
+            raise DpopError("invalid_dpop_proof", "proof jti was already used")
+        return thumb
+
+
+def _public_jwk(jwk: dict[str, Any] | None) -> tuple[VerifyKey, str]:
+    if not isinstance(jwk, dict):
+        raise DpopError("invalid_dpop_proof", "header must carry the public jwk")
+    if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519" or not isinstance(jwk.get("x"), str):
+        raise DpopError("invalid_dpop_proof", "jwk must be an OKP Ed25519 key")
+    if "d" in jwk:
+        raise DpopError("invalid_dpop_proof", "jwk must not contain the private key")
+    try:
+        raw = jwt.b64url_decode(jwk["x"])
+    except (jwt.JwtError, UnicodeEncodeError):
+        raise DpopError("invalid_dpop_proof", "jwk x is not base64url") from None
+    if len(raw) != 32:
+        raise DpopError("invalid_dpop_proof", "jwk x must be 32 bytes")
+    return VerifyKey(raw), jwt.jwk_thumbprint(jwk)

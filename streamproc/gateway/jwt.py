@@ -1,0 +1,148 @@
+"""Just enough JWS/JWT (RFC 7515/7519) for Ed25519: compact parsing, ``EdDSA`` only.
+
+Every other ``alg`` — ``none`` included — is refused before any key is touched, ``crit``
+extensions are refused, and the signature is checked with pynacl (libsodium) over the exact
+``header.payload`` bytes as received.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from typing import Any
+
+import msgspec
+from nacl.exceptions import BadSignatureError
+from nacl.signing import SigningKey, VerifyKey
+
+MAX_TOKEN = 8192
+ALG = "EdDSA"
+
+
+class JwtError(ValueError):
+    """A token or proof that cannot be trusted; the message is safe to show the caller."""
+
+
+def b64url_decode(s: str | bytes) -> bytes:
+    """Unpadded base64url as JOSE uses it; anything else is an error, not a best effort."""
+    if isinstance(s, str):
+        s = s.encode("ascii", "strict")
+    if b"=" in s or b"+" in s or b"/" in s:
+        raise JwtError("not base64url")
+    try:
+        return base64.urlsafe_b64decode(s + b"=" * (-len(s) % 4))
+    except (binascii.Error, ValueError):
+        raise JwtError("not base64url") from None
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def decode_key(text: str) -> bytes:
+    """A raw 32-byte Ed25519 key given as base64url, base64 or hex."""
+    t = text.strip()
+    for attempt in (
+        lambda: bytes.fromhex(t) if len(t) == 64 else b"",
+        lambda: base64.urlsafe_b64decode(t + "=" * (-len(t) % 4)),
+        lambda: base64.b64decode(t + "=" * (-len(t) % 4)),
+    ):
+        try:
+            raw = attempt()
+        except (binascii.Error, ValueError):
+            continue
+        if len(raw) == 32:
+            return raw
+    raise ValueError("an Ed25519 key is 32 bytes (base64url, base64 or hex)")
+
+
+class Header(msgspec.Struct, kw_only=True):
+    alg: str
+    typ: str | None = None
+    kid: str | None = None
+    jwk: dict[str, Any] | None = None
+    crit: list[str] | None = None
+
+
+class Cnf(msgspec.Struct, kw_only=True):
+    jkt: str | None = None
+    x5t_s256: str | None = msgspec.field(default=None, name="x5t#S256")
+
+
+class Claims(msgspec.Struct, kw_only=True):
+    iss: str
+    aud: str | list[str]
+    exp: int | float
+    nbf: int | float | None = None
+    iat: int | float | None = None
+    sub: str | None = None
+    jti: str | None = None
+    tenant: str | None = None
+    scope: str | None = None
+    scp: list[str] | None = None
+    cnf: Cnf | None = None
+
+
+_header_dec = msgspec.json.Decoder(Header)
+
+
+class Compact(msgspec.Struct, frozen=True):
+    header: Header
+    payload: bytes
+    signing_input: bytes
+    signature: bytes
+
+
+def parse(token: str) -> Compact:
+    """Split and decode a compact JWS; checks ``alg``/``crit`` but not the signature."""
+    if len(token) > MAX_TOKEN:
+        raise JwtError("token too long")
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise JwtError("not a compact JWS (three base64url parts)")
+    try:
+        header = _header_dec.decode(b64url_decode(parts[0]))
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        raise JwtError("malformed JOSE header") from None
+    if header.alg != ALG:
+        raise JwtError(f"alg {header.alg!r} is not accepted (EdDSA only)")
+    if header.crit:
+        raise JwtError("critical header extensions are not supported")
+    try:
+        payload = b64url_decode(parts[1])
+        signature = b64url_decode(parts[2])
+    except UnicodeEncodeError:
+        raise JwtError("not base64url") from None
+    if len(signature) != 64:
+        raise JwtError("an Ed25519 signature is 64 bytes")
+    return Compact(header, payload, f"{parts[0]}.{parts[1]}".encode("ascii"), signature)
+
+
+def verify(c: Compact, key: VerifyKey) -> bool:
+    try:
+        key.verify(c.signing_input, c.signature)
+    except BadSignatureError:
+        return False
+    return True
+
+
+def sign(claims: dict[str, Any], key: SigningKey, header: dict[str, Any]) -> str:
+    """Mint a compact JWS (development tokens and proofs, tests)."""
+    h = b64url(json.dumps({"alg": ALG, **header}, separators=(",", ":")).encode())
+    p = b64url(json.dumps(claims, separators=(",", ":")).encode())
+    sig = key.sign(f"{h}.{p}".encode()).signature
+    return f"{h}.{p}.{b64url(sig)}"
+
+
+def okp_jwk(key: VerifyKey) -> dict[str, str]:
+    return {"kty": "OKP", "crv": "Ed25519", "x": b64url(bytes(key))}
+
+
+def jwk_thumbprint(jwk: dict[str, Any]) -> str:
+    """RFC 7638 SHA-256 thumbprint of an OKP key: required members, sorted, no whitespace."""
+    canonical = json.dumps(
+        {"crv": jwk["crv"], "kty": jwk["kty"], "x": jwk["x"]}, separators=(",", ":"), sort_keys=True
+    )
+    return b64url(hashlib.sha256(canonical.encode()).digest())

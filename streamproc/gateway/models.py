@@ -1,0 +1,241 @@
+"""Request and response bodies of the API as msgspec Structs.
+
+The same Structs decode and validate requests and generate ``/openapi.json``, so the
+document cannot drift from what the server accepts. Requests refuse unknown fields.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from streamproc.events.payloads import (
+    MAX_KEYS,
+    Coverage,
+    Finding,
+    Limits,
+    Mode,
+    Name,
+    NotifyRule,
+    OnlyIf,
+    RunReason,
+    RunStats,
+    Selection,
+    Str,
+    Trigger,
+    check_cron,
+    check_timezone,
+)
+
+ID_PATTERN = r"^[A-Za-z0-9_:-]{1,128}$"
+ResourceId = Annotated[str, Meta(pattern=ID_PATTERN, description="letters, digits, _ : -")]
+Text = Annotated[str, Meta(max_length=1000)]
+Subscription = Literal["feedser", "vexer"]
+
+
+class Request(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """Base of request bodies: camelCase, unknown fields refused."""
+
+
+class Response(msgspec.Struct, kw_only=True, rename="camel"):
+    """Base of response bodies."""
+
+
+# ------------------------------------------------------------------ schedules
+
+
+class ScheduleCreate(Request, kw_only=True):
+    id: ResourceId | None = None
+    """Client-chosen id (409 if taken); omitted: the server assigns a UUIDv7."""
+    name: Name
+    enabled: bool = True
+    cron: Str
+    timezone: Str
+    mode: Mode = "analysis-only"
+    selection: Selection = msgspec.field(default_factory=Selection)
+    only_if: OnlyIf = msgspec.field(default_factory=OnlyIf)
+    notify: NotifyRule = msgspec.field(default_factory=NotifyRule)
+    limits: Limits = msgspec.field(default_factory=Limits)
+    subscriptions: list[Subscription] = msgspec.field(default_factory=lambda: ["feedser", "vexer"])
+
+    def __post_init__(self) -> None:
+        check_cron(self.cron)
+        check_timezone(self.timezone)
+
+
+class SchedulePatch(Request, kw_only=True):
+    """Fields present change; ``paused`` pauses or resumes (on its own, not with edits)."""
+
+    name: Name | UnsetType = UNSET
+    cron: Str | UnsetType = UNSET
+    timezone: Str | UnsetType = UNSET
+    mode: Mode | UnsetType = UNSET
+    selection: Selection | UnsetType = UNSET
+    only_if: OnlyIf | UnsetType = UNSET
+    notify: NotifyRule | UnsetType = UNSET
+    limits: Limits | UnsetType = UNSET
+    subscriptions: list[Subscription] | UnsetType = UNSET
+    paused: bool | UnsetType = UNSET
+    reason: Text | UnsetType = UNSET
+    """Recorded with a pause or resume."""
+
+    def __post_init__(self) -> None:
+        if self.cron is not UNSET:
+            check_cron(self.cron)
+        if self.timezone is not UNSET:
+            check_timezone(self.timezone)
+
+
+class ScheduleView(Response, kw_only=True):
+    id: str
+    tenant: str
+    name: str
+    enabled: bool
+    paused: bool
+    cron: str
+    timezone: str
+    mode: Mode
+    selection: Selection
+    only_if: OnlyIf
+    notify: NotifyRule
+    limits: Limits
+    subscriptions: list[str]
+    created_by: str | None
+    updated_by: str | None
+    created_at: str
+    updated_at: str
+    version: int
+    """Stream sequence of the schedule's last event: send it back in ``If-Match``."""
+    deleted: bool = False
+    deleted_at: str | None = None
+    next_fire_times: list[str] = []
+    """Next fire times in the schedule's time zone (ISO 8601 with offset)."""
+
+
+class ScheduleList(Response, kw_only=True):
+    items: list[ScheduleView]
+    next_cursor: str | None = None
+
+
+# ------------------------------------------------------------------ runs
+
+
+class RunCreate(Request, kw_only=True):
+    mode: Mode = "analysis-only"
+    selection: Selection = msgspec.field(default_factory=Selection)
+    reason: Text | None = None
+
+
+class RunCancel(Request, kw_only=True):
+    reason: Text | None = None
+
+
+class SegmentCounts(Response, kw_only=True):
+    total: int = 0
+    planned: int = 0
+    enqueued: int = 0
+    running: int = 0
+    completed: int = 0
+    failed: int = 0
+
+
+class RunLinks(Response, kw_only=True):
+    self_: str = msgspec.field(name="self")
+    deltas: str
+
+
+class RunView(Response, kw_only=True):
+    id: str
+    tenant: str
+    trigger: Trigger
+    state: Literal["requested", "planned", "queued", "running", "completed", "cancelled", "error"]
+    schedule_id: str | None
+    schedule_ids: list[str]
+    mode: Mode
+    selection: Selection | None
+    reason: RunReason
+    requested_by: str | None
+    cancel_requested: bool
+    cancel_reason: str | None
+    stats: RunStats
+    segments: SegmentCounts
+    degraded: bool
+    degraded_reason: str | None
+    coverage: Coverage | None
+    error: str | None
+    requested_at: str
+    started_at: str | None
+    finished_at: str | None
+    updated_at: str
+    version: int
+    links: RunLinks
+
+
+class RunList(Response, kw_only=True):
+    items: list[RunView]
+    next_cursor: str | None = None
+
+
+class DeltaView(Response, kw_only=True):
+    digest: str
+    segment_id: str
+    status: Literal["ok", "failed"]
+    new_criticals: int
+    new_high: int
+    kev_hits: list[str]
+    top_findings: list[Finding]
+    report_url: str | None
+
+
+class DeltaList(Response, kw_only=True):
+    items: list[DeltaView]
+    next_cursor: str | None = None
+
+
+# ------------------------------------------------------------------ preview
+
+
+class PreviewRequest(Request, kw_only=True):
+    """Change keys (product keys or purls) and/or a selection; no keys = the whole selection."""
+
+    product_keys: Annotated[list[Str], Meta(max_length=MAX_KEYS)] = []
+    selection: Selection = msgspec.field(default_factory=Selection)
+    usage_only: bool = True
+    sample_size: Annotated[int, Meta(ge=0, le=100)] = 10
+
+
+class PreviewResult(Response, kw_only=True):
+    count: int
+    sample: list[str]
+    unmatched: list[str]
+    """Keys that match no image of the tenant (at most 100 shown)."""
+    unmatched_count: int
+
+
+# ------------------------------------------------------------------ writes and webhooks
+
+
+class Accepted(Response, kw_only=True):
+    """A write was recorded in the event log; the read model applies it shortly."""
+
+    event_id: str
+    seq: int
+    id: str | None = None
+    applied: bool = False
+
+
+class ExportEvent(Response, kw_only=True):
+    tenant: str
+    event_id: str
+    seq: int
+    duplicate: bool
+
+
+class WebhookAccepted(Response, kw_only=True):
+    export_id: str
+    source: str
+    duplicate: bool
+    """True when every tenant's event already existed (a repeated delivery)."""
+    events: list[ExportEvent]

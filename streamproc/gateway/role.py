@@ -1,0 +1,32 @@
+"""The gateway role: the read-model projections plus the HTTP routes.
+
+Register it once in ``streamproc/roles.py`` (``"gateway": GATEWAY``). Its settings come from
+``STREAMPROC_GATEWAY_CONFIG`` and ``STREAMPROC_GATEWAY_*`` (see ``docs/api.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from streamproc.gateway.app import mount_gateway
+from streamproc.gateway.preview import ImpactPreview
+from streamproc.gateway.settings import GatewaySettings, load
+from streamproc.reactor import RoleContext, RoleSpec
+from streamproc.readmodel import READ_MODEL
+
+
+def make_mount(
+    settings: GatewaySettings | None = None, impact: ImpactPreview | None = None
+) -> Callable[[web.Application, RoleContext], None]:
+    """A ``routes`` hook with fixed settings (tests, benches) or, by default, the env's."""
+
+    def mount(app: web.Application, ctx: RoleContext) -> None:
+        mount_gateway(app, ctx, settings if settings is not None else load(), impact)
+
+    return mount
+
+
+mount = make_mount()
+GATEWAY = RoleSpec(list(READ_MODEL), routes=mount)

@@ -1,0 +1,325 @@
+"""Schedules: create, list, read (with next fire times), patch (edit, pause, resume) and
+soft-delete, with optimistic concurrency through ``If-Match`` = the schedule's version."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import msgspec
+from aiohttp import web
+from msgspec import UNSET
+
+from streamproc.bus.publisher import WrongExpectedSequence
+from streamproc.events import payloads as p
+from streamproc.gateway.auth import ADMIN, READ, Principal
+from streamproc.gateway.models import (
+    Accepted,
+    ScheduleCreate,
+    ScheduleList,
+    SchedulePatch,
+    ScheduleView,
+)
+from streamproc.gateway.operations import (
+    BASE,
+    CURSOR,
+    IF_MATCH,
+    LIMIT,
+    WAIT,
+    Operation,
+    Param,
+    path_id,
+)
+from streamproc.gateway.problems import ProblemError
+from streamproc.gateway.query import ANY, bool_param, if_match, int_param
+from streamproc.gateway.views import schedule_view
+from streamproc.gateway.writes import answer, json_response, publish, stamp
+from streamproc.ids import uuid7
+from streamproc.readmodel.keys import CursorError
+from streamproc.readmodel.records import ScheduleRecord
+from streamproc.readmodel.schedules import Schedules
+
+if TYPE_CHECKING:
+    from streamproc.gateway.app import Gateway
+
+_create = msgspec.json.Decoder(ScheduleCreate)
+_patch = msgspec.json.Decoder(SchedulePatch)
+PATCHABLE = (
+    "name",
+    "cron",
+    "timezone",
+    "mode",
+    "selection",
+    "only_if",
+    "notify",
+    "limits",
+    "subscriptions",
+)
+PROJECTION = Schedules.name
+NEXT = Param(
+    "next",
+    "query",
+    {"type": "integer", "minimum": 0, "maximum": 50},
+    "how many next fire times to compute (default 5; 1 in listings)",
+)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _by(who: Principal) -> str | None:
+    return who.subject if who.subject and len(who.subject) <= 512 else None
+
+
+def _found(gw: Gateway, tenant: str, sid: str) -> ScheduleRecord:
+    rec = gw.rm.schedule(tenant, sid)
+    if rec is None or rec.deleted:
+        raise ProblemError(404, "not-found", f"no schedule {sid!r}")
+    return rec
+
+
+def _view_loader(gw: Gateway, tenant: str, sid: str):  # type: ignore[no-untyped-def]
+    def load() -> ScheduleView | None:
+        rec = gw.rm.schedule(tenant, sid)
+        return None if rec is None else schedule_view(rec, _now(), 5)
+
+    return load
+
+
+async def create_schedule(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
+    assert who is not None
+    body: ScheduleCreate = await gw.json_body(request, _create)
+    sid = body.id or uuid7()
+    if body.id is not None and gw.rm.schedule(who.tenant, sid) is not None:
+        raise ProblemError(409, "schedule-exists", f"schedule {sid!r} already exists")
+    payload = p.ScheduleCreated(
+        schedule_id=sid,
+        name=body.name,
+        enabled=body.enabled,
+        cron=body.cron,
+        timezone=body.timezone,
+        mode=body.mode,
+        selection=body.selection,
+        only_if=body.only_if,
+        notify=body.notify,
+        limits=body.limits,
+        subscriptions=list(body.subscriptions),
+        created_by=_by(who),
+    )
+    event = stamp(gw, request, "schedule.created", who.tenant, payload)
+    try:
+        ack = await publish(gw, event, expected=0)
+    except WrongExpectedSequence:
+        raise ProblemError(409, "schedule-exists", f"schedule {sid!r} already exists") from None
+    return await answer(
+        gw,
+        request,
+        event,
+        ack,
+        resource_id=sid,
+        projection=PROJECTION,
+        load=_view_loader(gw, who.tenant, sid),
+        wait_status=201,
+        headers={"Location": f"{BASE}/schedules/{sid}"},
+    )
+
+
+async def list_schedules(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
+    assert who is not None
+    limit = int_param(request, "limit", 50, 1, 500)
+    n = int_param(request, "next", 1, 0, 50)
+    try:
+        page = gw.rm.schedules(
+            who.tenant,
+            limit=limit,
+            cursor=request.query.get("cursor"),
+            include_deleted=bool(bool_param(request, "includeDeleted")),
+            paused=bool_param(request, "paused"),
+        )
+    except CursorError as exc:
+        raise ProblemError(400, "invalid-parameter", str(exc), field="query.cursor") from None
+    now = _now()
+    return json_response(
+        ScheduleList(
+            items=[schedule_view(r, now, n) for r in page.items], next_cursor=page.next_cursor
+        )
+    )
+
+
+async def get_schedule(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
+    assert who is not None
+    rec = _found(gw, who.tenant, request.match_info["id"])
+    n = int_param(request, "next", 5, 0, 50)
+    return json_response(schedule_view(rec, _now(), n), headers={"ETag": f'"{rec.version}"'})
+
+
+async def _current(gw: Gateway, tenant: str, sid: str, wanted: int | None) -> ScheduleRecord:
+    """The schedule as of the caller's If-Match (waiting briefly if the read model lags)."""
+    rec = _found(gw, tenant, sid)
+    if wanted is not None and wanted != ANY and wanted > max(rec.version, gw.ctx.applied()):
+        with contextlib.suppress(Exception):  # a lagging read model only means stale
+            await gw.ctx.wait_for(wanted, 2.0)
+        rec = _found(gw, tenant, sid)
+    if wanted is not None and wanted != ANY and wanted != rec.version:
+        raise ProblemError(
+            412,
+            "stale-version",
+            f"If-Match {wanted} is not the current version {rec.version}",
+            current_version=rec.version,
+        )
+    return rec
+
+
+def _conflict(wanted: int | None, sid: str) -> ProblemError:
+    if wanted is not None:
+        return ProblemError(
+            412, "stale-version", f"schedule {sid!r} changed since version {wanted}"
+        )
+    return ProblemError(409, "concurrent-update", f"schedule {sid!r} changed meanwhile; retry")
+
+
+async def patch_schedule(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
+    assert who is not None
+    sid = request.match_info["id"]
+    wanted = if_match(request)
+    body: SchedulePatch = await gw.json_body(request, _patch)
+    changes = {f: getattr(body, f) for f in PATCHABLE if getattr(body, f) is not UNSET}
+    if body.paused is not UNSET and changes:
+        raise ProblemError(
+            400,
+            "invalid-body",
+            "pause/resume cannot be combined with other changes",
+            field="$.paused",
+        )
+    if body.reason is not UNSET and body.paused is UNSET:
+        raise ProblemError(400, "invalid-body", "reason goes with paused only", field="$.reason")
+    if body.paused is UNSET and not changes:
+        raise ProblemError(400, "invalid-body", "the patch changes nothing", field="$")
+    rec = await _current(gw, who.tenant, sid, wanted)
+    if body.paused is not UNSET:
+        if body.paused == rec.paused:  # already so: nothing to record
+            return json_response(
+                schedule_view(rec, _now(), 5), headers={"ETag": f'"{rec.version}"'}
+            )
+        kind = "schedule.paused" if body.paused else "schedule.resumed"
+        reason = body.reason if body.reason is not UNSET else None
+        payload: p.Payload = p.ScheduleStateChange(schedule_id=sid, by=_by(who), reason=reason)
+    else:
+        kind = "schedule.updated"
+        payload = p.ScheduleUpdated(schedule_id=sid, updated_by=_by(who), **changes)
+    event = stamp(gw, request, kind, who.tenant, payload)
+    try:
+        ack = await publish(gw, event, expected=rec.version)
+    except WrongExpectedSequence:
+        raise _conflict(wanted, sid) from None
+    return await answer(
+        gw,
+        request,
+        event,
+        ack,
+        resource_id=sid,
+        projection=PROJECTION,
+        load=_view_loader(gw, who.tenant, sid),
+    )
+
+
+async def delete_schedule(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
+    assert who is not None
+    sid = request.match_info["id"]
+    wanted = if_match(request)
+    rec = await _current(gw, who.tenant, sid, wanted)
+    payload = p.ScheduleStateChange(schedule_id=sid, by=_by(who))
+    event = stamp(gw, request, "schedule.deleted", who.tenant, payload)
+    try:
+        ack = await publish(gw, event, expected=rec.version)
+    except WrongExpectedSequence:
+        raise _conflict(wanted, sid) from None
+    return await answer(
+        gw,
+        request,
+        event,
+        ack,
+        resource_id=sid,
+        projection=PROJECTION,
+        load=_view_loader(gw, who.tenant, sid),
+    )
+
+
+_ACCEPTED = (Accepted, "recorded; the read model applies it shortly")
+OPERATIONS = [
+    Operation(
+        "POST",
+        "/schedules",
+        create_schedule,
+        "createSchedule",
+        "Create a schedule",
+        "schedules",
+        ADMIN,
+        body=ScheduleCreate,
+        params=(WAIT,),
+        responses={201: (ScheduleView, "created (with ?wait=true)"), 202: _ACCEPTED},
+        headers={
+            201: {"Location": "the schedule's URL", "ETag": "its version"},
+            202: {"Location": "the schedule's URL"},
+        },
+        errors=(409, 413, 415, 503),
+    ),
+    Operation(
+        "GET",
+        "/schedules",
+        list_schedules,
+        "listSchedules",
+        "List the tenant's schedules",
+        "schedules",
+        READ,
+        params=(
+            LIMIT,
+            CURSOR,
+            NEXT,
+            Param("includeDeleted", "query", {"type": "boolean", "default": False}),
+            Param("paused", "query", {"type": "boolean"}, "only paused (true) or active"),
+        ),
+        responses={200: (ScheduleList, "one page, by id")},
+    ),
+    Operation(
+        "GET",
+        "/schedules/{id}",
+        get_schedule,
+        "getSchedule",
+        "Read a schedule",
+        "schedules",
+        READ,
+        params=(path_id(), NEXT),
+        responses={200: (ScheduleView, "the schedule")},
+        headers={200: {"ETag": "the version, for If-Match"}},
+        errors=(404,),
+    ),
+    Operation(
+        "PATCH",
+        "/schedules/{id}",
+        patch_schedule,
+        "patchSchedule",
+        "Update, pause or resume a schedule",
+        "schedules",
+        ADMIN,
+        body=SchedulePatch,
+        params=(path_id(), IF_MATCH, WAIT),
+        responses={200: (ScheduleView, "applied (with ?wait=true), or already so"), 202: _ACCEPTED},
+        errors=(404, 409, 412, 413, 415, 503),
+        description="Updates never create: an unknown or deleted schedule is 404.",
+    ),
+    Operation(
+        "DELETE",
+        "/schedules/{id}",
+        delete_schedule,
+        "deleteSchedule",
+        "Soft-delete a schedule",
+        "schedules",
+        ADMIN,
+        params=(path_id(), IF_MATCH, WAIT),
+        responses={200: (ScheduleView, "deleted (with ?wait=true)"), 202: _ACCEPTED},
+        errors=(404, 409, 412, 503),
+    ),
+]

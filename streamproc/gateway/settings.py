@@ -1,0 +1,197 @@
+"""Gateway configuration: a JSON or TOML file named by ``STREAMPROC_GATEWAY_CONFIG``, then
+``STREAMPROC_GATEWAY_*`` environment variables on top. Every key is documented in
+``docs/api.md`` ("Configuration").
+
+Secret-bearing values (HMAC secrets, the DPoP nonce key) and keys may be given literally,
+as ``file:/path`` (the file's content, whitespace-trimmed — the usual way to mount secrets)
+or as ``env:NAME``, so no secret has to sit in the config file itself.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+from streamproc.ids import TENANT_RE
+
+Mode = Literal["bearer", "dpop", "mtls"]
+ENV_FILE = "STREAMPROC_GATEWAY_CONFIG"
+ENV_PREFIX = "STREAMPROC_GATEWAY_"
+
+
+class GatewayConfigError(ValueError):
+    """The gateway configuration is unusable; the message names the key."""
+
+
+class IssuerKey(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    kid: Annotated[str, Meta(min_length=1, max_length=128)]
+    public_key: str
+    """Ed25519 public key: 32 bytes as base64url/base64 (or a ``file:``/``env:`` reference)."""
+
+
+class Issuer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    issuer: Annotated[str, Meta(min_length=1)]
+    keys: Annotated[list[IssuerKey], Meta(min_length=1)]
+
+
+class Dpop(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    require_nonce: bool = True
+    nonce_secret: str | None = None
+    """HMAC key of the stateless nonces; share it between replicas (random per process if
+    unset, which makes a nonce from one replica fail on another)."""
+    nonce_ttl_s: Annotated[int, Meta(ge=10, le=3600)] = 300
+    iat_window_s: Annotated[int, Meta(ge=5, le=600)] = 60
+    replay_cache_size: Annotated[int, Meta(ge=1000)] = 1_000_000
+
+
+class SourceMtls(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A webhook source authenticated by its TLS client certificate (on the TLS listener)."""
+
+    ca_file: str | None = None
+    """The certificate's issuer must be this CA (its subject is compared with the issuer)."""
+    subjects: list[str] = []
+    """Accepted subject CN or DNS SAN values; empty = any certificate from ``ca_file``."""
+    sha256: list[str] = []
+    """Accepted leaf certificate SHA-256 fingerprints (hex); an alternative to subjects."""
+
+
+class WebhookSource(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+    kind: Literal["feedser", "vexer"]
+    tenants: Annotated[list[str], Meta(min_length=1)]
+    """Explicit allowlist: an accepted export is recorded once for each of these tenants."""
+    hmac_secrets: list[str] = []
+    ed25519_public_keys: list[str] = []
+    mtls: SourceMtls | None = None
+
+    def __post_init__(self) -> None:
+        for t in self.tenants:
+            if not TENANT_RE.match(t):
+                raise ValueError(f"webhook source {self.name}: invalid tenant {t!r}")
+        if len(set(self.tenants)) != len(self.tenants):
+            raise ValueError(f"webhook source {self.name}: duplicate tenants")
+        if not (self.hmac_secrets or self.ed25519_public_keys or self.mtls):
+            raise ValueError(
+                f"webhook source {self.name}: needs hmac_secrets, ed25519_public_keys or mtls"
+            )
+
+
+class Tls(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """An extra HTTPS listener serving the gateway routes (needed for mTLS)."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Meta(ge=0, le=65535)] = 8443
+    cert_file: str
+    key_file: str
+    client_ca_files: list[str] = []
+    """CAs whose client certificates are verified (optional: requested, not required)."""
+
+
+class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    audience: Annotated[str, Meta(min_length=1)] = "scheduler"
+    issuers: list[Issuer] = []
+    required_modes: Annotated[list[Mode], Meta(min_length=1)] = msgspec.field(
+        default_factory=lambda: ["dpop", "mtls"]
+    )
+    """Accepted ways to present a token; ``bearer`` admits unbound tokens (development)."""
+    leeway_s: Annotated[int, Meta(ge=0, le=300)] = 30
+    public_base_url: str | None = None
+    """External origin (``https://host[:port]``) for DPoP ``htu`` behind a proxy."""
+    dpop: Dpop = msgspec.field(default_factory=Dpop)
+    webhooks: list[WebhookSource] = []
+    webhook_window_s: Annotated[int, Meta(ge=30, le=3600)] = 300
+    replay_cache_size: Annotated[int, Meta(ge=1000)] = 2_000_000
+    max_body: Annotated[int, Meta(ge=1024)] | None = None
+    """Compressed (on-the-wire) body cap; default: the process's ``http_max_body``."""
+    max_decompressed_body: Annotated[int, Meta(ge=1024)] | None = None
+    """Cap on a body after gzip/zstd decoding; default: the same as ``max_body``."""
+    wait_timeout_s: Annotated[float, Meta(gt=0, le=120)] = 10.0
+    access_log: str = "stderr"
+    """``stderr``, a file path (JSON lines, buffered), ``logger`` (the logging module's
+    ``streamproc.gateway.access`` at INFO), or ``off``."""
+    tls: Tls | None = None
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.webhooks]
+        if len(set(names)) != len(names):
+            raise ValueError("webhook source names must be unique")
+        kids = [k.kid for i in self.issuers for k in i.keys]
+        if len(set(kids)) != len(kids):
+            raise ValueError("issuer key ids (kid) must be unique across issuers")
+
+
+def resolve_ref(value: str) -> str:
+    """``file:PATH`` → the file's trimmed content, ``env:NAME`` → the variable, else as is."""
+    if value.startswith("file:"):
+        path = Path(value[5:])
+        try:
+            return path.read_text().strip()
+        except OSError as exc:
+            raise GatewayConfigError(f"cannot read secret file {path}: {exc.strerror}") from None
+    if value.startswith("env:"):
+        name = value[4:]
+        if name not in os.environ:
+            raise GatewayConfigError(f"environment variable {name} (a secret reference) is unset")
+        return os.environ[name]
+    return value
+
+
+_SCALARS = {
+    "AUDIENCE": "audience",
+    "PUBLIC_BASE_URL": "public_base_url",
+    "MAX_BODY": "max_body",
+    "MAX_DECOMPRESSED_BODY": "max_decompressed_body",
+    "WAIT_TIMEOUT_S": "wait_timeout_s",
+    "ACCESS_LOG": "access_log",
+    "LEEWAY_S": "leeway_s",
+    "WEBHOOK_WINDOW_S": "webhook_window_s",
+}
+
+
+def load(env: dict[str, str] | None = None) -> GatewaySettings:
+    """The file (if named), then scalar environment overrides; raises GatewayConfigError."""
+    env = dict(os.environ if env is None else env)
+    raw: dict[str, object] = {}
+    path = env.get(ENV_FILE)
+    if path:
+        try:
+            text = Path(path).read_bytes()
+        except OSError as exc:
+            raise GatewayConfigError(f"{ENV_FILE}={path}: {exc.strerror}") from None
+        try:
+            raw = (
+                tomllib.loads(text.decode())
+                if path.endswith(".toml")
+                else msgspec.json.decode(text)
+            )
+        except (tomllib.TOMLDecodeError, msgspec.DecodeError, UnicodeDecodeError) as exc:
+            raise GatewayConfigError(f"{path}: {exc}") from None
+        if not isinstance(raw, dict):
+            raise GatewayConfigError(f"{path}: the top level must be an object")
+    for suffix, field in _SCALARS.items():
+        if env.get(ENV_PREFIX + suffix):
+            raw[field] = env[ENV_PREFIX + suffix]
+    if env.get(ENV_PREFIX + "REQUIRED_MODES"):
+        raw["required_modes"] = [m.strip() for m in env[ENV_PREFIX + "REQUIRED_MODES"].split(",")]
+    dpop = dict(raw.get("dpop") or {})  # type: ignore[call-overload]
+    if env.get(ENV_PREFIX + "DPOP_NONCE_SECRET"):
+        dpop["nonce_secret"] = env[ENV_PREFIX + "DPOP_NONCE_SECRET"]
+    if env.get(ENV_PREFIX + "DPOP_REQUIRE_NONCE"):
+        dpop["require_nonce"] = env[ENV_PREFIX + "DPOP_REQUIRE_NONCE"].lower() in ("1", "true")
+    raw["dpop"] = dpop
+    if env.get(ENV_PREFIX + "ISSUER") and env.get(ENV_PREFIX + "ISSUER_KEY"):
+        kid, _, key = env[ENV_PREFIX + "ISSUER_KEY"].partition("=")
+        issuers = list(raw.get("issuers") or [])  # type: ignore[call-overload]
+        issuers.append(
+            {"issuer": env[ENV_PREFIX + "ISSUER"], "keys": [{"kid": kid, "public_key": key}]}
+        )
+        raw["issuers"] = issuers
+    try:
+        return msgspec.convert(raw, GatewaySettings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise GatewayConfigError(f"gateway configuration: {exc}") from None

@@ -1,0 +1,145 @@
+"""``streamproc token keygen|issue|dpop-proof``: development keys, access tokens and DPoP
+proofs. Key files are private JWKs (OKP, Ed25519) written with mode 0600."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import ssl
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from nacl.signing import SigningKey
+
+from streamproc.gateway import jwt
+from streamproc.gateway.dpop import access_token_hash
+from streamproc.gateway.tls import x5t_s256
+
+DEFAULT_ISSUER = "https://authority.local"
+
+
+def _load(path: str) -> tuple[SigningKey, dict[str, Any]]:
+    try:
+        doc = json.loads(Path(path).read_text())
+        seed = jwt.b64url_decode(doc["d"])
+    except (OSError, ValueError, KeyError, jwt.JwtError) as exc:
+        raise SystemExit(
+            f"streamproc: {path} is not a key file from `token keygen`: {exc}"
+        ) from None
+    return SigningKey(seed), doc
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    key = SigningKey.generate()
+    kid = args.kid or uuid.uuid4().hex[:16]
+    public = jwt.okp_jwk(key.verify_key)
+    doc = {**public, "d": jwt.b64url(bytes(key)), "kid": kid, "iss": args.issuer}
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        print(f"streamproc: {out} exists (use --force to replace it)", file=sys.stderr)
+        return 2
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    snippet = {"issuer": args.issuer, "keys": [{"kid": kid, "public_key": public["x"]}]}
+    print(f"wrote {out} (private; keep it secret)")
+    print(f"jkt (for --jkt / DPoP binding): {jwt.jwk_thumbprint(public)}")
+    print("gateway config (issuers entry):")
+    print(json.dumps(snippet, indent=2))
+    return 0
+
+
+def cmd_issue(args: argparse.Namespace) -> int:
+    key, doc = _load(args.key)
+    now = int(time.time())
+    scopes = " ".join(s for group in args.scope for s in group.split()) or "scheduler.read"
+    claims: dict[str, Any] = {
+        "iss": args.issuer or doc.get("iss") or DEFAULT_ISSUER,
+        "aud": args.audience,
+        "sub": args.sub,
+        "tenant": args.tenant,
+        "scope": scopes,
+        "iat": now,
+        "nbf": now,
+        "exp": now + args.ttl,
+        "jti": uuid.uuid4().hex,
+    }
+    cnf: dict[str, str] = {}
+    if args.dpop_key:
+        _, client = _load(args.dpop_key)
+        cnf["jkt"] = jwt.jwk_thumbprint(client)
+    elif args.jkt:
+        cnf["jkt"] = args.jkt
+    if args.cert:
+        cnf["x5t#S256"] = x5t_s256(ssl.PEM_cert_to_DER_cert(Path(args.cert).read_text()))
+    if cnf:
+        claims["cnf"] = cnf
+    print(jwt.sign(claims, key, {"typ": "at+jwt", "kid": doc.get("kid")}))
+    return 0
+
+
+def cmd_dpop_proof(args: argparse.Namespace) -> int:
+    key, _ = _load(args.key)
+    claims: dict[str, Any] = {
+        "jti": uuid.uuid4().hex,
+        "htm": args.htm.upper(),
+        "htu": args.htu,
+        "iat": int(time.time()),
+    }
+    if args.token:
+        claims["ath"] = access_token_hash(args.token)
+    elif args.ath:
+        claims["ath"] = args.ath
+    if args.nonce:
+        claims["nonce"] = args.nonce
+    header = {"typ": "dpop+jwt", "jwk": jwt.okp_jwk(key.verify_key)}
+    print(jwt.sign(claims, key, header))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``token`` and its subcommands to the CLI's subparsers."""
+    token = subparsers.add_parser("token", help="development keys, tokens and DPoP proofs")
+    sub = token.add_subparsers(dest="token_command", required=True)
+
+    p = sub.add_parser("keygen", help="create an Ed25519 key file (issuer or DPoP client)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--kid", help="key id (default: random)")
+    p.add_argument("--issuer", default=DEFAULT_ISSUER, help="iss of tokens signed with it")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(fn=cmd_keygen)
+
+    p = sub.add_parser("issue", help="mint an access token (JWT, EdDSA)")
+    p.add_argument("--key", required=True, help="issuer key file")
+    p.add_argument("--tenant", required=True)
+    p.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        help="scheduler.read and/or scheduler.admin (repeatable)",
+    )
+    p.add_argument("--audience", default="scheduler")
+    p.add_argument("--issuer", help="default: the key file's iss")
+    p.add_argument("--sub", default="dev", help="subject (who)")
+    p.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--jkt", help="bind to a DPoP key thumbprint (cnf.jkt)")
+    g.add_argument("--dpop-key", help="bind to this DPoP key file")
+    p.add_argument("--cert", help="bind to this client certificate (PEM; cnf.x5t#S256)")
+    p.set_defaults(fn=cmd_issue)
+
+    p = sub.add_parser("dpop-proof", help="mint a DPoP proof for one request")
+    p.add_argument("--key", required=True, help="DPoP client key file")
+    p.add_argument("--htm", required=True, help="HTTP method")
+    p.add_argument("--htu", required=True, help="request URL without query")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--ath", help="base64url SHA-256 of the access token")
+    g.add_argument("--token", help="the access token (ath is computed)")
+    p.add_argument("--nonce", help="the server's DPoP-Nonce")
+    p.set_defaults(fn=cmd_dpop_proof)

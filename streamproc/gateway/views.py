@@ -1,0 +1,91 @@
+"""Rendering read-model records as API views (next fire times are computed here, at read
+time, in each schedule's own time zone)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from streamproc.gateway.models import (
+    DeltaView,
+    RunLinks,
+    RunView,
+    ScheduleView,
+    SegmentCounts,
+)
+from streamproc.gateway.operations import BASE
+from streamproc.readmodel.nextfire import iso, ms_to_iso, next_fire_times
+from streamproc.readmodel.records import DeltaRecord, RunRecord, ScheduleRecord
+
+
+def schedule_view(r: ScheduleRecord, now: datetime, next_n: int) -> ScheduleView:
+    active = not (r.paused or r.deleted)
+    fires = next_fire_times(r.cron, r.timezone, now, next_n) if active else []
+    return ScheduleView(
+        id=r.id,
+        tenant=r.tenant,
+        name=r.name,
+        enabled=not r.paused,
+        paused=r.paused,
+        cron=r.cron,
+        timezone=r.timezone,
+        mode=r.mode,
+        selection=r.selection,
+        only_if=r.only_if,
+        notify=r.notify,
+        limits=r.limits,
+        subscriptions=r.subscriptions,
+        created_by=r.created_by,
+        updated_by=r.updated_by,
+        created_at=ms_to_iso(r.created_ms) or "",
+        updated_at=ms_to_iso(r.updated_ms) or "",
+        version=r.version,
+        deleted=r.deleted,
+        deleted_at=ms_to_iso(r.deleted_ms),
+        next_fire_times=[iso(t) for t in fires],
+    )
+
+
+def run_view(r: RunRecord) -> RunView:
+    counts = SegmentCounts(total=len(r.segments))
+    for seg in r.segments.values():
+        setattr(counts, seg.state, getattr(counts, seg.state) + 1)
+    url = f"{BASE}/runs/{r.id}"
+    return RunView(
+        id=r.id,
+        tenant=r.tenant,
+        trigger=r.trigger,
+        state=r.state,
+        schedule_id=r.schedule_id,
+        schedule_ids=r.schedule_ids,
+        mode=r.mode,
+        selection=r.selection,
+        reason=r.reason,
+        requested_by=r.requested_by,
+        cancel_requested=r.cancel_requested,
+        cancel_reason=r.cancel_reason,
+        stats=r.stats,
+        segments=counts,
+        degraded=r.degraded,
+        degraded_reason=r.degraded_reason,
+        coverage=r.coverage,
+        error=r.error,
+        requested_at=ms_to_iso(r.requested_ms) or "",
+        started_at=ms_to_iso(r.started_ms),
+        finished_at=ms_to_iso(r.finished_ms),
+        updated_at=ms_to_iso(r.updated_ms) or "",
+        version=r.version,
+        links=RunLinks(self_=url, deltas=f"{url}/deltas"),
+    )
+
+
+def delta_view(d: DeltaRecord) -> DeltaView:
+    return DeltaView(
+        digest=d.digest,
+        segment_id=d.segment_id,
+        status=d.status,
+        new_criticals=d.new_criticals,
+        new_high=d.new_high,
+        kev_hits=d.kev_hits,
+        top_findings=d.top_findings,
+        report_url=d.report_url,
+    )

@@ -1,0 +1,19 @@
+"""The gateway's read model: schedules, runs (with stats and deltas) and export records.
+
+Pure folds over the event log into tenant-prefixed RocksDB keys; the gateway answers every
+GET from here and checks every write against it before publishing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from streamproc.projection import Projection
+from streamproc.readmodel.exports import Exports
+from streamproc.readmodel.runs import Runs
+from streamproc.readmodel.schedules import Schedules
+
+READ_MODEL: list[Callable[[], Projection]] = [Schedules, Runs, Exports]
+"""Projection factories, in the form ``RoleSpec.projections`` takes."""
+
+__all__ = ["READ_MODEL", "Exports", "Runs", "Schedules"]

@@ -1,0 +1,162 @@
+"""Reading the read model: point lookups and paged, tenant-prefixed listings.
+
+Every listing scans only ``tenant + NUL``; cursors are key suffixes within that prefix, so
+no request can page into another tenant's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import msgspec
+
+from streamproc.readmodel import keys
+from streamproc.readmodel.exports import CF as EXPORTS_CF
+from streamproc.readmodel.exports import export_key
+from streamproc.readmodel.records import (
+    DeltaRecord,
+    ExportRecord,
+    RunRecord,
+    ScheduleRecord,
+    decode_delta,
+    decode_export,
+    decode_run,
+    decode_schedule,
+)
+from streamproc.readmodel.runs import BY_TIME_CF, DELTAS_CF, delta_prefix, run_key
+from streamproc.readmodel.runs import CF as RUNS_CF
+from streamproc.readmodel.schedules import CF as SCHEDULES_CF
+from streamproc.state import keys as state_keys
+from streamproc.state.store import Store
+
+T = TypeVar("T")
+SCAN_BUDGET = 10_000
+"""Index entries a filtered listing examines per page before it returns a cursor."""
+
+
+@dataclass
+class Page(Generic[T]):
+    items: list[T]
+    next_cursor: str | None
+
+
+class ReadModel:
+    """Queries over a store the read-model projections write (the gateway role's store)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # ------------------------------------------------------------------ schedules
+
+    def schedule(self, tenant: str, schedule_id: str) -> ScheduleRecord | None:
+        raw = self.store.get(SCHEDULES_CF, keys.key(tenant, schedule_id))
+        return decode_schedule(raw) if raw is not None else None
+
+    def schedules(
+        self,
+        tenant: str,
+        *,
+        limit: int,
+        cursor: str | None = None,
+        include_deleted: bool = False,
+        paused: bool | None = None,
+    ) -> Page[ScheduleRecord]:
+        def keep(r: ScheduleRecord) -> bool:
+            return (include_deleted or not r.deleted) and (paused is None or r.paused == paused)
+
+        prefix = keys.tenant_prefix(tenant)
+        return _page(
+            self.store.scan(SCHEDULES_CF, prefix, keys.decode_cursor(prefix, cursor)),
+            prefix,
+            limit,
+            lambda _k, v: decode_schedule(v),
+            keep,
+        )
+
+    # ------------------------------------------------------------------ runs
+
+    def run(self, tenant: str, run_id: str) -> RunRecord | None:
+        raw = self.store.get(RUNS_CF, run_key(tenant, run_id))
+        return decode_run(raw) if raw is not None else None
+
+    def runs(
+        self,
+        tenant: str,
+        *,
+        limit: int,
+        cursor: str | None = None,
+        states: frozenset[str] = frozenset(),
+        triggers: frozenset[str] = frozenset(),
+    ) -> Page[RunRecord]:
+        """Newest first (by the stream sequence of ``run.requested``)."""
+        prefix = keys.tenant_prefix(tenant)
+
+        def load(k: bytes, _v: bytes) -> RunRecord | None:
+            return self.run(tenant, k[len(prefix) + 8 :].decode())
+
+        def keep(r: RunRecord | None) -> bool:
+            return (
+                r is not None
+                and (not states or r.state in states)
+                and (not triggers or r.trigger in triggers)
+            )
+
+        page = _page(
+            self.store.scan(BY_TIME_CF, prefix, keys.decode_cursor(prefix, cursor)),
+            prefix,
+            limit,
+            load,
+            keep,
+        )
+        return Page([r for r in page.items if r is not None], page.next_cursor)
+
+    def deltas(
+        self, tenant: str, run_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[DeltaRecord]:
+        prefix = delta_prefix(tenant, run_id)
+        return _page(
+            self.store.scan(DELTAS_CF, prefix, keys.decode_cursor(prefix, cursor)),
+            prefix,
+            limit,
+            lambda _k, v: decode_delta(v),
+            lambda _r: True,
+        )
+
+    # ------------------------------------------------------------------ exports, rejections
+
+    def export(self, tenant: str, kind: str, export_id: str) -> ExportRecord | None:
+        raw = self.store.get(EXPORTS_CF, export_key(tenant, kind, export_id))
+        return decode_export(raw) if raw is not None else None
+
+    def rejection(self, seq: int, projection: str) -> state_keys.Rejected | None:
+        """Why the event at ``seq`` did not apply to ``projection`` (None if it applied)."""
+        raw = self.store.get(
+            state_keys.META_CF,
+            state_keys.seq_key(state_keys.REJECTION_PREFIX, seq) + projection.encode(),
+        )
+        return None if raw is None else msgspec.json.decode(raw, type=state_keys.Rejected)
+
+
+def _page(
+    items: Iterator[tuple[bytes, bytes]],
+    prefix: bytes,
+    limit: int,
+    load: Callable[[bytes, bytes], T],
+    keep: Callable[[T], bool],
+) -> Page[T]:
+    out: list[T] = []
+    last = b""
+    for examined, (k, v) in enumerate(items, 1):
+        last = k
+        rec = load(k, v)
+        if keep(rec):
+            out.append(rec)
+            if len(out) >= limit:
+                break
+        if examined >= SCAN_BUDGET:
+            break
+    else:
+        return Page(out, None)
+    return Page(out, keys.encode_cursor(prefix, last))

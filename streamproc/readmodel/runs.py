@@ -1,0 +1,299 @@
+"""Runs: the state machine requested → planned/queued → running → completed|cancelled|error,
+with stats folded from ``run.planned``, ``segment.*`` and ``verdict.recorded``.
+
+Each fold checks first and mutates after, so a :class:`Rejection` leaves the batch cache
+untouched. Terminal runs accept nothing more: a cancel (or a late segment) for a finished run
+is rejected with ``run_finished``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+from streamproc.events import payloads as p
+from streamproc.events.envelope import Envelope
+from streamproc.projection import Projection, Rejection, Tx
+from streamproc.readmodel import keys
+from streamproc.readmodel.records import (
+    TERMINAL,
+    DeltaRecord,
+    RunRecord,
+    SegmentState,
+    decode_delta,
+    decode_run,
+    encode,
+)
+from streamproc.readmodel.schedules import physical_ms
+
+CF = "rm_runs"
+BY_TIME_CF = "rm_runs_by_time"
+DELTAS_CF = "rm_run_deltas"
+_EMPTY_STATS = p.RunStats()
+
+
+def run_key(tenant: str, run_id: str) -> bytes:
+    return keys.key(tenant, run_id)
+
+
+def time_key(tenant: str, seq: int, run_id: str) -> bytes:
+    return keys.tenant_prefix(tenant) + keys.newest_first(seq) + run_id.encode()
+
+
+def delta_prefix(tenant: str, run_id: str) -> bytes:
+    return keys.key(tenant, run_id) + keys.SEP
+
+
+def _live(rec: RunRecord | None, event: Envelope) -> RunRecord:
+    if rec is None:
+        raise Rejection("unknown_run", f"{event.kind} for a run that does not exist")
+    if rec.state in TERMINAL:
+        raise Rejection("run_finished", f"{event.kind} for run {rec.id}, already {rec.state}")
+    return rec
+
+
+def _is_delta(v: p.VerdictRecorded) -> bool:
+    return v.new_criticals > 0 or v.new_high > 0 or bool(v.kev_hits)
+
+
+class Runs(Projection):
+    name: ClassVar[str] = "rm_runs"
+    kinds: ClassVar[frozenset[str]] = frozenset(
+        {
+            "run.requested",
+            "run.planned",
+            "run.cancel_requested",
+            "run.cancelled",
+            "run.completed",
+            "segment.enqueued",
+            "segment.started",
+            "segment.completed",
+            "segment.failed",
+            "verdict.recorded",
+        }
+    )
+    families: ClassVar[tuple[str, ...]] = (CF, BY_TIME_CF, DELTAS_CF)
+
+    def __init__(self) -> None:
+        self._cache: dict[bytes, RunRecord | None] = {}
+        self._dirty: set[bytes] = set()
+
+    def _get(self, tx: Tx, k: bytes) -> RunRecord | None:
+        if k in self._cache:
+            return self._cache[k]
+        raw = tx.table(CF).get(k)
+        rec = decode_run(raw) if raw is not None else None
+        self._cache[k] = rec
+        return rec
+
+    def _touch(self, k: bytes, rec: RunRecord, event: Envelope, seq: int) -> None:
+        rec.updated_ms = physical_ms(event)
+        rec.version = seq
+        self._cache[k] = rec
+        self._dirty.add(k)
+
+    def fold(self, tx: Tx, event: Envelope) -> None:
+        pl = event.payload
+        k = run_key(event.tenant, pl.run_id)
+        rec = self._get(tx, k)
+        handler = getattr(self, "_" + event.kind.replace(".", "_"))
+        rec = handler(tx, rec, event, pl)
+        self._touch(k, rec, event, tx.seq)
+
+    # -------------------------------------------------------------- run lifecycle
+
+    def _run_requested(
+        self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunRequested
+    ) -> RunRecord:
+        if rec is not None:
+            raise Rejection("run_exists", f"run {r.run_id} already exists")
+        tx.table(BY_TIME_CF).put(time_key(e.tenant, tx.seq, r.run_id), b"")
+        return RunRecord(
+            id=r.run_id,
+            tenant=e.tenant,
+            trigger=r.trigger,
+            schedule_id=r.schedule_id,
+            schedule_ids=[r.schedule_id] if r.schedule_id else [],
+            mode=r.mode,
+            selection=r.selection,
+            reason=r.reason,
+            requested_by=r.requested_by,
+            requested_ms=physical_ms(e),
+            requested_seq=tx.seq,
+        )
+
+    def _run_planned(
+        self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunPlanned
+    ) -> RunRecord:
+        rec = _live(rec, e)
+        if rec.state not in ("requested", "queued"):
+            raise Rejection("invalid_transition", f"run.planned for a run already {rec.state}")
+        if rec.state == "requested":  # segments may be enqueued before the plan is recorded
+            rec.state = "planned"
+        rec.schedule_ids = list(r.schedule_ids) or rec.schedule_ids
+        rec.stats = msgspec.structs.replace(
+            rec.stats,
+            candidates=r.stats.candidates,
+            deduped=r.stats.deduped,
+            queued=r.stats.queued,
+            spilled=r.stats.spilled,
+        )
+        segs = dict(rec.segments)
+        for s in r.segments:
+            segs.setdefault(s.segment_id, SegmentState(images=s.images))
+        rec.segments = segs
+        rec.degraded = r.degraded
+        rec.degraded_reason = r.degraded_reason
+        return rec
+
+    def _run_cancel_requested(
+        self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunCancelRequested
+    ) -> RunRecord:
+        rec = _live(rec, e)
+        rec.cancel_requested = True
+        rec.cancel_reason = r.reason
+        return rec
+
+    def _finish(self, rec: RunRecord, e: Envelope, state: str, stats: p.RunStats) -> RunRecord:
+        rec.state = state  # type: ignore[assignment]
+        rec.finished_ms = physical_ms(e)
+        if stats != _EMPTY_STATS:
+            rec.stats = stats  # the runner's final count wins over the folded one
+        return rec
+
+    def _run_cancelled(
+        self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunCancelled
+    ) -> RunRecord:
+        rec = _live(rec, e)
+        if r.reason and not rec.cancel_reason:
+            rec.cancel_reason = r.reason
+        return self._finish(rec, e, "cancelled", r.stats)
+
+    def _run_completed(
+        self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunCompleted
+    ) -> RunRecord:
+        rec = _live(rec, e)
+        rec.coverage = r.coverage
+        rec.error = r.error
+        return self._finish(rec, e, r.state, r.stats)
+
+    # -------------------------------------------------------------- segments
+
+    def _segment_enqueued(
+        self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentEnqueued
+    ) -> RunRecord:
+        rec = _live(rec, e)
+        seg = rec.segments.get(s.segment_id)
+        if seg is not None and seg.state in ("completed", "failed"):
+            raise Rejection("segment_finished", f"segment {s.segment_id} is already {seg.state}")
+        rec.segments = {**rec.segments, s.segment_id: SegmentState(len(s.digests), "enqueued")}
+        if rec.state in ("requested", "planned"):
+            rec.state = "queued"
+        return rec
+
+    def _segment_started(
+        self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentStarted
+    ) -> RunRecord:
+        rec = _live(rec, e)
+        seg = rec.segments.get(s.segment_id) or SegmentState()
+        if seg.state in ("completed", "failed"):
+            raise Rejection("segment_finished", f"segment {s.segment_id} is already {seg.state}")
+        rec.segments = {
+            **rec.segments,
+            s.segment_id: SegmentState(seg.images, "running", max(seg.attempts, s.attempt)),
+        }
+        if rec.state != "running":
+            rec.state = "running"
+            rec.started_ms = rec.started_ms or physical_ms(e)
+        return rec
+
+    def _segment_completed(
+        self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentCompleted
+    ) -> RunRecord:
+        rec = _live(rec, e)
+        seg = rec.segments.get(s.segment_id) or SegmentState()
+        if seg.state in ("completed", "failed"):
+            raise Rejection("segment_finished", f"segment {s.segment_id} is already {seg.state}")
+        rec.segments = {
+            **rec.segments,
+            s.segment_id: SegmentState(seg.images, "completed", seg.attempts),
+        }
+        st = rec.stats
+        rec.stats = msgspec.structs.replace(
+            st,
+            completed=st.completed + s.completed,
+            failed=st.failed + s.failed,
+            cancelled=st.cancelled + s.cancelled,
+        )
+        return rec
+
+    def _segment_failed(
+        self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentFailed
+    ) -> RunRecord:
+        rec = _live(rec, e)
+        seg = rec.segments.get(s.segment_id) or SegmentState()
+        if seg.state in ("completed", "failed"):
+            raise Rejection("segment_finished", f"segment {s.segment_id} is already {seg.state}")
+        attempts = max(seg.attempts, s.deliveries)
+        if not s.dead_lettered:  # a retryable failure: it will be delivered again
+            rec.segments = {
+                **rec.segments,
+                s.segment_id: SegmentState(seg.images, seg.state, attempts),
+            }
+            return rec
+        rec.segments = {**rec.segments, s.segment_id: SegmentState(seg.images, "failed", attempts)}
+        rec.stats = msgspec.structs.replace(rec.stats, failed=rec.stats.failed + seg.images)
+        return rec
+
+    def _verdict_recorded(
+        self, tx: Tx, rec: RunRecord | None, e: Envelope, v: p.VerdictRecorded
+    ) -> RunRecord:
+        rec = _live(rec, e)
+        table = tx.table(DELTAS_CF)
+        dk = delta_prefix(e.tenant, v.run_id) + v.digest.encode()
+        raw = table.get(dk)
+        old = decode_delta(raw) if raw is not None else None
+        st = rec.stats
+        deltas, crit = st.deltas, st.new_criticals
+        if old is not None:  # a re-evaluation of the same image replaces its earlier verdict
+            deltas -= 1
+            crit -= old.new_criticals
+        if _is_delta(v):
+            deltas += 1
+            crit += v.new_criticals
+            table.put(
+                dk,
+                encode(
+                    DeltaRecord(
+                        digest=v.digest,
+                        segment_id=v.segment_id,
+                        status=v.status,
+                        new_criticals=v.new_criticals,
+                        new_high=v.new_high,
+                        kev_hits=list(v.kev_hits),
+                        top_findings=list(v.top_findings),
+                        report_url=v.report_url,
+                        seq=tx.seq,
+                    )
+                ),
+            )
+        elif old is not None:
+            table.delete(dk)
+        rec.stats = msgspec.structs.replace(st, deltas=deltas, new_criticals=crit)
+        return rec
+
+    # -------------------------------------------------------------- batch hooks
+
+    def flush(self, tx: Tx) -> None:
+        table = tx.table(CF)
+        for k in self._dirty:
+            rec = self._cache[k]
+            assert rec is not None
+            table.put(k, encode(rec))
+        self._dirty.clear()
+        self._cache.clear()
+
+    def discard(self) -> None:
+        self._dirty.clear()
+        self._cache.clear()

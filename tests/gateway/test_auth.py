@@ -1,0 +1,181 @@
+"""Caller authentication over real HTTP: JWT checks, 401 vs 403, DPoP with nonces."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from nacl.signing import SigningKey
+
+from streamproc.bus.server import EmbeddedNats
+from streamproc.gateway import jwt
+from tests.gateway.conftest import drop_streams
+from tests.gateway.harness import (
+    BASE,
+    DPOP_KEY,
+    ISSUER,
+    OTHER_KEY,
+    Harness,
+    default_settings,
+    dpop_jkt,
+    dpop_proof,
+    start,
+    stop,
+    token,
+)
+
+LIST = f"{BASE}/schedules"
+
+
+def unsigned(header: dict[str, object], claims: dict[str, object], sig: bytes = b"") -> str:
+    h = jwt.b64url(json.dumps(header).encode())
+    c = jwt.b64url(json.dumps(claims).encode())
+    return f"{h}.{c}.{jwt.b64url(sig)}"
+
+
+async def test_missing_token_is_401_with_both_challenges(gw: Harness) -> None:
+    seq = await gw.last_seq()
+    status, body, headers = await gw.call("POST", LIST, json={"name": "x"})
+    assert status == 401
+    assert body["type"] == "urn:streamproc:problem:unauthorized"
+    challenges = headers.getall("WWW-Authenticate")
+    assert 'Bearer realm="scheduler"' in challenges
+    assert 'DPoP realm="scheduler", algs="EdDSA"' in challenges
+    assert await gw.last_seq() == seq
+
+
+@pytest.mark.parametrize(
+    ("tok", "why"),
+    [
+        (
+            unsigned(
+                {"alg": "none"},
+                {
+                    "iss": ISSUER,
+                    "aud": "scheduler",
+                    "exp": 2**40,
+                    "tenant": "acme",
+                    "scope": "scheduler.admin",
+                },
+            ),
+            "alg 'none'",
+        ),
+        (unsigned({"alg": "HS256", "kid": "k1"}, {"tenant": "acme"}, b"x" * 32), "alg 'HS256'"),
+        (unsigned({"alg": "EdDSA", "kid": "k1", "crit": ["b64"]}, {}, b"x" * 64), "critical"),
+        (token(key=OTHER_KEY), "signature does not verify"),
+        (token(kid="nope"), "unknown signing key"),
+        (token(ttl=-120), "expired"),
+        (token(nbf=int(time.time()) + 600), "not yet valid"),
+        (token(iat=int(time.time()) + 600), "issued in the future"),
+        (token(aud="other"), "audience"),
+        (token(iss="https://evil"), "issuer"),
+        (token(tenant=None), "tenant"),
+        (token(tenant="Bad.Tenant"), "tenant"),
+        ("abc", "compact JWS"),
+        ("a.b.c", "base64url"),
+    ],
+)
+async def test_bad_tokens_are_401(gw: Harness, tok: str, why: str) -> None:
+    status, body, headers = await gw.call("GET", LIST, tok=tok)
+    assert status == 401, body
+    assert why in body["detail"]
+    assert any('error="invalid_token"' in c for c in headers.getall("WWW-Authenticate"))
+
+
+async def test_scopes_403_not_401(gw: Harness) -> None:
+    seq = await gw.last_seq()
+    reader = token(scopes="scheduler.read")
+    status, _, _ = await gw.call("GET", LIST, tok=reader)
+    assert status == 200
+    status, body, headers = await gw.call(
+        "POST", LIST, tok=reader, json={"name": "n", "cron": "* * * * *", "timezone": "UTC"}
+    )
+    assert status == 403 and body["reason"] == "insufficient_scope"
+    assert 'scope="scheduler.admin"' in headers["WWW-Authenticate"]
+    status, _, _ = await gw.call("GET", LIST, tok=token(scopes="other.scope"))
+    assert status == 403
+    status, _, _ = await gw.call("GET", LIST, tok=token(scopes=None, scp=["scheduler.read"]))
+    assert status == 200
+    assert await gw.last_seq() == seq
+
+
+async def test_malformed_authorization_header(gw: Harness) -> None:
+    status, body, _ = await gw.call("GET", LIST, headers={"Authorization": "Basic abc"})
+    assert status == 401 and body["reason"] == "invalid_request"
+
+
+async def test_dpop_nonce_dance_binding_and_replay(gw: Harness) -> None:
+    url = gw.url + LIST
+    tok = token(scopes="scheduler.read", cnf={"jkt": dpop_jkt()})
+    # A DPoP-bound token used as a plain bearer token is refused.
+    status, body, _ = await gw.call("GET", LIST, tok=tok)
+    assert status == 401 and "DPoP scheme" in body["detail"]
+    auth = {"Authorization": f"DPoP {tok}"}
+    status, body, h = await gw.call("GET", LIST, headers=auth)
+    assert status == 401 and body["reason"] == "invalid_dpop_proof"
+    # No nonce yet: the server hands one out with use_dpop_nonce.
+    status, body, h = await gw.call(
+        "GET", LIST, headers={**auth, "DPoP": dpop_proof("GET", url, tok)}
+    )
+    assert status == 401 and body["reason"] == "use_dpop_nonce"
+    assert 'error="use_dpop_nonce"' in " ".join(h.getall("WWW-Authenticate"))
+    nonce = h["DPoP-Nonce"]
+    proof = dpop_proof("GET", url, tok, nonce=nonce)
+    status, body, h = await gw.call("GET", LIST, headers={**auth, "DPoP": proof})
+    assert status == 200, body
+    assert h["DPoP-Nonce"]
+    # The same proof again is a replay.
+    status, body, _ = await gw.call("GET", LIST, headers={**auth, "DPoP": proof})
+    assert status == 401 and "already used" in body["detail"]
+    bad = {
+        "htm": dpop_proof("POST", url, tok, nonce=nonce),
+        "htu": dpop_proof("GET", gw.url + "/elsewhere", tok, nonce=nonce),
+        "iat": dpop_proof("GET", url, tok, nonce=nonce, iat=time.time() - 3600),
+        "ath": dpop_proof("GET", url, token(), nonce=nonce),
+        "key": dpop_proof("GET", url, tok, nonce=nonce, key=SigningKey(b"\x09" * 32)),
+        "nonce": dpop_proof("GET", url, tok, nonce="AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+    }
+    for what, p in bad.items():
+        status, body, _ = await gw.call("GET", LIST, headers={**auth, "DPoP": p})
+        assert status == 401, what
+        expected = "use_dpop_nonce" if what == "nonce" else "invalid_dpop_proof"
+        assert body["reason"] == expected, (what, body)
+    # A proof that carries its private key is refused outright.
+    header = {"typ": "dpop+jwt", "jwk": {**jwt.okp_jwk(DPOP_KEY.verify_key), "d": "x"}}
+    leaked = jwt.sign(
+        {"jti": "j", "htm": "GET", "htu": url, "iat": int(time.time())}, DPOP_KEY, header
+    )
+    status, body, _ = await gw.call("GET", LIST, headers={**auth, "DPoP": leaked})
+    assert status == 401 and "private" in body["detail"]
+
+
+async def test_unbound_token_with_dpop_scheme_is_refused(gw: Harness) -> None:
+    tok = token()
+    proof = dpop_proof("GET", gw.url + LIST, tok)
+    status, body, _ = await gw.call(
+        "GET", LIST, headers={"Authorization": f"DPoP {tok}", "DPoP": proof}
+    )
+    assert status == 401 and "not DPoP-bound" in body["detail"]
+
+
+async def test_sender_constraint_can_be_required(
+    tmp_path: Path, nats_server: EmbeddedNats, prefix: str
+) -> None:
+    settings = default_settings(tmp_path, required_modes=["dpop"], dpop={"require_nonce": False})
+    h = await start(tmp_path, nats_server.url, prefix, settings)
+    try:
+        status, body, _ = await h.call("GET", LIST, tok=token())
+        assert status == 401 and "sender-constrained" in body["detail"]
+        tok = token(cnf={"jkt": dpop_jkt()})
+        proof = dpop_proof("GET", h.url + LIST, tok)
+        status, body, hdrs = await h.call(
+            "GET", LIST, headers={"Authorization": f"DPoP {tok}", "DPoP": proof}
+        )
+        assert status == 200, body
+        assert "DPoP-Nonce" not in hdrs
+        assert [c for c in hdrs.getall("WWW-Authenticate", [])] == []
+    finally:
+        await stop(h)
+        await drop_streams(nats_server.url, prefix)

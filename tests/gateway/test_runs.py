@@ -1,0 +1,124 @@
+"""Runs over HTTP: ad-hoc requests, listings, details with stats and deltas, cancel."""
+
+from __future__ import annotations
+
+from streamproc.events import payloads as p
+from streamproc.events.envelope import new_event
+from tests.gateway.harness import BASE, Harness, token
+
+D1 = "sha256:" + "c" * 64
+
+
+async def runner_emits(gw: Harness, *events: tuple[str, p.Payload]) -> int:
+    """Events as the planner/runner would publish them; returns the last sequence."""
+    assert gw.system.publisher is not None and gw.system.clock is not None
+    acks = await gw.system.publisher.publish_events(
+        [new_event(k, "acme", pl, gw.system.clock.now()) for k, pl in events]
+    )
+    await gw.system.contexts["gateway-test"].wait_for(acks[-1].seq, 5)
+    return acks[-1].seq
+
+
+async def test_request_list_read_and_deltas(gw: Harness) -> None:
+    seq = await gw.last_seq()
+    status, acc, h = await gw.call(
+        "POST", f"{BASE}/run", tok=token(), json={"mode": "content-refresh", "reason": "new KEV"}
+    )
+    assert status == 202 and acc["seq"] == seq + 1
+    assert h["Location"] == f"{BASE}/runs/{acc['id']}"
+    status, run, _ = await gw.call(
+        "POST",
+        f"{BASE}/run?wait=true",
+        tok=token(),
+        json={"selection": {"scope": "by-namespace", "namespaces": ["prod"]}},
+    )
+    assert status == 201 and run["state"] == "requested" and run["trigger"] == "manual"
+    assert run["links"] == {
+        "self": f"{BASE}/runs/{run['id']}",
+        "deltas": f"{BASE}/runs/{run['id']}/deltas",
+    }
+    rid = run["id"]
+    await runner_emits(
+        gw,
+        (
+            "run.planned",
+            p.RunPlanned(
+                run_id=rid,
+                trigger="manual",
+                stats=p.RunStats(candidates=3, queued=3),
+                segments=[p.SegmentRef(segment_id="g1", shard=0, images=3)],
+            ),
+        ),
+        ("segment.started", p.SegmentStarted(segment_id="g1", run_id=rid, runner="w1")),
+        (
+            "verdict.recorded",
+            p.VerdictRecorded(
+                run_id=rid, segment_id="g1", digest=D1, new_criticals=1, kev_hits=["CVE-1"]
+            ),
+        ),
+    )
+    status, got, _ = await gw.call("GET", f"{BASE}/runs/{rid}", tok=token(scopes="scheduler.read"))
+    assert status == 200 and got["state"] == "running"
+    assert got["stats"]["candidates"] == 3 and got["stats"]["deltas"] == 1
+    assert got["segments"]["total"] == 1 and got["segments"]["running"] == 1
+    status, deltas, _ = await gw.call("GET", got["links"]["deltas"], tok=token())
+    assert status == 200 and deltas["items"][0]["digest"] == D1
+    assert deltas["items"][0]["kevHits"] == ["CVE-1"]
+    status, listing, _ = await gw.call("GET", f"{BASE}/runs?state=running", tok=token())
+    assert [r["id"] for r in listing["items"]] == [rid]
+    status, listing, _ = await gw.call("GET", f"{BASE}/runs?limit=1", tok=token())
+    assert [r["id"] for r in listing["items"]] == [rid] and listing["nextCursor"]
+    status, page2, _ = await gw.call(
+        "GET", f"{BASE}/runs?limit=1&cursor={listing['nextCursor']}", tok=token()
+    )
+    assert [r["id"] for r in page2["items"]] == [acc["id"]]
+    for bad in ("state=bogus", "trigger=alien", "limit=0", "cursor=zz"):
+        status, _, _ = await gw.call("GET", f"{BASE}/runs?{bad}", tok=token())
+        assert status == 400, bad
+
+
+async def test_run_refusals_publish_nothing(gw: Harness) -> None:
+    seq = await gw.last_seq()
+    for body in [
+        {"mode": "nope"},
+        {"selection": {"digests": ["not-a-digest"]}},
+        {"x": 1},
+        {"reason": "r" * 1001},
+    ]:
+        status, _, _ = await gw.call("POST", f"{BASE}/run", tok=token(), json=body)
+        assert status == 400, body
+    status, _, _ = await gw.call("POST", f"{BASE}/run", tok=token(scopes="scheduler.read"), json={})
+    assert status == 403
+    for path in (f"{BASE}/runs/nope", f"{BASE}/runs/nope/deltas"):
+        status, _, _ = await gw.call("GET", path, tok=token())
+        assert status == 404
+    status, _, _ = await gw.call("POST", f"{BASE}/runs/nope/cancel", tok=token())
+    assert status == 404
+    assert await gw.last_seq() == seq
+
+
+async def test_cancel_is_best_effort_and_409_once_finished(gw: Harness) -> None:
+    _, run, _ = await gw.call("POST", f"{BASE}/run?wait=true", tok=token(), json={})
+    rid = run["id"]
+    status, got, _ = await gw.call(
+        "POST",
+        f"{BASE}/runs/{rid}/cancel?wait=true",
+        tok=token(),
+        json={"reason": "wrong selection"},
+    )
+    assert status == 200 and got["cancelRequested"] and got["cancelReason"] == "wrong selection"
+    status, again, _ = await gw.call("POST", f"{BASE}/runs/{rid}/cancel", tok=token())
+    assert status == 202, again  # a repeat is absorbed by the derived event id
+    await runner_emits(gw, ("run.cancelled", p.RunCancelled(run_id=rid)))
+    seq = await gw.last_seq()
+    status, problem, _ = await gw.call("POST", f"{BASE}/runs/{rid}/cancel", tok=token())
+    assert status == 409 and problem["reason"] == "run_finished"
+    status, problem, _ = await gw.call(
+        "POST",
+        f"{BASE}/runs/{rid}/cancel",
+        tok=token(),
+        data=b"{bad",
+        headers={"Content-Type": "application/json"},
+    )
+    assert status == 400
+    assert await gw.last_seq() == seq

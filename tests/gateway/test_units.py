@@ -1,0 +1,171 @@
+"""Pure pieces: JOSE parsing, thumbprints, replay cache, decoding caps, settings, token CLI."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import zstandard
+from nacl.signing import SigningKey
+
+from streamproc.gateway import jwt, settings, tokens_cli
+from streamproc.gateway.hardening import decode_content, field_of
+from streamproc.gateway.problems import ProblemError
+from streamproc.gateway.replay import ReplayCache, ReplayCacheFull
+
+
+def test_b64url_is_strict_and_thumbprint_matches_rfc_8037_example() -> None:
+    assert jwt.b64url_decode("AQID") == b"\x01\x02\x03"
+    for bad in ("AQ==", "A+B/", "A!"):
+        with pytest.raises(jwt.JwtError):
+            jwt.b64url_decode(bad)
+    # RFC 8037 appendix A.3: the thumbprint of its Ed25519 example key.
+    jwk = {"crv": "Ed25519", "kty": "OKP", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}
+    assert jwt.jwk_thumbprint(jwk) == "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k"
+
+
+def test_parse_refuses_other_algorithms_before_anything_else() -> None:
+    key = SigningKey(b"\x01" * 32)
+    good = jwt.sign({"a": 1}, key, {"kid": "k"})
+    c = jwt.parse(good)
+    assert jwt.verify(c, key.verify_key)
+    assert not jwt.verify(c, SigningKey(b"\x02" * 32).verify_key)
+    head, body, sig = good.split(".")
+    for alg in ("none", "HS256", "RS256", "ES256", "eddsa"):
+        h = jwt.b64url(json.dumps({"alg": alg}).encode())
+        with pytest.raises(jwt.JwtError, match="not accepted"):
+            jwt.parse(f"{h}.{body}.{sig}")
+    with pytest.raises(jwt.JwtError, match="64 bytes"):
+        jwt.parse(f"{head}.{body}.{jwt.b64url(b'x')}")
+    with pytest.raises(jwt.JwtError, match="too long"):
+        jwt.parse("a" * 9000)
+
+
+def test_replay_cache_expires_and_fails_closed_when_full() -> None:
+    now = [1000.0]
+    cache = ReplayCache(3, clock=lambda: now[0])
+    assert cache.add("a", 1010) and not cache.add("a", 1010)
+    assert cache.add("b", 1005) and cache.add("c", 1020)
+    with pytest.raises(ReplayCacheFull):
+        cache.add("d", 1030)
+    now[0] = 1006  # "b" expired: room again
+    assert cache.add("d", 1030) and len(cache) == 3
+    cache.discard("a")
+    assert cache.add("a", 1040)
+
+
+def test_decoding_caps_and_errors() -> None:
+    data = b"x" * 5000
+    assert decode_content(gzip.compress(data), "gzip", 5000) == data
+    assert decode_content(zstandard.ZstdCompressor().compress(data), "zstd", 5000) == data
+    assert decode_content(data, None, 10) == data  # identity: the wire cap applies, not this
+    for enc, blob in (
+        ("gzip", gzip.compress(data)),
+        ("zstd", zstandard.ZstdCompressor().compress(data)),
+    ):
+        with pytest.raises(ProblemError) as e:
+            decode_content(blob, enc, 4999)
+        assert e.value.status == 413
+    with pytest.raises(ProblemError) as e:
+        decode_content(gzip.compress(data) + b"junk", "gzip", 10_000)
+    assert e.value.status == 400
+    assert field_of("Expected `str`, got `int` - at `$.a[0].b`") == "$.a[0].b"
+    assert field_of("Object contains unknown field `x` - at `$.sel`") == "$.sel.x"
+    assert field_of("Object contains unknown field `x`") == "$.x"
+    assert field_of("invalid cron expression 'x': bad") == "$.cron"
+
+
+def test_settings_from_toml_file_env_and_secret_references(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HMAC2", "other")
+    (tmp_path / "hmac").write_text("s3cret\n")
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(
+        'audience = "scheduler"\nrequired_modes = ["dpop"]\n'
+        '[[webhooks]]\nname = "feedser"\nkind = "feedser"\ntenants = ["acme"]\n'
+        f'hmac_secrets = ["file:{tmp_path / "hmac"}", "env:HMAC2"]\n'
+    )
+    s = settings.load(
+        {
+            settings.ENV_FILE: str(cfg),
+            "STREAMPROC_GATEWAY_LEEWAY_S": "5",
+            "STREAMPROC_GATEWAY_ISSUER": "https://a",
+            "STREAMPROC_GATEWAY_ISSUER_KEY": "k1=" + "A" * 43,
+        }
+    )
+    assert s.required_modes == ["dpop"] and s.leeway_s == 5 and s.issuers[0].keys[0].kid == "k1"
+    assert [settings.resolve_ref(x) for x in s.webhooks[0].hmac_secrets] == ["s3cret", "other"]
+    for bad, why in [
+        ('[[webhooks]]\nname="f"\nkind="feedser"\ntenants=[]\nhmac_secrets=["x"]\n', "length"),
+        (
+            '[[webhooks]]\nname="f"\nkind="feedser"\ntenants=["Bad.T"]\nhmac_secrets=["x"]\n',
+            "invalid tenant",
+        ),
+        ('[[webhooks]]\nname="f"\nkind="feedser"\ntenants=["a"]\n', "needs hmac_secrets"),
+        ("surprise = 1\n", "unknown field"),
+        ('required_modes = ["basic"]\n', "required_modes"),
+    ]:
+        cfg.write_text(bad)
+        with pytest.raises(settings.GatewayConfigError, match=why):
+            settings.load({settings.ENV_FILE: str(cfg)})
+    with pytest.raises(settings.GatewayConfigError, match="secret file"):
+        settings.resolve_ref(f"file:{tmp_path / 'missing'}")
+
+
+def test_token_cli_keygen_issue_and_proof(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    tokens_cli.register(parser.add_subparsers(dest="cmd"))
+
+    def run(*argv: str) -> str:
+        args = parser.parse_args(list(argv))
+        assert args.fn(args) == 0
+        return capsys.readouterr().out
+
+    out = run("token", "keygen", "--out", str(tmp_path / "issuer.json"), "--kid", "dev")
+    assert oct((tmp_path / "issuer.json").stat().st_mode)[-3:] == "600"
+    snippet = json.loads(out[out.index("{") :])
+    run("token", "keygen", "--out", str(tmp_path / "client.json"))
+    tok = run(
+        "token",
+        "issue",
+        "--key",
+        str(tmp_path / "issuer.json"),
+        "--tenant",
+        "acme",
+        "--scope",
+        "scheduler.admin",
+        "--dpop-key",
+        str(tmp_path / "client.json"),
+    ).strip()
+    c = jwt.parse(tok)
+    key = SigningKey(jwt.b64url_decode(json.loads((tmp_path / "issuer.json").read_text())["d"]))
+    assert jwt.verify(c, key.verify_key) and c.header.kid == "dev"
+    claims = json.loads(c.payload)
+    assert claims["tenant"] == "acme" and claims["cnf"]["jkt"] and claims["aud"] == "scheduler"
+    assert snippet["keys"][0]["public_key"] == jwt.b64url(bytes(key.verify_key))
+    proof = run(
+        "token",
+        "dpop-proof",
+        "--key",
+        str(tmp_path / "client.json"),
+        "--htm",
+        "get",
+        "--htu",
+        "http://127.0.0.1/x",
+        "--token",
+        tok,
+        "--nonce",
+        "n1",
+    ).strip()
+    p = jwt.parse(proof)
+    assert (
+        p.header.typ == "dpop+jwt"
+        and jwt.jwk_thumbprint(p.header.jwk or {}) == claims["cnf"]["jkt"]
+    )
+    assert json.loads(p.payload)["htm"] == "GET"
