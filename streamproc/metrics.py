@@ -31,3 +31,95 @@ BATCH_SECONDS = Histogram(
 PUBLISHED = Counter("streamproc_published_events", "Events acknowledged by JetStream", ["result"])
 PUBLISH_RETRIES = Counter("streamproc_publish_retries", "Publishes retried with the same id")
 REPLAY_PROGRESS = Gauge("streamproc_replay_applied_sequence", "Replay position", ["role"])
+
+CHAIN_ENTRIES = Counter(
+    "scheduler_chain_entries", "Audit chain entries appended by the fold", ["tenant"]
+)
+CHAIN_VERIFICATIONS = Counter(
+    "scheduler_chain_verifications", "Audit chain verifications run", ["tenant"]
+)
+CHAIN_VERIFICATION_FAILURES = Counter(
+    "scheduler_chain_verification_failures", "Audit chain verifications that failed", ["tenant"]
+)
+BATCH_SNAPSHOTS = Counter(
+    "scheduler_batch_snapshots", "Signed audit batch snapshots published", ["tenant"]
+)
+
+# ---------------------------------------------------------------- gateway (HTTP API, webhooks)
+HTTP_REQUEST_SECONDS = Histogram(
+    "scheduler_http_request_duration_seconds",
+    "Gateway request latency, by route template, method and status",
+    ["route", "method", "status"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
+)
+SCHEDULER_EVENTS = Counter(
+    "scheduler_events",
+    "Export webhook deliveries by source kind and result (accepted|duplicate|refused|failed)",
+    ["source", "result"],
+)
+
+# ---------------------------------------------------------------- planner and cron
+IMPACT_RESOLVE_SECONDS = Histogram(
+    "scheduler_impact_resolve_seconds",
+    "Impact resolution (index queries, dedupe, onlyIf) of one planned run, by mode",
+    ["mode"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+PLAN_SECONDS = Histogram(
+    "scheduler_plan_seconds",
+    "Planning and publishing one run (run.planned, segments, work items), by mode",
+    ["mode"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+IMAGES_SELECTED = Counter(
+    "scheduler_images_selected", "Images selected by planned runs (after dedupe), by mode", ["mode"]
+)
+JOBS_ENQUEUED = Counter(
+    "scheduler_jobs_enqueued", "Images enqueued in segments by planned runs, by mode", ["mode"]
+)
+RUNS_PLANNED = Counter(
+    "scheduler_runs_planned", "Runs planned, by trigger and degraded", ["trigger", "degraded"]
+)
+PLANNER_BACKLOG = Gauge(
+    "scheduler_planner_backlog_images",
+    "Images spilled over maxJobs and waiting for their next window, per tenant",
+    ["tenant"],
+)
+PLANNER_ERRORS = Counter(
+    "scheduler_planner_errors", "Plans or ticks that failed to publish, by reason", ["reason"]
+)
+CRON_TICKS = Counter(
+    "scheduler_cron_ticks", "Cron ticks by outcome (fired|late|skipped)", ["result"]
+)
+
+# ---------------------------------------------------------------- runner, scanner calls, Notify
+DELTA_IMAGES = Counter(
+    "scheduler_delta_images",
+    "Images whose verdict got worse (a rescan.delta was sent), by highest new severity",
+    ["severity"],
+)
+RATE_LIMITED = Counter(
+    "scheduler_rate_limited",
+    "Scanner calls backed off and retried, by reason (429|5xx|timeout|connection)",
+    ["reason"],
+)
+SEGMENTS = Counter(
+    "scheduler_runner_segments",
+    "Segments handled by runners, by outcome (completed|cancelled|retried|dead_lettered)",
+    ["outcome"],
+)
+SEGMENTS_DEAD_LETTERED = Counter(
+    "scheduler_segments_dead_lettered",
+    "Segments that exhausted max_deliver and were recorded as segment.failed(deadLettered)",
+    ["tenant"],
+)
+VERDICTS = Counter("scheduler_verdicts", "Verdicts recorded by runners", ["status"])
+SCANNER_CALL_SECONDS = Histogram(
+    "scheduler_scanner_call_seconds",
+    "Latency of successful scanner calls",
+    ["endpoint"],
+    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+NOTIFY_MESSAGES = Counter(
+    "scheduler_notify_messages", "Messages published to the Notify stream", ["kind"]
+)
