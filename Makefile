@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/streamproc up
+	$(BIN)/streamproc up --demo
 
 test: $(STAMP) lint
 	$(BIN)/pytest -q
@@ -32,6 +32,7 @@ format: $(STAMP)
 schemas: $(STAMP)
 	$(BIN)/streamproc schemas --out schemas --catalog docs/events.md
 	$(BIN)/python -m streamproc.gateway.openapi --out schemas/openapi.json
+	$(BIN)/python -m streamproc.notify.schemas --out schemas/notify
 	$(BIN)/streamproc streams export --out deploy/nats/streams
 
 bench: $(STAMP)

@@ -187,8 +187,13 @@ async def react_loop(proj: Projector, reactors: list[Reactor], ctx: RoleContext)
     intervals = [r.interval for r in reactors if r.interval]
     tick = min(intervals) if intervals else None
     while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proj.committed.wait(), tick)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the cancellation that
+        # System.close() sends, and the close would hang.
+        try:
+            async with asyncio.timeout(tick):
+                await proj.committed.wait()
+        except TimeoutError:
+            pass
         proj.committed.clear()
         for r in reactors:
             await r.react(ctx)
@@ -200,10 +205,17 @@ def install_stop_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-async def run_roles(settings: Settings, roles: Sequence[str], *, http: bool = True) -> int:
+async def run_roles(
+    settings: Settings, roles: Sequence[str], *, http: bool = True, demo: bool = False
+) -> int:
+    if demo:
+        from streamproc.devsetup import prepare_dev_auth
+
+        dev = prepare_dev_auth(settings)
     system = System(settings, roles, http=http)
     stop = asyncio.Event()
     install_stop_signals(stop)
+    demo_env = None
     try:
         await system.start()
         print(f"streamproc {' '.join(roles)} running (node {settings.node_id})", flush=True)
@@ -215,9 +227,18 @@ async def run_roles(settings: Settings, roles: Sequence[str], *, http: bool = Tr
         if system.http_url:
             for path in ("healthz", "readyz", "metrics"):
                 print(f"  {path:<12} {system.http_url}/{path}", flush=True)
+            if "gateway" in roles:
+                print(f"  API          {system.http_url}/api/v1/scheduler", flush=True)
+        if demo:
+            from streamproc.scanner.demo import seed_demo
+
+            print(dev.guide(system.http_url), flush=True)
+            demo_env = await seed_demo(system)
         print("Press Ctrl-C to stop.", flush=True)
         code = await system.wait(stop)
     finally:
+        if demo_env is not None:
+            await demo_env.close()
         await system.close()
     if code == 0:
         print("streamproc stopped cleanly", flush=True)

@@ -62,7 +62,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from streamproc.app import run_roles
     from streamproc.roles import ROLES
 
-    return _run(run_roles(_settings(args), list(ROLES)))
+    return _run(run_roles(_settings(args), list(ROLES), demo=args.demo))
 
 
 def cmd_role(args: argparse.Namespace) -> int:
@@ -209,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--nats-port", type=int, help="embedded NATS port (default 4222)")
     p.add_argument("--http-port", type=int, help="ops HTTP port (default 8480)")
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="development mode: dev auth keys, the reference scanner and a seeded catalog",
+    )
     p.set_defaults(fn=cmd_up)
 
     p = sub.add_parser("role", help="run one role's projector on its own")
@@ -256,8 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_schemas)
 
     from streamproc.gateway import tokens_cli
+    from streamproc.notify import cli as notify_cli
+    from streamproc.runner import cli as runner_cli
+    from streamproc.scanner import cli as scanner_cli
 
     tokens_cli.register(sub)
+    runner_cli.register(sub, _common)
+    notify_cli.register(sub, _common)
+    scanner_cli.register(sub, _common)  # `scanner` and `feedser export`
     return parser
 
 

@@ -6,13 +6,17 @@ Each capability defines its ``RoleSpec`` next to its code and is registered here
 from __future__ import annotations
 
 from streamproc.gateway.role import GATEWAY
+from streamproc.planner.role import PLANNER
 from streamproc.projection import Projection
 from streamproc.projections.activity import Activity
 from streamproc.reactor import RoleSpec
+from streamproc.runner.role import RUNNER
 
 ROLES: dict[str, RoleSpec] = {
     "activity": RoleSpec([Activity]),
     "gateway": GATEWAY,
+    "planner": PLANNER,
+    "runner": RUNNER,
 }
 
 

@@ -94,6 +94,7 @@ class Gateway:
     def install(self, app: web.Application) -> None:
         """Add the API routes, /openapi.json and the middleware to ``app``."""
         from streamproc.gateway.routes import OPERATIONS, openapi_handler
+        from streamproc.notify.feed_http import add_feed_routes
 
         self._apps.append(app)
         app[GATEWAY] = self
@@ -101,6 +102,12 @@ class Gateway:
         for op in OPERATIONS:
             app.router.add_route(op.method, op.full_path, self._bind(op), name=op.operation_id)
         app.router.add_get("/openapi.json", openapi_handler)
+        add_feed_routes(
+            app,
+            nc=self.ctx.publisher.nc,
+            prefix=self.ctx.settings.prefix,
+            tenant_of=lambda request: self.auth.authenticate(request, "scheduler.read").tenant,
+        )
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
 

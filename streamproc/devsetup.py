@@ -1,0 +1,94 @@
+"""Development authentication for ``streamproc up --demo`` (what ``make run`` starts).
+
+Production gateways take their issuers and webhook secrets from ``STREAMPROC_GATEWAY_CONFIG``
+and answer 401 until they are configured. For a newcomer's first run this writes, once, under
+the data directory: a development token issuer key, a Feedser webhook secret, and a gateway
+configuration that trusts them for tenant ``demo`` (bearer or DPoP tokens), and points the
+process at it — unless a gateway configuration is already given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from nacl.signing import SigningKey
+
+from streamproc.config import Settings
+from streamproc.gateway import jwt
+
+DEMO_TENANT = "demo"
+DEV_ISSUER = "https://authority.dev.local"
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+@dataclass
+class DevAuth:
+    issuer_key: Path | None
+    config: Path | None
+
+    def guide(self, http_url: str) -> str:
+        if self.issuer_key is None:
+            return "  -- gateway: using STREAMPROC_GATEWAY_CONFIG"
+        api = f"{http_url}/api/v1/scheduler"
+        return "\n".join(
+            [
+                "",
+                f"  -- development auth (written to {self.config}):",
+                f"  TOKEN=$(.venv/bin/streamproc token issue --key {self.issuer_key} \\",
+                f"      --tenant {DEMO_TENANT} --scope 'scheduler.admin')",
+                f'  curl -s -H "Authorization: Bearer $TOKEN" {api}/schedules',
+                f'  curl -s -H "Authorization: Bearer $TOKEN" {api}/runs',
+                f"  export STREAMPROC_FEEDSER_SECRET=$(cat {self._secret_path()})",
+            ]
+        )
+
+    def _secret_path(self) -> Path:
+        assert self.config is not None
+        return self.config.with_name("feedser.secret")
+
+
+def prepare_dev_auth(settings: Settings) -> DevAuth:
+    """Create (once) and select the development gateway configuration."""
+    if os.environ.get("STREAMPROC_GATEWAY_CONFIG"):
+        return DevAuth(None, None)
+    base = settings.data_dir.resolve() / "dev"
+    key_file = base / "issuer.jwk"
+    secret_file = base / "feedser.secret"
+    config = base / "gateway.json"
+    if not key_file.exists():
+        key = SigningKey.generate()
+        public = jwt.okp_jwk(key.verify_key)
+        doc = {**public, "d": jwt.b64url(bytes(key)), "kid": uuid.uuid4().hex[:16]}
+        _write_private(key_file, json.dumps({**doc, "iss": DEV_ISSUER}, indent=2) + "\n")
+    if not secret_file.exists():
+        _write_private(secret_file, secrets.token_hex(32) + "\n")
+    key_doc = json.loads(key_file.read_text())
+    gateway = {
+        "issuers": [
+            {"issuer": DEV_ISSUER, "keys": [{"kid": key_doc["kid"], "public_key": key_doc["x"]}]}
+        ],
+        "required_modes": ["bearer", "dpop"],
+        "webhooks": [
+            {
+                "name": "feedser",
+                "kind": "feedser",
+                "tenants": [DEMO_TENANT],
+                "hmac_secrets": [f"file:{secret_file}"],
+            }
+        ],
+    }
+    _write_private(config, json.dumps(gateway, indent=2) + "\n")
+    os.environ["STREAMPROC_GATEWAY_CONFIG"] = str(config)
+    os.environ.setdefault("STREAMPROC_FEEDSER_SECRET", secret_file.read_text().strip())
+    return DevAuth(key_file, config)

@@ -1,0 +1,1 @@
+"""What Notify consumes: the message contract, a durable consumer and the HTTP feed."""

@@ -1,0 +1,122 @@
+"""``streamproc notify tail`` and ``streamproc notify schemas``.
+
+Registered by :mod:`streamproc.cli` with ``notify_cli.register(sub, _common)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from streamproc.config import load
+from streamproc.notify import messages as nm
+
+EXIT_FAIL_CLOSED = 3
+
+
+def register(
+    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    common: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    notify = subparsers.add_parser("notify", help="the Notify side: tail deltas, JSON Schemas")
+    nsub = notify.add_subparsers(dest="notify_command", required=True)
+    p = nsub.add_parser("tail", help="print deltas as they arrive; resumes where it left off")
+    common(p)
+    p.add_argument("--tenant", help="one tenant (default: all tenants; NATS only)")
+    p.add_argument("--durable", default="notify-tail", help="durable consumer / checkpoint name")
+    p.add_argument(
+        "--kind", action="append", choices=nm.KINDS,
+        help="message kinds (repeatable; default rescan.delta)",
+    )  # fmt: skip
+    p.add_argument("--http", metavar="URL", help="follow the gateway's HTTP feed instead of NATS")
+    p.add_argument("--token", help="bearer token for --http (default $STREAMPROC_TOKEN)")
+    p.add_argument("--state", help="checkpoint file for --http (default DATA/notify/NAME.json)")
+    p.add_argument("--once", action="store_true", help="stop once caught up")
+    p.add_argument("--json", action="store_true", help="print the raw JSON messages")
+    p.set_defaults(fn=cmd_tail)
+    p = nsub.add_parser("schemas", help="write the Notify JSON Schemas")
+    p.add_argument("--out", default="schemas/notify")
+    p.set_defaults(fn=cmd_schemas)
+
+
+def cmd_schemas(args: argparse.Namespace) -> int:
+    from streamproc.notify.schemas import write_all
+
+    for path in write_all(Path(args.out)):
+        print(path)
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from streamproc.notify.consumer import render
+
+    settings = load(
+        {
+            "data_dir": getattr(args, "data_dir", None),
+            "nats_url": getattr(args, "nats_url", None),
+            "prefix": getattr(args, "prefix", None),
+        }
+    )
+    kinds = args.kind or ["rescan.delta"]
+
+    def show(msg: nm.AnyMessage, seq: int) -> None:
+        print(nm.encode(msg).decode() if args.json else render(msg, seq), flush=True)
+
+    if args.http:
+        from streamproc.notify.http_tail import FeedClosed, HttpTail
+
+        if len(kinds) != 1:
+            print("streamproc: --http follows one --kind", file=sys.stderr)
+            return 2
+        state = Path(args.state or settings.data_dir / "notify" / f"{args.durable}.json")
+        tail = HttpTail(
+            args.http, state, kind=kinds[0], token=args.token or os.environ.get("STREAMPROC_TOKEN"),
+            out=show,
+        )  # fmt: skip
+        try:
+            uvloop.run(tail.run(once=args.once))
+        except FeedClosed as exc:
+            print(f"streamproc: notify tail stopped (fail closed): {exc}", file=sys.stderr)
+            return EXIT_FAIL_CLOSED
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    if not settings.nats_url:
+        print("streamproc: notify tail needs --nats-url (or NATS_URL), or --http", file=sys.stderr)
+        return 2
+    return int(uvloop.run(_tail_nats(settings.nats_url, settings.prefix, args, kinds, show)))
+
+
+async def _tail_nats(
+    url: str,
+    prefix: str,
+    args: argparse.Namespace,
+    kinds: list[str],
+    show: Callable[[nm.AnyMessage, int], None],
+) -> int:
+    from streamproc.bus.connect import connect
+    from streamproc.notify.consumer import NotifyConsumer
+
+    nc = await connect(url)
+    try:
+        async with NotifyConsumer(
+            nc, durable=args.durable, prefix=prefix, tenant=args.tenant, kinds=kinds
+        ) as feed:
+            while True:
+                batch = await feed.fetch(timeout=1.0)
+                if not batch and args.once:
+                    return 0
+                for msg, seq, reply in batch:
+                    show(msg, seq)
+                    await feed.ack(reply)  # after printing: a restart resumes after it
+                await asyncio.sleep(0)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        await nc.close()

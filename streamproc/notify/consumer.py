@@ -1,0 +1,123 @@
+"""A Notify-side consumer for embedding: a durable JetStream consumer on the Notify stream
+that hands each message to you and acknowledges it only after your handler returned, so a
+restarted consumer resumes exactly where it left off (at-least-once; de-duplicate by
+``message.id`` if your effect is not idempotent).
+
+    async with NotifyConsumer(nc, durable="pager", tenant="acme") as feed:
+        async for msg, seq in feed:
+            print(msg.kind, msg.image_digest)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from streamproc.bus import jsapi
+from streamproc.bus.fastclient import FastClient
+from streamproc.bus.pull import PullLoop
+from streamproc.bus.streams import stream_names
+from streamproc.notify import messages as nm
+
+NS = 1_000_000_000
+
+
+class NotifyConsumer:
+    def __init__(
+        self,
+        nc: FastClient,
+        *,
+        durable: str,
+        prefix: str = "scheduler",
+        tenant: str | None = None,
+        kinds: Sequence[str] = ("rescan.delta",),
+        ack_wait_s: float = 30.0,
+        batch: int = 100,
+    ) -> None:
+        for k in kinds:
+            if k not in nm.KINDS:
+                raise ValueError(f"unknown Notify kind {k!r}; kinds: {', '.join(nm.KINDS)}")
+        self.nc = nc
+        self.durable = durable
+        self.stream = stream_names(prefix)[2]
+        self.subjects = [nm.subject(prefix, tenant or "*", k) for k in kinds]
+        self.ack_wait_s = ack_wait_s
+        self.batch = batch
+        self._pull: PullLoop | None = None
+
+    async def start(self) -> NotifyConsumer:
+        config: dict[str, Any] = {
+            "durable_name": self.durable,
+            "ack_policy": "explicit",
+            "ack_wait": int(self.ack_wait_s * NS),
+            "deliver_policy": "all",
+            "max_ack_pending": self.batch * 4,
+        }
+        if len(self.subjects) == 1:
+            config["filter_subject"] = self.subjects[0]
+        else:
+            config["filter_subjects"] = self.subjects
+        await jsapi.create_consumer(self.nc, self.stream, config)
+        self._pull = await PullLoop(self.nc, self.stream, self.durable, batch=self.batch).start()
+        return self
+
+    async def close(self) -> None:
+        if self._pull is not None:
+            await self._pull.close()
+            self._pull = None
+
+    async def __aenter__(self) -> NotifyConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def fetch(self, timeout: float = 1.0) -> list[tuple[nm.AnyMessage, int, bytes]]:
+        """Messages received so far as (message, stream sequence, ack subject)."""
+        assert self._pull is not None, "start() first"
+        out = []
+        for seq, _subject, data, reply in await self._pull.next_batch(self.batch, timeout):
+            out.append((nm.decode(data), seq, reply))
+        return out
+
+    async def ack(self, reply: bytes) -> None:
+        await self.nc.publish(reply.decode(), b"+ACK")
+
+    async def __aiter__(self) -> AsyncIterator[tuple[nm.AnyMessage, int]]:
+        """Yields each message; it is acknowledged when the loop asks for the next one."""
+        while True:
+            batch = await self.fetch()
+            if not batch:
+                await asyncio.sleep(0)
+                continue
+            for msg, seq, reply in batch:
+                yield msg, seq
+                await self.ack(reply)
+
+
+def render(msg: nm.AnyMessage, seq: int | None = None) -> str:
+    """One line per message, for ``streamproc notify tail``."""
+    head = f"{seq:>8} " if seq is not None else ""
+    if isinstance(msg, nm.RescanDelta):
+        top = ", ".join(
+            f"{f.vuln_id}({f.severity}{',KEV' if f.kev else ''})" for f in msg.top_findings
+        )
+        kev = f" KEV {','.join(msg.kev_hits)}" if msg.kev_hits else ""
+        return (
+            f"{head}{msg.ts} {msg.tenant} rescan.delta run={msg.run_id} {msg.image_digest[:19]} "
+            f"+{msg.new_criticals} critical +{msg.new_high} high{kev}: {top}"
+        )
+    if isinstance(msg, nm.ReportReady):
+        return (
+            f"{head}{msg.ts} {msg.tenant} report.ready run={msg.run_id} "
+            f"{msg.image_digest[:19]} unchanged ({msg.new_findings} below the notify rule)"
+        )
+    vulns = "; ".join(
+        f"{v.vuln_id}{' KEV' if v.kev else ''} {v.severity} x{v.image_count}"
+        for v in msg.vulnerabilities[:10]
+    )
+    return (
+        f"{head}{msg.ts} {msg.tenant} run.summary run={msg.run_id} {msg.state} "
+        f"deltas={msg.totals.deltas}: {vulns or 'no new findings'}"
+    )

@@ -1,0 +1,141 @@
+"""The Notify contract: the messages on ``SCHEDULER_NOTIFY`` and how they are identified.
+
+Three kinds, one subject each per tenant: ``<prefix>.notify.<tenant>.rescan.delta`` (an
+image's verdict got worse and matched the schedule's notify rule), ``….report.ready`` (an
+image was re-evaluated and nothing notable changed), ``….run.summary`` (once per finished
+run: per vulnerability, the images newly affected, KEV first). Every message carries ``id``,
+which is also its ``Nats-Msg-Id``, derived from its cause (the verdict, or the run), so a
+re-emission is dropped by JetStream and recognisable by consumers. JSON Schemas in
+``schemas/notify/`` are generated from these Structs (``python -m streamproc.notify.schemas``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+from streamproc.ids import derive_id
+
+SCHEMA_VERSION = 1
+KINDS = ("rescan.delta", "report.ready", "run.summary")
+Kind = Literal["rescan.delta", "report.ready", "run.summary"]
+Count = Annotated[int, Meta(ge=0)]
+Severity = Literal["low", "medium", "high", "critical"]
+
+
+class Message(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """Base: every message says what it is, whose it is and which contract version."""
+
+    id: str
+    schema: int = SCHEMA_VERSION
+    tenant: str
+    run_id: str
+    ts: str
+    """RFC 3339 UTC time of the cause (the verdict's or the run's HLC physical time)."""
+
+
+class TopFinding(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    purl: str
+    vuln_id: str
+    severity: Severity
+    kev: bool = False
+    link: str | None = None
+
+
+class Attestation(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    uuid: str
+    verified: bool = False
+
+
+class RescanDelta(Message, kw_only=True, tag="rescan.delta", tag_field="kind"):
+    image_digest: str
+    verdict_id: str
+    schedule_ids: list[str] = []
+    new_criticals: Count = 0
+    new_high: Count = 0
+    kev_hits: list[str] = []
+    top_findings: list[TopFinding] = []
+    report_url: str | None = None
+    attestation: Attestation | None = None
+
+
+class SeverityCounts(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    critical: Count = 0
+    high: Count = 0
+    medium: Count = 0
+    low: Count = 0
+
+
+class ReportReady(Message, kw_only=True, tag="report.ready", tag_field="kind"):
+    image_digest: str
+    verdict_id: str
+    findings: SeverityCounts = msgspec.field(default_factory=SeverityCounts)
+    new_findings: Count = 0
+    """New findings below the notify rule's threshold (0 for a true no-change report)."""
+    report_url: str | None = None
+
+
+class VulnImages(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    vuln_id: str
+    severity: Severity
+    kev: bool = False
+    image_count: Count = 0
+    images: list[str] = []
+    truncated: bool = False
+
+
+class RunTotals(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    candidates: Count = 0
+    completed: Count = 0
+    failed: Count = 0
+    cancelled: Count = 0
+    deltas: Count = 0
+    new_criticals: Count = 0
+
+
+class RunSummary(Message, kw_only=True, tag="run.summary", tag_field="kind"):
+    state: Literal["completed", "cancelled", "error"]
+    totals: RunTotals = msgspec.field(default_factory=RunTotals)
+    vulnerabilities: list[VulnImages] = []
+    """KEV first, then by severity, then by the number of images."""
+
+
+AnyMessage = RescanDelta | ReportReady | RunSummary
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AnyMessage)  # type: ignore[arg-type]
+
+
+def encode(msg: AnyMessage) -> bytes:
+    return _encoder.encode(msg)
+
+
+def decode(data: bytes) -> AnyMessage:
+    return _decoder.decode(data)  # type: ignore[no-any-return]
+
+
+def kind_of(msg: AnyMessage) -> str:
+    return msg.__struct_config__.tag  # type: ignore[return-value]
+
+
+def subject(prefix: str, tenant: str, kind: str) -> str:
+    return f"{prefix}.notify.{tenant}.{kind}"
+
+
+def image_message_id(verdict_id: str) -> str:
+    """Per-image messages (``rescan.delta`` or ``report.ready``) derive from the verdict."""
+    return derive_id(verdict_id, "notify")
+
+
+def summary_id(run_id: str) -> str:
+    return derive_id(run_id, "summary")
+
+
+def iso(ms: int) -> str:
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )

@@ -1,0 +1,137 @@
+"""From export payloads to change keys, and from pending exports to coalesced groups.
+
+Pure functions: the projection uses the first half inside its fold, the reactor and the
+tests the second. Coalescing is decided by the exports' own HLC times and ids — never by
+when the planner happened to look — so the same pending exports always form the same runs
+with the same ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from streamproc.events import payloads as p
+from streamproc.ids import derive_id
+from streamproc.planner.records import CRITICAL, KEV, ExportRecord, Source
+
+
+@dataclass(frozen=True)
+class KeyChange:
+    """The change of one export as keys: all of them, and which are KEV or critical."""
+
+    keys: list[str]
+    kev_keys: list[str] = field(default_factory=list)
+    critical_keys: list[str] = field(default_factory=list)
+    kev_vulns: list[str] = field(default_factory=list)
+
+
+def feedser_change(x: p.FeedserExport) -> tuple[KeyChange, dict[str, int]]:
+    """Keys named by a Feedser export, plus the KEV/critical flags of the vulns it names."""
+    kev_ids = set(x.kev)
+    flags: dict[str, int] = dict.fromkeys(kev_ids, KEV)
+    keys = set(x.changed_product_keys)
+    kev_keys: set[str] = set()
+    critical: set[str] = set()
+    for a in x.advisories:
+        keys.update(a.product_keys)
+        f = (KEV if a.kev or a.vuln_id in kev_ids else 0) | (
+            CRITICAL if a.severity == "critical" else 0
+        )
+        if f:
+            flags[a.vuln_id] = flags.get(a.vuln_id, 0) | f
+        if f & KEV:
+            kev_keys.update(a.product_keys)
+        if f & CRITICAL:
+            critical.update(a.product_keys)
+    kev_vulns = kev_ids | {a.vuln_id for a in x.advisories if a.kev}
+    change = KeyChange(sorted(keys), sorted(kev_keys), sorted(critical), sorted(kev_vulns))
+    return change, flags
+
+
+def vexer_change(x: p.VexerExport, vuln_flags: Callable[[str], int]) -> KeyChange:
+    """Keys of the changed claims; a claim on a KEV or critical vuln tags its key."""
+    keys: set[str] = set()
+    kev_keys: set[str] = set()
+    critical: set[str] = set()
+    for c in x.changed_claims:
+        keys.add(c.product_key)
+        f = vuln_flags(c.vuln_id)
+        if f & KEV:
+            kev_keys.add(c.product_key)
+        if f & CRITICAL:
+            critical.add(c.product_key)
+    return KeyChange(sorted(keys), sorted(kev_keys), sorted(critical))
+
+
+@dataclass(frozen=True)
+class Changes:
+    """The union of several exports' changes: what an event-driven run resolves."""
+
+    keys: frozenset[str] = frozenset()
+    kev_keys: frozenset[str] = frozenset()
+    critical_keys: frozenset[str] = frozenset()
+    kev_vulns: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, exports: Iterable[ExportRecord]) -> Changes:
+        keys: set[str] = set()
+        kev: set[str] = set()
+        crit: set[str] = set()
+        vulns: set[str] = set()
+        for e in exports:
+            keys.update(e.keys)
+            kev.update(e.kev_keys)
+            crit.update(e.critical_keys)
+            vulns.update(e.kev_vulns)
+        return cls(frozenset(keys), frozenset(kev), frozenset(crit), frozenset(vulns))
+
+
+def export_run_id(tenant: str, export_ids: Iterable[str]) -> str:
+    """``derive_id("run", tenant, *sorted export ids)``: same exports, same run."""
+    return derive_id("run", tenant, *sorted(export_ids))
+
+
+@dataclass(frozen=True)
+class ExportGroup:
+    """Exports of one tenant and source coalesced into one run."""
+
+    tenant: str
+    source: Source
+    exports: tuple[ExportRecord, ...]
+    start_ms: int
+    due_ms: int
+
+    @property
+    def export_ids(self) -> list[str]:
+        return sorted(e.export_id for e in self.exports)
+
+    @property
+    def run_id(self) -> str:
+        return export_run_id(self.tenant, self.export_ids)
+
+    @property
+    def latest(self) -> ExportRecord:
+        return max(self.exports, key=lambda e: (e.ms, e.export_id))
+
+
+def coalesce(pending: Sequence[ExportRecord], debounce_ms: int) -> list[ExportGroup]:
+    """Group pending exports of one tenant and source by HLC time.
+
+    Ordered by (HLC physical ms, export id), the first export opens a window of
+    ``debounce_ms``; every export stamped within it joins; the next one opens the next
+    window. A group is due when its window has closed (``due_ms``).
+    """
+    ordered = sorted(pending, key=lambda e: (e.ms, e.export_id))
+    groups: list[ExportGroup] = []
+    i = 0
+    while i < len(ordered):
+        first = ordered[i]
+        end = first.ms + debounce_ms
+        j = i + 1
+        while j < len(ordered) and ordered[j].ms <= end:
+            j += 1
+        members = tuple(ordered[i:j])
+        groups.append(ExportGroup(first.tenant, first.source, members, first.ms, end))
+        i = j
+    return groups

@@ -1,0 +1,216 @@
+"""The planner's export projection: exports awaiting their debounce window, which run claimed
+which export, the per-tenant cursors, and the KEV/critical flags of vulns.
+
+A storm of deliveries of one export id folds once: later copies are rejected as
+``duplicate_export``. An export is *pending* until a ``run.requested`` naming it is folded
+(the run claims it); when that run's ``run.planned`` is folded, the cursors advance in the
+same batch, and once a run chain spills nothing more the export's keys are released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+import msgspec
+
+from streamproc.events import payloads as p
+from streamproc.events.envelope import Envelope
+from streamproc.planner import records as r
+from streamproc.planner.changes import KeyChange, feedser_change, vexer_change
+from streamproc.projection import Projection, Rejection, Table, Tx
+from streamproc.state.store import Store
+
+EXPORTS_CF = "pl_exports"
+CLAIMS_CF = "pl_claims"
+CURSORS_CF = "pl_cursors"
+VULNS_CF = "pl_vulns"
+
+
+def _refs(req: p.RunRequested) -> list[tuple[r.Source, str]]:
+    reason = req.reason
+    feedser: list[tuple[r.Source, str]] = [("feedser", x) for x in reason.feedser_export_ids]
+    vexer: list[tuple[r.Source, str]] = [("vexer", x) for x in reason.vexer_export_ids]
+    return sorted(set(feedser + vexer))
+
+
+class PlannerExports(Projection):
+    name: ClassVar[str] = "pl_exports"
+    kinds: ClassVar[frozenset[str]] = frozenset(
+        {"export.feedser", "export.vexer", "run.requested", "run.planned", "run.cancel_requested"}
+    )
+    families: ClassVar[tuple[str, ...]] = (EXPORTS_CF, CLAIMS_CF, CURSORS_CF, VULNS_CF)
+
+    def __init__(self) -> None:
+        self.pending: dict[tuple[str, r.Source], dict[str, r.ExportRecord]] = {}
+        """Unclaimed exports by (tenant, source), then export id."""
+        self.cursors: dict[str, r.Cursor] = {}
+        self._store: Store | None = None
+
+    def open(self, store: Store) -> None:
+        self._store = store
+        self.pending.clear()
+        self.cursors.clear()
+        for _, v in store.scan(EXPORTS_CF):
+            e = r.decode_export(v)
+            if e.run_id is None:
+                self.pending.setdefault((e.tenant, e.source), {})[e.export_id] = e
+        for k, v in store.scan(CURSORS_CF):
+            self.cursors[k.decode()] = r.decode_cursor(v)
+
+    # ------------------------------------------------------------------ reading
+
+    def exports(self, tenant: str, refs: Iterable[tuple[r.Source, str]]) -> list[r.ExportRecord]:
+        """Committed records of the named exports (unknown ones are skipped)."""
+        assert self._store is not None
+        out = []
+        for source, export_id in refs:
+            raw = self._store.get(EXPORTS_CF, r.key(tenant, source, export_id))
+            if raw is not None:
+                out.append(r.decode_export(raw))
+        return out
+
+    def exports_of(self, tenant: str, req: p.RunRequested) -> list[r.ExportRecord]:
+        return self.exports(tenant, _refs(req))
+
+    def cursor(self, tenant: str) -> r.Cursor:
+        return self.cursors.get(tenant) or r.Cursor()
+
+    # ------------------------------------------------------------------ folding
+
+    def fold(self, tx: Tx, event: Envelope) -> None:
+        kind = event.kind
+        if kind == "export.feedser" or kind == "export.vexer":
+            self._export(tx, event)
+        elif kind == "run.requested":
+            self._claim(tx, event.tenant, event.payload)
+        elif kind == "run.planned":
+            self._planned(tx, event.tenant, event.payload)
+        else:
+            self._release(tx, tx.table(EXPORTS_CF), event.tenant, event.payload.run_id)
+
+    def _export(self, tx: Tx, event: Envelope) -> None:
+        pl = event.payload
+        t = event.tenant
+        source: r.Source = "feedser" if event.kind == "export.feedser" else "vexer"
+        table = tx.table(EXPORTS_CF)
+        k = r.key(t, source, pl.export_id)
+        if table.get(k) is not None:
+            raise Rejection("duplicate_export", f"{source} export {pl.export_id} already folded")
+        vulns = tx.table(VULNS_CF)
+        change: KeyChange
+        if isinstance(pl, p.FeedserExport):
+            change, flags = feedser_change(pl)
+            for vuln, f in sorted(flags.items()):
+                vk = r.key(t, vuln)
+                old = vulns.get(vk)
+                merged = f | (old[0] if old else 0)
+                if old is None or merged != old[0]:
+                    vulns.put(vk, bytes([merged]))
+        else:
+
+            def flags_of(vuln: str) -> int:
+                raw = vulns.get(r.key(t, vuln))
+                return raw[0] if raw else 0
+
+            change = vexer_change(pl, flags_of)
+        rec = r.ExportRecord(
+            export_id=pl.export_id,
+            source=source,
+            tenant=t,
+            ms=r.physical_ms(event.hlc),
+            hlc=event.hlc,
+            event_id=event.id,
+            keys=change.keys,
+            kev_keys=change.kev_keys,
+            critical_keys=change.critical_keys,
+            kev_vulns=change.kev_vulns,
+        )
+        table.put(k, r.encode(rec))
+        self.pending.setdefault((t, source), {})[pl.export_id] = rec
+
+    def _claim(self, tx: Tx, tenant: str, req: p.RunRequested) -> None:
+        refs = _refs(req)
+        if not refs:
+            return
+        table = tx.table(EXPORTS_CF)
+        claims = tx.table(CLAIMS_CF)
+        ck = r.key(tenant, req.run_id)
+        if claims.get(ck) is not None:
+            return  # a repeated request of the same run claims nothing new
+        for source, export_id in refs:
+            k = r.key(tenant, source, export_id)
+            raw = table.get(k)
+            if raw is None:
+                continue
+            rec = r.decode_export(raw)
+            if rec.run_id is None:
+                table.put(k, r.encode(msgspec.structs.replace(rec, run_id=req.run_id)))
+                group = self.pending.get((tenant, source))
+                if group is not None:
+                    group.pop(export_id, None)
+                    if not group:
+                        del self.pending[(tenant, source)]
+        claims.put(ck, r.encode([f"{s}\x00{x}" for s, x in refs]))
+
+    def _claimed(self, claims: Table, tenant: str, run_id: str) -> list[tuple[r.Source, str]]:
+        raw = claims.get(r.key(tenant, run_id))
+        if raw is None:
+            return []
+        out: list[tuple[r.Source, str]] = []
+        for item in r.decode_strs(raw):
+            source, _, export_id = item.partition("\x00")
+            out.append(("feedser" if source == "feedser" else "vexer", export_id))
+        return out
+
+    def _planned(self, tx: Tx, tenant: str, pl: p.RunPlanned) -> None:
+        table = tx.table(EXPORTS_CF)
+        refs = self._claimed(tx.table(CLAIMS_CF), tenant, pl.run_id)
+        if not refs:
+            return
+        cur = self.cursor(tenant)
+        new = cur
+        for source, export_id in refs:
+            raw = table.get(r.key(tenant, source, export_id))
+            if raw is None:
+                continue
+            e = r.decode_export(raw)
+            if source == "feedser" and (e.ms, e.export_id) > (
+                new.feedser_ms,
+                new.feedser_last_export_id or "",
+            ):
+                new = msgspec.structs.replace(
+                    new, feedser_last_export_id=e.export_id, feedser_ms=e.ms
+                )
+            if source == "vexer" and (e.ms, e.export_id) > (
+                new.vexer_ms,
+                new.vexer_last_export_id or "",
+            ):
+                new = msgspec.structs.replace(new, vexer_last_export_id=e.export_id, vexer_ms=e.ms)
+        if new != cur:
+            tx.table(CURSORS_CF).put(tenant.encode(), r.encode(new))
+            self.cursors[tenant] = new
+        if pl.stats.spilled == 0:
+            self._release(tx, table, tenant, pl.run_id)
+        else:  # the chain's last run releases the keys; the cursors have advanced already
+            tx.table(CLAIMS_CF).delete(r.key(tenant, pl.run_id))
+
+    def _release(self, tx: Tx, table: Table, tenant: str, run_id: str) -> None:
+        """The run (chain) is done with these exports: drop their keys, keep their ids."""
+        claims = tx.table(CLAIMS_CF)
+        for source, export_id in self._claimed(claims, tenant, run_id):
+            k = r.key(tenant, source, export_id)
+            raw = table.get(k)
+            if raw is None:
+                continue
+            e = r.decode_export(raw)
+            if not e.released and e.run_id is not None:
+                slim = msgspec.structs.replace(
+                    e, keys=[], kev_keys=[], critical_keys=[], kev_vulns=[], released=True
+                )
+                table.put(k, r.encode(slim))
+        claims.delete(r.key(tenant, run_id))
+
+    def discard(self) -> None:
+        if self._store is not None:
+            self.open(self._store)

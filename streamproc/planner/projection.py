@@ -1,0 +1,348 @@
+"""The planner's projections: schedules as it needs them, run markers with the spill backlog,
+and the last report time per image. (Exports and cursors live in :mod:`.exports`.)
+
+Each keeps a memory mirror of its table for the reactors, changed only after the fold has
+decided to apply an event, written in ``flush`` and reloaded from the store on ``discard``.
+Folds read only the event and the state: the event's own HLC is its time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import ClassVar
+
+import msgspec
+from msgspec import UNSET
+
+from streamproc.events import payloads as p
+from streamproc.events.envelope import Envelope
+from streamproc.ids import derive_id
+from streamproc.planner import records as r
+from streamproc.projection import Projection, Rejection, Tx
+from streamproc.state.store import Store
+
+SCHEDULES_CF = "pl_schedules"
+RUNS_CF = "pl_runs"
+BACKLOG_CF = "pl_backlog"
+RECENT_CF = "pl_recent"
+"""Planned runs by planning time (8-byte ms, then tenant and run id): the restart check."""
+REPORTS_CF = "pl_reports"
+_PATCH = ("cron", "timezone", "mode", "selection", "only_if", "limits", "subscriptions")
+
+
+def parse_utc_ms(text: str | None) -> int | None:
+    """``reason.scheduledFor`` (ISO 8601 with an offset) as UTC ms; None if absent or bad."""
+    if not text:
+        return None
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        return None
+    return round(dt.timestamp() * 1000)
+
+
+def spill_run_id(root_run_id: str, offset: int) -> str:
+    """The continuation that plans a run's surplus from image ``offset`` of its cause."""
+    return derive_id(root_run_id, "spill", offset)
+
+
+class PlannerSchedules(Projection):
+    """Schedules by tenant, with the cron anchor and the latest tick fired."""
+
+    name: ClassVar[str] = "pl_schedules"
+    kinds: ClassVar[frozenset[str]] = frozenset(
+        {
+            "schedule.created",
+            "schedule.updated",
+            "schedule.paused",
+            "schedule.resumed",
+            "schedule.deleted",
+            "run.requested",
+        }
+    )
+    families: ClassVar[tuple[str, ...]] = (SCHEDULES_CF,)
+
+    def __init__(self) -> None:
+        self.by_tenant: dict[str, dict[str, r.ScheduleView]] = {}
+        self._dirty: set[tuple[str, str]] = set()
+        self._store: Store | None = None
+
+    def open(self, store: Store) -> None:
+        self._store = store
+        self.by_tenant.clear()
+        for _, v in store.scan(SCHEDULES_CF):
+            s = r.decode_schedule(v)
+            self.by_tenant.setdefault(s.tenant, {})[s.id] = s
+
+    def get(self, tenant: str, schedule_id: str) -> r.ScheduleView | None:
+        return self.by_tenant.get(tenant, {}).get(schedule_id)
+
+    def for_tenant(self, tenant: str) -> list[r.ScheduleView]:
+        return [s for _, s in sorted(self.by_tenant.get(tenant, {}).items())]
+
+    def all(self) -> Iterator[r.ScheduleView]:
+        for t in sorted(self.by_tenant):
+            yield from self.for_tenant(t)
+
+    def fold(self, tx: Tx, event: Envelope) -> None:
+        pl = event.payload
+        kind = event.kind
+        if kind == "run.requested":
+            self._tick(event.tenant, pl)
+            return
+        cur = self.get(event.tenant, pl.schedule_id)
+        nxt = self._next(cur, event)
+        self.by_tenant.setdefault(event.tenant, {})[nxt.id] = nxt
+        self._dirty.add((event.tenant, nxt.id))
+
+    def _next(self, cur: r.ScheduleView | None, event: Envelope) -> r.ScheduleView:
+        """The next state (a new object: the mirror changes only once this returns)."""
+        kind, pl, ms = event.kind, event.payload, r.physical_ms(event.hlc)
+        if kind == "schedule.created":
+            if cur is not None:
+                raise Rejection("schedule_exists", f"schedule {cur.id} already exists")
+            return r.ScheduleView(
+                id=pl.schedule_id,
+                tenant=event.tenant,
+                cron=pl.cron,
+                timezone=pl.timezone,
+                mode=pl.mode,
+                selection=pl.selection,
+                only_if=pl.only_if,
+                limits=pl.limits,
+                subscriptions=list(pl.subscriptions),
+                paused=not pl.enabled,
+                active_since_ms=ms,
+            )
+        if cur is None or cur.deleted:
+            raise Rejection("unknown_schedule", f"{kind} for a schedule that does not exist")
+        if kind == "schedule.updated":
+            changes = {f: getattr(pl, f) for f in _PATCH if getattr(pl, f) is not UNSET}
+            if "subscriptions" in changes:
+                changes["subscriptions"] = list(changes["subscriptions"])
+            moved = any(f in changes and changes[f] != getattr(cur, f) for f in _PATCH[:2])
+            if moved:  # a new cron or zone: ticks of the old one are not owed
+                changes["active_since_ms"] = max(cur.active_since_ms, ms)
+            return msgspec.structs.replace(cur, **changes)
+        if kind == "schedule.paused":
+            if cur.paused:
+                raise Rejection("already_paused", f"schedule {cur.id} is already paused")
+            return msgspec.structs.replace(cur, paused=True)
+        if kind == "schedule.resumed":
+            if not cur.paused:
+                raise Rejection("not_paused", f"schedule {cur.id} is not paused")
+            # Ticks that fell into the pause are not owed either.
+            return msgspec.structs.replace(
+                cur, paused=False, active_since_ms=max(cur.active_since_ms, ms)
+            )
+        return msgspec.structs.replace(cur, deleted=True)  # schedule.deleted
+
+    def _tick(self, tenant: str, req: p.RunRequested) -> None:
+        if req.trigger != "cron" or req.schedule_id is None:
+            return
+        cur = self.get(tenant, req.schedule_id)
+        at = parse_utc_ms(req.reason.scheduled_for)
+        if cur is None or at is None or (cur.last_fired_ms or -1) >= at:
+            return
+        self.by_tenant[tenant][cur.id] = msgspec.structs.replace(cur, last_fired_ms=at)
+        self._dirty.add((tenant, cur.id))
+
+    def flush(self, tx: Tx) -> None:
+        table = tx.table(SCHEDULES_CF)
+        for tenant, sid in sorted(self._dirty):
+            table.put(r.key(tenant, sid), r.encode(self.by_tenant[tenant][sid]))
+        self._dirty.clear()
+
+    def discard(self) -> None:
+        self._dirty.clear()
+        if self._store is not None:
+            self.open(self._store)
+
+
+class PlannerRuns(Projection):
+    """Requested runs (pending until planned or cancelled), planned markers, the backlog."""
+
+    name: ClassVar[str] = "pl_runs"
+    kinds: ClassVar[frozenset[str]] = frozenset(
+        {"run.requested", "run.planned", "run.cancel_requested"}
+    )
+    families: ClassVar[tuple[str, ...]] = (RUNS_CF, BACKLOG_CF, RECENT_CF)
+
+    def __init__(self) -> None:
+        self.pending: dict[tuple[str, str], r.RunRecord] = {}
+        self.backlog: dict[tuple[str, str], r.Backlog] = {}
+        self._store: Store | None = None
+
+    def open(self, store: Store) -> None:
+        self._store = store
+        self.pending.clear()
+        self.backlog.clear()
+        for _, v in store.scan(RUNS_CF):
+            rec = r.decode_run(v)
+            if rec.state == "requested":
+                self.pending[(rec.tenant, rec.run_id)] = rec
+        for _, v in store.scan(BACKLOG_CF):
+            b = r.decode_backlog(v)
+            self.backlog[(b.tenant, b.run_id)] = b
+
+    def record(self, tenant: str, run_id: str) -> r.RunRecord | None:
+        assert self._store is not None
+        raw = self._store.get(RUNS_CF, r.key(tenant, run_id))
+        return None if raw is None else r.decode_run(raw)
+
+    def is_settled(self, tenant: str, run_id: str) -> bool:
+        """Planned or cancelled: nothing more to plan for this run id."""
+        rec = self.record(tenant, run_id)
+        return rec is not None and rec.state != "requested"
+
+    def planned_since(self, ms: int) -> Iterator[r.RunRecord]:
+        """Runs planned at or after ``ms`` (HLC time of their ``run.planned``), oldest first."""
+        assert self._store is not None
+        for k, _ in self._store.scan(RECENT_CF, start=max(ms, 0).to_bytes(8, "big")):
+            tenant, run_id = r.split(k[8:])
+            rec = self.record(tenant, run_id)
+            if rec is not None and rec.state == "planned":
+                yield rec
+
+    def backlog_images(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in self.backlog.values():
+            out[b.tenant] = out.get(b.tenant, 0) + b.spilled
+        return out
+
+    def fold(self, tx: Tx, event: Envelope) -> None:
+        pl = event.payload
+        t = event.tenant
+        table = tx.table(RUNS_CF)
+        k = r.key(t, pl.run_id)
+        raw = table.get(k)
+        cur = None if raw is None else r.decode_run(raw)
+        ms = r.physical_ms(event.hlc)
+        if event.kind == "run.requested":
+            if cur is not None:
+                raise Rejection("run_exists", f"run {pl.run_id} was already requested")
+            b = self.backlog.get((t, pl.run_id))
+            rec = r.RunRecord(
+                run_id=pl.run_id,
+                tenant=t,
+                event_id=event.id,
+                hlc=event.hlc,
+                ms=ms,
+                request=pl,
+                offset=b.offset if b else 0,
+                root_run_id=b.root_run_id if b else None,
+                cause_ms=b.cause_ms if b else ms,
+            )
+            table.put(k, r.encode(rec))
+            if b is not None:
+                tx.table(BACKLOG_CF).delete(k)
+                del self.backlog[(t, pl.run_id)]
+            self.pending[(t, pl.run_id)] = rec
+        elif event.kind == "run.planned":
+            self._planned(tx, cur, event, pl, ms)
+        else:
+            self._cancel(tx, cur, t, pl.run_id)
+
+    def _planned(
+        self, tx: Tx, cur: r.RunRecord | None, event: Envelope, pl: p.RunPlanned, ms: int
+    ) -> None:
+        t = event.tenant
+        if cur is not None and cur.state == "planned":
+            raise Rejection("already_planned", f"run {pl.run_id} was already planned")
+        if cur is None:  # planned elsewhere without a request we saw: still a marker
+            cur = r.RunRecord(run_id=pl.run_id, tenant=t, event_id=event.id, hlc=event.hlc, ms=ms)
+        was_cancelled = cur.state == "cancelled"
+        rec = msgspec.structs.replace(
+            cur, state="planned", stats=pl.stats, planned_ms=ms, segments=list(pl.segments)
+        )
+        tx.table(RUNS_CF).put(r.key(t, pl.run_id), r.encode(rec))
+        tx.table(RECENT_CF).put(ms.to_bytes(8, "big") + r.key(t, pl.run_id), b"")
+        self.pending.pop((t, pl.run_id), None)
+        if pl.stats.spilled > 0 and cur.request is not None and not was_cancelled:
+            root = cur.root_run_id or cur.run_id
+            offset = cur.offset + pl.stats.queued
+            b = r.Backlog(
+                run_id=spill_run_id(root, offset),
+                tenant=t,
+                parent_run_id=pl.run_id,
+                root_run_id=root,
+                request=cur.request,
+                offset=offset,
+                spilled=pl.stats.spilled,
+                planned_ms=ms,
+                cause_ms=cur.cause_ms or cur.ms,
+            )
+            tx.table(BACKLOG_CF).put(r.key(t, b.run_id), r.encode(b))
+            self.backlog[(t, b.run_id)] = b
+
+    def _cancel(self, tx: Tx, cur: r.RunRecord | None, tenant: str, run_id: str) -> None:
+        if cur is not None and cur.state == "requested":
+            rec = msgspec.structs.replace(cur, state="cancelled")
+            tx.table(RUNS_CF).put(r.key(tenant, run_id), r.encode(rec))
+            self.pending.pop((tenant, run_id), None)
+        for key, b in sorted(self.backlog.items()):  # the rest of a spill chain goes too
+            if b.tenant == tenant and run_id in (b.parent_run_id, b.root_run_id):
+                tx.table(BACKLOG_CF).delete(r.key(tenant, b.run_id))
+                del self.backlog[key]
+
+    def discard(self) -> None:
+        if self._store is not None:
+            self.open(self._store)
+
+
+def _report_flags(v: p.VerdictRecorded) -> int:
+    findings = (*v.top_findings, *v.findings)
+    kev = bool(v.kev_hits) or any(f.kev for f in findings)
+    crit = v.new_criticals > 0 or any(f.severity == "critical" for f in findings)
+    return (r.KEV if kev else 0) | (r.CRITICAL if crit else 0)
+
+
+class LastReports(Projection):
+    """Per tenant and digest: when its last report was made (HLC ms) and whether it had KEV
+    or critical findings — for ``onlyIf.lastReportOlderThanDays`` and nightly ordering."""
+
+    name: ClassVar[str] = "pl_reports"
+    kinds: ClassVar[frozenset[str]] = frozenset({"verdict.recorded"})
+    families: ClassVar[tuple[str, ...]] = (REPORTS_CF,)
+
+    def __init__(self) -> None:
+        self.by_tenant: dict[str, dict[str, tuple[int, int]]] = {}
+        self._dirty: set[tuple[str, str]] = set()
+        self._store: Store | None = None
+
+    def open(self, store: Store) -> None:
+        self._store = store
+        self.by_tenant.clear()
+        for k, v in store.scan(REPORTS_CF):
+            tenant, digest = r.split(k)
+            self.by_tenant.setdefault(tenant, {})[digest] = (int.from_bytes(v[:8], "big"), v[8])
+
+    def get(self, tenant: str) -> Mapping[str, tuple[int, int]]:
+        return self.by_tenant.get(tenant, {})
+
+    def fold(self, tx: Tx, event: Envelope) -> None:
+        v = event.payload
+        if v.status != "ok":
+            return  # a failed evaluation is not a report
+        ms = r.physical_ms(event.hlc)
+        reports = self.by_tenant.setdefault(event.tenant, {})
+        prev = reports.get(v.digest)
+        if prev is not None and prev[0] > ms:
+            return
+        reports[v.digest] = (ms, _report_flags(v))
+        self._dirty.add((event.tenant, v.digest))
+
+    def flush(self, tx: Tx) -> None:
+        table = tx.table(REPORTS_CF)
+        for tenant, digest in sorted(self._dirty):
+            ms, flags = self.by_tenant[tenant][digest]
+            table.put(r.key(tenant, digest), ms.to_bytes(8, "big") + bytes([flags]))
+        self._dirty.clear()
+
+    def discard(self) -> None:
+        self._dirty.clear()
+        if self._store is not None:
+            self.open(self._store)

@@ -1,0 +1,134 @@
+"""What the planner's projections store, and how it is keyed.
+
+Records are msgpack (compact, fast) and are only ever written by folds; the reactors read
+them, never write. Keys start with the tenant and a NUL so one tenant's keys form one range.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from streamproc.events import payloads as p
+
+SEP = b"\x00"
+Source = Literal["feedser", "vexer"]
+RunState = Literal["requested", "planned", "cancelled"]
+
+KEV = 1
+CRITICAL = 2
+"""Flag bits of a vuln (from Feedser advisories) and of an image's last report."""
+
+
+def key(tenant: str, *parts: str) -> bytes:
+    return SEP.join([tenant.encode(), *(x.encode() for x in parts)])
+
+
+def split(k: bytes) -> list[str]:
+    return [x.decode() for x in k.split(SEP)]
+
+
+def physical_ms(hlc: str) -> int:
+    """Wall-clock part of an HLC stamp: the event's own time, so folds stay pure."""
+    return int(hlc.split(":", 1)[0])
+
+
+class ScheduleView(msgspec.Struct, kw_only=True):
+    """A schedule as the planner needs it: what to select, limits, and the cron anchor."""
+
+    id: str
+    tenant: str
+    cron: str
+    timezone: str
+    mode: p.Mode = "analysis-only"
+    selection: p.Selection = msgspec.field(default_factory=p.Selection)
+    only_if: p.OnlyIf = msgspec.field(default_factory=p.OnlyIf)
+    limits: p.Limits = msgspec.field(default_factory=p.Limits)
+    subscriptions: list[str] = []
+    paused: bool = False
+    deleted: bool = False
+    active_since_ms: int = 0
+    """Cron ticks at or before this are never fired: creation, resume, cron or zone change."""
+    last_fired_ms: int | None = None
+    """The latest cron tick (UTC ms) a ``run.requested`` was folded for."""
+
+    @property
+    def active(self) -> bool:
+        return not (self.paused or self.deleted)
+
+
+class ExportRecord(msgspec.Struct, kw_only=True):
+    """One export (by id) of a tenant and source, with its change normalised to keys."""
+
+    export_id: str
+    source: Source
+    tenant: str
+    ms: int
+    hlc: str
+    event_id: str
+    keys: list[str] = []
+    kev_keys: list[str] = []
+    critical_keys: list[str] = []
+    kev_vulns: list[str] = []
+    """KEV vuln ids, mapped to product keys through the index's vuln map at plan time."""
+    run_id: str | None = None
+    """The run that claimed it (its ``run.requested`` was folded); None while pending."""
+    released: bool = False
+    """Planned completely: keys dropped, only the id is kept (so a re-delivery is ignored)."""
+
+
+class Cursor(msgspec.Struct, kw_only=True):
+    """The latest export of each source that a planned run covers (``impact_cursors``)."""
+
+    feedser_last_export_id: str | None = None
+    feedser_ms: int = 0
+    vexer_last_export_id: str | None = None
+    vexer_ms: int = 0
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    """A requested run and whether it is planned: the marker that makes planning once-only."""
+
+    run_id: str
+    tenant: str
+    event_id: str
+    hlc: str
+    ms: int
+    state: RunState = "requested"
+    request: p.RunRequested | None = None
+    offset: int = 0
+    """Images of the cause that earlier runs of the spill chain already queued."""
+    root_run_id: str | None = None
+    cause_ms: int = 0
+    """The "now" its plan uses: this request's HLC ms, or its spill chain root's."""
+    stats: p.RunStats | None = None
+    planned_ms: int = 0
+    segments: list[p.SegmentRef] = []
+    """The plan's segment refs: what a restart re-enqueues if the work items may be lost."""
+
+
+class Backlog(msgspec.Struct, kw_only=True):
+    """A run's surplus over ``maxJobs``, waiting to be planned as a continuation run."""
+
+    run_id: str
+    """The continuation's id: ``derive_id(root, "spill", offset)``."""
+    tenant: str
+    parent_run_id: str
+    root_run_id: str
+    request: p.RunRequested
+    """The root request: the continuation plans the same cause from ``offset`` on."""
+    offset: int
+    spilled: int
+    planned_ms: int
+    cause_ms: int
+
+
+_enc = msgspec.msgpack.Encoder()
+encode = _enc.encode
+decode_schedule = msgspec.msgpack.Decoder(ScheduleView).decode
+decode_export = msgspec.msgpack.Decoder(ExportRecord).decode
+decode_cursor = msgspec.msgpack.Decoder(Cursor).decode
+decode_run = msgspec.msgpack.Decoder(RunRecord).decode
+decode_backlog = msgspec.msgpack.Decoder(Backlog).decode
+decode_strs = msgspec.msgpack.Decoder(list[str]).decode

@@ -1,0 +1,149 @@
+"""Planner settings, read from the environment with defaults (the shared Settings stay lean).
+
+Every knob, its variable and default (also in ``docs/planning.md``):
+
+- ``STREAMPROC_PLANNER_DEBOUNCE_S`` (30): exports of one tenant and source whose HLC times fall
+  within this window of the first one become one run (0: every export plans on its own).
+- ``STREAMPROC_PLANNER_SEGMENT_SIZE`` (500): most images per segment (1..10000).
+- ``STREAMPROC_PLANNER_DEFAULT_RATE`` (50): images/s of a run whose schedules set no
+  ``limits.ratePerSecond``.
+- ``STREAMPROC_PLANNER_DEFAULT_PARALLELISM`` (8): shards of a run without ``limits.parallelism``.
+- ``STREAMPROC_PLANNER_DEFAULT_MAX_JOBS`` (50000): images per run without ``limits.maxJobs``.
+- ``STREAMPROC_PLANNER_USAGE_ONLY`` (1): event-driven resolution counts only packages used by
+  an entrypoint (schedules carry no per-schedule flag yet; this is the default for all).
+- ``STREAMPROC_PLANNER_SPILL_DELAY_S`` (300): the "next window": a run's surplus over
+  ``maxJobs`` is planned as a continuation run this long after the run was planned.
+- ``STREAMPROC_PLANNER_MISSED_TICKS`` (latest): cron ticks missed while down: ``latest`` fires
+  the latest one once, ``none`` fires none, ``all-capped`` fires each, at most the cap.
+- ``STREAMPROC_PLANNER_MISSED_TICKS_CAP`` (10): most ticks fired at once by ``all-capped``.
+- ``STREAMPROC_PLANNER_CLOCK_SKEW_S`` (60): a tick this late is still on time (not missed).
+- ``STREAMPROC_PLANNER_DEGRADED_MAX_JOBS`` (10000): images per event-driven run while the
+  impact index is not warm (only KEV and critical keys are resolved then).
+- ``STREAMPROC_PLANNER_TENANT_RATE`` (200): images/s of one tenant's leaky bucket.
+- ``STREAMPROC_PLANNER_REGISTRY_RATE`` (20): images/s per registry host (content-refresh).
+- ``STREAMPROC_PLANNER_BURST_S`` (1): a bucket holds this many seconds of its rate as burst.
+- ``STREAMPROC_PLANNER_MAX_RUNS_PER_PASS`` (16): runs planned per reactor pass, taken
+  round-robin across tenants (the rest wait for the next pass).
+- ``STREAMPROC_PLANNER_PREVIEW_SAMPLE`` (20): sample digests returned by a preview.
+- ``STREAMPROC_PLANNER_RECOVERY_WINDOW_S`` (3300): at start, runs planned this recently get
+  their work items re-enqueued from the event log (a crash may have cut publishing short).
+  Must stay below the work stream's duplicate window (1 h), so the re-sends de-duplicate.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+import msgspec
+
+from streamproc.config import ConfigError
+
+MissedTicks = Literal["latest", "none", "all-capped"]
+
+ENV = {
+    "debounce_s": "STREAMPROC_PLANNER_DEBOUNCE_S",
+    "segment_size": "STREAMPROC_PLANNER_SEGMENT_SIZE",
+    "default_rate": "STREAMPROC_PLANNER_DEFAULT_RATE",
+    "default_parallelism": "STREAMPROC_PLANNER_DEFAULT_PARALLELISM",
+    "default_max_jobs": "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS",
+    "usage_only": "STREAMPROC_PLANNER_USAGE_ONLY",
+    "spill_delay_s": "STREAMPROC_PLANNER_SPILL_DELAY_S",
+    "missed_ticks": "STREAMPROC_PLANNER_MISSED_TICKS",
+    "missed_ticks_cap": "STREAMPROC_PLANNER_MISSED_TICKS_CAP",
+    "clock_skew_s": "STREAMPROC_PLANNER_CLOCK_SKEW_S",
+    "degraded_max_jobs": "STREAMPROC_PLANNER_DEGRADED_MAX_JOBS",
+    "tenant_rate": "STREAMPROC_PLANNER_TENANT_RATE",
+    "registry_rate": "STREAMPROC_PLANNER_REGISTRY_RATE",
+    "burst_s": "STREAMPROC_PLANNER_BURST_S",
+    "max_runs_per_pass": "STREAMPROC_PLANNER_MAX_RUNS_PER_PASS",
+    "preview_sample": "STREAMPROC_PLANNER_PREVIEW_SAMPLE",
+    "recovery_window_s": "STREAMPROC_PLANNER_RECOVERY_WINDOW_S",
+}
+
+
+class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
+    debounce_s: float = 30.0
+    segment_size: int = 500
+    default_rate: int = 50
+    default_parallelism: int = 8
+    default_max_jobs: int = 50_000
+    usage_only: bool = True
+    spill_delay_s: float = 300.0
+    missed_ticks: MissedTicks = "latest"
+    missed_ticks_cap: int = 10
+    clock_skew_s: float = 60.0
+    degraded_max_jobs: int = 10_000
+    tenant_rate: int = 200
+    registry_rate: int = 20
+    burst_s: float = 1.0
+    max_runs_per_pass: int = 16
+    preview_sample: int = 20
+    recovery_window_s: float = 3300.0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.debounce_s >= 0, f"debounce {self.debounce_s} s: must be >= 0"),
+            (1 <= self.segment_size <= 10_000, f"segment size {self.segment_size}: 1..10000"),
+            (self.default_rate >= 1, f"default rate {self.default_rate}: must be >= 1"),
+            (
+                1 <= self.default_parallelism <= 1024,
+                f"default parallelism {self.default_parallelism}: 1..1024",
+            ),
+            (self.default_max_jobs >= 1, f"default max jobs {self.default_max_jobs}: >= 1"),
+            (self.spill_delay_s >= 0, f"spill delay {self.spill_delay_s} s: must be >= 0"),
+            (self.missed_ticks_cap >= 1, f"missed ticks cap {self.missed_ticks_cap}: >= 1"),
+            (self.clock_skew_s >= 0, f"clock skew {self.clock_skew_s} s: must be >= 0"),
+            (self.degraded_max_jobs >= 1, f"degraded max jobs {self.degraded_max_jobs}: >= 1"),
+            (self.tenant_rate >= 1, f"tenant rate {self.tenant_rate}: must be >= 1"),
+            (self.registry_rate >= 1, f"registry rate {self.registry_rate}: must be >= 1"),
+            (self.burst_s > 0, f"burst {self.burst_s} s: must be > 0"),
+            (self.max_runs_per_pass >= 1, f"max runs per pass {self.max_runs_per_pass}: >= 1"),
+            (self.preview_sample >= 0, f"preview sample {self.preview_sample}: must be >= 0"),
+            (
+                0 <= self.recovery_window_s < 3600,
+                f"recovery window {self.recovery_window_s} s: 0..3599 (below the work "
+                f"stream's 1 h duplicate window)",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(f"planner {message}")
+
+    @property
+    def debounce_ms(self) -> int:
+        return round(self.debounce_s * 1000)
+
+    @property
+    def spill_delay_ms(self) -> int:
+        return round(self.spill_delay_s * 1000)
+
+    @property
+    def clock_skew_ms(self) -> int:
+        return round(self.clock_skew_s * 1000)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def load(env: Mapping[str, str] | None = None, **overrides: object) -> PlannerSettings:
+    """Planner settings from ``env`` (default: the process environment), then ``overrides``."""
+    env = os.environ if env is None else env
+    raw: dict[str, object] = {}
+    for field, var in ENV.items():
+        value = env.get(var, "").strip()
+        if not value:
+            continue
+        if field == "usage_only":
+            if value.lower() not in _TRUE | _FALSE:
+                raise ConfigError(f"{var}={value!r}: use 1/0, true/false, yes/no or on/off")
+            raw[field] = value.lower() in _TRUE
+        else:
+            raw[field] = value
+    raw.update(overrides)
+    try:
+        return msgspec.convert(raw, PlannerSettings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"planner settings: {exc}") from None

@@ -1,0 +1,169 @@
+"""The ``runner`` role: the runner projection, segment workers and run completion.
+
+Register it in :mod:`streamproc.roles` as ``"runner": RUNNER``. The workers start with the
+role's reactor (the first time it runs) and stop with it: they consume the work queue, the
+max-deliveries advisory (dead letters of segments whose last runner died) and call the
+scanner; the reactor also finishes runs whose segments are all accounted for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import Any, ClassVar
+
+import msgspec
+
+from streamproc import metrics
+from streamproc.bus.streams import stream_names
+from streamproc.config import Settings
+from streamproc.events import payloads as p
+from streamproc.events.envelope import EventError, decode, new_event
+from streamproc.ids import derive_id
+from streamproc.reactor import Reactor, RoleContext, RoleSpec
+from streamproc.runner.completion import Completer
+from streamproc.runner.scanner_client import ScannerClient
+from streamproc.runner.segment import SegmentRunner
+from streamproc.runner.settings import RunnerSettings
+from streamproc.runner.settings import load as load_runner_settings
+from streamproc.runner.state import RunnerState
+from streamproc.runner.workqueue import MaxDeliveries, WorkQueue, delete_message, get_message
+
+log = logging.getLogger(__name__)
+
+
+class Workers:
+    """The running part of a runner: work queue, worker tasks, dead-letter listener."""
+
+    def __init__(self, ctx: RoleContext, settings: RunnerSettings) -> None:
+        self.ctx = ctx
+        self.s = settings
+        nc = ctx.publisher.nc
+        self.work_stream = stream_names(ctx.settings.prefix)[1]
+        self.queue = WorkQueue(nc, ctx.settings.prefix, self.work_stream, settings)
+        self.client = ScannerClient(
+            settings.scanner_url,
+            timeout_s=settings.call_timeout_s,
+            attempts=settings.call_attempts,
+            backoff_base_s=settings.backoff_base_s,
+            backoff_cap_s=settings.backoff_cap_s,
+            budget_s=settings.call_budget_s,
+            connections=settings.workers * settings.inflight + 8,
+        )
+        runner_id = f"{ctx.settings.node_id}-{os.getpid()}"
+        self.segments = SegmentRunner(ctx, settings, self.client, self.queue, runner_id)
+        self.tasks: list[asyncio.Task[None]] = []
+        self._advisories: Any = None
+
+    async def start(self) -> None:
+        await self.queue.start()
+        nc = self.ctx.publisher.nc
+        self._advisories = await nc.subscribe(
+            f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self.work_stream}.*",
+            cb=self._on_max_deliveries,
+        )
+        for i in range(self.s.workers):
+            self.tasks.append(asyncio.create_task(self._work(), name=f"runner-worker-{i}"))
+
+    async def _work(self) -> None:
+        while True:
+            item = await self.queue.next()
+            try:
+                await self.segments.handle(item)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Not acked: the segment is redelivered after ack_wait (and dead-lettered
+                # after max_deliver); this worker goes on with the next one.
+                log.exception("segment %s (seq %d) failed", item.subject, item.stream_seq)
+
+    async def _on_max_deliveries(self, msg: Any) -> None:
+        """A segment whose last delivery was never answered (its runner died): record it
+        as dead-lettered, then drop the work item (its content stays in the event log)."""
+        try:
+            adv = msgspec.json.decode(msg.data, type=MaxDeliveries)
+            got = await get_message(self.ctx.publisher.nc, self.work_stream, adv.stream_seq)
+            if got is None:
+                return
+            env = decode(got[1])
+            seg = env.payload
+            if not isinstance(seg, p.SegmentEnqueued):
+                return
+            failed = p.SegmentFailed(
+                segment_id=seg.segment_id,
+                run_id=seg.run_id,
+                reason=f"max deliveries ({adv.deliveries}) exhausted without an answer",
+                deliveries=adv.deliveries,
+                dead_lettered=True,
+            )
+            event = new_event(
+                "segment.failed", env.tenant, failed, self.ctx.clock.now(),
+                event_id=derive_id(env.id, "dead-lettered"), causation_id=env.id,
+                correlation_id=seg.run_id,
+            )  # fmt: skip
+            await self.ctx.publisher.publish_event(event)
+            metrics.SEGMENTS.labels("dead_lettered").inc()
+            metrics.SEGMENTS_DEAD_LETTERED.labels(env.tenant).inc()
+            await delete_message(self.ctx.publisher.nc, self.work_stream, adv.stream_seq)
+        except (msgspec.DecodeError, EventError) as exc:
+            log.error("max-deliveries advisory not handled: %s", exc)
+
+    def failure(self) -> BaseException | None:
+        for t in self.tasks:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                return t.exception()
+        return None
+
+    async def close(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        if self._advisories is not None:
+            with contextlib.suppress(Exception):
+                await self._advisories.unsubscribe()
+        await self.queue.close()
+        await self.client.close()
+
+
+class RunnerReactor(Reactor):
+    interval: ClassVar[float | None] = 0.2
+
+    def __init__(self, settings: Settings, runner: RunnerSettings | None = None) -> None:
+        self.settings = settings
+        self.runner = runner or load_runner_settings()
+        self.workers: Workers | None = None
+        self.completer = Completer()
+
+    async def react(self, ctx: RoleContext) -> None:
+        if self.workers is None:
+            self.workers = Workers(ctx, self.runner)
+            await self.workers.start()
+            current = asyncio.current_task()
+            if current is not None:  # the workers live and die with the reactor loop
+                workers = self.workers
+                current.add_done_callback(lambda _t: _close_soon(workers))
+        failure = self.workers.failure()
+        if failure is not None:
+            raise failure
+        await self.completer.check(ctx)
+
+
+def _close_soon(workers: Workers) -> None:
+    for t in workers.tasks:
+        t.cancel()
+    if workers.client._pool is not None:
+        workers.client._pool.close_now()
+    with contextlib.suppress(RuntimeError):
+        asyncio.get_running_loop().create_task(workers.close())
+
+
+def make_runner(runner: RunnerSettings | None = None) -> RoleSpec:
+    """A runner role with fixed settings (tests, benches) instead of the environment's."""
+    return RoleSpec([RunnerState], [lambda s: RunnerReactor(s, runner)])
+
+
+RUNNER = RoleSpec([RunnerState], [lambda s: RunnerReactor(s)])

@@ -1,0 +1,416 @@
+"""Running one segment: ``segment.started`` → per image a verdict (and its Notify message)
+→ ``segment.completed``, or a failed attempt that is redelivered, or a dead letter.
+
+Exactly one ``verdict.recorded`` per (run, image), even across crashes: before starting, the
+runner waits until its projection has folded the event log up to its head, then skips the
+images that already have a verdict in this run; every id it emits is derived from its cause
+(``derive_id(run, digest, "verdict")`` …), so whatever a killed runner had in flight is
+de-duplicated by JetStream when the redelivered segment emits it again; and the scanner is
+called with ``Idempotency-Key = derive_id(run, digest, "scan")``. An image's Notify message
+is published *before* its verdict: the verdict's presence then proves the message was stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from streamproc import metrics
+from streamproc.bus import jsapi
+from streamproc.events import payloads as p
+from streamproc.events.envelope import Envelope, EventError, decode, new_event
+from streamproc.hlc import ClockSkewError, Timestamp
+from streamproc.ids import derive_id
+from streamproc.notify import messages as nm
+from streamproc.reactor import RoleContext
+from streamproc.runner.delta import Delta, FindingKey, combine_rules, matches
+from streamproc.runner.scanner_client import ImageFailed, ScannerClient, ScannerUnavailable
+from streamproc.runner.settings import RunnerSettings
+from streamproc.runner.state import Reader, RunRec
+from streamproc.runner.workqueue import WorkItem, WorkQueue
+
+log = logging.getLogger(__name__)
+_OK = metrics.VERDICTS.labels("ok")
+_FAILED = metrics.VERDICTS.labels("failed")
+
+
+def verdict_id(run_id: str, digest: str) -> str:
+    return derive_id(run_id, digest, "verdict")
+
+
+def scan_key(run_id: str, digest: str) -> str:
+    return derive_id(run_id, digest, "scan")
+
+
+class TokenBucket:
+    """The segment's ``ratePerSecond``: calls start no faster than this on average."""
+
+    def __init__(self, rate: int | None) -> None:
+        self.rate = rate
+        self.tokens = float(rate or 0)
+        self.at = time.monotonic()
+
+    async def take(self) -> None:
+        if not self.rate:
+            return
+        while True:
+            now = time.monotonic()
+            self.tokens = min(float(self.rate), self.tokens + (now - self.at) * self.rate)
+            self.at = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
+            await asyncio.sleep((1 - self.tokens) / self.rate)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return round(s[min(len(s) - 1, int(q * len(s)))], 3)
+
+
+@dataclass
+class Outcome:
+    ok: int = 0
+    failed: int = 0
+    retries: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+
+class SegmentRunner:
+    """Processes segments for one runner process (shared by its worker tasks)."""
+
+    def __init__(
+        self,
+        ctx: RoleContext,
+        settings: RunnerSettings,
+        client: ScannerClient,
+        queue: WorkQueue,
+        runner_id: str,
+    ) -> None:
+        self.ctx = ctx
+        self.s = settings
+        self.client = client
+        self.queue = queue
+        self.runner_id = runner_id
+        self.reader = Reader(ctx.store)
+        self.prefix = ctx.settings.prefix
+        self.recent: OrderedDict[tuple[str, str], list[FindingKey]] = OrderedDict()
+        """Findings this process recorded last per image: the projection may not have
+        folded them yet when the same image comes up again in the next run."""
+
+    # ------------------------------------------------------------------ helpers
+
+    def _stamp(self) -> Timestamp:
+        return self.ctx.clock.now()
+
+    async def _emit(self, kind: str, tenant: str, payload: p.Payload, eid: str, cause: str) -> None:
+        event = new_event(
+            kind, tenant, payload, self._stamp(), event_id=eid, causation_id=cause,
+            correlation_id=getattr(payload, "run_id", None),
+        )  # fmt: skip
+        await self.ctx.publisher.publish_event(event)
+
+    async def _sync(self) -> None:
+        """Wait until the projection reflects the event log's current head."""
+        info = await jsapi.stream_info(self.ctx.publisher.nc, self.ctx.settings.events_stream)
+        if info is not None and info.state.last_seq > self.ctx.applied():
+            await self.ctx.wait_for(info.state.last_seq, self.s.sync_timeout_s)
+
+    def _previous(self, tenant: str, digest: str) -> list[FindingKey] | None:
+        hit = self.recent.get((tenant, digest))
+        return hit if hit is not None else self.reader.previous(tenant, digest)
+
+    def _remember(self, tenant: str, digest: str, findings: list[FindingKey]) -> None:
+        self.recent[(tenant, digest)] = findings
+        self.recent.move_to_end((tenant, digest))
+        while len(self.recent) > 100_000:
+            self.recent.popitem(last=False)
+
+    def _rule(self, tenant: str, run: RunRec | None) -> tuple[p.NotifyRule, int | None]:
+        rules, caps = [], []
+        for sid in run.schedule_ids if run else ():
+            r = self.reader.rule(tenant, sid)
+            if r is not None:
+                rules.append(r.notify)
+                if r.limits.parallelism:
+                    caps.append(r.limits.parallelism)
+        return combine_rules(rules), min(caps) if caps else None
+
+    # ------------------------------------------------------------------ one segment
+
+    async def handle(self, item: WorkItem) -> None:
+        try:
+            env = decode(item.data)
+            if env.kind != "segment.enqueued" or env.tenant != item.tenant:
+                raise EventError("not_a_segment", f"{env.kind} for {env.tenant} on {item.subject}")
+        except EventError as exc:
+            log.error(
+                "work item %s (seq %d) is not a segment: %s", item.subject, item.stream_seq, exc
+            )
+            metrics.SEGMENTS.labels("invalid").inc()
+            await self.queue.term(item)
+            return
+        with contextlib.suppress(ClockSkewError):
+            self.ctx.clock.receive(env.hlc)
+        seg = env.payload
+        run = self.reader.run(env.tenant, seg.run_id)
+        if item.deliveries > 1 or run is None or not run.planned:
+            # A redelivery must see every verdict already recorded (to skip them), and a
+            # segment needs its run's plan and rules: wait until the projection has the head.
+            try:
+                await self._sync()
+            except TimeoutError:
+                await self.queue.nak(item, 1.0)  # our projection is behind: try shortly
+                return
+        await self._run_segment(item, env, seg)
+
+    async def _run_segment(self, item: WorkItem, env: Envelope, seg: p.SegmentEnqueued) -> None:
+        tenant, run_id, sid = env.tenant, seg.run_id, seg.segment_id
+        run = self.reader.run(tenant, run_id)
+        if run is not None and (run.terminal or sid in run.done):
+            await self.queue.ack(item)  # already accounted for: a late redelivery
+            return
+        prior = Outcome()
+        todo: list[str] = []
+        for d in seg.digests:
+            v = self.reader.verdict(tenant, run_id, d)
+            if v is None:
+                todo.append(d)
+            elif v.status == "ok":
+                prior.ok += 1
+            else:
+                prior.failed += 1
+        if run is not None and run.cancel_requested:
+            await self._finish(item, env, seg, prior, Outcome(), len(todo), 0.0)
+            metrics.SEGMENTS.labels("cancelled").inc()
+            return
+        t0 = time.perf_counter()
+        started = p.SegmentStarted(
+            segment_id=sid, run_id=run_id, runner=self.runner_id, attempt=item.deliveries
+        )
+        await self._emit("segment.started", tenant, started, derive_id(env.id, "started",
+                         item.deliveries), env.id)  # fmt: skip
+        rule, cap = self._rule(tenant, run)
+        cancelled = asyncio.Event()
+        heart = asyncio.create_task(self._heartbeat(item, tenant, run_id, cancelled))
+        out = Outcome()
+        try:
+            left = await self._images(
+                env, seg, todo, rule, run, cap or self.s.inflight, cancelled, out
+            )
+        except ScannerUnavailable as exc:
+            await self._attempt_failed(item, env, seg, str(exc))
+            return
+        finally:
+            heart.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heart
+        await self._finish(item, env, seg, prior, out, left, time.perf_counter() - t0)
+        metrics.SEGMENTS.labels("cancelled" if left else "completed").inc()
+
+    async def _heartbeat(
+        self, item: WorkItem, tenant: str, run_id: str, cancelled: asyncio.Event
+    ) -> None:
+        """``+WPI`` keeps the segment ours; the run's cancel request is checked meanwhile."""
+        beat = self.s.heartbeat_s
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(min(0.25, beat))
+            run = self.reader.run(tenant, run_id)
+            if run is not None and run.cancel_requested:
+                cancelled.set()
+            if time.monotonic() - last >= beat:
+                await self.queue.progress(item)
+                last = time.monotonic()
+
+    async def _images(
+        self,
+        env: Envelope,
+        seg: p.SegmentEnqueued,
+        todo: list[str],
+        rule: p.NotifyRule,
+        run: RunRec | None,
+        width: int,
+        cancelled: asyncio.Event,
+        out: Outcome,
+    ) -> int:
+        """Evaluate ``todo`` with ``width`` calls in flight; returns the images left undone
+        because the run was cancelled. Raises ScannerUnavailable to fail the attempt."""
+        bucket = TokenBucket(seg.rate_per_second)
+        queue = iter(todo)
+        left = len(todo)
+        failure: list[BaseException] = []
+
+        async def lane() -> None:
+            nonlocal left
+            for digest in queue:
+                if cancelled.is_set() or failure:
+                    return
+                await bucket.take()
+                try:
+                    await self._image(env, seg, digest, rule, run, out)
+                except ScannerUnavailable as exc:
+                    failure.append(exc)
+                    return
+                left -= 1
+
+        await asyncio.gather(*(lane() for _ in range(min(width, max(1, len(todo))))))
+        if failure:
+            raise failure[0]
+        return left
+
+    async def _image(
+        self,
+        env: Envelope,
+        seg: p.SegmentEnqueued,
+        digest: str,
+        rule: p.NotifyRule,
+        run: RunRec | None,
+        out: Outcome,
+    ) -> None:
+        tenant, run_id = env.tenant, seg.run_id
+        key = scan_key(run_id, digest)
+        vid = verdict_id(run_id, digest)
+        try:
+            target = digest
+            if seg.mode == "content-refresh":
+                target, extra = await self.client.refresh(digest, key)
+                out.retries += extra
+            report, elapsed, retries = await self.client.report(target, key)
+        except ImageFailed as exc:
+            out.failed += 1
+            verdict = p.VerdictRecorded(
+                run_id=run_id, segment_id=seg.segment_id, digest=digest, status="failed",
+                error=str(exc)[:2000],
+            )  # fmt: skip
+            await self._emit("verdict.recorded", tenant, verdict, vid, env.id)
+            _FAILED.inc()
+            return
+        out.retries += retries
+        out.latencies.append(elapsed * 1000)
+        findings = [
+            p.Finding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity, kev=f.kev, link=f.link)  # type: ignore[arg-type]
+            for f in report.findings
+        ]
+        cves = {
+            f.vuln_id: next((a for a in f.aliases if a.startswith("CVE-")), f.vuln_id)
+            for f in report.findings
+            if f.kev
+        }
+        delta = Delta(self._previous(tenant, digest), findings, cves)
+        stamp = self._stamp()
+        ts = nm.iso(stamp.physical)
+        msg: nm.AnyMessage
+        if delta.positive and matches(delta, rule):
+            msg = nm.RescanDelta(
+                id=nm.image_message_id(vid), tenant=tenant, run_id=run_id, ts=ts,
+                image_digest=digest, verdict_id=vid,
+                schedule_ids=list(run.schedule_ids) if run else [],
+                new_criticals=delta.new_criticals, new_high=delta.new_high,
+                kev_hits=delta.kev_hits,
+                top_findings=[
+                    nm.TopFinding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity,
+                                  kev=f.kev, link=f.link)
+                    for f in delta.top
+                ],
+                report_url=report.report_url,
+                attestation=nm.Attestation(uuid=report.attestation.uuid,
+                                           verified=report.attestation.verified)
+                if report.attestation else None,
+            )  # fmt: skip
+            worst = "critical" if delta.new_criticals else "high" if delta.new_high else "other"
+            metrics.DELTA_IMAGES.labels("kev" if delta.kev_hits else worst).inc()
+        else:
+            counts = nm.SeverityCounts()
+            for f in findings:
+                setattr(counts, f.severity, getattr(counts, f.severity) + 1)
+            msg = nm.ReportReady(
+                id=nm.image_message_id(vid), tenant=tenant, run_id=run_id, ts=ts,
+                image_digest=digest, verdict_id=vid, findings=counts,
+                new_findings=len(delta.new), report_url=report.report_url,
+            )  # fmt: skip
+        kind = nm.kind_of(msg)
+        await self.ctx.publisher.publish(
+            nm.subject(self.prefix, tenant, kind), nm.encode(msg), msg.id
+        )
+        metrics.NOTIFY_MESSAGES.labels(kind).inc()
+        verdict = p.VerdictRecorded(
+            run_id=run_id, segment_id=seg.segment_id, digest=digest, status="ok",
+            new_criticals=delta.new_criticals, new_high=delta.new_high,
+            kev_hits=delta.kev_hits, top_findings=delta.top, findings=findings,
+            report_url=report.report_url,
+        )  # fmt: skip
+        event = new_event(
+            "verdict.recorded", tenant, verdict, stamp, event_id=vid, causation_id=env.id,
+            correlation_id=run_id,
+        )  # fmt: skip
+        await self.ctx.publisher.publish_event(event)
+        self._remember(tenant, digest, [(f.purl, f.vuln_id, f.severity, f.kev) for f in findings])
+        out.ok += 1
+        _OK.inc()
+
+    # ------------------------------------------------------------------ endings
+
+    async def _finish(
+        self,
+        item: WorkItem,
+        env: Envelope,
+        seg: p.SegmentEnqueued,
+        prior: Outcome,
+        out: Outcome,
+        cancelled: int,
+        wall_s: float,
+    ) -> None:
+        done = p.SegmentCompleted(
+            segment_id=seg.segment_id,
+            run_id=seg.run_id,
+            completed=prior.ok + out.ok,
+            failed=prior.failed + out.failed,
+            cancelled=cancelled,
+            usage=p.SegmentUsage(
+                wall_ms=int(wall_s * 1000),
+                scanner_p50_ms=percentile(out.latencies, 0.50),
+                scanner_p95_ms=percentile(out.latencies, 0.95),
+                scanner_p99_ms=percentile(out.latencies, 0.99),
+                retries=out.retries,
+            ),
+        )
+        await self._emit(
+            "segment.completed", env.tenant, done, derive_id(env.id, "completed"), env.id
+        )
+        await self.queue.ack(item)
+
+    async def _attempt_failed(
+        self, item: WorkItem, env: Envelope, seg: p.SegmentEnqueued, reason: str
+    ) -> None:
+        last = item.deliveries >= self.s.max_deliver
+        failed = p.SegmentFailed(
+            segment_id=seg.segment_id,
+            run_id=seg.run_id,
+            reason=reason[:2000] or "scanner unavailable",
+            deliveries=item.deliveries,
+            dead_lettered=last,
+        )
+        eid = (
+            derive_id(env.id, "dead-lettered")
+            if last
+            else derive_id(env.id, "failed", item.deliveries)
+        )
+        await self._emit("segment.failed", env.tenant, failed, eid, env.id)
+        if last:
+            metrics.SEGMENTS.labels("dead_lettered").inc()
+            metrics.SEGMENTS_DEAD_LETTERED.labels(env.tenant).inc()
+            log.error("segment %s of run %s dead-lettered after %d deliveries: %s",
+                      seg.segment_id, seg.run_id, item.deliveries, reason)  # fmt: skip
+            await self.queue.term(item)
+            return
+        metrics.SEGMENTS.labels("retried").inc()
+        backoff = self.s.retry_backoff_s
+        delay = backoff[min(item.deliveries - 1, len(backoff) - 1)] if backoff else 1.0
+        await self.queue.nak(item, delay)

@@ -1,0 +1,63 @@
+"""Runner settings: defaults, then ``STREAMPROC_RUNNER_*`` / ``STREAMPROC_SCANNER_URL``."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from streamproc.config import ConfigError
+
+Positive = Annotated[float, Meta(gt=0)]
+
+
+class RunnerSettings(msgspec.Struct, kw_only=True):
+    scanner_url: str = "http://127.0.0.1:8490"
+    workers: Annotated[int, Meta(ge=1, le=256)] = 2
+    """Segments processed at once by this runner process."""
+    inflight: Annotated[int, Meta(ge=1, le=1024)] = 8
+    """Scanner calls in flight per segment (capped by the schedule's limits.parallelism)."""
+    ack_wait_s: Positive = 30.0
+    """A segment whose runner stops heartbeating is redelivered after this long."""
+    max_deliver: Annotated[int, Meta(ge=1, le=100)] = 5
+    retry_backoff_s: list[float] = msgspec.field(default_factory=lambda: [1.0, 5.0, 15.0, 60.0])
+    """Delay before redelivering a segment whose attempt failed, by attempt number."""
+    call_timeout_s: Positive = 10.0
+    call_attempts: Annotated[int, Meta(ge=1, le=100)] = 8
+    call_budget_s: Positive = 60.0
+    """Time one image may spend retrying transient errors before the attempt fails."""
+    backoff_base_s: Positive = 0.1
+    backoff_cap_s: Positive = 5.0
+    discovery_s: Positive = 1.0
+    idle_poll_s: Positive = 0.1
+    sync_timeout_s: Positive = 10.0
+    """How long a segment waits for this runner's projection to reach the log's head."""
+
+    @property
+    def heartbeat_s(self) -> float:
+        return self.ack_wait_s / 3
+
+
+ENV = {
+    "scanner_url": "STREAMPROC_SCANNER_URL",
+    "workers": "STREAMPROC_RUNNER_WORKERS",
+    "inflight": "STREAMPROC_RUNNER_INFLIGHT",
+    "ack_wait_s": "STREAMPROC_RUNNER_ACK_WAIT_S",
+    "max_deliver": "STREAMPROC_RUNNER_MAX_DELIVER",
+    "call_timeout_s": "STREAMPROC_RUNNER_CALL_TIMEOUT_S",
+    "call_attempts": "STREAMPROC_RUNNER_CALL_ATTEMPTS",
+    "call_budget_s": "STREAMPROC_RUNNER_CALL_BUDGET_S",
+}
+
+
+def load(overrides: dict[str, object] | None = None) -> RunnerSettings:
+    raw: dict[str, object] = {k: os.environ[v] for k, v in ENV.items() if os.environ.get(v)}
+    if os.environ.get("STREAMPROC_RUNNER_RETRY_BACKOFF_S"):
+        raw["retry_backoff_s"] = os.environ["STREAMPROC_RUNNER_RETRY_BACKOFF_S"].split(",")
+    raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return msgspec.convert(raw, RunnerSettings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"runner settings: {exc}") from None

@@ -1,0 +1,341 @@
+"""The runner's projection: what it needs to execute, account for and finish runs.
+
+Folded from the event log, purely: run plans (their segment lists), cancel requests, segment
+outcomes, every verdict (per run and digest, so a redelivered segment skips what is already
+verdicted), each image's latest findings (the "previous verdict" deltas are computed
+against), per-run per-vulnerability newly affected images (the run summary), and the notify
+rules and limits of schedules. The completion reactor and the segment workers read it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+from streamproc.events import payloads as p
+from streamproc.events.envelope import Envelope
+from streamproc.projection import Projection, Tx
+from streamproc.runner.delta import FindingKey, new_findings
+
+RUNS_CF = "runner_runs"
+VERDICTS_CF = "runner_verdicts"
+IMAGES_CF = "runner_images"
+RULES_CF = "runner_rules"
+SUMMARY_CF = "runner_summary"
+OPEN_CF = "runner_open"
+"""Runs not yet completed or cancelled: what the completion reactor looks at."""
+SEP = b"\x00"
+SUMMARY_IMAGES = 1000
+"""Digests kept per vulnerability in a run summary (the count is always exact)."""
+
+
+def key(*parts: str) -> bytes:
+    return SEP.join(x.encode() for x in parts)
+
+
+class SegDone(msgspec.Struct, array_like=True):
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    dead_lettered: bool = False
+    reason: str | None = None
+
+
+class RunRec(msgspec.Struct, kw_only=True):
+    tenant: str
+    run_id: str
+    trigger: str = "manual"
+    schedule_ids: list[str] = []
+    mode: str = "analysis-only"
+    planned: bool = False
+    plan: p.RunStats = msgspec.field(default_factory=p.RunStats)
+    segments: dict[str, int] = {}
+    """segment id → images, from run.planned."""
+    done: dict[str, SegDone] = {}
+    verdicts: dict[str, list[int]] = {}
+    """segment id → [ok, failed] verdicts folded for it."""
+    cancel_requested: bool = False
+    cancel_reason: str | None = None
+    terminal: str | None = None
+    deltas: int = 0
+    new_criticals: int = 0
+    failure_reasons: dict[str, int] = {}
+
+    def accounted(self) -> bool:
+        return self.planned and all(s in self.done for s in self.segments)
+
+
+class VerdictRec(msgspec.Struct, array_like=True):
+    status: str
+    segment_id: str
+    delta: bool = False
+
+
+class ImageRec(msgspec.Struct, array_like=True):
+    findings: list[tuple[str, str, str, bool]] = []
+    """(purl, vulnId, severity, kev) of the image's latest successful verdict."""
+
+
+class VulnAgg(msgspec.Struct, kw_only=True):
+    severity: str
+    kev: bool
+    count: int = 0
+    digests: list[str] = []
+
+
+class Rule(msgspec.Struct, kw_only=True):
+    notify: p.NotifyRule = msgspec.field(default_factory=p.NotifyRule)
+    limits: p.Limits = msgspec.field(default_factory=p.Limits)
+
+
+_enc = msgspec.msgpack.Encoder()
+decode_run = msgspec.msgpack.Decoder(RunRec).decode
+decode_verdict = msgspec.msgpack.Decoder(VerdictRec).decode
+decode_image = msgspec.msgpack.Decoder(ImageRec).decode
+decode_vuln = msgspec.msgpack.Decoder(VulnAgg).decode
+decode_rule = msgspec.msgpack.Decoder(Rule).decode
+
+
+def failure_category(error: str | None) -> str:
+    """``"timeout: no answer in 10 s"`` → ``"timeout"``; the coverage line groups by it."""
+    if not error:
+        return "scanner_error"
+    head = error.split(":", 1)[0].strip()
+    return head if head and len(head) <= 40 and " " not in head else "scanner_error"
+
+
+class RunnerState(Projection):
+    name: ClassVar[str] = "runner"
+    kinds: ClassVar[frozenset[str]] = frozenset(
+        {
+            "schedule.created",
+            "schedule.updated",
+            "schedule.deleted",
+            "run.requested",
+            "run.planned",
+            "run.cancel_requested",
+            "run.completed",
+            "run.cancelled",
+            "segment.completed",
+            "segment.failed",
+            "verdict.recorded",
+        }
+    )
+    families: ClassVar[tuple[str, ...]] = (
+        RUNS_CF,
+        VERDICTS_CF,
+        IMAGES_CF,
+        RULES_CF,
+        SUMMARY_CF,
+        OPEN_CF,
+    )
+
+    def __init__(self) -> None:
+        self._runs: dict[bytes, RunRec] = {}
+        self._dirty: set[bytes] = set()
+        self._aggs: dict[bytes, VulnAgg] = {}
+        """Summary entries changed in this batch, written once in ``flush``."""
+
+    def _run(self, tx: Tx, tenant: str, run_id: str) -> tuple[bytes, RunRec]:
+        k = key(tenant, run_id)
+        rec = self._runs.get(k)
+        if rec is None:
+            raw = tx.table(RUNS_CF).get(k)
+            rec = decode_run(raw) if raw is not None else RunRec(tenant=tenant, run_id=run_id)
+            self._runs[k] = rec
+        self._dirty.add(k)
+        return k, rec
+
+    def fold(self, tx: Tx, event: Envelope) -> None:
+        getattr(self, "_" + event.kind.replace(".", "_"))(tx, event, event.payload)
+
+    # ------------------------------------------------------------------ schedules
+
+    def _schedule_created(self, tx: Tx, e: Envelope, s: p.ScheduleCreated) -> None:
+        rule = Rule(notify=s.notify, limits=s.limits)
+        tx.table(RULES_CF).put(key(e.tenant, s.schedule_id), _enc.encode(rule))
+
+    def _schedule_updated(self, tx: Tx, e: Envelope, s: p.ScheduleUpdated) -> None:
+        t = tx.table(RULES_CF)
+        raw = t.get(key(e.tenant, s.schedule_id))
+        if raw is None:
+            return  # an update never creates a schedule; the read model records the rejection
+        rule = decode_rule(raw)
+        if s.notify is not msgspec.UNSET:
+            rule.notify = s.notify
+        if s.limits is not msgspec.UNSET:
+            rule.limits = s.limits
+        t.put(key(e.tenant, s.schedule_id), _enc.encode(rule))
+
+    def _schedule_deleted(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None:
+        tx.table(RULES_CF).delete(key(e.tenant, s.schedule_id))
+
+    # ------------------------------------------------------------------ runs
+
+    def _run_requested(self, tx: Tx, e: Envelope, r: p.RunRequested) -> None:
+        _, rec = self._run(tx, e.tenant, r.run_id)
+        rec.trigger = r.trigger
+        rec.mode = r.mode
+        if r.schedule_id and r.schedule_id not in rec.schedule_ids:
+            rec.schedule_ids = [*rec.schedule_ids, r.schedule_id]
+
+    def _run_planned(self, tx: Tx, e: Envelope, r: p.RunPlanned) -> None:
+        _, rec = self._run(tx, e.tenant, r.run_id)
+        if rec.planned:
+            return
+        rec.planned = True
+        rec.trigger = r.trigger
+        rec.plan = r.stats
+        rec.schedule_ids = list(dict.fromkeys([*rec.schedule_ids, *r.schedule_ids]))
+        rec.segments = {s.segment_id: s.images for s in r.segments}
+
+    def _run_cancel_requested(self, tx: Tx, e: Envelope, r: p.RunCancelRequested) -> None:
+        _, rec = self._run(tx, e.tenant, r.run_id)
+        if rec.terminal is None and not rec.cancel_requested:
+            rec.cancel_requested = True
+            rec.cancel_reason = r.reason
+
+    def _run_completed(self, tx: Tx, e: Envelope, r: p.RunCompleted) -> None:
+        _, rec = self._run(tx, e.tenant, r.run_id)
+        rec.terminal = rec.terminal or r.state
+
+    def _run_cancelled(self, tx: Tx, e: Envelope, r: p.RunCancelled) -> None:
+        _, rec = self._run(tx, e.tenant, r.run_id)
+        rec.terminal = rec.terminal or "cancelled"
+
+    # ------------------------------------------------------------------ segments
+
+    def _segment_completed(self, tx: Tx, e: Envelope, s: p.SegmentCompleted) -> None:
+        _, rec = self._run(tx, e.tenant, s.run_id)
+        if s.segment_id not in rec.done:
+            rec.done = {**rec.done, s.segment_id: SegDone(s.completed, s.failed, s.cancelled)}
+
+    def _segment_failed(self, tx: Tx, e: Envelope, s: p.SegmentFailed) -> None:
+        if not s.dead_lettered:
+            return  # a failed attempt: the segment will be delivered again
+        _, rec = self._run(tx, e.tenant, s.run_id)
+        if s.segment_id not in rec.done:
+            ok, failed = rec.verdicts.get(s.segment_id, [0, 0])
+            images = rec.segments.get(s.segment_id, ok + failed)
+            rec.done = {
+                **rec.done,
+                s.segment_id: SegDone(ok, images - ok, 0, True, s.reason[:200]),
+            }
+
+    # ------------------------------------------------------------------ verdicts
+
+    def _verdict_recorded(self, tx: Tx, e: Envelope, v: p.VerdictRecorded) -> None:
+        vt = tx.table(VERDICTS_CF)
+        vk = key(e.tenant, v.run_id, v.digest)
+        if vt.get(vk) is not None:
+            return  # one verdict per (run, image): a re-emission changes nothing
+        _, rec = self._run(tx, e.tenant, v.run_id)
+        counts = list(rec.verdicts.get(v.segment_id, [0, 0]))
+        delta = v.new_criticals > 0 or v.new_high > 0 or bool(v.kev_hits)
+        if v.status == "ok":
+            counts[0] += 1
+        else:
+            counts[1] += 1
+            reason = failure_category(v.error)
+            rec.failure_reasons = {
+                **rec.failure_reasons,
+                reason: rec.failure_reasons.get(reason, 0) + 1,
+            }
+        rec.verdicts = {**rec.verdicts, v.segment_id: counts}
+        vt.put(vk, _enc.encode(VerdictRec(v.status, v.segment_id, delta)))
+        if delta:
+            rec.deltas += 1
+            rec.new_criticals += v.new_criticals
+        if v.status != "ok":
+            return
+        it = tx.table(IMAGES_CF)
+        ik = key(e.tenant, v.digest)
+        raw = it.get(ik)
+        previous = decode_image(raw).findings if raw is not None else []
+        current = [(f.purl, f.vuln_id, f.severity, f.kev) for f in v.findings]
+        st = tx.table(SUMMARY_CF)
+        for vuln in {(f[1], f[2], f[3]) for f in new_findings(previous, current)}:
+            sk = key(e.tenant, v.run_id, vuln[0])
+            agg = self._aggs.get(sk)
+            if agg is None:
+                sraw = st.get(sk)
+                agg = (
+                    decode_vuln(sraw)
+                    if sraw is not None
+                    else VulnAgg(severity=vuln[1], kev=vuln[2])
+                )
+                self._aggs[sk] = agg
+            # One verdict per (run, image) was checked above, so the image is new here.
+            agg.count += 1
+            if len(agg.digests) < SUMMARY_IMAGES:
+                agg.digests.append(v.digest)
+            agg.kev = agg.kev or vuln[2]
+        it.put(ik, _enc.encode(ImageRec(sorted(current))))
+
+    # ------------------------------------------------------------------ batch hooks
+
+    def flush(self, tx: Tx) -> None:
+        t, o = tx.table(RUNS_CF), tx.table(OPEN_CF)
+        for k in self._dirty:
+            rec = self._runs[k]
+            t.put(k, _enc.encode(rec))
+            if rec.terminal is None:
+                o.put(k, b"")
+            else:
+                o.delete(k)
+        self._dirty.clear()
+        self._runs.clear()
+        st = tx.table(SUMMARY_CF)
+        for sk, agg in self._aggs.items():
+            st.put(sk, _enc.encode(agg))
+        self._aggs.clear()
+
+    def discard(self) -> None:
+        self._dirty.clear()
+        self._runs.clear()
+        self._aggs.clear()
+
+
+# ---------------------------------------------------------------------- reads (committed state)
+
+
+class Reader:
+    """Reads of committed state for the workers and reactors (never inside a fold)."""
+
+    def __init__(self, store: object) -> None:
+        self.store = store
+
+    def _get(self, cf: str, k: bytes) -> bytes | None:
+        return self.store.get(cf, k)  # type: ignore[attr-defined,no-any-return]
+
+    def run(self, tenant: str, run_id: str) -> RunRec | None:
+        raw = self._get(RUNS_CF, key(tenant, run_id))
+        return decode_run(raw) if raw is not None else None
+
+    def verdict(self, tenant: str, run_id: str, digest: str) -> VerdictRec | None:
+        raw = self._get(VERDICTS_CF, key(tenant, run_id, digest))
+        return decode_verdict(raw) if raw is not None else None
+
+    def previous(self, tenant: str, digest: str) -> list[FindingKey] | None:
+        raw = self._get(IMAGES_CF, key(tenant, digest))
+        return decode_image(raw).findings if raw is not None else None
+
+    def rule(self, tenant: str, schedule_id: str) -> Rule | None:
+        raw = self._get(RULES_CF, key(tenant, schedule_id))
+        return decode_rule(raw) if raw is not None else None
+
+    def open_runs(self) -> list[RunRec]:
+        out = []
+        for k, _ in self.store.scan(OPEN_CF):  # type: ignore[attr-defined]
+            raw = self._get(RUNS_CF, k)
+            if raw is not None:
+                out.append(decode_run(raw))
+        return out
+
+    def summary(self, tenant: str, run_id: str) -> dict[str, VulnAgg]:
+        prefix = key(tenant, run_id) + SEP
+        return {
+            k[len(prefix) :].decode(): decode_vuln(v)
+            for k, v in self.store.scan(SUMMARY_CF, prefix)  # type: ignore[attr-defined]
+        }

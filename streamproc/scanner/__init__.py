@@ -1,0 +1,1 @@
+"""The reference scanner (OSV advisories, KEV, real version ranges) and the Feedser export."""

@@ -1,0 +1,244 @@
+"""The reference scanner's advisory database: OSV JSON records, a KEV list, and matching.
+
+Advisories are indexed by (ecosystem family, package name). A purl matches an advisory when
+its type maps to that family, its name (for Debian binary packages: their *source* package,
+which is what Debian advisories name) equals the advisory's package, and its version falls
+in an ``affected`` entry. Severity is the advisory's own: a CVSS vector (v4 before v3 before
+v2, scored with the ``cvss`` library) or ``database_specific.severity``; an advisory without
+either that is on the KEV list counts as high (it is exploited in the wild), otherwise medium.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from cvss import CVSS2, CVSS3, CVSS4
+
+from streamproc.scanner.versions import PURL_TYPES, VersionError, affects, ecosystem_of
+
+SEVERITY_RANK = {"low": 1, "medium": 2, "high": 3, "critical": 4}
+_DB_SEVERITY = {"LOW": "low", "MODERATE": "medium", "MEDIUM": "medium", "HIGH": "high"}
+_DB_SEVERITY["CRITICAL"] = "critical"
+
+
+class AdvisoryError(ValueError):
+    """An advisory file that is not an OSV record."""
+
+
+@dataclass(frozen=True)
+class Advisory:
+    id: str
+    aliases: tuple[str, ...]
+    severity: str
+    kev: bool
+    summary: str
+    link: str
+    affected: tuple[Mapping[str, Any], ...]
+    modified: str
+    digest: str
+    """sha256 of the record as loaded: a changed advisory has a new digest."""
+
+    @property
+    def cves(self) -> tuple[str, ...]:
+        return tuple(a for a in (self.id, *self.aliases) if a.startswith("CVE-"))
+
+
+def _cvss_severity(vector: str) -> str | None:
+    try:
+        if vector.startswith("CVSS:4"):
+            sev = CVSS4(vector).severity
+        elif vector.startswith("CVSS:3"):
+            sev = CVSS3(vector).severities()[0]
+        else:
+            score = CVSS2(vector).scores()[0]
+            sev = "High" if score >= 7 else "Medium" if score >= 4 else "Low"
+    except Exception:  # the cvss library raises its own error types per version
+        return None
+    sev = sev.lower()
+    return sev if sev in SEVERITY_RANK else None
+
+
+def severity_of(doc: Mapping[str, Any], kev: bool) -> str:
+    scores = {s.get("type"): s.get("score", "") for s in doc.get("severity") or ()}
+    for kind in ("CVSS_V4", "CVSS_V3", "CVSS_V2"):
+        if scores.get(kind):
+            sev = _cvss_severity(scores[kind])
+            if sev:
+                return sev
+    db = (doc.get("database_specific") or {}).get("severity")
+    if isinstance(db, str) and db.upper() in _DB_SEVERITY:
+        return _DB_SEVERITY[db.upper()]
+    for entry in doc.get("affected") or ():
+        eco = (entry.get("ecosystem_specific") or {}).get("severity")
+        if isinstance(eco, str) and eco.upper() in _DB_SEVERITY:
+            return _DB_SEVERITY[eco.upper()]
+    return "high" if kev else "medium"
+
+
+def _link(doc: Mapping[str, Any]) -> str:
+    for ref in doc.get("references") or ():
+        if ref.get("type") == "ADVISORY" and ref.get("url"):
+            return str(ref["url"])
+    return f"https://osv.dev/vulnerability/{doc['id']}"
+
+
+def load_kev(path: Path | None) -> frozenset[str]:
+    """CVE ids of a CISA KEV catalog file (``vulnerabilities[].cveID``)."""
+    if path is None or not path.exists():
+        return frozenset()
+    doc = json.loads(path.read_bytes())
+    return frozenset(v["cveID"] for v in doc.get("vulnerabilities", ()) if v.get("cveID"))
+
+
+def parse_advisory(raw: bytes, kev: frozenset[str]) -> Advisory:
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise AdvisoryError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("id"), str):
+        raise AdvisoryError("not an OSV record (no id)")
+    if doc.get("withdrawn"):
+        raise AdvisoryError(f"{doc['id']} is withdrawn")
+    aliases = tuple(doc.get("aliases") or ()) + tuple(doc.get("upstream") or ())
+    is_kev = any(a in kev for a in (doc["id"], *aliases))
+    return Advisory(
+        id=doc["id"],
+        aliases=tuple(dict.fromkeys(a for a in aliases if a != doc["id"])),
+        severity=severity_of(doc, is_kev),
+        kev=is_kev,
+        summary=str(doc.get("summary") or "")[:500],
+        link=_link(doc),
+        affected=tuple(doc.get("affected") or ()),
+        modified=str(doc.get("modified") or ""),
+        digest=hashlib.sha256(raw).hexdigest(),
+    )
+
+
+@dataclass(frozen=True)
+class Match:
+    purl: str
+    advisory: Advisory
+    fixed: str | None = None
+
+
+@dataclass
+class AdvisoryDb:
+    """Advisories by (family, package name); ``revision`` changes whenever the set does."""
+
+    advisories: dict[str, Advisory] = field(default_factory=dict)
+    kev: frozenset[str] = frozenset()
+    debian_sources: dict[str, str] = field(default_factory=dict)
+    """Debian binary package → source package (advisories name source packages)."""
+    _index: dict[tuple[str, str], list[tuple[Advisory, Mapping[str, Any]]]] = field(
+        default_factory=dict
+    )
+    revision: str = ""
+
+    @classmethod
+    def load(
+        cls, osv_dir: Path | None, kev_file: Path | None = None, sources: Path | None = None
+    ) -> AdvisoryDb:
+        db = cls(kev=load_kev(kev_file))
+        if sources is not None and sources.exists():
+            db.debian_sources = dict(json.loads(sources.read_bytes()).get("binaryToSource", {}))
+        if osv_dir is not None:
+            for path in sorted(osv_dir.glob("*.json")):
+                try:
+                    db.add(parse_advisory(path.read_bytes(), db.kev))
+                except AdvisoryError:
+                    continue  # withdrawn or not an OSV record: not an advisory to match
+        db.reindex()
+        return db
+
+    def add(self, adv: Advisory) -> None:
+        self.advisories[adv.id] = adv
+
+    def reindex(self) -> None:
+        index: dict[tuple[str, str], list[tuple[Advisory, Mapping[str, Any]]]] = {}
+        for adv in self.advisories.values():
+            for entry in adv.affected:
+                pkg = entry.get("package") or {}
+                family = ecosystem_of(str(pkg.get("ecosystem", "")))
+                name = str(pkg.get("name", ""))
+                if family == "PyPI":
+                    name = _pep503(name)
+                index.setdefault((family, name), []).append((adv, entry))
+        self._index = index
+        h = hashlib.sha256()
+        for adv_id in sorted(self.advisories):
+            h.update(f"{adv_id}={self.advisories[adv_id].digest};".encode())
+        h.update(",".join(sorted(self.kev)).encode())
+        self.revision = h.hexdigest()[:16]
+
+    def package_key(self, purl: str) -> tuple[str, str, str] | None:
+        """(family, advisory package name, version) of a purl, or None if unmatchable."""
+        if not purl.startswith("pkg:") or "@" not in purl:
+            return None
+        body = purl[4:].split("?", 1)[0].split("#", 1)[0]
+        path, _, version = body.rpartition("@")
+        ptype, _, rest = path.partition("/")
+        family = PURL_TYPES.get(ptype.lower())
+        if family is None or not rest:
+            return None
+        name = unquote(rest.rsplit("/", 1)[-1])
+        version = unquote(version)
+        if family == "PyPI":
+            name = _pep503(name)
+        elif family == "Debian":
+            name = self.debian_sources.get(name, name)
+        return family, name, version
+
+    def match(self, purls: Iterable[str]) -> list[Match]:
+        out: list[Match] = []
+        for purl in purls:
+            key = self.package_key(purl)
+            if key is None:
+                continue
+            family, name, version = key
+            for adv, entry in self._index.get((family, name), ()):
+                try:
+                    if affects(entry, version):
+                        out.append(Match(purl, adv, _fixed_of(entry)))
+                except VersionError:
+                    continue  # a version the ecosystem cannot parse cannot be placed
+        return out
+
+    def product_keys(self, adv: Advisory) -> list[str]:
+        """Product keys (version-less purls) an advisory touches, for the Feedser export."""
+        keys: set[str] = set()
+        binaries: dict[str, list[str]] = {}
+        for b, s in self.debian_sources.items():
+            binaries.setdefault(s, []).append(b)
+        for entry in adv.affected:
+            pkg = entry.get("package") or {}
+            family = ecosystem_of(str(pkg.get("ecosystem", "")))
+            name = str(pkg.get("name", ""))
+            if family == "PyPI":
+                keys.add(f"pkg:pypi/{_pep503(name)}")
+            elif family == "Debian":
+                for b in binaries.get(name, [name]):
+                    keys.add(f"pkg:deb/debian/{b}")
+            elif family == "npm":
+                keys.add(f"pkg:npm/{name}")
+        return sorted(keys)
+
+
+def _fixed_of(entry: Mapping[str, Any]) -> str | None:
+    for r in entry.get("ranges") or ():
+        for ev in r.get("events") or ():
+            if "fixed" in ev:
+                return str(ev["fixed"])
+    return None
+
+
+def _pep503(name: str) -> str:
+    out = name.lower().replace("_", "-").replace(".", "-")
+    while "--" in out:
+        out = out.replace("--", "-")
+    return out

@@ -1,0 +1,114 @@
+"""``streamproc scanner`` (the reference scanner) and ``streamproc feedser export``.
+
+Registered by :mod:`streamproc.cli` with ``scanner_cli.register(sub, _common)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
+
+
+def register(
+    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    common: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    p = subparsers.add_parser("scanner", help="run the reference scanner on 127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8490)
+    p.add_argument("--osv", type=Path, help="directory of OSV JSON advisories")
+    p.add_argument("--kev", type=Path, help="CISA KEV catalog JSON")
+    p.add_argument("--debian-sources", type=Path, help="Debian binary→source package map")
+    p.add_argument("--sboms", type=Path, help="directory of SBOMs to register at start")
+    p.add_argument("--latency-ms", type=float, default=0.0, help="simulated latency per call")
+    p.add_argument("--jitter-ms", type=float, default=0.0)
+    p.set_defaults(fn=cmd_scanner)
+
+    feedser = subparsers.add_parser("feedser", help="advisory-aggregator tools")
+    fsub = feedser.add_subparsers(dest="feedser_command", required=True)
+    p = fsub.add_parser("export", help="send new/changed OSV advisories as the Feedser webhook")
+    p.add_argument("--osv", type=Path, required=True, help="directory of OSV JSON advisories")
+    p.add_argument("--kev", type=Path, help="CISA KEV catalog JSON (marks KEV ids)")
+    p.add_argument("--debian-sources", type=Path, help="Debian binary→source package map")
+    p.add_argument("--url", default="http://127.0.0.1:8480", help="gateway base URL")
+    p.add_argument("--secret", help="HMAC secret (default $STREAMPROC_FEEDSER_SECRET)")
+    p.add_argument("--ed25519-seed-file", type=Path, help="32-byte Ed25519 seed to sign with")
+    p.add_argument("--source", help="X-Scheduler-Source (needed with several Feedser sources)")
+    p.add_argument("--state", type=Path, default=Path("data/feedser-export.json"))
+    p.add_argument("--dry-run", action="store_true", help="print the body; send nothing")
+    p.set_defaults(fn=cmd_feedser_export)
+
+
+def cmd_scanner(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from streamproc.scanner.faults import FaultConfig
+    from streamproc.scanner.service import start_scanner
+
+    async def main() -> int:
+        from streamproc.app import install_stop_signals
+
+        svc = await start_scanner(
+            host=args.host,
+            port=args.port,
+            osv_dir=args.osv,
+            kev_file=args.kev,
+            sources=args.debian_sources,
+            sbom_dir=args.sboms,
+            faults=FaultConfig(latency_ms=args.latency_ms, jitter_ms=args.jitter_ms),
+        )
+        db = svc.catalog.db
+        print(f"reference scanner on {svc.url}: {len(db.advisories)} advisories, "
+              f"{len(db.kev)} KEV ids, {len(svc.catalog.images)} images", flush=True)  # fmt: skip
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await stop.wait()
+        await svc.close()
+        return 0
+
+    return int(uvloop.run(main()))
+
+
+def cmd_feedser_export(args: argparse.Namespace) -> int:
+    from streamproc.scanner.advisories import AdvisoryDb
+    from streamproc.scanner.feedser import (
+        build_export,
+        load_state,
+        next_state,
+        post_export,
+        signed_headers,
+    )
+
+    db = AdvisoryDb.load(args.osv, args.kev, args.debian_sources)
+    state = load_state(args.state)
+    body = build_export(db, state)
+    if body is None:
+        print("no new or changed advisories since the last export")
+        return 0
+    print(f"export {body['exportId']}: {len(body['advisories'])} advisories, "
+          f"{len(body['changedProductKeys'])} product keys, KEV {body['kev']}")  # fmt: skip
+    if args.dry_run:
+        print(json.dumps(body, indent=2))
+        return 0
+    secret = args.secret or os.environ.get("STREAMPROC_FEEDSER_SECRET")
+    seed = args.ed25519_seed_file.read_bytes()[:32] if args.ed25519_seed_file else None
+
+    def headers(raw: bytes, delivery: str) -> dict[str, str]:
+        return signed_headers(raw, delivery, secret=secret, ed25519_seed=seed, source=args.source)
+
+    status, answer = asyncio.run(post_export(args.url, body, headers))
+    shown = answer if isinstance(answer, str) else json.dumps(answer)
+    print(f"gateway answered {status}: {shown}")
+    if status >= 300:
+        print("streamproc: export not accepted; state unchanged", file=sys.stderr)
+        return 1
+    args.state.parent.mkdir(parents=True, exist_ok=True)
+    args.state.write_text(json.dumps(next_state(db, body), indent=1) + "\n")
+    return 0

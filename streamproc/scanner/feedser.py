@@ -1,0 +1,126 @@
+"""``streamproc feedser export --osv DIR``: new or changed advisories → the signed Feedser
+webhook, as an advisory aggregator would send it.
+
+A state file remembers each advisory's content digest from the last successful export, so
+only new or changed OSV records go out: their product keys (version-less purls, Debian source
+packages expanded to their binary packages), the KEV ids among them, and one entry per
+advisory (vulnId, productKeys, severity, kev). The export id is derived from the content,
+so re-sending the same change is recognised by the gateway as the same export. The body is
+signed ``sha256=HMAC(secret, timestamp + "." + body)`` (or Ed25519), the gateway's scheme.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from streamproc.scanner.advisories import AdvisoryDb
+
+WEBHOOK_PATH = "/api/v1/scheduler/events/feedser-export"
+
+
+def load_state(path: Path | None) -> dict[str, Any]:
+    if path is None or not path.exists():
+        return {"advisories": {}, "exportedAt": None}
+    return dict(json.loads(path.read_text()))
+
+
+def build_export(
+    db: AdvisoryDb, state: dict[str, Any], now: float | None = None
+) -> dict[str, Any] | None:
+    """The webhook body for what changed since ``state``, or None when nothing did."""
+    known: dict[str, str] = state.get("advisories", {})
+    changed = [a for a in sorted(db.advisories.values(), key=lambda a: a.id)
+               if known.get(a.id) != a.digest]  # fmt: skip
+    if not changed:
+        return None
+    h = hashlib.sha256()
+    for a in changed:
+        h.update(f"{a.id}={a.digest};".encode())
+    keys: set[str] = set()
+    entries = []
+    kev: set[str] = set()
+    for a in changed:
+        product_keys = db.product_keys(a)
+        keys.update(product_keys)
+        if a.kev:
+            kev.update(c for c in a.cves if c in db.kev)
+        entries.append(
+            {"vulnId": a.id, "productKeys": product_keys, "severity": a.severity, "kev": a.kev}
+        )
+    to = datetime.fromtimestamp(now if now is not None else time.time(), UTC)
+    body: dict[str, Any] = {
+        "exportId": "osv-" + h.hexdigest()[:24],
+        "changedProductKeys": sorted(keys),
+        "kev": sorted(kev),
+        "advisories": entries,
+        "window": {"from": state.get("exportedAt"), "to": to.strftime("%Y-%m-%dT%H:%M:%SZ")},
+    }
+    return body
+
+
+def next_state(db: AdvisoryDb, body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "advisories": {a.id: a.digest for a in db.advisories.values()},
+        "exportedAt": body["window"]["to"],
+        "lastExportId": body["exportId"],
+    }
+
+
+def signed_headers(
+    body: bytes,
+    delivery: str,
+    *,
+    secret: str | None = None,
+    ed25519_seed: bytes | None = None,
+    source: str | None = None,
+    ts: int | None = None,
+) -> dict[str, str]:
+    """``X-Scheduler-*`` headers: signature over ``timestamp + "." + body``."""
+    stamp = str(ts if ts is not None else int(time.time()))
+    signed = stamp.encode() + b"." + body
+    sigs = []
+    if secret:
+        sigs.append("sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest())
+    if ed25519_seed:
+        from nacl.signing import SigningKey
+
+        sig = SigningKey(ed25519_seed).sign(signed).signature
+        sigs.append("ed25519=" + base64.urlsafe_b64encode(sig).decode().rstrip("="))
+    if not sigs:
+        raise ValueError("a Feedser webhook needs an HMAC secret or an Ed25519 key")
+    headers = {
+        "Content-Type": "application/json",
+        "X-Scheduler-Signature": ",".join(sigs),
+        "X-Scheduler-Timestamp": stamp,
+        "X-Scheduler-Delivery": delivery,
+    }
+    if source:
+        headers["X-Scheduler-Source"] = source
+    return headers
+
+
+async def post_export(
+    url: str, body: dict[str, Any], headers_for: Any, timeout_s: float = 30.0
+) -> tuple[int, Any]:
+    import aiohttp
+
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    delivery = f"{body['exportId']}.{int(time.time() * 1000)}"
+    target = url.rstrip("/") + WEBHOOK_PATH
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as s,
+        s.post(target, data=raw, headers=headers_for(raw, delivery)) as r,
+    ):
+        text = await r.read()
+        try:
+            return r.status, json.loads(text)
+        except ValueError:
+            return r.status, text.decode(errors="replace")
