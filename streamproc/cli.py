@@ -260,12 +260,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--catalog", help="also write the Markdown event catalog here")
     p.set_defaults(fn=cmd_schemas)
 
+    from streamproc.audit.cli import register as register_audit
     from streamproc.gateway import tokens_cli
     from streamproc.notify import cli as notify_cli
     from streamproc.runner import cli as runner_cli
     from streamproc.scanner import cli as scanner_cli
 
     tokens_cli.register(sub)
+    register_audit(sub, _common)
     runner_cli.register(sub, _common)
     notify_cli.register(sub, _common)
     scanner_cli.register(sub, _common)  # `scanner` and `feedser export`

@@ -5,6 +5,7 @@ Each capability defines its ``RoleSpec`` next to its code and is registered here
 
 from __future__ import annotations
 
+from streamproc.audit.role import AUDITOR
 from streamproc.gateway.role import GATEWAY
 from streamproc.planner.role import PLANNER
 from streamproc.projection import Projection
@@ -17,6 +18,7 @@ ROLES: dict[str, RoleSpec] = {
     "gateway": GATEWAY,
     "planner": PLANNER,
     "runner": RUNNER,
+    "auditor": AUDITOR,
 }
 
 

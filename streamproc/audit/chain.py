@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
@@ -34,6 +34,7 @@ __all__ = [
     "verify_entries",
     "verify_rows",
     "verify_snapshot",
+    "verify_snapshot_raw",
 ]
 
 GENESIS = "genesis"
@@ -274,6 +275,50 @@ def verify_snapshot(
     expected_from_position: int | None = None,
 ) -> SnapshotVerification:
     """Check the signature, then that the signed body describes exactly `links_of_batch`."""
+
+    def root() -> str:
+        return batch_merkle_root(links_of_batch)
+
+    first = links_of_batch[0] if links_of_batch else None
+    last = links_of_batch[-1] if links_of_batch else None
+    return _verify_snapshot(
+        envelope, keyring, len(links_of_batch), first, last, root, expected_tenant,
+        expected_from_position,
+    )  # fmt: skip
+
+
+def verify_snapshot_raw(
+    envelope: Envelope,
+    keyring: Keyring,
+    raw_links: Sequence[bytes],
+    *,
+    expected_tenant: str | None = None,
+    expected_from_position: int | None = None,
+) -> SnapshotVerification:
+    """verify_snapshot over the raw 32-byte links (the Merkle leaves), for verifiers that
+    already hold them as bytes and need not convert a million hex strings back."""
+
+    def root() -> str:
+        return merkle.root(raw_links).hex()
+
+    first = raw_links[0].hex() if raw_links else None
+    last = raw_links[-1].hex() if raw_links else None
+    return _verify_snapshot(
+        envelope, keyring, len(raw_links), first, last, root, expected_tenant,
+        expected_from_position,
+    )  # fmt: skip
+
+
+def _verify_snapshot(
+    envelope: Envelope,
+    keyring: Keyring,
+    count: int,
+    first: str | None,
+    last: str | None,
+    root: Callable[[], str],
+    expected_tenant: str | None,
+    expected_from_position: int | None,
+) -> SnapshotVerification:
     try:
         verified = verify(envelope, keyring, expected_payload_type=SNAPSHOT_PAYLOAD_TYPE)
     except DsseError as exc:
@@ -296,16 +341,16 @@ def verify_snapshot(
             f"inconsistent counts: positions {body.from_position}..{body.to_position} "
             f"vs entry_count {body.entry_count}"
         )
-    if body.entry_count != len(links_of_batch):
-        return fail(f"entry_count is {body.entry_count}, batch has {len(links_of_batch)} links")
-    if links_of_batch[0] != body.from_chain_link:
-        return fail(f"from_chain_link {body.from_chain_link}, batch starts {links_of_batch[0]}")
-    if links_of_batch[-1] != body.to_chain_link:
-        return fail(f"to_chain_link {body.to_chain_link}, batch ends {links_of_batch[-1]}")
+    if body.entry_count != count:
+        return fail(f"entry_count is {body.entry_count}, batch has {count} links")
+    if first != body.from_chain_link:
+        return fail(f"from_chain_link {body.from_chain_link}, batch starts {first}")
+    if last != body.to_chain_link:
+        return fail(f"to_chain_link {body.to_chain_link}, batch ends {last}")
     try:
-        root = batch_merkle_root(links_of_batch)
+        computed = root()
     except ValueError as exc:
         return fail(str(exc))
-    if root != body.merkle_root:
-        return fail(f"merkle_root signed {body.merkle_root}, batch computes {root}")
+    if computed != body.merkle_root:
+        return fail(f"merkle_root signed {body.merkle_root}, batch computes {computed}")
     return SnapshotVerification(ok=True, body=body, key_id=verified.key_id)
