@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint format schemas bench clean
+.PHONY: install run test test-ui lint format schemas bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,14 @@ run: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/pytest -q
+
+# Browser tests of the console: Playwright drives Debian's Chromium (never a downloaded one).
+test-ui: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check 'playwright>=1.45'
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	  else echo "test-ui: /usr/bin/chromium missing: sudo apt-get install -y chromium" >&2; exit 1; fi; fi
+	$(BIN)/pytest -q tests/console -m ui
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from streamproc.console.routes import mount_console
 from streamproc.gateway.app import mount_gateway
 from streamproc.gateway.preview import ImpactPreview
 from streamproc.gateway.settings import GatewaySettings, load
@@ -24,6 +25,7 @@ def make_mount(
 
     def mount(app: web.Application, ctx: RoleContext) -> None:
         mount_gateway(app, ctx, settings if settings is not None else load(), impact)
+        mount_console(app, ctx)
 
     return mount
 

@@ -1,0 +1,1 @@
+"""The operator console: static pages served by the gateway at ``/ui`` (see docs/console.md)."""

@@ -1,0 +1,368 @@
+"""The operator console in headless Chromium against a real System (gateway, planner, runner,
+auditor on a real nats-server, the reference scanner): sign in, create and pause a schedule,
+preview an impact, post a signed Feedser export, watch the run complete, drill down, verify
+the chain; and a page-load budget with 1,000 schedules and 10,000 runs.
+
+Screenshots go to ``$STREAMPROC_UI_ARTIFACTS`` or ``tests/console/artifacts/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from streamproc import roles
+from streamproc.app import System
+from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.config import Settings
+from streamproc.console.routes import mount_console
+from streamproc.devsetup import prepare_dev_auth
+from streamproc.events import payloads as p
+from streamproc.events.envelope import new_event
+from streamproc.gateway.preview import IMPACT_PREVIEW
+from streamproc.scanner.advisories import AdvisoryDb
+from streamproc.scanner.demo import BASELINE, DATA, seed_demo
+from streamproc.scanner.feedser import WEBHOOK_PATH, build_export, signed_headers
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip("no /usr/bin/chromium (apt-get install -y chromium)", allow_module_level=True)
+pw_api = pytest.importorskip("playwright.async_api")
+
+pytestmark = pytest.mark.ui
+
+ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+WIDE = {"width": 1280, "height": 800}
+NARROW = {"width": 420, "height": 860}
+NEW_ADVISORIES = ("GHSA-cx63-2mw6-8hw5", "DSA-5514-1")
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    env = os.environ.get("STREAMPROC_UI_ARTIFACTS")
+    out = Path(env) if env else Path(__file__).resolve().parent / "artifacts"
+    out.mkdir(parents=True, exist_ok=True)
+    if not env:
+        (out / ".gitignore").write_text("*\n")
+    return out
+
+
+@pytest.fixture
+def with_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway role with the console mounted (mount_console is idempotent, so this stays
+    right once the gateway's own routes hook calls it), and the process's impact index handed
+    to the gateway's preview route (nothing in ``streamproc up`` does that yet)."""
+    gateway = roles.ROLES["gateway"]
+    original = gateway.routes
+    assert original is not None
+
+    def routes(app: Any, ctx: Any) -> None:
+        original(app, ctx)
+        mount_console(app, ctx)
+        if "impact" in ctx.shared and app.get(IMPACT_PREVIEW) is None:
+            app[IMPACT_PREVIEW] = ctx.shared["impact"]
+
+    monkeypatch.setitem(roles.ROLES, "gateway", dataclasses.replace(gateway, routes=routes))
+
+
+class Browser:
+    """One Chromium page that records console errors and uncaught exceptions."""
+
+    def __init__(self, page: Any, artifacts: Path) -> None:
+        self.page = page
+        self.artifacts = artifacts
+        self.errors: list[str] = []
+        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+
+    async def shot(self, name: str) -> None:
+        await self.page.screenshot(path=str(self.artifacts / f"{name}.png"), full_page=True)
+
+
+@contextlib.asynccontextmanager
+async def browser(artifacts: Path) -> AsyncIterator[Browser]:
+    async with pw_api.async_playwright() as pw:
+        chromium = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        try:
+            context = await chromium.new_context(viewport=WIDE)
+            context.set_default_timeout(20_000)
+            b = Browser(await context.new_page(), artifacts)
+            try:
+                yield b
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await b.shot("failure")
+                print("browser console errors:", b.errors)
+                raise
+        finally:
+            await chromium.close()
+
+
+def mint_token(key_file: Path, scope: str = "scheduler.admin") -> str:
+    """The documented development command, as an operator would run it."""
+    cli = Path(sys.executable).with_name("streamproc")
+    out = subprocess.run(
+        [str(cli), "token", "issue", "--key", str(key_file), "--tenant", "demo", "--scope", scope],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip()
+
+
+async def until(check: Callable[[], Any], timeout: float = 60.0, every: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(every)
+
+
+async def sign_in(b: Browser, base: str, token: str) -> None:
+    await b.page.goto(f"{base}/ui")
+    await b.page.fill("#token", token)
+    await b.page.click("#signin")
+    await b.page.wait_for_selector("table.schedules, .empty")
+
+
+async def test_console_end_to_end(
+    nats_server: EmbeddedNats,
+    prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    artifacts: Path,
+    with_console: None,
+) -> None:
+    for name in ("STREAMPROC_GATEWAY_CONFIG", "STREAMPROC_FEEDSER_SECRET"):
+        monkeypatch.delenv(name, raising=False)  # restored after prepare_dev_auth sets them
+    scanner_port = free_port()
+    monkeypatch.setenv("STREAMPROC_SCANNER_URL", f"http://127.0.0.1:{scanner_port}")
+    monkeypatch.setenv("STREAMPROC_PLANNER_DEBOUNCE_S", "0")
+    port = free_port()
+    settings = Settings(
+        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=port
+    )
+    dev = prepare_dev_auth(settings)
+    assert dev.issuer_key is not None
+    secret = os.environ["STREAMPROC_FEEDSER_SECRET"]
+    system = System(settings, ["gateway", "planner", "runner", "auditor"])
+    await system.start()
+    monkeypatch.delenv("STREAMPROC_SCANNER_URL")  # the runner has it; seed_demo starts it
+    demo = await seed_demo(system, scanner_port=scanner_port)
+    base = system.http_url
+    try:
+        token = mint_token(dev.issuer_key)
+        async with browser(artifacts) as b:
+            page = b.page
+            await page.goto(f"{base}/ui")
+            await page.wait_for_selector("#token")
+            await b.shot("01-signin")
+            await sign_in(b, base, token)
+            assert await page.text_content("#tenant-name") == "demo"
+            await page.wait_for_selector('tr[data-id="demo-nightly"] ol.times li')
+
+            # Create a schedule: cron checked as you type, next fire times, impact preview.
+            await page.click("#new-schedule")
+            await page.fill("#f-id", "ui-nightly")
+            await page.fill("#f-name", "UI nightly")
+            await page.fill("#f-timezone", "Europe/Sofia")
+            await page.fill("#f-cron", "61 2 * * *")
+            await page.wait_for_selector("#cron-feedback.bad")
+            await page.fill("#f-cron", "30 1 * * mon-fri")
+            await page.wait_for_selector("#cron-feedback.good")
+            assert await page.locator("#cron-next li").count() == 3
+            await page.select_option("#f-scope", "by-namespace")
+            await page.fill("#f-namespaces", "demo")
+            await page.wait_for_selector("#impact-count:text-is('4')")
+            await b.shot("02-schedule-form")
+            await page.click("#save-schedule")
+            row = page.locator('tr[data-id="ui-nightly"]')
+            await row.locator("ol.times li").nth(2).wait_for()
+            await b.shot("03-schedules")
+
+            # Pause it.
+            await row.locator('[data-action="toggle-pause"]').click()
+            await row.locator(".badge.paused").wait_for()
+            assert await row.locator('[data-action="toggle-pause"]').text_content() == "Resume"
+
+            # The next Feedser export: new advisories land at the scanner ...
+            osv_dir = demo.osv_dir
+            before = await asyncio.to_thread(
+                AdvisoryDb.load, osv_dir, DATA / "kev.json", osv_dir.parent / "debian-sources.json"
+            )
+            for name in NEW_ADVISORIES:
+                shutil.copy(DATA / "osv" / f"{name}.json", osv_dir / f"{name}.json")
+            after = await asyncio.to_thread(
+                AdvisoryDb.load, osv_dir, DATA / "kev.json", osv_dir.parent / "debian-sources.json"
+            )
+            export = build_export(
+                after, {"advisories": {a.id: a.digest for a in before.advisories.values()}}
+            )
+            assert export is not None and set(BASELINE).isdisjoint(
+                a["vulnId"] for a in export["advisories"]
+            )
+            async with aiohttp.ClientSession() as http:
+                r = await http.post(f"{demo.scanner_url}/advisories/reload")
+                assert r.status == 200, await r.text()
+
+            # ... preview its impact in the modal ...
+            await page.click("#open-preview")
+            await page.fill("#preview-keys", "\n".join(export["changedProductKeys"]))
+            await page.click("#run-preview")
+            count = await page.locator("#preview-count").text_content()
+            assert count is not None and int(count) >= 1
+            await page.locator("#preview-sample li").first.wait_for()
+            await b.shot("04-preview")
+            await page.keyboard.press("Escape")
+
+            # ... and the aggregator posts it (signed webhook).
+            raw = json.dumps(export, separators=(",", ":")).encode()
+            async with aiohttp.ClientSession() as http:
+                r = await http.post(
+                    f"{base}{WEBHOOK_PATH}",
+                    data=raw,
+                    headers=signed_headers(raw, str(uuid.uuid4()), secret=secret),
+                )
+                assert r.status == 202, await r.text()
+
+            # Watch the run appear and complete.
+            await page.click('a[data-nav="runs"]')
+            done = page.locator('#runs-table tr[data-state="completed"]')
+            await done.first.wait_for(timeout=90_000)
+            await page.wait_for_selector("#heatmap")
+            await b.shot("05-runs")
+
+            # Drill down.
+            await done.first.locator("a").first.click()
+            await page.wait_for_selector("#run-stats")
+            await page.wait_for_selector("#coverage")
+            assert await page.locator("#cancel-run").count() == 0, "no cancel on a finished run"
+            await page.locator("#deltas tbody tr, .empty").first.wait_for()
+            deltas = await page.locator("#deltas tbody tr").count()
+            assert deltas >= 1, "the new advisories made some demo image worse"
+            await b.shot("06-run-detail")
+
+            # Verify the chain.
+            await page.click('a[data-nav="audit"]')
+            await page.click("#verify-now")
+            await page.wait_for_selector("#verified.good")
+            assert await page.text_content("#chain-head")
+            await b.shot("07-audit")
+
+            # A narrow window.
+            await page.goto(f"{base}/ui#/schedules")
+            await page.locator('tr[data-id="demo-nightly"] a.lastrun .badge.completed').wait_for()
+            await page.set_viewport_size(NARROW)
+            for route, name, ready in [
+                ("#/schedules", "08-narrow-schedules", 'tr[data-id="ui-nightly"]'),
+                ("#/schedules/ui-nightly/edit", "09-narrow-edit", "#cron-next li"),
+                ("#/runs", "10-narrow-runs", "#runs-table"),
+            ]:
+                await page.goto(f"{base}/ui{route}")
+                await page.wait_for_selector(ready)
+                await b.shot(name)
+            await page.click("#runs-table tbody tr a")
+            await page.wait_for_selector("#run-stats")
+            await b.shot("11-narrow-run-detail")
+            width = await page.evaluate("document.documentElement.scrollWidth")
+            assert width <= NARROW["width"] + 1, f"horizontal scroll at 420 px: {width}"
+
+            # Signing out forgets the token.
+            await page.click("text=Sign out")
+            await page.wait_for_selector("#token")
+            assert await page.evaluate("sessionStorage.length") == 0
+            assert b.errors == [], b.errors
+    finally:
+        await demo.close()
+        await system.close()
+
+
+async def test_pages_load_fast_with_1000_schedules_and_10000_runs(
+    nats_server: EmbeddedNats,
+    prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    artifacts: Path,
+    with_console: None,
+) -> None:
+    for name in ("STREAMPROC_GATEWAY_CONFIG", "STREAMPROC_FEEDSER_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(
+        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=free_port()
+    )
+    dev = prepare_dev_auth(settings)
+    assert dev.issuer_key is not None
+    system = System(settings, ["gateway"])
+    await system.start()
+    try:
+        assert system.clock is not None and system.publisher is not None
+        clock = system.clock
+        events = [
+            new_event(
+                "schedule.created",
+                "demo",
+                p.ScheduleCreated(
+                    schedule_id=f"s{i:04d}",
+                    name=f"Schedule {i}",
+                    cron=f"{i % 60} {i % 24} * * *",
+                    timezone=("UTC", "Europe/Sofia", "America/New_York")[i % 3],
+                ),
+                clock.now(),
+            )
+            for i in range(1000)
+        ]
+        events += [
+            new_event(
+                "run.requested",
+                "demo",
+                p.RunRequested(
+                    run_id=f"r{i:05d}", trigger="manual", schedule_id=f"s{i % 1000:04d}"
+                ),
+                clock.now(),
+            )
+            for i in range(10_000)
+        ]
+        acks = await system.publisher.publish_events(events)
+        await system.projectors["gateway"].wait_for(acks[-1].seq, 60)
+        token = mint_token(dev.issuer_key, "scheduler.read")
+        async with browser(artifacts) as b:
+            page = b.page
+            await sign_in(b, system.http_url, token)
+            timings = {}
+            for route, ready in [
+                ("#/schedules", "table.schedules tbody tr:nth-child(50)"),
+                ("#/runs", "#runs-table tbody tr:nth-child(100)"),
+            ]:
+                await page.goto("about:blank")
+                started = time.monotonic()
+                await page.goto(f"{system.http_url}/ui{route}")
+                await page.wait_for_selector(ready)
+                timings[route] = time.monotonic() - started
+            await b.shot("12-load-runs-10k")
+            await page.click("#more-runs")
+            await page.wait_for_selector("#runs-table tbody tr:nth-child(200)")
+            print("console load times:", timings)
+            assert all(t < 1.0 for t in timings.values()), timings
+            assert b.errors == [], b.errors
+    finally:
+        await system.close()
