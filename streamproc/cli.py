@@ -268,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     tokens_cli.register(sub)
     register_audit(sub, _common)
+    from streamproc.impact.cli import register as register_index
+
+    register_index(sub, _common)
     runner_cli.register(sub, _common)
     notify_cli.register(sub, _common)
     scanner_cli.register(sub, _common)  # `scanner` and `feedser export`

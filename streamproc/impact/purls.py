@@ -22,7 +22,9 @@ __all__ = [
     "NormalizedPurl",
     "PurlError",
     "TooManyKeysError",
+    "check_component",
     "check_key_count",
+    "check_parseable",
     "is_product_key",
     "normalize_image_purls",
     "normalize_purl",
@@ -149,3 +151,43 @@ def normalize_image_purls(purls: Iterable[str]) -> list[NormalizedPurl]:
         except PurlError as exc:
             raise PurlError(exc.purl, f"image purl #{i}: {exc.reason}") from None
     return out
+
+
+_FAST_SEGMENT = r"[A-Za-z0-9._~+-]+"
+_FAST_QUALIFIER = r"[a-z][a-z0-9._-]*=[A-Za-z0-9._~+:/-]+"
+_FAST = re.compile(
+    rf"pkg:[a-z][a-z0-9._-]*/{_FAST_SEGMENT}(?:/{_FAST_SEGMENT})*"
+    r"(?:@[A-Za-z0-9._~+:-]+)?"
+    rf"(?:\?{_FAST_QUALIFIER}(?:&{_FAST_QUALIFIER})*)?"
+    r"(?:#[A-Za-z0-9._~+/-]+)?"
+)
+"""A conservative subset of the purls packageurl parses (no percent escapes at all), checked
+in ~1 µs instead of ~70 µs; anything else takes the full parse."""
+
+
+def check_parseable(purl: str) -> None:
+    """Raise :class:`PurlError` unless ``purl`` parses (fast path for plain purls)."""
+    if len(purl) <= MAX_PURL_LENGTH and _FAST.fullmatch(purl):
+        if "&" not in purl:
+            return
+        keys = [q.partition("=")[0] for q in purl.partition("#")[0].partition("?")[2].split("&")]
+        if len(set(keys)) == len(keys):
+            return
+    normalize_purl(purl)
+
+
+def check_component(purl: str, product_key: str) -> None:
+    """What the fold insists on for a published component: the purl parses and its product
+    key is its version-less prefix (so an exact-purl query finds it under that product).
+
+    Normalisation itself is the publisher's job (CLI, gateway): re-normalising here would
+    cost ~70 µs per purl, i.e. the whole ingest budget.
+    """
+    check_parseable(purl)
+    m = _VERSION_START.search(purl)
+    prefix = purl[: m.start()] if m else purl
+    if prefix != product_key:
+        raise PurlError(
+            purl,
+            f"productKey {product_key!r} is not the purl's version-less prefix {prefix!r}",
+        )

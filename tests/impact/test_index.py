@@ -29,6 +29,8 @@ from streamproc.impact.index import (
 from streamproc.impact.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
 from streamproc.impact.purls import normalize_purl as norm
 from streamproc.impact.selector import Selector, SelectorError
+from streamproc.impact.stats import logical_bitmaps
+from streamproc.state.store import MemoryStore
 
 TENANTS = ["t1", "t2", "t:3"]
 DIGESTS = [f"sha256:{c * 4}" for c in "abcdef"]
@@ -130,20 +132,21 @@ class IndexMachine(RuleBasedStateMachine):
         self.model: dict[tuple[str, str], IndexedImage] = {}
         self.ids: dict[tuple[str, str], int] = {}
         self.vulns: dict[str, set[str]] = {}
-        self.kv: dict[bytes, bytes] = {}
+        self.kv = MemoryStore()
+        self.kv.ensure_families(K.FAMILIES)
         self.ix = ImpactIndex()
 
     @initialize(bound=st.sampled_from([None, 1, 300, 4000]))
     def start(self, bound: int | None) -> None:
         if bound is not None:
-            self.ix = ImpactIndex(loader=self.kv.get, max_bytes=bound)
+            self.ix = ImpactIndex(source=self.kv, max_bytes=bound)
+            self.ix.restore()
 
     def flush(self) -> None:
-        for key, value in self.ix.dirty_items():
-            if value is None:
-                self.kv.pop(key, None)
-            else:
-                self.kv[key] = value
+        writes: dict[str, dict[bytes, bytes | None]] = {}
+        for cf, key, value in self.ix.dirty_items():
+            writes.setdefault(cf, {})[key] = value
+        self.kv.commit(writes)
         self.ix.clear_dirty()
 
     @rule(rec=images)
@@ -182,14 +185,16 @@ class IndexMachine(RuleBasedStateMachine):
         self.vulns.setdefault(vuln, set()).update(keys)
         self.flush()
 
-    @rule(bound=st.sampled_from([None, 1, 2000]))
-    def restart(self, bound: int | None) -> None:
-        """Come back from storage alone: resident keys restored, the rest loaded lazily."""
-        resident = [(k, v) for k, v in self.kv.items() if k[:2] in K.RESIDENT_PREFIXES]
-        self.ix = ImpactIndex(loader=self.kv.get, max_bytes=bound)
-        self.ix.restore(resident)
+    @rule(bound=st.sampled_from([None, 1, 2000]), warm=st.booleans())
+    def restart(self, bound: int | None, warm: bool) -> None:
+        """Come back from storage alone: resident maps restored, the rest loaded lazily
+        (or warmed in small slices)."""
+        self.ix = ImpactIndex(source=self.kv, max_bytes=bound)
+        self.ix.restore()
+        while warm and not self.ix.warm_step(2):
+            pass
 
-    @precondition(lambda self: self.ix.store.max_bytes is None and self.ix.store.loader is None)
+    @precondition(lambda self: self.ix.source is None)
     @invariant()
     def memory_matches_model(self) -> None:
         got = {k: {self.who(i) for i in bm} for k, bm in self.ix.iter_bitmaps()}
@@ -198,18 +203,14 @@ class IndexMachine(RuleBasedStateMachine):
     @invariant()
     def storage_matches_model(self) -> None:
         assert not self.ix.dirty_keys()
-        stored = {
-            k: {self.who(i) for i in BitMap.deserialize(v)}
-            for k, v in self.kv.items()
-            if k[:2] in (b"c:", b"u:", b"o:")
-        }
+        stored = {k: {self.who(i) for i in bm} for k, bm in logical_bitmaps(self.kv).items()}
         assert stored == expected_bitmaps(self.model, self.ix)
-        assert {k for k in self.kv if k.startswith(K.DIGEST)} == {
-            K.storage_key(K.DIGEST, K.scoped(t, d)) for t, d in self.model
+        assert {k for k, _ in self.kv.scan(K.NAMES_CF, K.DIGEST)} == {
+            K.DIGEST + K.scoped(t, d).encode() for t, d in self.model
         }
         assert len(self.ix) == len(self.model)
-        if self.ix.store.max_bytes is not None:
-            assert self.ix.store.cached_bytes <= self.ix.store.max_bytes
+        if self.ix.max_bytes is not None:
+            assert self.ix.cached_bytes <= self.ix.max_bytes
 
     def who(self, iid: int) -> str:
         (key,) = [k for k, v in self.ids.items() if v == iid]
@@ -371,7 +372,7 @@ def test_vuln_map_folding() -> None:
     assert (r.digests(), r.unmatched) == (["a"], ["CVE-404"])
     ix.set_vuln_keys("CVE-1", [])
     assert ix.resolve_by_vulns(["CVE-1"], usage_only=False, selector=sel()).unmatched == ["CVE-1"]
-    assert K.storage_key(K.VULN, "CVE-1") in ix.dirty_keys()
+    assert (K.NAMES_CF, K.VULN + b"CVE-1") in ix.dirty_keys()
 
 
 def test_records_and_selectors_on_the_wire() -> None:
@@ -407,28 +408,65 @@ def test_build_image_merges_duplicates() -> None:
         image("t1", "a", [("pkg:pypi/ok@1", False), ("bad", False)])
 
 
+class CountingStore(MemoryStore):
+    """A store that counts reads: to see what a bounded index loads back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ensure_families(K.FAMILIES)
+        self.reads = 0
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        self.reads += 1
+        return super().get(cf, key)
+
+    def scan(self, cf: str, prefix: bytes = b"", start: bytes = b""):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        return super().scan(cf, prefix, start)
+
+
+def flush_into(ix: ImpactIndex, store: MemoryStore) -> None:
+    writes: dict[str, dict[bytes, bytes | None]] = {}
+    for cf, key, value in ix.dirty_items():
+        writes.setdefault(cf, {})[key] = value
+    store.commit(writes)
+    ix.clear_dirty()
+
+
 def test_bounded_store_evicts_and_reloads() -> None:
-    kv: dict[bytes, bytes] = {}
-    loads: list[bytes] = []
-
-    def loader(key: bytes) -> bytes | None:
-        loads.append(key)
-        return kv.get(key)
-
-    ix = ImpactIndex(loader=loader, max_bytes=64)
+    kv = CountingStore()
+    ix = ImpactIndex(source=kv, max_bytes=3000)
     for i, d in enumerate(DIGESTS):
         ix.index_image(image("t1", d, [(RAW_PURLS[i], i % 2 == 0)], tags=[f"prod-{i}"]))
-        kv.update((k, v) for k, v in ix.dirty_items() if v is not None)
-        ix.clear_dirty()
-        assert ix.store.cached_bytes <= 64
-    assert sum(len(m) for p, m in ix.store.maps.items() if p in K.CACHED_PREFIXES) < 10
+        flush_into(ix, kv)
+        assert ix.cached_bytes <= 3000
+    assert ix.warm_progress[0] < ix.product_count()
+    reads = kv.reads
     r = ix.resolve_by_purls(
         ["pkg:deb/debian/openssl"], usage_only=False, selector=sel(include_tags=["prod-*"])
     )
     assert sorted(r.digests()) == sorted(DIGESTS[:3])
-    assert loads
-    with pytest.raises(ValueError, match="loader"):
+    assert kv.reads > reads
+    with pytest.raises(ValueError, match="source"):
         ImpactIndex(max_bytes=10)
+
+
+def test_restart_answers_from_the_store_then_warms() -> None:
+    kv = CountingStore()
+    ix = ImpactIndex(source=kv)
+    ix.index_image(image("t1", "a", [(RAW_PURLS[0], True), (RAW_PURLS[3], False)]))
+    ix.index_image(image("t1", "b", [(RAW_PURLS[1], False)], namespace="web"))
+    flush_into(ix, kv)
+    cold = ImpactIndex(source=kv)
+    cold.restore()
+    assert cold.warm_progress == (0, 2)
+    r = cold.resolve_by_purls(["pkg:deb/debian/openssl"], usage_only=True, selector=sel())
+    assert r.digests() == ["a"]
+    assert cold.resolve_all(sel(namespaces=["web"])).digests() == ["b"]
+    while not cold.warm_step(1):
+        pass
+    assert cold.warm_progress == (2, 2)
+    assert cold.image("t1", "a") == ix.image("t1", "a")
 
 
 @pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 800, 3000])
@@ -438,16 +476,3 @@ def test_union_within_equals_plain_union(n: int) -> None:
     everything = BitMap.union(*bms) if n > 1 else BitMap(bms[0] if bms else [])
     for mask in (BitMap(), BitMap(range(600)), BitMap(range(0, 600, 7)), BitMap([599, 10_000])):
         assert _union_within(bms, mask.copy()) == everything & mask
-
-
-def test_loader_may_return_decoded_bitmaps() -> None:
-    kv: dict[bytes, bytes] = {}
-    ix = ImpactIndex(loader=kv.get)
-    ix.index_image(image("t1", "a", [(RAW_PURLS[0], True)]))
-    kv.update((k, v) for k, v in ix.dirty_items() if v is not None)
-    ix.clear_dirty()
-    resident = [(k, v) for k, v in kv.items() if k[:2] in K.RESIDENT_PREFIXES]
-    decoded = ImpactIndex(loader=lambda k: BitMap.deserialize(kv[k]) if k[:1] != b"i" else None)
-    decoded.restore(resident)
-    r = decoded.resolve_by_purls(["pkg:deb/debian/openssl"], usage_only=True, selector=sel())
-    assert r.digests() == ["a"]

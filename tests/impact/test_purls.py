@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamproc.impact import purls as purls_module
 from streamproc.impact.purls import (
     MAX_KEYS_PER_QUERY,
     NormalizedPurl,
     PurlError,
     TooManyKeysError,
+    check_component,
     check_key_count,
+    check_parseable,
     is_product_key,
     normalize_image_purls,
     normalize_purl,
@@ -125,3 +128,36 @@ def test_normalisation_is_idempotent(
         return  # refusing is fine; what we accept must be stable
     assert normalize_purl(n.purl) == n
     assert normalize_purl(n.product_key) == NormalizedPurl(n.product_key, n.product_key)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.from_regex(purls_module._FAST, fullmatch=True))
+def test_fast_path_accepts_only_what_packageurl_parses(s: str) -> None:
+    """The fold's ~1 µs check must never let through a purl the full parser refuses."""
+    query = s.partition("#")[0].partition("?")[2]
+    names = [q.partition("=")[0] for q in query.split("&")] if query else []
+    if len(names) != len(set(names)):
+        with pytest.raises(PurlError, match="duplicate qualifier"):
+            check_parseable(s)
+        return
+    check_parseable(s)
+    normalize_purl(s)  # must not raise either
+
+
+@pytest.mark.parametrize(
+    ("purl", "key", "reason"),
+    [
+        ("pkg:deb/debian/openssl@3?arch=amd64", "pkg:deb/debian/openssl", None),
+        ("pkg:npm/%40angular/core@16.0.0", "pkg:npm/%40angular/core", None),
+        ("pkg:generic/busybox", "pkg:generic/busybox", None),
+        ("pkg:deb/debian/openssl@3", "pkg:deb/debian/openssl-dev", "version-less prefix"),
+        ("pkg:deb/debian/%zz@1", "pkg:deb/debian/%zz", "percent-encoding"),
+        ("deb/openssl@1", "deb/openssl", "scheme"),
+    ],
+)
+def test_check_component(purl: str, key: str, reason: str | None) -> None:
+    if reason is None:
+        check_component(purl, key)
+    else:
+        with pytest.raises(PurlError, match=reason):
+            check_component(purl, key)

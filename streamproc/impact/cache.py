@@ -1,0 +1,56 @@
+"""A size-bounded LRU of cache entries with a cheap "recently used" mark.
+
+Queries look bitmaps up with one C-level ``map(dict.get, keys)``; moving 10,000 entries to
+the end of an ordered dict per query would cost more than the union itself. Instead a
+query drops its keys into ``recent`` (one ``set.update``) and eviction gives marked entries
+a second chance (CLOCK-style). Sizes are estimates of resident bytes, so the bound tracks
+RSS rather than the much smaller serialized size.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
+
+__all__ = ["Lru"]
+
+
+class Lru:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.total = 0
+        self._sizes: OrderedDict[Hashable, int] = OrderedDict()
+        self.recent: set[Hashable] = set()
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._sizes
+
+    def set(self, key: Hashable, size: int) -> None:
+        """Insert or resize ``key`` as most recently used."""
+        old = self._sizes.pop(key, 0)
+        self._sizes[key] = size
+        self.total += size - old
+
+    def drop(self, key: Hashable) -> None:
+        size = self._sizes.pop(key, None)
+        if size is not None:
+            self.total -= size
+
+    def full(self) -> bool:
+        return self.total >= self.max_bytes
+
+    def victims(self) -> Iterator[Hashable]:
+        """Yield least recently used keys (already forgotten here) until under the bound."""
+        sizes, recent = self._sizes, self.recent
+        while self.total > self.max_bytes and sizes:
+            key, size = sizes.popitem(last=False)
+            if key in recent:  # second chance: each key is spared at most once per sweep
+                recent.discard(key)
+                sizes[key] = size
+                continue
+            self.total -= size
+            yield key
+        recent.clear()

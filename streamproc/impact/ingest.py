@@ -1,0 +1,326 @@
+"""Changing the index: index, re-index and remove images; fold advisories into the vuln map.
+
+The hot path (a new image whose purls are all known in the open chunk) is a handful of
+C-level ``map`` calls: one dict lookup and one ``list.append`` per purl, nothing else.
+Everything that may refuse the image (an unparseable purl, a product key that is not the
+purl's prefix) is checked before anything changes, so a refused image leaves no trace.
+Re-indexing strips the image from everything its old record names, then adds it again, and
+finally drops bitmaps and groups that ended up empty: nothing stale is left, and the result
+depends only on the events, never on where batch boundaries fell.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress, repeat
+from operator import itemgetter
+
+from pyroaring import BitMap
+
+from streamproc.impact import keys as K
+from streamproc.impact.groups import Group, Member, member_empty
+from streamproc.impact.purls import (
+    check_component,
+    check_key_count,
+    check_parseable,
+    is_product_key,
+    normalize_purl,
+)
+from streamproc.impact.records import ImageError, ImageRecord, IndexedImage, encode_record
+from streamproc.impact.state import IndexState
+
+_append = list.append
+_gid_of = itemgetter(0)
+
+
+def _consume(it: Iterable[object]) -> None:
+    """Run an iterator of C calls to the end without a Python-level loop."""
+    deque(it, maxlen=0)
+
+
+def _discard(m: Member, iid: int) -> None:
+    if len(m) > 1 and type(m[1]) is BitMap:
+        m[1].discard(iid)
+        if len(m) > 2:
+            m[2:] = [x for x in m[2:] if x != iid]
+    elif iid in m[1:]:
+        m[1:] = [x for x in m[1:] if x != iid]
+
+
+class Ingest(IndexState):
+    def index_image(self, rec: IndexedImage) -> int:
+        """Add or replace an image; returns its id (unchanged on re-index)."""
+        return self.index_components(
+            rec.tenant,
+            rec.digest,
+            rec.purls,
+            rec.product_keys,
+            rec.used,
+            registry=rec.registry,
+            repo=rec.repo,
+            namespace=rec.namespace,
+            tags=rec.tags,
+            labels=rec.labels,
+        )
+
+    def index_components(
+        self,
+        tenant: str,
+        digest: str,
+        purls: Sequence[str],
+        pks: Sequence[str],
+        used: Sequence[bool],
+        *,
+        registry: str = "",
+        repo: str = "",
+        namespace: str = "",
+        tags: Iterable[str] = (),
+        labels: Mapping[str, str] | None = None,
+    ) -> int:
+        """Index one image from aligned purls / product keys / used flags (raises PurlError,
+        TooManyKeysError or ImageError, before changing anything)."""
+        n = len(purls)
+        check_key_count(n)
+        if len(pks) != n or len(used) != n:
+            raise ImageError("purls, productKeys and used must have the same length")
+        if not tenant or K.SEP in tenant or not digest:
+            raise ImageError("an image needs a tenant (without NUL) and a digest")
+        dkey = K.scoped(tenant, digest)
+        iid = self._digests.get(dkey)
+        stripped: tuple[list[int], list[bytes]] | None = None
+        if iid is None:
+            iid = self._next_id()
+            chunk = iid >> K.CHUNK_BITS
+            members = self._resolve(purls, pks, chunk, validate=True)
+            if iid == len(self._digest_by_id):
+                self._digest_by_id.append(digest)
+            else:
+                self._free.remove(iid)
+                self._digest_by_id[iid] = digest
+            self._digests[dkey] = iid
+            self._dirty_names.add(K.DIGEST + dkey.encode())
+        else:
+            chunk = iid >> K.CHUNK_BITS
+            old = self._record(iid)
+            self._resolve(purls, pks, chunk, validate=True, create=False)
+            stripped = self._strip(iid, old, chunk)
+            members = self._resolve(purls, pks, chunk, validate=False)
+        _consume(map(_append, members, repeat(iid)))
+        umembers = self._resolve_used(purls, used, chunk, members) if any(used) else []
+        _consume(map(_append, umembers, repeat(iid)))
+        if iid != len(self._digest_by_id) - 1 or stripped is not None or len(set(purls)) != n:
+            # not the highest id, or a purl listed twice: restore sorted, unique lists
+            for m in (*members, *umembers):
+                if type(m[1]) is not BitMap:
+                    m[1:] = sorted(set(m[1:]))
+        gids = set(map(_gid_of, members))
+        self._dirty_chunks.setdefault(chunk, set()).update(gids)
+        self._pending.setdefault(chunk, set()).update(gids)
+        tag_list = sorted(set(tags))
+        label_map = dict(labels or {})
+        for key in K.owner_keys(tenant, registry, repo, namespace, tag_list, label_map):
+            self._owner_add(key, iid)
+        if stripped is not None:
+            self._prune(stripped[0], stripped[1], chunk)
+        rec = ImageRecord(
+            tenant, digest, registry, repo, namespace, tag_list, label_map, sorted(gids)
+        )
+        self._records[iid] = encode_record(rec)
+        self._dirty_records.add(iid)
+        return iid
+
+    def remove_image(self, tenant: str, digest: str) -> bool:
+        """Forget an image and free its id; False when it was not indexed."""
+        dkey = K.scoped(tenant, digest)
+        iid = self._digests.get(dkey)
+        if iid is None:
+            return False
+        chunk = iid >> K.CHUNK_BITS
+        gids, owners = self._strip(iid, self._record(iid), chunk)
+        self._prune(gids, owners, chunk)
+        self._records.pop(iid, None)
+        self._dirty_records.add(iid)
+        del self._digests[dkey]
+        self._dirty_names.add(K.DIGEST + dkey.encode())
+        self._digest_by_id[iid] = None
+        self._free.add(iid)
+        return True
+
+    # -- resolving purls to their members -------------------------------------------------
+    def _resolve(
+        self,
+        purls: Sequence[str],
+        pks: Sequence[str],
+        chunk: int,
+        *,
+        validate: bool,
+        create: bool = True,
+    ) -> list[Member]:
+        """Every purl's member in the chunk. Purls new to the chunk are validated (when
+        ``validate``) before any is created; with ``create=False`` only validates."""
+        fc = self._flat_c.setdefault(chunk, {})
+        found: list[Member | None] = list(map(fc.get, purls))
+        if None not in found:
+            return found  # type: ignore[return-value]
+        new: list[int] = []
+        for i, m in enumerate(found):
+            if m is not None:
+                continue
+            purl, pk = purls[i], pks[i]
+            g = self._group(pk)
+            if g is not None:
+                self._open(g, chunk)
+                m = fc.get(purl)
+                if m is not None:
+                    found[i] = m
+                    continue
+            if validate:
+                check_component(purl, pk)
+            new.append(i)
+        if not create:
+            return []
+        for i in new:
+            purl, pk = purls[i], pks[i]
+            m = fc.get(purl)  # a purl listed twice in one image
+            if m is None:
+                g = self._groups.get(pk) or self._new_group(pk)
+                m = self._open(g, chunk)[0][purl[len(pk) :]] = [g.gid]
+                g.open_members += 1
+                fc[purl] = m
+            found[i] = m
+        return found  # type: ignore[return-value]
+
+    def _resolve_used(
+        self, purls: Sequence[str], used: Sequence[bool], chunk: int, members: list[Member]
+    ) -> list[Member]:
+        """The used-by-entrypoint members of the used purls (their groups are open)."""
+        fu = self._flat_u.setdefault(chunk, {})
+        found: list[Member | None] = list(map(fu.get, compress(purls, used)))
+        if None not in found:
+            return found  # type: ignore[return-value]
+        for j, i in enumerate(compress(range(len(purls)), used)):
+            if found[j] is not None:
+                continue
+            purl = purls[i]
+            m = fu.get(purl)
+            if m is None:
+                gid = members[i][0]
+                g = self._groups[self._pk_by_gid[gid]]  # type: ignore[index]
+                m = self._open(g, chunk)[1][purl[len(g.pk) :]] = [gid]
+                g.open_members += 1
+                fu[purl] = m
+            found[j] = m
+        return found  # type: ignore[return-value]
+
+    # -- stripping and pruning (re-index, removal) -----------------------------------------
+    def _strip(self, iid: int, old: ImageRecord, chunk: int) -> tuple[list[int], list[bytes]]:
+        """Take ``iid`` out of every bitmap its record names; empties are pruned later."""
+        self._settle()
+        dirty = self._dirty_chunks.setdefault(chunk, set())
+        for gid in old.gids:
+            g = self._group(self._pk_by_gid[gid])  # type: ignore[arg-type]
+            assert g is not None, f"group {gid} of image {iid} is missing"
+            self._stale(g)
+            for members in self._open(g, chunk):
+                for m in members.values():
+                    _discard(m, iid)
+            dirty.add(gid)
+        owners = K.owner_keys(
+            old.tenant, old.registry, old.repo, old.namespace, old.tags, old.labels
+        )
+        for key in owners:
+            bm = self._owner(key)
+            if bm is not None:
+                bm.discard(iid)
+                self._dirty_owners.add(key)
+        return old.gids, owners
+
+    def _prune(self, gids: list[int], owners: list[bytes], chunk: int) -> None:
+        """Drop what a strip emptied and the re-add did not refill."""
+        self._settle()
+        for gid in gids:
+            pk = self._pk_by_gid[gid]
+            g = self._groups.get(pk) if pk is not None else None
+            if g is None or g.gid != gid:
+                continue
+            if not self._product(g, 0):
+                self._delete_group(g)
+                continue
+            cmap, umap = g.open[chunk]
+            for flat, members in ((self._flat_c, cmap), (self._flat_u, umap)):
+                empty = [s for s, m in members.items() if member_empty(m)]
+                fm = flat.get(chunk, {})
+                for s in empty:
+                    del members[s]
+                    fm.pop(g.pk + s, None)
+        for key in owners:
+            bm = self._owners.get(key)
+            if bm is not None and not bm:
+                self._owner_delete(key)
+
+    def _delete_group(self, g: Group) -> None:
+        self._dead.extend(K.group_key(g.gid, c) for c in g.chunk_numbers())
+        self._drop_group(g)
+        if self._lru is not None:
+            self._lru.drop(g.pk)
+        del self._gids[g.pk]
+        self._dirty_names.add(K.PRODUCT + g.pk.encode())
+        self._pk_by_gid[g.gid] = None
+        self._gchunks[g.gid] = b""
+        self._free_gids.add(g.gid)
+
+    # -- owners ----------------------------------------------------------------------------
+    def _owner_add(self, key: bytes, iid: int) -> None:
+        bm = self._owner(key)
+        if bm is None:
+            bm = self._owners[key] = BitMap()
+            if key[:1] == K.OWNER_TAG:
+                tenant, _, tag = key[1:].decode().partition(K.SEP)
+                self._tags.setdefault(tenant, set()).add(tag)
+                self._dirty_names.add(K.TAGS + tenant.encode())
+        bm.add(iid)
+        self._dirty_owners.add(key)
+
+    def _owner_delete(self, key: bytes) -> None:
+        del self._owners[key]
+        if self._lru is not None:
+            self._lru.drop(key)
+        self._dirty_owners.add(key)
+        if key[:1] == K.OWNER_TAG:
+            tenant, _, tag = key[1:].decode().partition(K.SEP)
+            self._tags.get(tenant, set()).discard(tag)
+            if not self._tags.get(tenant):
+                self._tags.pop(tenant, None)
+            self._dirty_names.add(K.TAGS + tenant.encode())
+
+    # -- the vuln map ----------------------------------------------------------------------
+    def add_vuln_keys(self, vuln_id: str, keys: Iterable[str]) -> None:
+        """Fold a Feedser export row: the vuln also affects these product keys/purls."""
+        norm = {canonical_key(k) for k in keys}
+        cur = self._vulns.get(vuln_id, set())
+        if not norm <= cur:
+            self._vulns[vuln_id] = cur | norm
+            self._dirty_names.add(K.VULN + vuln_id.encode())
+
+    def set_vuln_keys(self, vuln_id: str, keys: Iterable[str]) -> None:
+        """Replace a vuln's keys (an empty list forgets the vuln)."""
+        norm = {canonical_key(k) for k in keys}
+        if norm:
+            self._vulns[vuln_id] = norm
+        elif self._vulns.pop(vuln_id, None) is None:
+            return
+        self._dirty_names.add(K.VULN + vuln_id.encode())
+
+    def vuln_keys(self, vuln_id: str) -> set[str]:
+        return set(self._vulns.get(vuln_id, ()))
+
+
+def canonical_key(key: str) -> str:
+    """Keys stay as given when they already are a plain purl (the common case, ~1 µs);
+    anything else is parsed and normalised (raises PurlError for garbage)."""
+    check_parseable(key)
+    if "%" not in key and key == key.lower():
+        return key
+    n = normalize_purl(key)
+    return n.product_key if is_product_key(n) else n.purl

@@ -1,0 +1,224 @@
+"""Getting changes out (per batch) and committed state back in (lazily, or by warming).
+
+After a batch, ``dirty_items()`` yields every (column family, key, value-or-None) the batch
+changed; the projection writes them into the batch's transaction, and ``clear_dirty()``
+then closes the chunks this batch did not touch and trims the cache. Warming loads
+product groups in group-id order (the order products were first seen: the popular ones
+first) in small slices, from committed bytes only, until everything or the bound is in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import islice
+
+from pyroaring import BitMap
+
+from streamproc.impact import keys as K
+from streamproc.impact.groups import Group, bitmap_bytes
+from streamproc.impact.records import IndexedImage
+from streamproc.impact.state import IndexState
+
+Item = tuple[str, bytes, bytes | None]
+CLOSE_EVERY = 4
+"""Batches between sweeps that close chunks opened but left unchanged since the last one."""
+
+
+class Persistence(IndexState):
+    def dirty_items(self) -> Iterator[Item]:
+        """(column family, key, serialized value or None = delete) changed since the last
+        ``clear_dirty``. Deleted chunks come first, so a reused group id's new chunks win."""
+        self._settle()
+        for key in self._dead:
+            yield K.GROUPS_CF, key, None
+        for chunk, gids in self._dirty_chunks.items():
+            for gid in sorted(gids):
+                pk = self._pk_by_gid[gid] if gid < len(self._pk_by_gid) else None
+                g = self._groups.get(pk) if pk is not None else None
+                if g is None or g.gid != gid or chunk not in g.open:
+                    continue
+                raw = g.encode_chunk(chunk)
+                if (chunk in g.chunks) != (raw is not None):  # the group's chunk set changed
+                    g.set_chunk(chunk, raw)
+                    self._gchunks[gid] = K.pack_chunks(g.chunks)
+                    self._dirty_names.add(K.PRODUCT + g.pk.encode())
+                else:
+                    g.set_chunk(chunk, raw)
+                if self._lru is not None:
+                    self._lru.set(g.pk, g.size())
+                yield K.GROUPS_CF, K.group_key(gid, chunk), raw
+        for key in sorted(self._dirty_owners):
+            bm = self._owners.get(key)
+            yield K.OWNERS_CF, key, K.encode_bitmap(bm) if bm else None
+        for iid in sorted(self._dirty_records):
+            yield K.IMAGES_CF, K.u32(iid), self._records.get(iid)
+        for key in sorted(self._dirty_names):
+            yield K.NAMES_CF, key, self._name_value(key)
+
+    def _name_value(self, key: bytes) -> bytes | None:
+        kind, name = key[:1], key[1:].decode()
+        if kind == K.PRODUCT:
+            gid = self._gids.get(name)
+            return None if gid is None else K.u32(gid) + self._gchunks[gid]
+        if kind == K.DIGEST:
+            iid = self._digests.get(name)
+            return None if iid is None else K.u32(iid)
+        values = (self._tags if kind == K.TAGS else self._vulns).get(name)
+        return K.encode_names(values) if values else None
+
+    def dirty_keys(self) -> set[tuple[str, bytes]]:
+        """What ``dirty_items`` would write (without encoding anything)."""
+        out = {(K.GROUPS_CF, k) for k in self._dead}
+        out.update(
+            (K.GROUPS_CF, K.group_key(gid, chunk))
+            for chunk, gids in self._dirty_chunks.items()
+            for gid in gids
+        )
+        out.update((K.OWNERS_CF, k) for k in self._dirty_owners)
+        out.update((K.IMAGES_CF, K.u32(i)) for i in self._dirty_records)
+        out.update((K.NAMES_CF, k) for k in self._dirty_names)
+        return out
+
+    def clear_dirty(self) -> None:
+        """Everything from ``dirty_items`` is durable (no mutation in between). Every few
+        batches, chunks that were opened but not changed since are closed again."""
+        self._batches += 1
+        if self._batches % CLOSE_EVERY == 0:
+            touched = {
+                (pk, chunk)
+                for chunk, gids in self._dirty_chunks.items()
+                for gid in gids
+                if gid < len(self._pk_by_gid) and (pk := self._pk_by_gid[gid]) is not None
+            }
+            for pk, chunk in self._opened - touched - self._kept:
+                g = self._groups.get(pk)
+                if g is not None:
+                    self._close(g, chunk)
+                    if self._lru is not None:
+                        self._lru.set(pk, g.size())
+            self._kept = touched
+        else:
+            self._kept.update(
+                (pk, chunk)
+                for chunk, gids in self._dirty_chunks.items()
+                for gid in gids
+                if gid < len(self._pk_by_gid) and (pk := self._pk_by_gid[gid]) is not None
+            )
+        if self._lru is not None:
+            for key in self._dirty_owners:
+                bm = self._owners.get(key)
+                if bm is not None:
+                    self._lru.set(key, bitmap_bytes(bm))
+        if self.source is not None:
+            self._records.clear()
+        self._dirty_chunks.clear()
+        self._dead.clear()
+        self._dirty_owners.clear()
+        self._dirty_records.clear()
+        self._dirty_names.clear()
+        self._evict()
+
+    # -- warming ---------------------------------------------------------------------------
+    @property
+    def warm_progress(self) -> tuple[int, int]:
+        """(product groups resident, product groups known)."""
+        return len(self._groups), len(self._gids)
+
+    @property
+    def warm_done(self) -> bool:
+        return self._warm_cursor is None
+
+    def warm_step(self, budget: int = 2000) -> bool:
+        """Load up to ``budget`` groups (or owner bitmaps) that are not resident; True when
+        warming is finished (everything loaded, or the memory bound reached)."""
+        if self.source is None or (self._lru is not None and self._lru.full()):
+            self._warm_cursor = None
+        if self._warm_cursor is None:
+            return True
+        if self._warm_owners is not None:
+            rows = list(islice(self.source.scan(K.OWNERS_CF, start=self._warm_owners), budget))
+            for key, raw in rows:
+                if key not in self._owners and key not in self._dirty_owners:
+                    bm = self._owners[key] = BitMap.deserialize(raw)
+                    if self._lru is not None:
+                        self._lru.set(key, bitmap_bytes(bm))
+            self._warm_owners = rows[-1][0] + b"\x00" if len(rows) == budget else None
+            if self._lru is not None and self._lru.full():
+                self._warm_cursor = None
+            self._evict()
+            return self._warm_cursor is None
+        groups: dict[int, list[tuple[int, bytes]]] = {}
+        last: bytes | None = None
+        for key, raw in self.source.scan(K.GROUPS_CF, start=self._warm_cursor):
+            gid = int.from_bytes(key[:4], "big")
+            if gid not in groups and len(groups) == budget:
+                last = key[:4]
+                break
+            groups.setdefault(gid, []).append((int.from_bytes(key[4:6], "big"), raw))
+        for gid, items in groups.items():
+            pk = self._pk_by_gid[gid] if gid < len(self._pk_by_gid) else None
+            if pk is not None and pk not in self._groups:
+                g = Group.load(gid, pk, items)
+                self._products(g)
+                self._admit(g)
+        self._warm_cursor = last
+        if self._lru is not None and self._lru.full():
+            self._warm_cursor = None
+        self._evict()
+        return self._warm_cursor is None
+
+    # -- diagnostics -----------------------------------------------------------------------
+    def iter_bitmaps(self) -> Iterator[tuple[bytes, BitMap]]:
+        """Every non-empty logical bitmap (``c:p:<key>`` ...) by name; loads what it must."""
+        self._settle()
+        for pk in sorted(self._gids):
+            g = self._group(pk)
+            assert g is not None
+            cp, up = self._products(g)
+            if cp:
+                yield K.storage_key(K.CONTAINS_PRODUCT, pk), cp
+            if up:
+                yield K.storage_key(K.USED_PRODUCT, pk), up
+            for suffix, c, u in g.members():
+                if c:
+                    yield K.storage_key(K.CONTAINS_PURL, pk + suffix), c
+                if u:
+                    yield K.storage_key(K.USED_PURL, pk + suffix), u
+        keys = set(self._owners)
+        if self.source is not None:
+            keys.update(k for k, _ in self.source.scan(K.OWNERS_CF))
+        for key in sorted(keys):
+            bm = self._owner(key)
+            if bm:
+                yield K.LOGICAL_OWNER + key[:1] + b":" + key[1:], bm
+
+    def image(self, tenant: str, digest: str) -> IndexedImage | None:
+        """The image as indexed, rebuilt from its record and its groups' chunk."""
+        self._settle()
+        iid = self.image_id(tenant, digest)
+        if iid is None:
+            return None
+        rec = self._record(iid)
+        chunk = iid >> K.CHUNK_BITS
+        rows: dict[str, tuple[str, bool]] = {}
+        for gid in rec.gids:
+            g = self._group(self._pk_by_gid[gid])  # type: ignore[arg-type]
+            assert g is not None
+            cmap, umap = g.chunk_members(chunk)
+            for suffix, ids in cmap.items():
+                if iid in ids:
+                    u = umap.get(suffix)
+                    rows[g.pk + suffix] = (g.pk, u is not None and iid in u)
+        order = sorted(rows)
+        return IndexedImage(
+            tenant=rec.tenant,
+            digest=rec.digest,
+            registry=rec.registry,
+            repo=rec.repo,
+            namespace=rec.namespace,
+            tags=rec.tags,
+            labels=rec.labels,
+            purls=order,
+            product_keys=[rows[p][0] for p in order],
+            used=[rows[p][1] for p in order],
+        )

@@ -1,0 +1,78 @@
+"""Query results and the unions that produce them.
+
+An :class:`ImpactSet` is a bitmap of image ids plus what the caller may ask of it (count,
+digests, a sample, the keys that matched nothing). ``unmatched`` is computed on first
+access: for a 10,000-key query in a multi-tenant index it costs one intersection test per
+key (~3 ms), which a planner that only needs the images should not pay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import islice
+
+from pyroaring import BitMap
+
+__all__ = ["ImpactSet", "union", "union_within"]
+
+
+class ImpactSet:
+    """Result of a query. ``digests()``/``sample()`` are valid until the next mutation."""
+
+    __slots__ = ("_digest_of", "_unmatched", "bitmap")
+
+    def __init__(
+        self,
+        bitmap: BitMap,
+        unmatched: list[str] | Callable[[], list[str]],
+        digest_of: Callable[[int], str],
+    ) -> None:
+        self.bitmap = bitmap
+        self._unmatched = unmatched
+        self._digest_of = digest_of
+
+    @property
+    def unmatched(self) -> list[str]:
+        """Keys (as given, de-duplicated, in order) that hit none of the tenant's images."""
+        if callable(self._unmatched):
+            self._unmatched = self._unmatched()
+        return self._unmatched
+
+    @property
+    def count(self) -> int:
+        return len(self.bitmap)
+
+    def digests(self) -> list[str]:
+        return [self._digest_of(i) for i in self.bitmap]
+
+    def sample(self, n: int) -> list[str]:
+        """Digests of the ``n`` lowest image ids: stable for an unchanged index."""
+        return [self._digest_of(i) for i in islice(self.bitmap, max(n, 0))]
+
+    def __repr__(self) -> str:
+        return f"ImpactSet(count={self.count})"
+
+
+def union(bitmaps: Sequence[BitMap]) -> BitMap:
+    """Multi-way union (one C call); always a fresh bitmap, never an alias."""
+    return BitMap.union(*bitmaps) if bitmaps else BitMap()
+
+
+def union_within(bitmaps: Sequence[BitMap], mask: BitMap) -> BitMap:
+    """``union(bitmaps) & mask``, stopping early once the union covers the mask.
+
+    Multi-way unions over geometrically growing chunks (256, 512, ...): with popular
+    packages a few hundred bitmaps usually already cover every image in scope, and the
+    rest of a 10k-key query would only re-set bits. Costs at most ~6 subset checks more
+    than one big union when it never saturates. ``mask`` is owned by the caller.
+    """
+    if not mask:
+        return mask
+    acc, start, step, n = BitMap(), 0, 256, len(bitmaps)
+    while start < n:
+        acc = BitMap.union(acc, *bitmaps[start : start + step])
+        start, step = start + step, step * 2
+        if start < n and mask.issubset(acc):
+            return mask
+    acc &= mask
+    return acc
