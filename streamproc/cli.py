@@ -6,21 +6,16 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from streamproc import __version__
+from streamproc.bus.session import run as _run
+from streamproc.bus.session import with_nats as _with_nats
 from streamproc.config import ConfigError, Settings, load
 
 EXIT_USAGE = 2
 EXIT_DRIFT = 3
-
-
-def _run(coro: Awaitable[int]) -> int:
-    import uvloop
-
-    return uvloop.run(coro)  # type: ignore[arg-type]
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -33,26 +28,6 @@ def _settings(args: argparse.Namespace) -> Settings:
         "node_id": getattr(args, "node_id", None),
     }
     return load(overrides)
-
-
-async def _with_nats(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -> int:
-    """Run ``fn(nc)`` against ``--nats-url`` or, failing that, the embedded server."""
-    from streamproc.bus.connect import connect
-    from streamproc.bus.server import EmbeddedNats
-
-    server = None
-    url = settings.nats_url
-    if not url:
-        server = EmbeddedNats(settings.nats_dir, host=settings.nats_host, port=0)
-        await asyncio.to_thread(server.start)
-        url = server.url
-    nc = await connect(url)
-    try:
-        return await fn(nc)
-    finally:
-        await nc.close()
-        if server is not None:
-            await asyncio.to_thread(server.stop)
 
 
 # ---------------------------------------------------------------------- commands

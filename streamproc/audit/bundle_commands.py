@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,33 +16,8 @@ from streamproc.audit.common import (
     settings_from_args,
     state_dir,
 )
-from streamproc.config import Settings
-
-
-def _run(coro: Awaitable[int]) -> int:
-    import uvloop
-
-    return uvloop.run(coro)  # type: ignore[arg-type]
-
-
-async def _with_nats(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -> int:
-    """Run ``fn(nc)`` against the configured server, else the data directory's embedded one."""
-    from streamproc.bus.connect import connect
-    from streamproc.bus.server import EmbeddedNats
-
-    server = None
-    url = settings.nats_url
-    if not url:
-        server = EmbeddedNats(settings.nats_dir, host=settings.nats_host, port=0)
-        await asyncio.to_thread(server.start)
-        url = server.url
-    nc = await connect(url)
-    try:
-        return await fn(nc)
-    finally:
-        await nc.close()
-        if server is not None:
-            await asyncio.to_thread(server.stop)
+from streamproc.bus.session import run as _run
+from streamproc.bus.session import with_nats as _with_nats
 
 
 def cmd_bundle_export(args: argparse.Namespace) -> int:
