@@ -67,7 +67,7 @@ async def test_throttling_errors_and_an_outage_then_recovery(
     faults = FaultConfig(
         outage_s=0.8, next_429=150, next_5xx=100, retry_after_s=0.05, status_5xx=502
     )
-    svc = await scanner(["GHSA-r9hx-vwmv-q579"], faults)
+    svc = await scanner(["GHSA-r9hx-vwmv-q579"], None)
     imgs = images(300, "chaos")
     register_images(svc, imgs)
     settings = RunnerSettings(
@@ -76,6 +76,9 @@ async def test_throttling_errors_and_an_outage_then_recovery(
     )  # fmt: skip
     runner = await start_runner(tmp_path, nats_server.url, prefix, settings)
     try:
+        # Arm the faults only now: the outage window starts here, so the first scanner calls
+        # fall into it however long the runner took to start on a loaded machine.
+        svc.faults.apply(faults)
         await Planner(publisher, prefix).run("acme", "chaos-1", list(imgs), size=50)
         await wait_until(lambda: completed(nc, stream_names[0], "chaos-1"), timeout=60)
         await check_exactly_once(nc, stream_names, "chaos-1", list(imgs))
