@@ -1,18 +1,14 @@
 """``streamproc index add|remove|stats``: load SBOMs into the ImpactIndex, and inspect it.
 
 ``add`` does the light half only: read the SBOM, normalise every purl (one bad purl refuses
-the whole image, and nothing is published), and publish one ``image.indexed`` event; the
-``impact`` role folds it. Edits to one image are serialised on its subject with
-``Nats-Expected-Last-Subject-Sequence``, and the event id is derived from the content and
-that sequence: a retry is de-duplicated by JetStream, re-running an unchanged ``add`` is
-a no-op, and removing then re-adding an image is not mistaken for a duplicate.
+the whole image, and nothing is published), and publish one ``image.indexed`` event (see
+:mod:`.publish`); the role hosting the ``impact`` projection folds it. ``stats`` reads the
+state directory read-only, beside a running role.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import json
 import sys
 from collections.abc import Callable
@@ -21,190 +17,30 @@ from typing import Any
 
 import msgspec
 
+from streamproc.impact.publish import UsageError, build_payload, publish_image_event
+
 EXIT_OK = 0
 EXIT_USAGE = 2
 IMPACT_ROLE = "planner"
 """The role whose state directory holds the index (the planner hosts the impact projection)."""
-NO_MESSAGE = 10037
 
 
-class UsageError(Exception):
-    """Bad input or environment: exit code 2, nothing published."""
+def _exits_2(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Report a UsageError as ``streamproc: ...`` with exit code 2 (under either CLI)."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except UsageError as exc:
+            print(f"streamproc: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+
+    run.__name__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
 
 
-def split_repo(ref: str) -> tuple[str, str]:
-    """``ghcr.io/org/app`` -> (ghcr.io, org/app); ``nginx`` -> (docker.io, library/nginx),
-    as Docker reads image references: the first part is a registry only if it looks like a
-    host (has a dot or a port, or is localhost)."""
-    first, sep, rest = ref.strip().partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        if not rest:
-            raise UsageError(f"--repo {ref!r}: no repository after the registry")
-        return first, rest
-    if not first:
-        raise UsageError(f"--repo {ref!r} is empty")
-    return "docker.io", ref if sep else f"library/{ref}"
-
-
-def _labels(pairs: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        k, sep, v = pair.partition("=")
-        if not sep or not k:
-            raise UsageError(f"--label {pair!r} is not of the form key=value")
-        out[k] = v
-    return out
-
-
-def _used_purls(path: str | None) -> set[str]:
-    """Canonical purls listed one per line (blank lines and ``#`` comments skipped)."""
-    from streamproc.impact.purls import PurlError, normalize_purl
-
-    if path is None:
-        return set()
-    out: set[str] = set()
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        s = line.strip()
-        if s and not s.startswith("#"):
-            try:
-                out.add(normalize_purl(s).purl)
-            except PurlError as exc:
-                raise UsageError(
-                    f"{path}:{n}: invalid purl {exc.purl!r}: {exc.reason}; nothing published"
-                ) from None
-    return out
-
-
-def build_payload(args: argparse.Namespace) -> tuple[Any, int, int]:
-    """The validated ``image.indexed`` payload, its purl count and used count."""
-    from streamproc.events.payloads import MAX_KEYS, Component, ImageIndexed
-    from streamproc.ids import InvalidTenant, validate_tenant
-    from streamproc.impact.purls import PurlError, normalize_purl
-    from streamproc.impact.records import build_image
-    from streamproc.impact.sbom import SbomError, read_sbom
-
-    try:
-        validate_tenant(args.tenant)
-    except InvalidTenant as exc:
-        raise UsageError(str(exc)) from None
-    registry, repo = split_repo(args.repo)
-    try:
-        sbom = read_sbom(args.sbom)
-    except (OSError, SbomError) as exc:
-        raise UsageError(f"{exc}; nothing published") from None
-    if len(sbom.purls) > MAX_KEYS:
-        raise UsageError(
-            f"{args.sbom}: {len(sbom.purls)} purls; at most {MAX_KEYS} per image are "
-            f"allowed; nothing published"
-        )
-    used = _used_purls(args.used_purls)
-    try:
-        flags = [normalize_purl(p).purl in used for p in sbom.purls]
-        rec = build_image(
-            tenant=args.tenant,
-            digest=args.image,
-            purls=sbom.purls,
-            used=flags,
-            registry=registry,
-            repo=repo,
-            namespace=args.namespace or "",
-            tags=args.tag,
-            labels=_labels(args.label),
-        )
-    except PurlError as exc:
-        raise UsageError(
-            f"{args.sbom}: invalid purl {exc.purl!r}: {exc.reason}; the image is refused "
-            f"and nothing was published"
-        ) from None
-    missing = used - set(rec.purls)
-    if missing:
-        raise UsageError(
-            f"{args.used_purls}: {len(missing)} used purl(s) not in the SBOM, e.g. "
-            f"{sorted(missing)[0]!r}; nothing published"
-        )
-    payload = ImageIndexed(
-        digest=args.image,
-        registry=registry,
-        repository=repo,
-        namespace=args.namespace or None,
-        tags=rec.tags,
-        labels=rec.labels,
-        components=[
-            Component(purl=p, product_key=k, used=u)
-            for p, k, u in zip(rec.purls, rec.product_keys, rec.used, strict=True)
-        ],
-    )
-    try:  # msgspec validates on decode only: round-trip to apply the schema's limits
-        msgspec.json.decode(msgspec.json.encode(payload), type=ImageIndexed)
-    except msgspec.ValidationError as exc:
-        raise UsageError(f"image.indexed payload refused: {exc}; nothing published") from None
-    return payload, len(rec.purls), sum(rec.used)
-
-
-async def _last_on_subject(nc: Any, stream: str, subject: str) -> tuple[int, bytes | None]:
-    """Sequence and data of the subject's last message (0, None when there is none)."""
-    from streamproc.bus import jsapi
-
-    try:
-        doc = await jsapi.request(nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
-    except jsapi.JsApiError as exc:
-        if exc.err_code == NO_MESSAGE:
-            return 0, None
-        raise
-    msg = doc["message"]
-    return int(msg["seq"]), base64.b64decode(msg.get("data") or "")
-
-
-def _payload_digest(payload: Any) -> str:
-    return hashlib.sha256(msgspec.json.encode(payload)).hexdigest()
-
-
-async def _publish(
-    settings: Any, nc: Any, kind: str, tenant: str, digest: str, payload: Any
-) -> tuple[str, int, bool] | None:
-    """Publish after the subject's last event; None when that event already says this."""
-    from streamproc.bus import jsapi
-    from streamproc.bus.publisher import Publisher, WrongExpectedSequence
-    from streamproc.events.catalog import subject_for
-    from streamproc.events.envelope import EventError, decode, new_event
-    from streamproc.hlc import HybridLogicalClock
-    from streamproc.ids import derive_id
-
-    stream = settings.events_stream
-    if await jsapi.stream_info(nc, stream) is None:
-        raise UsageError(f"stream {stream} does not exist: run `streamproc streams apply`")
-    subject = subject_for(settings.prefix, tenant, kind, payload)
-    content = _payload_digest(payload)
-    clock = HybridLogicalClock(settings.node_id)
-    pub = await Publisher(nc, prefix=settings.prefix).start()
-    try:
-        for _ in range(3):
-            last, data = await _last_on_subject(nc, stream, subject)
-            prev = None
-            if data:
-                try:
-                    prev = decode(data)
-                except EventError:
-                    prev = None
-            if kind == "image.removed":
-                if prev is None or prev.kind == "image.removed":
-                    return None
-            elif (
-                prev is not None and prev.kind == kind and _payload_digest(prev.payload) == content
-            ):
-                return None
-            eid = derive_id(kind, tenant, digest, content, last)
-            event = new_event(kind, tenant, payload, clock.now(), event_id=eid)
-            try:
-                ack = await pub.publish_event(event, expected_last_subject_seq=last)
-            except WrongExpectedSequence:
-                continue  # someone else wrote this image meanwhile: look again
-            return eid, ack.seq, ack.duplicate
-        raise UsageError(f"image {digest} keeps changing under us; try again")
-    finally:
-        await pub.close()
-
-
+@_exits_2
 def cmd_add(args: argparse.Namespace) -> int:
     from streamproc.cli import _run, _settings, _with_nats
 
@@ -213,7 +49,9 @@ def cmd_add(args: argparse.Namespace) -> int:
     products = len({c.product_key for c in payload.components})
 
     async def go(nc: Any) -> int:
-        out = await _publish(settings, nc, "image.indexed", args.tenant, args.image, payload)
+        out = await publish_image_event(
+            settings, nc, "image.indexed", args.tenant, args.image, payload
+        )
         if out is None:
             print(f"{args.image} of {args.tenant} is already indexed with this content")
             return EXIT_OK
@@ -228,6 +66,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     return _run(_with_nats(settings, go))
 
 
+@_exits_2
 def cmd_remove(args: argparse.Namespace) -> int:
     from streamproc.cli import _run, _settings, _with_nats
     from streamproc.events.payloads import ImageRemoved
@@ -244,7 +83,9 @@ def cmd_remove(args: argparse.Namespace) -> int:
         raise UsageError(f"{exc}; nothing published") from None
 
     async def go(nc: Any) -> int:
-        out = await _publish(settings, nc, "image.removed", args.tenant, args.image, payload)
+        out = await publish_image_event(
+            settings, nc, "image.removed", args.tenant, args.image, payload
+        )
         if out is None:
             print(f"{args.image} of {args.tenant} is not indexed (nothing to remove)")
             return EXIT_OK
@@ -258,6 +99,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return _run(_with_nats(settings, go))
 
 
+@_exits_2
 def cmd_stats(args: argparse.Namespace) -> int:
     from streamproc.cli import _settings
     from streamproc.impact import keys as K
@@ -266,9 +108,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from streamproc.impact.stats import index_stats
     from streamproc.state.store import RocksStore
 
-    path = Path(args.state_dir) if args.state_dir else _settings(args).state_dir(IMPACT_ROLE)
+    path = Path(args.state_dir) if args.state_dir else _default_state_dir(_settings(args))
     if not (path / "CURRENT").exists():
-        raise UsageError(f"no impact state in {path}: run the impact role first, or --state-dir")
+        raise UsageError(f"no impact state in {path}: run the role that hosts it, or --state-dir")
     store = RocksStore(path, read_only=True)  # a point-in-time view beside a running role
     try:
         if K.GROUPS_CF not in store.families():
@@ -320,6 +162,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _default_state_dir(settings: Any) -> Path:
+    """The state directory of the first role hosting the ``impact`` projection that has
+    one (the planner hosts it; a standalone ``impact`` role may), in registry order."""
+    from streamproc.impact.projection import ImpactProjection
+    from streamproc.roles import ROLES
+
+    hosts = [name for name, spec in ROLES.items() if ImpactProjection in spec.projections]
+    for name in [*hosts, IMPACT_ROLE]:
+        if (settings.state_dir(name) / "CURRENT").exists():
+            return Path(settings.state_dir(name))
+    return Path(settings.state_dir(hosts[0] if hosts else IMPACT_ROLE))
+
+
 def _common_index(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", required=True)
     p.add_argument("--image", required=True, metavar="DIGEST", help="e.g. sha256:<64 hex>")
@@ -352,7 +207,11 @@ def register(
 
     p = isub.add_parser("stats", help="size of the impact index (read-only, beside a running role)")
     common(p)
-    p.add_argument("--state-dir", help="impact state directory (default DATA/state/impact)")
+    p.add_argument(
+        "--state-dir",
+        help="state directory holding the index (default: that of the role hosting it, "
+        "DATA/state/planner)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_stats)
 

@@ -80,11 +80,11 @@ class Group:
 
     @classmethod
     def load(cls, gid: int, pk: str, items: Iterable[tuple[int, bytes]]) -> Group:
-        g = cls(gid, pk)
-        g.cp = g.up = None
-        for chunk, raw in items:
-            g.chunks[chunk] = raw
-            g.raw_bytes += len(raw)
+        """A group from its stored chunks; the product bitmaps are built when asked for."""
+        g = cls.__new__(cls)
+        g.gid, g.pk, g.cp, g.up, g.open, g.open_members = gid, pk, None, None, {}, 0
+        g.chunks = dict(items)
+        g.raw_bytes = sum(map(len, g.chunks.values()))
         return g
 
     def set_chunk(self, chunk: int, raw: bytes | None) -> None:
@@ -107,7 +107,13 @@ class Group:
             return got
         small: list[int] = []
         big: list[BitMap] = []
-        for chunk in self.chunk_numbers():
+        for raw in self.chunks.values() if not self.open else ():  # all stored (cold load)
+            for v in K.decode_chunk(raw)[side].values():
+                if type(v) is bytes:
+                    big.append(BitMap.deserialize(v))
+                else:
+                    small += v[1:]
+        for chunk in self.chunk_numbers() if self.open else ():
             opened = self.open.get(chunk)
             if opened is not None:
                 for m in opened[side].values():

@@ -35,7 +35,7 @@ class Queries(IndexState):
         keys = keys if isinstance(keys, list) else list(keys)
         self._settle()
         found, hits = self._lookup(keys, usage_only)
-        result = union_within(hits, self._mask(selector))
+        result = union_within(hits, self._mask(selector), self._popular_of(keys, usage_only))
         hit = self._hit_test(selector.tenant)
 
         def unmatched() -> list[str]:
@@ -61,7 +61,7 @@ class Queries(IndexState):
         all_keys = list(dict.fromkeys(k for ks in per_vuln for k in ks))
         found_list, hits = self._lookup(all_keys, usage_only)
         found = dict(zip(all_keys, found_list, strict=True))
-        result = union_within(hits, self._mask(selector))
+        result = union_within(hits, self._mask(selector), self._popular_of(all_keys, usage_only))
         hit = self._hit_test(selector.tenant) or (lambda bm: True)
 
         def unmatched() -> list[str]:
@@ -103,9 +103,15 @@ class Queries(IndexState):
                 else:
                     found[i] = self._bitmap_for(keys[i], usage_only)
             hits = [bm for bm in found if bm]
-        if self._lru is not None:
-            self._lru.recent.update(keys)
+        lru = self._lru
+        if lru is not None and lru.total > lru.max_bytes * 0.8:  # only when eviction looms
+            lru.recent.update(keys)
         return found, hits
+
+    def _popular_of(self, keys: list[str], usage_only: bool) -> list[BitMap]:
+        """The bitmaps of the popular products among ``keys`` (already looked up)."""
+        got = (self._up if usage_only else self._cp).get
+        return [bm for k in self._popular.intersection(keys) if (bm := got(k)) is not None]
 
     def _bitmap_for(self, key: str, usage_only: bool) -> BitMap | None:
         """Slow path: a product not resident, an exact purl, or a non-canonical spelling."""

@@ -15,6 +15,10 @@ everything per purl beyond those two is settled once per chunk per batch instead
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import repeat
+from operator import itemgetter
+
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
@@ -22,6 +26,12 @@ from streamproc.impact.cache import Lru
 from streamproc.impact.groups import Group, Member, Opened, bitmap_bytes
 from streamproc.impact.records import ImageRecord, decode_record
 from streamproc.state.store import Store
+
+_KEY = itemgetter(0)
+_VALUE = itemgetter(1)
+_FIRST4 = itemgetter(slice(0, 4))
+_AFTER4 = itemgetter(slice(4, None))
+_AFTER1 = itemgetter(slice(1, None))
 
 
 class IndexState:
@@ -46,6 +56,9 @@ class IndexState:
         self._groups: dict[str, Group] = {}
         self._cp: dict[str, BitMap] = {}
         self._up: dict[str, BitMap] = {}
+        self._popular: set[str] = set()
+        """Products in at least 1% of the images (as of their last rebuild): their bitmaps
+        are unioned first, and usually already cover a query's whole scope."""
         self._flat_c: dict[int, dict[str, Member]] = {}
         self._flat_u: dict[int, dict[str, Member]] = {}
         self._pending: dict[int, set[int]] = {}
@@ -69,17 +82,18 @@ class IndexState:
         if self.source is None:
             return
         chunks: dict[int, bytes] = {}
-        for key, raw in self.source.scan(K.NAMES_CF):
-            kind, name = key[:1], key[1:].decode()
+        for kind, names, raws in self._scan_names():
             if kind == K.PRODUCT:
-                self._gids[name] = gid = int.from_bytes(raw[:4], "big")
-                chunks[gid] = raw[4:]
+                gids = list(map(int.from_bytes, map(_FIRST4, raws), repeat("big")))
+                self._gids = dict(zip(names, gids, strict=True))
+                chunks = dict(zip(gids, map(_AFTER4, raws), strict=True))
             elif kind == K.DIGEST:
-                self._digests[name] = int.from_bytes(raw, "big")
+                ids = map(int.from_bytes, raws, repeat("big"))
+                self._digests = dict(zip(names, ids, strict=True))
             elif kind == K.TAGS:
-                self._tags[name] = set(K.decode_names(raw))
+                self._tags = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
             elif kind == K.VULN:
-                self._vulns[name] = set(K.decode_names(raw))
+                self._vulns = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
         top = max(self._digests.values(), default=-1) + 1
         self._digest_by_id = [None] * top
         for name, iid in self._digests.items():
@@ -92,6 +106,21 @@ class IndexState:
             self._pk_by_gid[gid] = pk
             self._gchunks[gid] = chunks[gid]
         self._free_gids = BitMap(i for i, p in enumerate(self._pk_by_gid) if p is None)
+
+    def _scan_names(self) -> list[tuple[bytes, list[str], list[bytes]]]:
+        """The names column family as (kind, names, values), read in bulk: ~300,000
+        entries for a 50,000-image catalog, so per-item Python is what opening costs."""
+        assert self.source is not None
+        cfs = getattr(self.source, "_cfs", None)  # RocksStore: iterate in C, not a generator
+        pairs = list(cfs[K.NAMES_CF].items() if cfs is not None else self.source.scan(K.NAMES_CF))
+        keys = list(map(_KEY, pairs))
+        out = []
+        for kind in (K.DIGEST, K.PRODUCT, K.TAGS, K.VULN):
+            lo = bisect_left(keys, kind)
+            hi = bisect_left(keys, bytes([kind[0] + 1]), lo)
+            names = list(map(bytes.decode, map(_AFTER1, keys[lo:hi])))
+            out.append((kind, names, list(map(_VALUE, pairs[lo:hi]))))
+        return out
 
     # -- images ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -135,22 +164,27 @@ class IndexState:
     def _load_groups(self, pks: list[str]) -> list[Group]:
         """Load known, non-resident products with one multi-get of all their chunks."""
         assert self.source is not None
-        wanted = []
+        gids, packed = self._gids, self._gchunks
+        keys: list[bytes] = []
+        spans: list[tuple[str, int, int]] = []
         for pk in pks:
-            gid = self._gids[pk]
-            wanted.extend((pk, gid, c) for c in K.unpack_chunks(self._gchunks[gid]))
-        raws = self._get_many(K.GROUPS_CF, [K.group_key(gid, c) for _, gid, c in wanted])
-        items: dict[str, list[tuple[int, bytes]]] = {pk: [] for pk in pks}
-        for (pk, _, chunk), raw in zip(wanted, raws, strict=True):
-            if raw is None:
-                raise LookupError(f"chunk {chunk} of product {pk!r} is missing from the store")
-            items[pk].append((chunk, raw))
+            gid = gids[pk]
+            raw, pre = packed[gid], gid.to_bytes(4, "big")
+            spans.append((pk, gid, len(keys)))
+            keys.extend(pre + raw[i : i + 2] for i in range(0, len(raw), 2))
+        vals = self._get_many(K.GROUPS_CF, keys)
+        if None in vals:
+            k = keys[vals.index(None)]
+            raise LookupError(f"impact chunk {k.hex()} is missing from the store")
         out = []
-        for pk, its in items.items():
-            g = Group.load(self._gids[pk], pk, its)
+        ends = [s[2] for s in spans[1:]] + [len(keys)]
+        for (pk, gid, lo), hi in zip(spans, ends, strict=True):
+            g = Group.load(
+                gid, pk, [(int.from_bytes(keys[n][4:], "big"), vals[n]) for n in range(lo, hi)]
+            )
             self._admit(g)
             out.append(g)
-        return out
+        return out  # type: ignore[return-value]
 
     def _get_many(self, cf: str, keys: list[bytes]) -> list[bytes | None]:
         """Committed values of many keys. RocksDB's multi-get costs ~5 µs a key against
@@ -180,6 +214,10 @@ class IndexState:
         bm = g.product(side)
         if not side:
             self._cp[g.pk] = bm
+            if len(bm) * 100 >= len(self):
+                self._popular.add(g.pk)
+            else:
+                self._popular.discard(g.pk)
         elif bm:
             self._up[g.pk] = bm
         return bm

@@ -1,0 +1,396 @@
+"""ImpactIndex benchmark: a generated 50,000-image / 1,000,000-purl catalog.
+
+Phases (each timed on its own; generation and SQLite loading are never counted as ingest):
+
+1. Ingest: ``image.indexed`` events, encoded as on the wire, folded through the real
+   ``Folder`` (decode, fold, flush, one RocksDB WriteBatch with the checkpoint per batch) into
+   a RocksDB state directory. NATS is left out on purpose (the fold is what is measured; the
+   pull loop does ~100k msgs/s). The first 5,000 images use the projector's default batch
+   (1,000), the rest the largest batch the runtime allows (10,000), as a replay would. A
+   producer process generates the events and loads SQLite meanwhile (on the other core),
+   so only ``Folder.apply`` is timed: wall clock, and the folding process's CPU time.
+2. A fresh process opens the state directory and resolves 10,000 changed product keys:
+   cold (the first query after opening; repeated over several reopenings), then hot after
+   warming (p95 over many key sets), next to a bare pyroaring union of the very bitmaps the
+   index unions, and reports its RSS.
+3. The same queries against SQLite with an indexed (key, image) table.
+
+Usage: ``python bench/impact.py [--images N] [--purls N] [--dir DIR]``; prints a table,
+then one line of JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from streamproc.events.envelope import encode, new_event
+from streamproc.events.payloads import Component, ImageIndexed
+
+TENANTS = 8
+PER_IMAGE = 400
+SWEEP = 20
+"""Per image, purls ``i*20 .. i*20+19`` (mod the purl count): every purl is used at least
+once, so the catalog really holds the requested number of distinct purls."""
+KEYS = 10_000
+HOT_RUNS = 40
+COLD_RUNS = 5
+SQLITE_RUNS = 3
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def p95(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(0.95 * (len(s) - 1)))]
+
+
+class Catalog:
+    """Zipf-like popularity: ranks drawn log-uniformly (P(r) ~ 1/r), so a few dozen purls
+    are in every image and most are in one or two. Purl ``r`` is version ``r // P`` of
+    product ``r % P``: popular products have one very common version and rarer ones."""
+
+    def __init__(self, images: int, purls: int, seed: int = 20261130) -> None:
+        self.images = images
+        self.purls = purls
+        self.products = max(1, purls // 4)
+        self.rnd = random.Random(seed)
+        self._names: dict[int, tuple[str, str]] = {}
+
+    def purl(self, r: int) -> tuple[str, str]:
+        got = self._names.get(r)
+        if got is None:
+            j, v = r % self.products, r // self.products
+            kind = j % 10
+            if kind < 4:
+                pk = f"pkg:deb/debian/lib{j}"
+                p = f"{pk}@{v}.{j % 7}.{j % 13}-1?arch=amd64"
+            elif kind < 6:
+                pk = f"pkg:npm/node-{j}"
+                p = f"{pk}@{v}.0.{j % 9}"
+            elif kind < 8:
+                pk = f"pkg:pypi/py-{j}"
+                p = f"{pk}@{v}.{j % 5}.0"
+            elif kind < 9:
+                pk = f"pkg:maven/org.example{j % 100}/artifact-{j}"
+                p = f"{pk}@{v}.{j % 4}"
+            else:
+                pk = f"pkg:golang/github.com/org{j % 50}/mod-{j}"
+                p = f"{pk}@v{v}.{j % 3}.0"
+            got = self._names[r] = (p, pk)
+        return got
+
+    def ranks(self, i: int) -> list[int]:
+        base = i * SWEEP % self.purls
+        s = {(base + k) % self.purls for k in range(SWEEP)}
+        rr, n = self.rnd.random, self.purls
+        while len(s) < PER_IMAGE:
+            s.add(int(n ** rr()) - 1)
+        return sorted(s)
+
+    def image(self, i: int) -> tuple[str, ImageIndexed]:
+        comps = []
+        for r in self.ranks(i):
+            p, pk = self.purl(r)
+            comps.append(Component(purl=p, product_key=pk, used=(r * 2654435761 + i) % 4 == 0))
+        payload = ImageIndexed(
+            digest="sha256:" + hashlib.sha256(b"img%d" % i).hexdigest(),
+            registry="registry.example.com",
+            repository=f"team-{i % 40}/app-{i % 2000}",
+            namespace=f"ns-{i % 200}",
+            tags=[f"v{i % 50}", "prod-1" if i % 3 == 0 else "dev"],
+            labels={"team": f"t{i % 20}", "env": "prod" if i % 2 else "dev"},
+            components=comps,
+        )
+        return f"tenant-{i % TENANTS}", payload
+
+    def query_keys(self, seed: int) -> list[str]:
+        rnd = random.Random(seed)
+        return [self.purl(j)[1] for j in rnd.sample(range(self.products), min(KEYS, self.products))]
+
+
+# -- phase 1: ingest ------------------------------------------------------------------------
+def batches(images: int) -> list[tuple[int, int]]:
+    """The projector's default batch (1,000) for the first 5,000 images, then 10,000."""
+    out, i = [], 0
+    while i < images:
+        n = 1000 if i < min(5000, images // 2) else 10_000
+        out.append((i, min(images, i + n)))
+        i += n
+    return out
+
+
+def producer(conn: Connection, images: int, purls: int, db_path: str) -> None:
+    """Generate and encode the events (sent to the folding process batch by batch), and
+    load the same catalog into SQLite meanwhile: neither is part of the ingest timing."""
+    import msgspec
+
+    cat = Catalog(images, purls)
+    db = sqlite3.connect(db_path)
+    for pragma in ("journal_mode=OFF", "synchronous=OFF", "cache_size=-262144"):
+        db.execute(f"PRAGMA {pragma}")
+    db.execute("CREATE TABLE pi (key TEXT NOT NULL, image INTEGER NOT NULL)")
+    db.execute("CREATE TABLE img (image INTEGER PRIMARY KEY, tenant TEXT NOT NULL)")
+    for lo, hi in batches(images):
+        msgs, rows, imgs = [], [], []
+        for n in range(lo, hi):
+            tenant, payload = cat.image(n)
+            event = new_event("image.indexed", tenant, payload, f"{1_700_000_000_000 + n}:0:b")
+            msgs.append(encode(event))
+            rows.extend((pk, n) for pk in {c.product_key for c in payload.components})
+            imgs.append((n, tenant))
+        conn.send_bytes(msgspec.msgpack.encode(msgs))
+        db.executemany("INSERT INTO pi VALUES (?, ?)", rows)
+        db.executemany("INSERT INTO img VALUES (?, ?)", imgs)
+    t = time.perf_counter()
+    db.execute("CREATE INDEX pi_key ON pi (key, image)")
+    db.commit()
+    build = time.perf_counter() - t
+    db.close()
+    conn.send_bytes(msgspec.msgpack.encode([len(cat._names), build]))
+    conn.close()
+
+
+def ingest(images: int, purls: int, state: Path, db_path: Path) -> dict[str, float]:
+    import multiprocessing as mp
+
+    import msgspec
+
+    from streamproc.impact.projection import ImpactProjection
+    from streamproc.projection import Folder
+    from streamproc.state.keys import Checkpoint
+    from streamproc.state.store import RocksStore
+
+    parent, child = mp.Pipe(duplex=False)
+    proc = mp.get_context("fork").Process(
+        target=producer, args=(child, images, purls, str(db_path)), daemon=True
+    )
+    proc.start()
+    store = RocksStore(state)
+    folder = Folder(store, [ImpactProjection(warm_on_start=False)], "impact")
+    spans = {1000: [0.0, 0.0, 0], 10_000: [0.0, 0.0, 0]}
+    seq = 0
+    for lo, hi in batches(images):
+        events = msgspec.msgpack.decode(parent.recv_bytes(), type=list[bytes])
+        msgs = [(seq + k + 1, "scheduler.events.image", data) for k, data in enumerate(events)]
+        seq += len(msgs)
+        t, c = time.perf_counter(), time.process_time()
+        folder.apply(msgs, Checkpoint("SCHEDULER", "bench", seq))
+        dt, dc = time.perf_counter() - t, time.process_time() - c
+        span = spans[1000 if hi - lo <= 1000 else 10_000]
+        span[0] += dt
+        span[1] += dc
+        span[2] += len(msgs)
+        print(
+            f"  ingested {hi:,} images ({len(msgs) / dt:,.0f}/s at batch {len(msgs):,}), "
+            f"RSS {rss_mb():,.0f} MB",
+            file=sys.stderr,
+            flush=True,
+        )
+    distinct, build = msgspec.msgpack.decode(parent.recv_bytes())
+    proc.join()
+    store.close()
+    wall = spans[1000][0] + spans[10_000][0]
+    cpu = spans[1000][1] + spans[10_000][1]
+
+    def rate(span: list[float]) -> float:
+        return span[2] / span[0] if span[2] else 0.0
+
+    return {
+        "ingest_images_per_s": images / wall,
+        "ingest_images_per_cpu_s": images / cpu,
+        "ingest_batch_1000_per_s": rate(spans[1000]),
+        "ingest_batch_10000_per_s": rate(spans[10_000]),
+        "ingest_rss_mb": rss_mb(),
+        "distinct_purls": distinct,
+        "sqlite_index_build_s": build,
+    }
+
+
+# -- phase 2: queries in a fresh process ------------------------------------------------------
+def reader(state: Path, images: int, purls: int) -> dict[str, float]:
+    from pyroaring import BitMap
+
+    from streamproc.impact.projection import ImpactProjection
+    from streamproc.impact.selector import Selector
+    from streamproc.state.store import RocksStore
+
+    cat = Catalog(images, purls)
+    sel = Selector(tenant="tenant-3")
+    out: dict[str, float] = {"rss_start_mb": rss_mb()}
+    cold, opens = [], []
+    for run in range(COLD_RUNS):
+        keys = cat.query_keys(1000 + run)
+        t = time.perf_counter()
+        store = RocksStore(state)
+        proj = ImpactProjection(warm_on_start=False)
+        proj.open(store)
+        t1 = time.perf_counter()
+        r = proj.resolve_by_purls(keys, False, sel)
+        _ = r.count
+        cold.append((time.perf_counter() - t1) * 1000)
+        opens.append((t1 - t) * 1000)
+        store.close()
+    out["resolve_10k_p95_ms_cold"] = p95(cold)
+    out["open_ms"] = p95(opens)
+
+    store = RocksStore(state)
+    proj = ImpactProjection(warm_on_start=False)
+    proj.open(store)
+    t = time.perf_counter()
+    proj.warm_now()
+    out["warm_s"] = time.perf_counter() - t
+    ix = proj.index
+    out["warm_resident_groups"], out["known_groups"] = ix.warm_progress
+    out["cached_mb"] = ix.cached_bytes / 2**20
+    hot, bare, counts = [], [], []
+    for run in range(HOT_RUNS + 5):
+        keys = cat.query_keys(run)
+        proj.resolve_by_purls(keys, False, sel)  # a first pass rebuilds nothing twice
+        t = time.perf_counter()
+        r = proj.resolve_by_purls(keys, False, sel)
+        n = r.count
+        dt = (time.perf_counter() - t) * 1000
+        _, hits = ix._lookup(keys, False)
+        t = time.perf_counter()
+        u = BitMap.union(*hits)
+        u &= ix._mask(sel)
+        db = (time.perf_counter() - t) * 1000
+        assert len(u) == n
+        if run >= 5:
+            hot.append(dt)
+            bare.append(db)
+            counts.append(n)
+    out["resolve_10k_p95_ms_hot"] = p95(hot)
+    out["bare_union_p95_ms"] = p95(bare)
+    out["impacted_images_median"] = sorted(counts)[len(counts) // 2]
+    out["rss_mb"] = rss_mb()
+    store.close()
+    return out
+
+
+# -- phase 3: SQLite ------------------------------------------------------------------------
+def sqlite_queries(cat: Catalog, db_path: Path) -> dict[str, float]:
+    db = sqlite3.connect(db_path)
+    db.execute("PRAGMA cache_size=-262144")
+    times, counts = [], []
+    for run in range(SQLITE_RUNS):
+        keys = cat.query_keys(5 + run)
+        t = time.perf_counter()
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS q (key TEXT PRIMARY KEY)")
+        db.execute("DELETE FROM q")
+        db.executemany("INSERT OR IGNORE INTO q VALUES (?)", ((k,) for k in keys))
+        rows = db.execute(
+            "SELECT DISTINCT pi.image FROM q JOIN pi ON pi.key = q.key "
+            "JOIN img ON img.image = pi.image WHERE img.tenant = ?",
+            ("tenant-3",),
+        ).fetchall()
+        times.append((time.perf_counter() - t) * 1000)
+        counts.append(len(rows))
+    db.close()
+    return {"sqlite_p95_ms": p95(times), "sqlite_rows": counts[0]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--images", type=int, default=50_000)
+    ap.add_argument("--purls", type=int, default=1_000_000)
+    ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
+    ap.add_argument("--reader", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.reader:
+        print(json.dumps(reader(Path(args.reader), args.images, args.purls)))
+        return 0
+    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="impact-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    state = work / "state"
+    shutil.rmtree(state, ignore_errors=True)
+    (work / "sqlite.db").unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    try:
+        cat = Catalog(args.images, args.purls)
+        print(f"ingesting {args.images:,} images ...", file=sys.stderr, flush=True)
+        res = ingest(args.images, args.purls, state, work / "sqlite.db")
+        print("querying in a fresh process ...", file=sys.stderr, flush=True)
+        sizes = ["--images", str(args.images), "--purls", str(args.purls)]
+        child = subprocess.run(
+            [sys.executable, __file__, "--reader", str(state), *sizes],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        res.update(json.loads(child.stdout.strip().splitlines()[-1]))
+        print("SQLite ...", file=sys.stderr, flush=True)
+        res.update(sqlite_queries(cat, work / "sqlite.db"))
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+    res["hot_vs_bare"] = res["resolve_10k_p95_ms_hot"] / res["bare_union_p95_ms"]
+    res["sqlite_vs_index"] = res["sqlite_p95_ms"] / res["resolve_10k_p95_ms_hot"]
+    res["seconds"] = time.perf_counter() - t0
+    report(args, res)
+    keys = [
+        "resolve_10k_p95_ms_hot",
+        "resolve_10k_p95_ms_cold",
+        "bare_union_p95_ms",
+        "hot_vs_bare",
+        "sqlite_p95_ms",
+        "sqlite_vs_index",
+        "ingest_images_per_s",
+        "rss_mb",
+    ]
+    print(json.dumps({k: round(res[k], 2) for k in keys}))
+    return 0
+
+
+def report(args: argparse.Namespace, r: dict[str, float]) -> None:
+    rows = [
+        ("catalog", f"{args.images:,} images, {r['distinct_purls']:,} purls, "
+         f"{r['known_groups']:,} product keys, {PER_IMAGE} purls/image, {TENANTS} tenants"),
+        ("resolve 10k keys, p95 hot", f"{r['resolve_10k_p95_ms_hot']:.2f} ms"
+         f"  (median {r['impacted_images_median']:,} images impacted)"),
+        ("bare pyroaring union, p95", f"{r['bare_union_p95_ms']:.2f} ms"),
+        ("hot / bare", f"{r['hot_vs_bare']:.2f}x  (target <= 1.5x)"),
+        ("resolve 10k keys, p95 cold", f"{r['resolve_10k_p95_ms_cold']:.1f} ms"
+         f"  (first query after opening; opening {r['open_ms']:.0f} ms)"),
+        ("SQLite (key, image) index, p95", f"{r['sqlite_p95_ms']:.0f} ms  ({r['sqlite_rows']:,}"
+         f" images; index built in {r['sqlite_index_build_s']:.0f} s)"),
+        ("SQLite / index", f"{r['sqlite_vs_index']:.0f}x  (target >= 20x)"),
+        ("ingest, all", f"{r['ingest_images_per_s']:,.0f} images/s wall, "
+         f"{r['ingest_images_per_cpu_s']:,.0f} per CPU-second of the folding process"),
+        ("  at batch 1,000", f"{r['ingest_batch_1000_per_s']:,.0f} images/s"),
+        ("  at batch 10,000", f"{r['ingest_batch_10000_per_s']:,.0f} images/s"),
+        ("warm-up", f"{r['warm_s']:.1f} s, {r['warm_resident_groups']:,} groups, "
+         f"{r['cached_mb']:,.0f} MB estimated"),
+        ("RSS, index loaded", f"{r['rss_mb']:,.0f} MB  (target <= 1024)"),
+        ("benchmark wall time", f"{r['seconds']:.0f} s"),
+    ]  # fmt: skip
+    width = max(len(k) for k, _ in rows)
+    print(f"{'measure':<{width}}  value")
+    print(f"{'-' * width}  {'-' * 40}")
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("STREAMPROC_IMPACT_WARM_ON_START", "false")
+    sys.exit(main())
