@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections import ChainMap
+from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
@@ -17,6 +19,15 @@ _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 class ConfigError(ValueError):
     pass
+
+
+_FILE_ENV: dict[str, str] = {}
+"""Values from the configuration file, under their environment-variable names."""
+
+
+def environment() -> Mapping[str, str]:
+    """Every setting reader looks here: the process environment, then the config file."""
+    return ChainMap(os.environ, _FILE_ENV)  # type: ignore[arg-type]
 
 
 def default_node_id() -> str:
