@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -348,16 +349,21 @@ async def test_pages_load_fast_with_1000_schedules_and_10000_runs(
         async with browser(artifacts) as b:
             page = b.page
             await sign_in(b, system.http_url, token)
-            timings = {}
+            # The median of three loads per page: this machine is shared, and one load that
+            # lands on another process's burst says nothing about the console.
+            timings: dict[str, float] = {}
             for route, ready in [
                 ("#/schedules", "table.schedules tbody tr:nth-child(50)"),
                 ("#/runs", "#runs-table tbody tr:nth-child(100)"),
             ]:
-                await page.goto("about:blank")
-                started = time.monotonic()
-                await page.goto(f"{system.http_url}/ui{route}")
-                await page.wait_for_selector(ready)
-                timings[route] = time.monotonic() - started
+                loads = []
+                for _ in range(3):
+                    await page.goto("about:blank")
+                    started = time.monotonic()
+                    await page.goto(f"{system.http_url}/ui{route}")
+                    await page.wait_for_selector(ready)
+                    loads.append(time.monotonic() - started)
+                timings[route] = statistics.median(loads)
             await b.shot("12-load-runs-10k")
             await page.click("#more-runs")
             await page.wait_for_selector("#runs-table tbody tr:nth-child(200)")
