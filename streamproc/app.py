@@ -8,26 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from aiohttp import web
 
+from streamproc import tracing
 from streamproc.bus import jsapi, streams
-from streamproc.bus.connect import connect
+from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
+from streamproc.leadership import Leadership
 from streamproc.ops_http import add_ops_routes
 from streamproc.projection import Projection
 from streamproc.projector import Projector
-from streamproc.reactor import Reactor, RoleContext
+from streamproc.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.roles import projections_for, spec_for
 from streamproc.state.store import RocksStore
+from streamproc.status import StatusHeartbeat
 
 log = logging.getLogger(__name__)
 READY_LAG = 10_000
@@ -49,6 +55,9 @@ class System:
         self.publisher: Publisher | None = None
         self.contexts: dict[str, RoleContext] = {}
         self.clock: HybridLogicalClock | None = None
+        self.heartbeat: StatusHeartbeat | None = None
+        self.leaders: dict[str, Leadership] = {}
+        """The lease of every singleton role here (planner, auditor): active or standby."""
 
     @property
     def nats_url(self) -> str:
@@ -59,11 +68,21 @@ class System:
 
     async def start(self) -> None:
         s = self.settings
+        tracing.configure()  # a bad exporter setting or a missing extra stops us here
+        self.heartbeat = StatusHeartbeat(self, lag_limit=READY_LAG)
+        # Lock every state directory first: a second process on a directory in use is
+        # refused before it touches NATS, consumers or the HLC file.
+        for role in self.roles:
+            self.stores.append(RocksStore(s.state_dir(role)))
         if not s.nats_url:
             self.server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port)
             await asyncio.to_thread(self.server.start)
-        self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}")
-        for r in await streams.apply(self.nc, streams.definitions(s.prefix)):
+        auth = NatsAuth.from_env() if s.nats_url else None  # the embedded server has none
+        self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}", auth=auth)
+        defs = streams.definitions(
+            s.prefix, streams.configured_replicas(), streams.configured_events_retention()
+        )
+        for r in await streams.apply(self.nc, defs):
             if r.action == "drift":
                 log.warning("stream %s drift: %s", r.stream, r.describe())
         self.publisher = await Publisher(self.nc, prefix=s.prefix).start()
@@ -74,9 +93,7 @@ class System:
             persistence_interval_ms=s.hlc_persistence_interval_ms,
         )
         shared: dict[str, Projection] = {}
-        for role in self.roles:
-            store = RocksStore(s.state_dir(role))
-            self.stores.append(store)
+        for role, store in zip(self.roles, self.stores, strict=True):
             projections = [p for p in projections_for(role) if p.name not in shared]
             shared.update({p.name: p for p in projections})
             proj = Projector(
@@ -86,6 +103,7 @@ class System:
                 stream=s.events_stream,
                 role=role,
                 batch=s.batch,
+                consumer=projector_consumer(role, s.node_id, store.path),
             )
             await proj.start()
             self.projectors[role] = proj
@@ -104,7 +122,13 @@ class System:
             )
             self.contexts[role] = ctx
             reactors = [make(s) for make in spec.reactors]
-            if reactors:
+            if reactors and spec.singleton:
+                leader = await Leadership.open(self.nc, s, role, proj)
+                self.leaders[role] = leader
+                self.tasks.append(asyncio.create_task(leader.run(), name=f"lease-{role}"))
+                loop = active_react_loop(proj, spec, ctx, leader, reactors)
+                self.tasks.append(asyncio.create_task(loop, name=f"reactors-{role}"))
+            elif reactors:
                 self.tasks.append(
                     asyncio.create_task(react_loop(proj, reactors, ctx), name=f"reactors-{role}")
                 )
@@ -124,6 +148,7 @@ class System:
             site = web.TCPSite(self.runner, s.http_host, s.http_port)
             await site.start()
             self.http_url = f"http://{s.http_host}:{s.http_port}"
+        await self.heartbeat.start()  # `streamproc status` sees this instance from now on
 
     async def ready(self) -> tuple[bool, dict[str, object]]:
         detail: dict[str, object] = {}
@@ -131,10 +156,14 @@ class System:
         detail["nats"] = "connected" if ok else "disconnected"
         if ok:
             assert self.nc is not None
-            info = await jsapi.stream_info(self.nc, self.settings.events_stream)
+            try:
+                info = await jsapi.stream_info(self.nc, self.settings.events_stream)
+            except jsapi.JsApiError as exc:  # no quorum, an election: not ready, not a 500
+                info = None
+                detail["stream"] = f"unavailable ({exc.description})"
             if info is None:
                 ok = False
-                detail["stream"] = "missing"
+                detail.setdefault("stream", "missing")
             else:
                 lags = {}
                 for role, p in self.projectors.items():
@@ -143,6 +172,8 @@ class System:
                     if p.failure is not None or p.lag() > READY_LAG:
                         ok = False
                 detail["lag"] = lags
+        if self.leaders:  # a standby is ready: warm, and taking over is its whole job
+            detail["lease"] = {role: lead.state for role, lead in self.leaders.items()}
         return ok, detail
 
     async def wait(self, stop: asyncio.Event) -> int:
@@ -158,6 +189,8 @@ class System:
         return code
 
     async def close(self) -> None:
+        if self.heartbeat is not None:  # a clean stop removes this instance from status
+            await self.heartbeat.stop()
         # HTTP first: in-flight requests (including ?wait=true) finish while projectors run.
         if self.runner is not None:
             await self.runner.cleanup()
@@ -169,6 +202,8 @@ class System:
                 t.cancel()
             with contextlib.suppress(BaseException):
                 await t
+        for lead in self.leaders.values():  # reactors have stopped: hand the lease on now
+            await lead.close()
         if self.publisher is not None:
             await self.publisher.close()
         if self.clock is not None:
@@ -182,8 +217,32 @@ class System:
             await asyncio.to_thread(self.server.stop)
 
 
-async def react_loop(proj: Projector, reactors: list[Reactor], ctx: RoleContext) -> None:
-    """Run every reactor after each committed batch, and on the shortest reactor interval."""
+def projector_consumer(role: str, node_id: str, state_dir: Path) -> str:
+    """The durable consumer of one role's state directory: distinct for every process that
+    hosts the role (gateways, runners, a standby), the same across its restarts."""
+    where = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"proj_{role}_{node_id}_{where}")
+
+
+async def active_react_loop(
+    proj: Projector, spec: RoleSpec, ctx: RoleContext, leader: Leadership, reactors: list[Reactor]
+) -> None:
+    """A singleton role's reactors run only while this process holds the role's lease;
+    every later term starts with fresh reactors (nothing remembered from an earlier one)."""
+    while True:
+        await leader.wait_active()
+        await react_loop(proj, reactors, ctx, leader.active)
+        reactors = [make(ctx.settings) for make in spec.reactors]
+
+
+async def react_loop(
+    proj: Projector,
+    reactors: list[Reactor],
+    ctx: RoleContext,
+    gate: Callable[[], bool] | None = None,
+) -> None:
+    """Run every reactor after each committed batch, and on the shortest reactor interval;
+    with a ``gate``, return as soon as it closes (it is checked before every reactor)."""
     intervals = [r.interval for r in reactors if r.interval]
     tick = min(intervals) if intervals else None
     while True:
@@ -196,6 +255,8 @@ async def react_loop(proj: Projector, reactors: list[Reactor], ctx: RoleContext)
             pass
         proj.committed.clear()
         for r in reactors:
+            if gate is not None and not gate():
+                return
             await r.react(ctx)
 
 

@@ -13,6 +13,9 @@ from streamproc import __version__
 from streamproc.bus.session import run as _run
 from streamproc.bus.session import with_nats as _with_nats
 from streamproc.config import ConfigError, Settings, load
+from streamproc.configfile import activate
+from streamproc.configfile import cli as config_cli
+from streamproc.configfile.cli import add_config_flag
 
 EXIT_USAGE = 2
 EXIT_DRIFT = 3
@@ -50,6 +53,11 @@ def cmd_nats(args: argparse.Namespace) -> int:
     from streamproc.bus.server import EmbeddedNats
 
     s = _settings(args)
+    if args.cluster:
+        from streamproc.bus.cluster import DEPLOY_PORTS, serve
+
+        ports = (s.nats_port, DEPLOY_PORTS[1], DEPLOY_PORTS[2])
+        return _run(serve(s.data_dir / "nats-cluster", args.cluster, s.nats_host, ports))
 
     async def main() -> int:
         from streamproc.app import install_stop_signals
@@ -72,9 +80,11 @@ def cmd_streams_apply(args: argparse.Namespace) -> int:
     from streamproc.bus import streams
 
     s = _settings(args)
+    retention = streams.configured_events_retention()  # a bad setting fails before connecting
 
     async def apply(nc: Any) -> int:
-        results = await streams.apply(nc, streams.definitions(s.prefix, args.replicas))
+        replicas = streams.configured_replicas() if args.replicas is None else args.replicas
+        results = await streams.apply(nc, streams.definitions(s.prefix, replicas, retention))
         for r in results:
             print(f"{r.stream:<24} {r.action:<10} {r.describe()}")
         if any(r.action == "drift" for r in results):
@@ -102,7 +112,7 @@ def cmd_streams_export(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from streamproc.replay import rebuild, swap_in
+    from streamproc.replay import partial_warning, rebuild, swap_in
     from streamproc.state.store import StateLocked
 
     s = _settings(args)
@@ -110,7 +120,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
     fresh = live.with_name(f"{live.name}.replay")
 
     async def go(nc: Any) -> int:
-        summary = await rebuild(nc, s.events_stream, args.role, fresh, progress=not args.quiet)
+        summary = await rebuild(
+            nc,
+            s.events_stream,
+            args.role,
+            fresh,
+            progress=not args.quiet,
+            allow_partial=args.allow_partial,
+        )
+        if summary.partial:
+            print(
+                f"streamproc: WARNING: {partial_warning(s.events_stream, summary.first_seq)}",
+                file=sys.stderr,
+            )
         try:
             swap_in(fresh, live)
         except StateLocked as exc:
@@ -122,7 +144,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(
             f"replayed {summary.events} events of {s.events_stream} into {live} in "
             f"{summary.seconds:.1f} s ({summary.rate:,.0f} events/s); quarantined "
-            f"{summary.quarantined}, rejected {summary.rejected}; digest {summary.digest}"
+            f"{summary.quarantined}, rejected {summary.rejected}; "
+            + (f"PARTIAL from sequence {summary.first_seq}; " if summary.partial else "")
+            + f"digest {summary.digest}"
         )
         return 0
 
@@ -165,6 +189,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nats-url", help="use this NATS server instead of the embedded one (NATS_URL)")
     p.add_argument("--prefix", help="subject prefix (default scheduler)")
     p.add_argument("--node-id", help="HLC node id (default: host name)")
+    add_config_flag(p)
 
 
 def _role_names() -> list[str]:
@@ -201,13 +226,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("nats", help="run the embedded JetStream server until Ctrl-C")
     _common(p)
     p.add_argument("--nats-port", type=int)
+    p.add_argument(
+        "--cluster",
+        type=int,
+        metavar="N",
+        choices=range(3, 8, 2),
+        help="run a JetStream cluster of N (3, 5, 7) nodes on loopback: client ports "
+        "--nats-port + i, routes 6222 + i, monitoring 8222 + i (docs/cluster.md)",
+    )
     p.set_defaults(fn=cmd_nats)
 
     streams_p = sub.add_parser("streams", help="JetStream stream definitions")
     ssub = streams_p.add_subparsers(dest="streams_command", required=True)
     p = ssub.add_parser("apply", help="create or update the streams; report drift")
     _common(p)
-    p.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5))
+    p.add_argument(
+        "--replicas",
+        type=int,
+        choices=(0, 1, 3, 5),
+        help="stream replicas; 0 = auto: 3 on a cluster of 3+ servers, else 1 "
+        "(default STREAMPROC_STREAM_REPLICAS, 0)",
+    )
     p.set_defaults(fn=cmd_streams_apply)
     p = ssub.add_parser("export", help="write the stream definitions as JSON")
     p.add_argument("--out", default="deploy/nats/streams")
@@ -219,6 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--role", required=True, choices=_role_names())
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="when the log no longer starts at sequence 1 (retention, purge), rebuild from "
+        "its first sequence anyway; the state then lacks the older events",
+    )
     p.set_defaults(fn=cmd_replay)
 
     state_p = sub.add_parser("state", help="state directories")
@@ -247,8 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_index(sub, _common)
     runner_cli.register(sub, _common)
+    from streamproc import role_cli
+
+    role_cli.register(sub, _common)  # `gateway`, `planner`, `auditor`
     notify_cli.register(sub, _common)
     scanner_cli.register(sub, _common)  # `scanner` and `feedser export`
+    config_cli.register(sub, _common)  # `config check`, `config show`, `config reference`
+    from streamproc import status as status_cli
+
+    status_cli.register(sub, _common)
     return parser
 
 
@@ -256,15 +308,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from streamproc.bus.connect import NatsConnectError, NatsVersionError
+    from streamproc.bus.jsapi import JsApiError
     from streamproc.bus.server import NatsServerError
+    from streamproc.lease import LeaseError
     from streamproc.projection import StateFormatError
     from streamproc.projector import PositionError
     from streamproc.state.store import StateLocked
 
     try:
+        if hasattr(args, "config"):  # commands that run or connect: read the settings file
+            activate(args.config)
         return int(args.fn(args))
     except (
         ConfigError,
+        JsApiError,
+        LeaseError,
         NatsConnectError,
         NatsServerError,
         NatsVersionError,

@@ -1,4 +1,5 @@
-"""Process settings: defaults, then environment variables, then command-line flags."""
+"""Process settings: defaults, then the config file, then environment variables, then
+command-line flags (the file is read by :mod:`streamproc.configfile`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 import re
 import socket
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import msgspec
@@ -23,11 +24,36 @@ class ConfigError(ValueError):
 
 _FILE_ENV: dict[str, str] = {}
 """Values from the configuration file, under their environment-variable names."""
+_FILE_DOCS: dict[str, dict[str, object]] = {}
+"""Structured parts of the configuration file (``gateway`` issuers, webhooks, TLS), by
+section; see :mod:`streamproc.configfile`."""
+
+
+class _SetEnvironment(Mapping[str, str]):
+    """``os.environ`` without its empty variables: ``X=`` means unset, as every reader has
+    always treated it, so it does not hide the config file's value."""
+
+    def __getitem__(self, key: str) -> str:
+        value = os.environ[key]
+        if not value:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, v in os.environ.items() if v)
+
+    def __len__(self) -> int:
+        return sum(1 for v in os.environ.values() if v)
 
 
 def environment() -> Mapping[str, str]:
     """Every setting reader looks here: the process environment, then the config file."""
-    return ChainMap(os.environ, _FILE_ENV)  # type: ignore[arg-type]
+    return ChainMap(_SetEnvironment(), _FILE_ENV)  # type: ignore[arg-type]
+
+
+def file_document(section: str) -> dict[str, object]:
+    """The structured keys the config file gave ``section`` (empty without a file)."""
+    return dict(_FILE_DOCS.get(section, {}))
 
 
 def default_node_id() -> str:
@@ -93,12 +119,16 @@ ENV = {
 }
 
 
-def load(overrides: dict[str, object] | None = None) -> Settings:
-    """Settings from the environment, then ``overrides`` (flags that were given)."""
+def load(
+    overrides: dict[str, object] | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Settings from ``env`` (default: :func:`environment`), then ``overrides`` (flags that
+    were given)."""
+    env = environment() if env is None else env
     raw: dict[str, object] = {}
     for field, var in ENV.items():
-        if os.environ.get(var):
-            raw[field] = os.environ[var]
+        if env.get(var):
+            raw[field] = env[var]
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         return msgspec.convert(raw, Settings, strict=False, dec_hook=_dec_hook)

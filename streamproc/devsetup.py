@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nacl.signing import SigningKey
 
-from streamproc.config import Settings
+from streamproc.config import Settings, environment, file_document
 from streamproc.gateway import jwt
 
 DEMO_TENANT = "demo"
@@ -40,7 +40,7 @@ class DevAuth:
 
     def guide(self, http_url: str) -> str:
         if self.issuer_key is None:
-            return "  -- gateway: using STREAMPROC_GATEWAY_CONFIG"
+            return "  -- gateway: as configured (config file or STREAMPROC_GATEWAY_CONFIG)"
         api = f"{http_url}/api/v1/scheduler"
         return "\n".join(
             [
@@ -61,8 +61,8 @@ class DevAuth:
 
 def prepare_dev_auth(settings: Settings) -> DevAuth:
     """Create (once) and select the development gateway configuration."""
-    if os.environ.get("STREAMPROC_GATEWAY_CONFIG"):
-        return DevAuth(None, None)
+    if environment().get("STREAMPROC_GATEWAY_CONFIG") or file_document("gateway"):
+        return DevAuth(None, None)  # configured: by a gateway file or the config file
     base = settings.data_dir.resolve() / "dev"
     key_file = base / "issuer.jwk"
     secret_file = base / "feedser.secret"
@@ -91,7 +91,11 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
     }
     _write_private(config, json.dumps(gateway, indent=2) + "\n")
     os.environ["STREAMPROC_GATEWAY_CONFIG"] = str(config)
-    # A newcomer should see an export become deltas in seconds, not after the 30 s window.
-    os.environ.setdefault("STREAMPROC_PLANNER_DEBOUNCE_S", "2")
-    os.environ.setdefault("STREAMPROC_FEEDSER_SECRET", secret_file.read_text().strip())
+    # A newcomer should see an export become deltas in seconds, not after the 30 s window
+    # (unless the environment or the config file says otherwise).
+    env = environment()
+    if "STREAMPROC_PLANNER_DEBOUNCE_S" not in env:
+        os.environ["STREAMPROC_PLANNER_DEBOUNCE_S"] = "2"
+    if "STREAMPROC_FEEDSER_SECRET" not in env:
+        os.environ["STREAMPROC_FEEDSER_SECRET"] = secret_file.read_text().strip()
     return DevAuth(key_file, config)

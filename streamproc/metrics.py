@@ -4,6 +4,17 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+TRIGGERS = ("manual", "cron", "feedser", "vexer")
+MODES = ("manual", "nightly", "event")
+"""Label values known up front are created at import, so their series exist (at 0) before the
+first event: ``rate()``, ``increase()`` and the alerts then see the very first increment."""
+
+
+def _preset(metric: Counter | Gauge | Histogram, *values: str) -> None:
+    for v in values:
+        metric.labels(v)
+
+
 HLC_TICKS = Counter("hlc_ticks", "HLC timestamps issued (send or receive)")
 HLC_SKEW_REJECTIONS = Counter(
     "hlc_clock_skew_rejections", "Remote HLC timestamps refused for being too far ahead"
@@ -71,6 +82,13 @@ PLAN_SECONDS = Histogram(
     ["mode"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+RUN_LATENCY = Histogram(
+    "scheduler_run_latency_seconds",
+    "From the event that caused a run (export, cron tick, request) to the run's first "
+    "verdict, by HLC times, by trigger",
+    ["trigger"],
+    buckets=(0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0),
+)
 IMAGES_SELECTED = Counter(
     "scheduler_images_selected", "Images selected by planned runs (after dedupe), by mode", ["mode"]
 )
@@ -100,7 +118,8 @@ DELTA_IMAGES = Counter(
 )
 RATE_LIMITED = Counter(
     "scheduler_rate_limited",
-    "Scanner calls backed off and retried, by reason (429|5xx|timeout|connection)",
+    "Scanner calls backed off and retried (429|5xx|timeout|connection), or held back by a pacing "
+    "bucket (tenant_bucket|registry_bucket), by reason",
     ["reason"],
 )
 SEGMENTS = Counter(
@@ -122,4 +141,30 @@ SCANNER_CALL_SECONDS = Histogram(
 )
 NOTIFY_MESSAGES = Counter(
     "scheduler_notify_messages", "Messages published to the Notify stream", ["kind"]
+)
+
+_preset(RUN_LATENCY, *TRIGGERS)
+for _metric in (IMPACT_RESOLVE_SECONDS, PLAN_SECONDS, IMAGES_SELECTED, JOBS_ENQUEUED):
+    _preset(_metric, *MODES)
+_preset(CRON_TICKS, "fired", "late", "skipped")
+_preset(PLANNER_ERRORS, "publish", "recovery", "unrecoverable_segments", "cron_publish")
+_preset(DELTA_IMAGES, "kev", "critical", "high", "other")
+_preset(RATE_LIMITED, "429", "5xx", "timeout", "connection", "tenant_bucket", "registry_bucket")
+_preset(SEGMENTS, "completed", "cancelled", "retried", "dead_lettered", "invalid")
+_preset(VERDICTS, "ok", "failed")
+_preset(NOTIFY_MESSAGES, "rescan.delta", "report.ready")
+
+# ---------------------------------------------------------------- active/standby leases
+LEASE_HELD = Gauge(
+    "streamproc_lease_held", "1 while this process holds its role's lease (active)", ["role"]
+)
+LEASE_TAKEOVERS = Counter(
+    "streamproc_lease_takeovers", "Times this process took its role's lease (active)", ["role"]
+)
+
+# ---------------------------------------------------------------- read-model retention
+RUNS_PRUNED = Counter(
+    "scheduler_runs_pruned",
+    "Finished runs removed from the read model by retention (live folds and replays)",
+    ["tenant"],
 )

@@ -22,20 +22,37 @@ from streamproc.state.store import Store
 log = logging.getLogger(__name__)
 
 
+DURABLE_IDLE_NS = 24 * 3600 * 1_000_000_000
+"""A durable projector consumer nobody pulled from for a day is removed by the server (a
+start recreates its own from the checkpoint anyway)."""
+
+
 class PositionError(RuntimeError):
     """The stream no longer holds what this state was built from; refuse to go on."""
 
 
 def check_position(
-    stream: str, cp: Checkpoint | None, epoch: str, first_seq: int, last_seq: int
+    stream: str,
+    cp: Checkpoint | None,
+    epoch: str,
+    first_seq: int,
+    last_seq: int,
+    *,
+    allow_partial: bool = False,
 ) -> int:
-    """The sequence to resume from, or :class:`PositionError` saying why not (pure)."""
+    """The sequence to resume from, or :class:`PositionError` saying why not (pure).
+
+    ``allow_partial`` lets a *fresh* state start at the stream's first sequence when the
+    beginning has aged out (``replay --allow-partial``); a checkpoint never skips a gap."""
     if cp is None:
         if first_seq > 1:
+            if allow_partial:
+                return first_seq
             raise PositionError(
                 f"stream {stream} no longer starts at sequence 1 (first is {first_seq}): "
                 f"events 1..{first_seq - 1} are gone, so this state cannot be built from the "
-                f"log; restore the stream or rebuild deliberately with `streamproc replay`"
+                f"log; restore the stream, or build a state that lacks them on purpose with "
+                f"`streamproc replay --role ROLE --allow-partial`"
             )
         return 1
     if cp.stream != stream:
@@ -72,7 +89,10 @@ class Projector:
         role: str,
         batch: int = 1000,
         durable: bool = True,
+        consumer: str | None = None,
     ) -> None:
+        """``consumer`` names the durable consumer (default ``proj_<role>``): each process
+        hosting a role needs its own, as every start replaces it from its checkpoint."""
         self.nc = nc
         self.store = store
         self.stream = stream
@@ -80,7 +100,7 @@ class Projector:
         self.batch = batch
         self.durable = durable
         self.folder = Folder(store, projections, role)
-        self.consumer = f"proj_{role}".replace(".", "_")
+        self.consumer = consumer or f"proj_{role}".replace(".", "_")
         self.epoch = ""
         self.applied = 0
         self.head = 0
@@ -90,9 +110,11 @@ class Projector:
         self.committed = asyncio.Event()
         """Set after every committed batch; reactors wait on it."""
         self._ack = True
+        self._config: dict[str, Any] = {}
+        self._resumed_at = 0
         self.failure: BaseException | None = None
 
-    async def start(self, *, ack: bool = True) -> Projector:
+    async def start(self, *, ack: bool = True, allow_partial: bool = False) -> Projector:
         info = await jsapi.stream_info(self.nc, self.stream)
         if info is None:
             if self.folder.checkpoint() is not None:
@@ -105,7 +127,12 @@ class Projector:
             )
         cp = self.folder.checkpoint()
         start = check_position(
-            self.stream, cp, info.created, info.state.first_seq, info.state.last_seq
+            self.stream,
+            cp,
+            info.created,
+            info.state.first_seq,
+            info.state.last_seq,
+            allow_partial=allow_partial,
         )
         self.epoch = info.created
         self.applied = start - 1
@@ -121,12 +148,14 @@ class Projector:
         }
         if self.durable:
             config["durable_name"] = self.consumer
+            config["inactive_threshold"] = DURABLE_IDLE_NS  # removes retired instances' ones
             await jsapi.delete_consumer(self.nc, self.stream, self.consumer)
         else:
             self.consumer = f"{self.consumer}_{int(time.time() * 1000)}"
             config["name"] = self.consumer
             config["inactive_threshold"] = 30 * 1_000_000_000
         await jsapi.create_consumer(self.nc, self.stream, config)
+        self._config = config
         self._ack = ack
         self._pull = await PullLoop(self.nc, self.stream, self.consumer, batch=self.batch).start()
         metrics.LAST_APPLIED_SEQ.labels(self.role).set(self.applied)
@@ -169,10 +198,45 @@ class Projector:
             self.committed.set()
             self._wake()
         if gap is not None:
-            raise gap
+            if not await self._still_stored(expected):
+                raise gap
+            # Messages lost in flight (our server died, the consumer's leader moved) come back
+            # only after ack_wait: the events are still in the stream, so read on from them.
+            log.warning("%s; they are still in the stream: resuming from %d", gap, expected)
+            await self._resume(expected)
+            return len(items)
         if self._ack and self._pull is not None:
             await self._pull.ack_all(msgs[-1])
         return len(items)
+
+    async def _still_stored(self, seq: int) -> bool:
+        """Whether the stream (the same one, not recreated) still holds ``seq`` — and we did
+        not already resume from it (a message removed meanwhile would loop us otherwise)."""
+        if self._resumed_at == seq:
+            return False
+        info = await jsapi.with_retries(lambda: jsapi.stream_info(self.nc, self.stream))
+        if info is None or info.created != self.epoch:
+            return False
+        get = f"STREAM.MSG.GET.{self.stream}"
+        try:
+            await jsapi.with_retries(lambda: jsapi.request(self.nc, get, {"seq": seq}))
+        except jsapi.JsApiError as exc:
+            if exc.err_code == jsapi.NO_MESSAGE:
+                return False
+            raise
+        self._resumed_at = seq
+        return True
+
+    async def _resume(self, seq: int) -> None:
+        """Replace the consumer with one that starts at ``seq`` (retried through the leader
+        election that usually caused the loss)."""
+        if self._pull is not None:
+            pull, self._pull = self._pull, None
+            await pull.close()
+        config = {**self._config, "opt_start_seq": seq}
+        await jsapi.with_retries(lambda: jsapi.delete_consumer(self.nc, self.stream, self.consumer))
+        await jsapi.with_retries(lambda: jsapi.create_consumer(self.nc, self.stream, config))
+        self._pull = await PullLoop(self.nc, self.stream, self.consumer, batch=self.batch).start()
 
     def _wake(self) -> None:
         if not self._waiters:

@@ -54,3 +54,6 @@ class RoleSpec:
     reactors: list[Callable[[Settings], Reactor]] = field(default_factory=list)
     routes: Callable[[web.Application, RoleContext], None] | None = None
     """Adds the role's HTTP routes to the process's aiohttp application."""
+    singleton: bool = False
+    """Its reactors must act in one process at a time: they run only where the role's lease
+    is held (:mod:`streamproc.leadership`); other instances fold and stand by."""

@@ -2,6 +2,11 @@
 
 The live directory is only replaced once the new one is complete, and only while no process
 holds it; an interrupted replay leaves the old state untouched.
+
+When the event log's retention (max age, max bytes) or a purge has removed its beginning, a
+replay cannot rebuild what those events made: it refuses, like a projector with a fresh
+state, unless asked for a *partial* rebuild, which starts at the first sequence left and says
+so in its summary.
 """
 
 from __future__ import annotations
@@ -32,10 +37,25 @@ class ReplaySummary:
     seconds: float
     digest: str
     path: Path
+    first_seq: int = 1
+    """The first sequence folded; above 1 the state lacks every event before it."""
 
     @property
     def rate(self) -> float:
         return self.events / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def partial(self) -> bool:
+        return self.first_seq > 1
+
+
+def partial_warning(stream: str, first_seq: int) -> str:
+    """What a partial rebuild lacks, in the words the CLI prints."""
+    return (
+        f"stream {stream} starts at sequence {first_seq}: events 1..{first_seq - 1} have aged "
+        f"out of the log (max age / max bytes) or were purged, so the rebuilt state lacks "
+        f"whatever they made (schedules, runs, indexed images, audit entries)"
+    )
 
 
 async def rebuild(
@@ -46,22 +66,39 @@ async def rebuild(
     *,
     batch: int = 2000,
     progress: bool = True,
+    allow_partial: bool = False,
 ) -> ReplaySummary:
-    """Fold the whole stream (up to its head at start) into ``target``, which must be new."""
+    """Fold the whole stream (up to its head at start) into ``target``, which must be new.
+
+    A stream that no longer starts at sequence 1 is refused (:class:`PositionError`) unless
+    ``allow_partial``; then the fold starts at its first sequence and the summary says so."""
     if target.exists():
         shutil.rmtree(target)
     info = await jsapi.stream_info(nc, stream)
     if info is None:
         raise PositionError(f"stream {stream} does not exist; nothing to replay")
     head = info.state.last_seq
+    if info.state.first_seq > 1 and not allow_partial:
+        raise PositionError(
+            f"{partial_warning(stream, info.state.first_seq)}; restore the stream, or pass "
+            f"--allow-partial to rebuild from what is left"
+        )
     store = RocksStore(target)
     t0 = time.perf_counter()
     try:
         proj = Projector(
             nc, store, projections_for(role), stream=stream, role=role, batch=batch, durable=False
         )
-        await proj.start(ack=False)
-        bar = tqdm(total=head, unit="ev", unit_scale=True, disable=not progress, desc=role)
+        await proj.start(ack=False, allow_partial=allow_partial)
+        first = proj.applied + 1
+        bar = tqdm(
+            total=head,
+            initial=proj.applied,
+            unit="ev",
+            unit_scale=True,
+            disable=not progress,
+            desc=role,
+        )
         try:
             while proj.applied < head:
                 before = proj.applied
@@ -74,13 +111,14 @@ async def rebuild(
         seconds = time.perf_counter() - t0
         return ReplaySummary(
             role=role,
-            events=proj.applied,
+            events=proj.applied - first + 1,
             last_seq=proj.applied,
             quarantined=proj.folder.quarantined,
             rejected=proj.folder.rejected,
             seconds=seconds,
             digest=state_digest(store),
             path=target,
+            first_seq=first,
         )
     finally:
         store.close()

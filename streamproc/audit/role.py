@@ -11,5 +11,8 @@ from streamproc.audit.reactor import SnapshotReactor
 from streamproc.reactor import RoleSpec
 
 AUDITOR = RoleSpec(
-    [AuditLog], [lambda settings: SnapshotReactor(settings)], routes=mount_chain_routes
+    [AuditLog],
+    [lambda settings: SnapshotReactor(settings)],
+    routes=mount_chain_routes,
+    singleton=True,  # one signer of snapshots at a time; a standby folds the log
 )

@@ -12,12 +12,11 @@ Keys are configured separately (see :mod:`streamproc.audit.signing`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 import msgspec
 
-from streamproc.config import ConfigError, Settings
+from streamproc.config import ConfigError, Settings, environment
 
 ENV = {
     "batch_size": "STREAMPROC_AUDIT_BATCH_SIZE",
@@ -47,9 +46,9 @@ class AuditSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def load(settings: Settings | None = None, env: Mapping[str, str] | None = None) -> AuditSettings:
-    """Audit settings from ``env`` (default: the process environment); the skew defaults to
+    """Audit settings from ``env`` (default: :func:`environment`); the skew defaults to
     the process-wide ``max_clock_skew_ms``."""
-    env = os.environ if env is None else env
+    env = environment() if env is None else env
     raw: dict[str, object] = {}
     if settings is not None:
         raw["max_clock_skew_ms"] = settings.max_clock_skew_ms

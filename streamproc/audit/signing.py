@@ -33,7 +33,7 @@ from streamproc.audit.dsse import (
     signing_key_from_seed,
     verify_key_from_b64,
 )
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, environment
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def load_signer(
 ) -> Signer:
     """The configured signer; else the seed file in ``data_dir``; else (``generate``) a new
     key written there with mode 0600; else :class:`ConfigError`."""
-    env = os.environ if env is None else env
+    env = environment() if env is None else env
     configured = env.get(ENV_SIGNING_KEY, "").strip()
     path = seed_path(data_dir)
     if configured:
@@ -148,7 +148,7 @@ def build_keyring(
 ) -> Keyring:
     """Trusted keys from the environment and ``extra`` (``--trusted-key``), plus this
     installation's own public key when one is configured or was generated."""
-    env = os.environ if env is None else env
+    env = environment() if env is None else env
     ring = Keyring()
     pairs = parse_trusted_keys(env.get(ENV_TRUSTED_KEYS, ""))
     pairs += [parse_public_key(s) for s in extra]

@@ -7,16 +7,27 @@ definitions below be the very JSON an operator can apply with the ``nats`` CLI.
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+T = TypeVar("T")
 API = "$JS.API"
 STREAM_NOT_FOUND = 10059
 CONSUMER_NOT_FOUND = 10014
+NO_MESSAGE = 10037
+"""``STREAM.MSG.GET`` of a sequence the stream does not hold."""
+
+
+TRANSIENT = (408, 503)
+"""Codes of a request that timed out or found no responder (``err_code`` 0): a leader
+election, a server restarting — worth asking again."""
 
 
 class JsApiError(RuntimeError):
@@ -86,3 +97,18 @@ async def create_consumer(nc: Client, stream: str, config: dict[str, Any]) -> di
     name = config.get("durable_name") or config.get("name")
     subject = f"CONSUMER.CREATE.{stream}.{name}" if name else f"CONSUMER.CREATE.{stream}"
     return await request(nc, subject, {"stream_name": stream, "config": config})
+
+
+async def with_retries(
+    call: Callable[[], Awaitable[T]], budget_s: float = 60.0, pause_s: float = 1.0
+) -> T:
+    """``call()``, again while it fails transiently (an election takes seconds), for up to
+    ``budget_s``; any other error, and the last transient one, is raised."""
+    deadline = time.monotonic() + budget_s
+    while True:
+        try:
+            return await call()
+        except JsApiError as exc:
+            if exc.err_code or exc.code not in TRANSIENT or time.monotonic() + pause_s > deadline:
+                raise
+        await asyncio.sleep(pause_s)

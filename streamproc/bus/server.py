@@ -72,13 +72,17 @@ class EmbeddedNats:
         monitor_port: int | None = None,
         binary: str | None = None,
         server_name: str = "streamproc",
+        extra_config: str = "",
     ) -> None:
+        """``extra_config``: more nats-server configuration (``authorization {...}``,
+        ``tls {...}``), appended to the generated file."""
         self.store_dir = Path(store_dir)
         self.host = host
         self.port = port or free_port(host)
         self.monitor_port = monitor_port
         self.binary = binary or find_binary()
         self.server_name = server_name
+        self.extra_config = extra_config
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.store_dir / "nats-server.log"
 
@@ -89,7 +93,8 @@ class EmbeddedNats:
     def start(self, timeout: float = 20.0) -> EmbeddedNats:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         conf = self.store_dir / "nats-server.conf"
-        conf.write_text(server_config(self.store_dir, self.host, self.port, self.server_name))
+        text = server_config(self.store_dir, self.host, self.port, self.server_name)
+        conf.write_text(text + self.extra_config)
         args = [self.binary, "-c", str(conf)]
         if self.monitor_port is not None:
             args += ["-m", str(self.monitor_port)]

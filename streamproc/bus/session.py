@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from streamproc.bus.connect import connect
+from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
 
@@ -26,7 +26,7 @@ async def with_nats(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -> 
         server = EmbeddedNats(settings.nats_dir, host=settings.nats_host, port=0)
         await asyncio.to_thread(server.start)
         url = server.url
-    nc = await connect(url)
+    nc = await connect(url, auth=NatsAuth.from_env() if settings.nats_url else None)
     try:
         return await fn(nc)
     finally:

@@ -6,12 +6,14 @@ drift what it cannot (retention, storage, turning deny flags off) instead of fai
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.client import Client
 
 from streamproc.bus import jsapi
+from streamproc.bus.cluster import cluster_size
 
 NS = 1_000_000_000
 HOUR = 3600 * NS
@@ -25,9 +27,55 @@ def stream_names(prefix: str) -> tuple[str, str, str]:
     return base, f"{base}_WORK", f"{base}_NOTIFY"
 
 
-def definitions(prefix: str = "scheduler", replicas: int = 1) -> list[dict[str, Any]]:
+DAY = 24 * HOUR
+MAX_MSG_SIZE = 8 * 1024 * 1024
+EVENTS_MAX_AGE_ENV = "STREAMPROC_EVENTS_MAX_AGE_DAYS"
+EVENTS_MAX_BYTES_ENV = "STREAMPROC_EVENTS_MAX_BYTES"
+
+
+@dataclass(frozen=True)
+class EventsRetention:
+    """Limits of the event log; 0 keeps everything (the default: any state can be rebuilt).
+
+    With a byte limit the stream discards its *oldest* events when full (DiscardOld):
+    DiscardNew would refuse every publish once the limit is reached, stopping the system.
+    Without one it stays DiscardNew, so a full disk refuses new events rather than losing
+    history. Age limits remove old events whatever the discard policy."""
+
+    max_age_days: int = 0
+    max_bytes: int = 0
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "max_age": self.max_age_days * DAY,
+            "max_bytes": self.max_bytes or -1,
+            "discard": "old" if self.max_bytes else "new",
+        }
+
+
+def configured_events_retention() -> EventsRetention:
+    """``STREAMPROC_EVENTS_MAX_AGE_DAYS`` and ``STREAMPROC_EVENTS_MAX_BYTES`` (0: no limit)."""
+    from streamproc.config import ConfigError, environment  # config imports this module
+
+    env = environment()
+    values = []
+    for var, low, high, want in (
+        (EVENTS_MAX_AGE_ENV, 1, 100 * 366, "a whole number of days up to 36600"),
+        (EVENTS_MAX_BYTES_ENV, MAX_MSG_SIZE, 2**63 - 1, "a whole number of bytes >= 8388608"),
+    ):
+        raw = (env.get(var) or "0").strip()
+        if not raw.isdigit() or not (int(raw) == 0 or low <= int(raw) <= high):
+            raise ConfigError(f"{var}={raw!r}: 0 (no limit) or {want}")
+        values.append(int(raw))
+    return EventsRetention(*values)
+
+
+def definitions(
+    prefix: str = "scheduler", replicas: int = 1, events_retention: EventsRetention | None = None
+) -> list[dict[str, Any]]:
     """Stream configs in the JetStream API's JSON form (durations in nanoseconds)."""
     events, work, notify = stream_names(prefix)
+    limits = (events_retention or EventsRetention()).config()
     return [
         {
             "name": events,
@@ -37,11 +85,11 @@ def definitions(prefix: str = "scheduler", replicas: int = 1) -> list[dict[str, 
             "storage": "file",
             "num_replicas": replicas,
             "max_msgs": -1,
-            "max_bytes": -1,
-            "max_age": 0,
+            "max_bytes": limits["max_bytes"],
+            "max_age": limits["max_age"],
             "max_msgs_per_subject": -1,
-            "max_msg_size": 8 * 1024 * 1024,
-            "discard": "new",
+            "max_msg_size": MAX_MSG_SIZE,
+            "discard": limits["discard"],
             "duplicate_window": HOUR,
             "deny_delete": True,
             "deny_purge": False,
@@ -113,11 +161,51 @@ def diff(have: dict[str, Any], want: dict[str, Any]) -> tuple[dict[str, Any], di
     return changed, drift
 
 
+REPLICAS_ENV = "STREAMPROC_STREAM_REPLICAS"
+AUTO = 0
+
+
+def configured_replicas() -> int:
+    """``STREAMPROC_STREAM_REPLICAS`` (``streams.replicas``): 0 = auto, else 1..5."""
+    from streamproc.config import ConfigError, environment  # config imports this module
+
+    raw = (environment().get(REPLICAS_ENV) or "0").strip()
+    if not raw.isdigit() or int(raw) > 5:
+        raise ConfigError(f"{REPLICAS_ENV}={raw!r}: 0 (auto: 3 on a cluster of 3+) or 1..5")
+    return int(raw)
+
+
+async def detected_replicas(nc: Client, wait: float = 2.0) -> int:
+    """3 when the connected server's cluster has at least 3 servers, else 1.
+
+    Routes of a just-started cluster may still be forming, so a clustered server that
+    shows fewer than 3 peers is given ``wait`` seconds to announce the others.
+    """
+    deadline = asyncio.get_running_loop().time() + wait
+    while True:
+        n = cluster_size(nc)
+        if n >= 3:
+            return 3
+        info: dict[str, Any] = getattr(nc, "_server_info", None) or {}
+        if not info.get("cluster") or asyncio.get_running_loop().time() >= deadline:
+            return 1
+        await asyncio.sleep(0.1)
+
+
 async def apply(nc: Client, configs: list[dict[str, Any]]) -> list[ApplyResult]:
+    """Create or update each stream. ``num_replicas`` 0 means auto: a new stream gets
+    :func:`detected_replicas`; an existing one keeps its count or grows to it, never
+    shrinks (a node that is down while a role starts must not demote the log to R1)."""
     results = []
+    detected: int | None = None
     for want in configs:
         name = want["name"]
         info = await jsapi.stream_info(nc, name)
+        if want.get("num_replicas") == AUTO:
+            if detected is None:
+                detected = await detected_replicas(nc)
+            have = int(info.config.get("num_replicas") or 1) if info is not None else 0
+            want = {**want, "num_replicas": max(have, detected)}
         if info is None:
             await jsapi.request(nc, f"STREAM.CREATE.{name}", want)
             results.append(ApplyResult(name, "created"))

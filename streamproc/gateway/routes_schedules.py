@@ -156,12 +156,12 @@ async def get_schedule(gw: Gateway, request: web.Request, who: Principal | None)
 
 
 async def _current(gw: Gateway, tenant: str, sid: str, wanted: int | None) -> ScheduleRecord:
-    """The schedule as of the caller's If-Match (waiting briefly if the read model lags)."""
-    rec = _found(gw, tenant, sid)
-    if wanted is not None and wanted != ANY and wanted > max(rec.version, gw.ctx.applied()):
+    """The schedule as of the caller's If-Match (waiting briefly if the read model lags —
+    before answering 404 too: the version may come from a write through another gateway)."""
+    if wanted is not None and wanted != ANY and wanted > gw.ctx.applied():
         with contextlib.suppress(Exception):  # a lagging read model only means stale
             await gw.ctx.wait_for(wanted, 2.0)
-        rec = _found(gw, tenant, sid)
+    rec = _found(gw, tenant, sid)
     if wanted is not None and wanted != ANY and wanted != rec.version:
         raise ProblemError(
             412,

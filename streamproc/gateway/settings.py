@@ -1,6 +1,7 @@
-"""Gateway configuration: a JSON or TOML file named by ``STREAMPROC_GATEWAY_CONFIG``, then
-``STREAMPROC_GATEWAY_*`` environment variables on top. Every key is documented in
-``docs/api.md`` ("Configuration").
+"""Gateway configuration: the ``gateway`` tables of the streamproc config file, then a JSON or
+TOML file named by ``STREAMPROC_GATEWAY_CONFIG`` (its top-level keys replace the tables'), then
+``STREAMPROC_GATEWAY_*`` variables (or the config file's scalar ``gateway.*`` keys) on top.
+Every key is documented in ``docs/api.md`` ("Configuration") and ``docs/configuration.md``.
 
 Secret-bearing values (HMAC secrets, the DPoP nonce key) and keys may be given literally,
 as ``file:/path`` (the file's content, whitespace-trimmed — the usual way to mount secrets)
@@ -9,14 +10,15 @@ or as ``env:NAME``, so no secret has to sit in the config file itself.
 
 from __future__ import annotations
 
-import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
+from streamproc.config import environment, file_document
 from streamproc.ids import TENANT_RE
 
 Mode = Literal["bearer", "dpop", "mtls"]
@@ -135,9 +137,10 @@ def resolve_ref(value: str) -> str:
             raise GatewayConfigError(f"cannot read secret file {path}: {exc.strerror}") from None
     if value.startswith("env:"):
         name = value[4:]
-        if name not in os.environ:
+        env = environment()
+        if name not in env:
             raise GatewayConfigError(f"environment variable {name} (a secret reference) is unset")
-        return os.environ[name]
+        return env[name]
     return value
 
 
@@ -150,12 +153,24 @@ _SCALARS = {
     "ACCESS_LOG": "access_log",
     "LEEWAY_S": "leeway_s",
     "WEBHOOK_WINDOW_S": "webhook_window_s",
+    "REPLAY_CACHE_SIZE": "replay_cache_size",
+}
+_DPOP_SCALARS = {
+    "DPOP_NONCE_SECRET": "nonce_secret",
+    "DPOP_NONCE_TTL_S": "nonce_ttl_s",
+    "DPOP_IAT_WINDOW_S": "iat_window_s",
+    "DPOP_REPLAY_CACHE_SIZE": "replay_cache_size",
 }
 
 
-def load(env: dict[str, str] | None = None) -> GatewaySettings:
-    """The file (if named), then scalar environment overrides; raises GatewayConfigError."""
-    env = dict(os.environ if env is None else env)
+def load(
+    env: Mapping[str, str] | None = None, document: Mapping[str, object] | None = None
+) -> GatewaySettings:
+    """``document`` (default: the config file's ``gateway`` tables), the file named by
+    ``STREAMPROC_GATEWAY_CONFIG`` over it, then scalar overrides from ``env`` (default:
+    :func:`environment`); raises GatewayConfigError."""
+    env = dict(environment() if env is None else env)
+    base = dict(file_document("gateway") if document is None else document)
     raw: dict[str, object] = {}
     path = env.get(ENV_FILE)
     if path:
@@ -173,16 +188,19 @@ def load(env: dict[str, str] | None = None) -> GatewaySettings:
             raise GatewayConfigError(f"{path}: {exc}") from None
         if not isinstance(raw, dict):
             raise GatewayConfigError(f"{path}: the top level must be an object")
+    raw = {**base, **raw}
     for suffix, field in _SCALARS.items():
         if env.get(ENV_PREFIX + suffix):
             raw[field] = env[ENV_PREFIX + suffix]
     if env.get(ENV_PREFIX + "REQUIRED_MODES"):
         raw["required_modes"] = [m.strip() for m in env[ENV_PREFIX + "REQUIRED_MODES"].split(",")]
     dpop = dict(raw.get("dpop") or {})  # type: ignore[call-overload]
-    if env.get(ENV_PREFIX + "DPOP_NONCE_SECRET"):
-        dpop["nonce_secret"] = env[ENV_PREFIX + "DPOP_NONCE_SECRET"]
+    for suffix, field in _DPOP_SCALARS.items():
+        if env.get(ENV_PREFIX + suffix):
+            dpop[field] = env[ENV_PREFIX + suffix]
     if env.get(ENV_PREFIX + "DPOP_REQUIRE_NONCE"):
-        dpop["require_nonce"] = env[ENV_PREFIX + "DPOP_REQUIRE_NONCE"].lower() in ("1", "true")
+        flag = env[ENV_PREFIX + "DPOP_REQUIRE_NONCE"].strip().lower()
+        dpop["require_nonce"] = flag in ("1", "true", "yes", "on")
     raw["dpop"] = dpop
     if env.get(ENV_PREFIX + "ISSUER") and env.get(ENV_PREFIX + "ISSUER_KEY"):
         kid, _, key = env[ENV_PREFIX + "ISSUER_KEY"].partition("=")

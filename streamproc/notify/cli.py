@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from streamproc.config import load
+from streamproc.config import environment, load
 from streamproc.notify import messages as nm
 
 EXIT_FAIL_CLOSED = 3
@@ -76,8 +75,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
             return 2
         state = Path(args.state or settings.data_dir / "notify" / f"{args.durable}.json")
         tail = HttpTail(
-            args.http, state, kind=kinds[0], token=args.token or os.environ.get("STREAMPROC_TOKEN"),
-            out=show,
+            args.http, state, kind=kinds[0],
+            token=args.token or environment().get("STREAMPROC_TOKEN"), out=show,
         )  # fmt: skip
         try:
             uvloop.run(tail.run(once=args.once))
@@ -100,10 +99,10 @@ async def _tail_nats(
     kinds: list[str],
     show: Callable[[nm.AnyMessage, int], None],
 ) -> int:
-    from streamproc.bus.connect import connect
+    from streamproc.bus.connect import NatsAuth, connect
     from streamproc.notify.consumer import NotifyConsumer
 
-    nc = await connect(url)
+    nc = await connect(url, auth=NatsAuth.from_env())
     try:
         async with NotifyConsumer(
             nc, durable=args.durable, prefix=prefix, tenant=args.tenant, kinds=kinds

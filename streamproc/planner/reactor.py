@@ -24,7 +24,7 @@ from typing import ClassVar, cast
 
 import msgspec
 
-from streamproc import metrics
+from streamproc import metrics, tracing
 from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
@@ -143,7 +143,8 @@ class PlannerReactor(Reactor):
         self._settle(state)
         due = self._due(state, ctx)
         for d in fair_order(due)[: self.cfg.max_runs_per_pass]:
-            await self._plan(ctx, state, source, d)
+            with tracing.span("plan", tenant=d.tenant, run_id=d.run_id):
+                await self._plan(ctx, state, source, d)
         self._gauge(state)
 
     async def _recover(self, ctx: RoleContext, state: PlannerState, source: ImpactSource) -> None:
@@ -289,10 +290,11 @@ class PlannerReactor(Reactor):
         t0 = time.perf_counter()
         cause, originated, cause_id, cause_hlc = self._cause(ctx, state, d)
         mode = pacing.mode_of(cause.trigger)
-        targets = targets_for(cause, state.schedules.for_tenant(d.tenant))
-        selected = select_images(
-            cause, targets, source, state.reports.get(d.tenant), self.cfg.usage_only
-        )
+        with tracing.span("resolve", tenant=d.tenant, run_id=d.run_id, trigger=cause.trigger):
+            targets = targets_for(cause, state.schedules.for_tenant(d.tenant))
+            selected = select_images(
+                cause, targets, source, state.reports.get(d.tenant), self.cfg.usage_only
+            )
         metrics.IMPACT_RESOLVE_SECONDS.labels(mode).observe(time.perf_counter() - t0)
         plan = build_plan(cause, targets, selected, self.cfg, host_resolver(source, d.tenant))
         events = plan_events(
@@ -308,8 +310,11 @@ class PlannerReactor(Reactor):
         if d.group is not None:
             self._inflight_exports[key] = {f"{d.group.source}/{x}" for x in d.group.export_ids}
         try:
-            await ctx.publisher.publish_events(events.log_events())
-            await ctx.publisher.publish_many(events.work_items(ctx.publisher.prefix))
+            with tracing.span(
+                "enqueue", tenant=d.tenant, run_id=d.run_id, segments=len(events.segments)
+            ):
+                await ctx.publisher.publish_events(events.log_events())
+                await ctx.publisher.publish_many(events.work_items(ctx.publisher.prefix))
         except Exception as exc:  # the next pass redoes it with the same ids
             log.warning("planner: run %s of %s not published: %s", d.run_id, d.tenant, exc)
             metrics.PLANNER_ERRORS.labels("publish").inc()

@@ -26,4 +26,5 @@ PLANNER_PROJECTIONS: list[Callable[[], Projection]] = [
 PLANNER_REACTORS: list[Callable[[Settings], Reactor]] = [PlannerReactor, CronReactor]
 
 
-PLANNER = RoleSpec([ImpactProjection, *PLANNER_PROJECTIONS], PLANNER_REACTORS)
+PLANNER = RoleSpec([ImpactProjection, *PLANNER_PROJECTIONS], PLANNER_REACTORS, singleton=True)
+"""One active planner (the lease holder); others fold and stand by."""

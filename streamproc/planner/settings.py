@@ -32,13 +32,12 @@ Every knob, its variable and default (also in ``docs/planning.md``):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Literal
 
 import msgspec
 
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, environment
 
 MissedTicks = Literal["latest", "none", "all-capped"]
 
@@ -129,8 +128,8 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 def load(env: Mapping[str, str] | None = None, **overrides: object) -> PlannerSettings:
-    """Planner settings from ``env`` (default: the process environment), then ``overrides``."""
-    env = os.environ if env is None else env
+    """Planner settings from ``env`` (default: :func:`environment`), then ``overrides``."""
+    env = environment() if env is None else env
     raw: dict[str, object] = {}
     for field, var in ENV.items():
         value = env.get(var, "").strip()

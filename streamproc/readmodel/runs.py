@@ -4,6 +4,10 @@ with stats folded from ``run.planned``, ``segment.*`` and ``verdict.recorded``.
 Each fold checks first and mutates after, so a :class:`Rejection` leaves the batch cache
 untouched. Terminal runs accept nothing more: a cancel (or a late segment) for a finished run
 is rejected with ``run_finished``.
+
+Finished runs leave the read model by retention (:mod:`streamproc.readmodel.retention`): a
+run that finished more than the retention before the read model's clock reads as absent to
+every fold at once, and each batch then deletes it with its deltas and index keys.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ from typing import ClassVar
 
 import msgspec
 
+from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.projection import Projection, Rejection, Tx
-from streamproc.readmodel import keys
+from streamproc.readmodel import keys, retention
+from streamproc.readmodel.exports import Exports
 from streamproc.readmodel.records import (
     TERMINAL,
     DeltaRecord,
@@ -25,12 +31,30 @@ from streamproc.readmodel.records import (
     decode_run,
     encode,
 )
-from streamproc.readmodel.schedules import physical_ms
+from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX, expiry_key
+from streamproc.readmodel.schedules import Schedules, physical_ms
+from streamproc.state.store import Store
 
 CF = "rm_runs"
 BY_TIME_CF = "rm_runs_by_time"
 DELTAS_CF = "rm_run_deltas"
 _EMPTY_STATS = p.RunStats()
+RUN_KINDS: frozenset[str] = frozenset(
+    {
+        "run.requested",
+        "run.planned",
+        "run.cancel_requested",
+        "run.cancelled",
+        "run.completed",
+        "segment.enqueued",
+        "segment.started",
+        "segment.completed",
+        "segment.failed",
+        "verdict.recorded",
+    }
+)
+CLOCK_KINDS: frozenset[str] = Schedules.kinds | Exports.kinds
+"""Other kinds the read model folds: they only advance its retention clock."""
 
 
 def run_key(tenant: str, run_id: str) -> bytes:
@@ -47,7 +71,9 @@ def delta_prefix(tenant: str, run_id: str) -> bytes:
 
 def _live(rec: RunRecord | None, event: Envelope) -> RunRecord:
     if rec is None:
-        raise Rejection("unknown_run", f"{event.kind} for a run that does not exist")
+        raise Rejection(
+            "unknown_run", f"{event.kind} for a run that does not exist (or left by retention)"
+        )
     if rec.state in TERMINAL:
         raise Rejection("run_finished", f"{event.kind} for run {rec.id}, already {rec.state}")
     return rec
@@ -59,33 +85,44 @@ def _is_delta(v: p.VerdictRecorded) -> bool:
 
 class Runs(Projection):
     name: ClassVar[str] = "rm_runs"
-    kinds: ClassVar[frozenset[str]] = frozenset(
-        {
-            "run.requested",
-            "run.planned",
-            "run.cancel_requested",
-            "run.cancelled",
-            "run.completed",
-            "segment.enqueued",
-            "segment.started",
-            "segment.completed",
-            "segment.failed",
-            "verdict.recorded",
-        }
-    )
-    families: ClassVar[tuple[str, ...]] = (CF, BY_TIME_CF, DELTAS_CF)
+    kinds: ClassVar[frozenset[str]] = RUN_KINDS | CLOCK_KINDS
+    version: ClassVar[int] = 2
+    """2: finish-time index and retention clock (``rm_runs_expiry``)."""
+    families: ClassVar[tuple[str, ...]] = (CF, BY_TIME_CF, DELTAS_CF, EXPIRY_CF)
 
-    def __init__(self) -> None:
+    def __init__(self, retention_days: int | None = None) -> None:
+        """``retention_days`` defaults to ``STREAMPROC_READMODEL_RETENTION_DAYS``; 0 turns
+        pruning off (tools and tests; the setting itself is at least 1)."""
+        days = retention.retention_days() if retention_days is None else retention_days
+        self.keep_ms = days * retention.DAY_MS
         self._cache: dict[bytes, RunRecord | None] = {}
+        """Runs as stored (expired ones included) read or changed in this batch."""
         self._dirty: set[bytes] = set()
+        self._store: Store | None = None
+        self._now = 0
+        """The retention clock: the newest event time applied (committed, then this batch's)."""
 
-    def _get(self, tx: Tx, k: bytes) -> RunRecord | None:
+    def open(self, store: Store) -> None:
+        self._store = store
+        self._now = retention.decode_ms(store.get(EXPIRY_CF, retention.CLOCK_KEY))
+
+    def _expired(self, rec: RunRecord, now: int) -> bool:
+        return (
+            self.keep_ms > 0
+            and rec.finished_ms is not None
+            and rec.state in TERMINAL
+            and rec.finished_ms < now - self.keep_ms
+        )
+
+    def _get(self, tx: Tx, k: bytes, now: int) -> RunRecord | None:
+        """The run as of event time ``now``: None if absent or past its retention."""
         if k in self._cache:
-            return self._cache[k]
-        raw = tx.table(CF).get(k)
-        rec = decode_run(raw) if raw is not None else None
-        self._cache[k] = rec
-        return rec
+            rec = self._cache[k]
+        else:
+            raw = tx.table(CF).get(k)
+            rec = decode_run(raw) if raw is not None else None
+            self._cache[k] = rec
+        return None if rec is None or self._expired(rec, now) else rec
 
     def _touch(self, k: bytes, rec: RunRecord, event: Envelope, seq: int) -> None:
         rec.updated_ms = physical_ms(event)
@@ -94,12 +131,15 @@ class Runs(Projection):
         self._dirty.add(k)
 
     def fold(self, tx: Tx, event: Envelope) -> None:
-        pl = event.payload
-        k = run_key(event.tenant, pl.run_id)
-        rec = self._get(tx, k)
-        handler = getattr(self, "_" + event.kind.replace(".", "_"))
-        rec = handler(tx, rec, event, pl)
-        self._touch(k, rec, event, tx.seq)
+        now = max(self._now, physical_ms(event))
+        if event.kind in RUN_KINDS:
+            pl = event.payload
+            k = run_key(event.tenant, pl.run_id)
+            rec = self._get(tx, k, now)
+            handler = getattr(self, "_" + event.kind.replace(".", "_"))
+            rec = handler(tx, rec, event, pl)
+            self._touch(k, rec, event, tx.seq)
+        self._now = now  # only once the event applied: a rejected one moves nothing
 
     # -------------------------------------------------------------- run lifecycle
 
@@ -108,6 +148,10 @@ class Runs(Projection):
     ) -> RunRecord:
         if rec is not None:
             raise Rejection("run_exists", f"run {r.run_id} already exists")
+        stale = self._cache.get(run_key(e.tenant, r.run_id))
+        if stale is not None and stale.finished_ms is not None:
+            # past its retention but not deleted yet (same batch): the id is free again
+            self._purge(tx, stale.tenant, stale.id, stale.requested_seq, stale.finished_ms)
         tx.table(BY_TIME_CF).put(time_key(e.tenant, tx.seq, r.run_id), b"")
         return RunRecord(
             id=r.run_id,
@@ -155,9 +199,14 @@ class Runs(Projection):
         rec.cancel_reason = r.reason
         return rec
 
-    def _finish(self, rec: RunRecord, e: Envelope, state: str, stats: p.RunStats) -> RunRecord:
+    def _finish(
+        self, tx: Tx, rec: RunRecord, e: Envelope, state: str, stats: p.RunStats
+    ) -> RunRecord:
         rec.state = state  # type: ignore[assignment]
         rec.finished_ms = physical_ms(e)
+        tx.table(EXPIRY_CF).put(
+            expiry_key(rec.finished_ms, rec.tenant, rec.id), rec.requested_seq.to_bytes(8, "big")
+        )
         if stats != _EMPTY_STATS:
             rec.stats = stats  # the runner's final count wins over the folded one
         return rec
@@ -168,7 +217,7 @@ class Runs(Projection):
         rec = _live(rec, e)
         if r.reason and not rec.cancel_reason:
             rec.cancel_reason = r.reason
-        return self._finish(rec, e, "cancelled", r.stats)
+        return self._finish(tx, rec, e, "cancelled", r.stats)
 
     def _run_completed(
         self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunCompleted
@@ -176,7 +225,7 @@ class Runs(Projection):
         rec = _live(rec, e)
         rec.coverage = r.coverage
         rec.error = r.error
-        return self._finish(rec, e, r.state, r.stats)
+        return self._finish(tx, rec, e, r.state, r.stats)
 
     # -------------------------------------------------------------- segments
 
@@ -293,7 +342,38 @@ class Runs(Projection):
             table.put(k, encode(rec))
         self._dirty.clear()
         self._cache.clear()
+        expiry = tx.table(EXPIRY_CF)
+        if retention.decode_ms(expiry.get(retention.CLOCK_KEY)) != self._now:
+            expiry.put(retention.CLOCK_KEY, retention.encode_ms(self._now))
+        if self.keep_ms > 0:
+            self._prune(tx, self._now - self.keep_ms)
 
     def discard(self) -> None:
         self._dirty.clear()
         self._cache.clear()
+        if self._store is not None:  # back to the committed clock
+            self._now = retention.decode_ms(self._store.get(EXPIRY_CF, retention.CLOCK_KEY))
+
+    # -------------------------------------------------------------- retention
+
+    def _prune(self, tx: Tx, cutoff: int) -> None:
+        """Delete every run that finished before ``cutoff``: a seek into the finish-time
+        index, never a scan of the runs."""
+        due = []
+        for k, v in tx.table(EXPIRY_CF).scan(FINISHED_PREFIX):
+            finished, tenant, run_id = retention.parse_expiry_key(k)
+            if finished >= cutoff:
+                break
+            due.append((tenant, run_id, int.from_bytes(v, "big"), finished))
+        for tenant, run_id, requested_seq, finished in due:
+            self._purge(tx, tenant, run_id, requested_seq, finished)
+
+    def _purge(self, tx: Tx, tenant: str, run_id: str, requested_seq: int, finished: int) -> None:
+        """Remove one run with everything keyed by it: record, listing key, deltas, index."""
+        tx.table(EXPIRY_CF).delete(expiry_key(finished, tenant, run_id))
+        tx.table(CF).delete(run_key(tenant, run_id))
+        tx.table(BY_TIME_CF).delete(time_key(tenant, requested_seq, run_id))
+        deltas = tx.table(DELTAS_CF)
+        for dk in [k for k, _ in deltas.scan(delta_prefix(tenant, run_id))]:
+            deltas.delete(dk)
+        metrics.RUNS_PRUNED.labels(tenant).inc()

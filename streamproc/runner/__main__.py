@@ -1,5 +1,5 @@
-"""``python -m streamproc.runner``: one runner process (used by the crash tests and for
-running a runner before ``streamproc runner`` is wired into the main command line)."""
+"""``python -m streamproc.runner``: one runner process, as ``streamproc runner`` but serving
+HTTP only when ``--http-port`` is given (the crash tests start several on one machine)."""
 
 from __future__ import annotations
 

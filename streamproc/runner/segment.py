@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from streamproc import metrics
+from streamproc import metrics, tracing
 from streamproc.bus import jsapi
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, EventError, decode, new_event
@@ -28,6 +28,7 @@ from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
 from streamproc.reactor import RoleContext
 from streamproc.runner.delta import Delta, FindingKey, combine_rules, matches
+from streamproc.runner.latency import RunLatency
 from streamproc.runner.scanner_client import ImageFailed, ScannerClient, ScannerUnavailable
 from streamproc.runner.settings import RunnerSettings
 from streamproc.runner.state import Reader, RunRec
@@ -100,6 +101,7 @@ class SegmentRunner:
         self.runner_id = runner_id
         self.reader = Reader(ctx.store)
         self.prefix = ctx.settings.prefix
+        self.latency = RunLatency(ctx.publisher.nc, ctx.settings.events_stream, self.prefix)
         self.recent: OrderedDict[tuple[str, str], list[FindingKey]] = OrderedDict()
         """Findings this process recorded last per image: the projection may not have
         folded them yet when the same image comes up again in the next run."""
@@ -109,12 +111,15 @@ class SegmentRunner:
     def _stamp(self) -> Timestamp:
         return self.ctx.clock.now()
 
-    async def _emit(self, kind: str, tenant: str, payload: p.Payload, eid: str, cause: str) -> None:
+    async def _emit(
+        self, kind: str, tenant: str, payload: p.Payload, eid: str, cause: str
+    ) -> Envelope:
         event = new_event(
             kind, tenant, payload, self._stamp(), event_id=eid, causation_id=cause,
             correlation_id=getattr(payload, "run_id", None),
         )  # fmt: skip
         await self.ctx.publisher.publish_event(event)
+        return event
 
     async def _sync(self) -> None:
         """Wait until the projection reflects the event log's current head."""
@@ -278,19 +283,22 @@ class SegmentRunner:
         key = scan_key(run_id, digest)
         vid = verdict_id(run_id, digest)
         try:
-            target = digest
-            if seg.mode == "content-refresh":
-                target, extra = await self.client.refresh(digest, key)
-                out.retries += extra
-            report, elapsed, retries = await self.client.report(target, key)
+            with tracing.span("report_call", tenant=tenant, run_id=run_id, digest=digest):
+                target = digest
+                if seg.mode == "content-refresh":
+                    target, extra = await self.client.refresh(digest, key)
+                    out.retries += extra
+                report, elapsed, retries = await self.client.report(target, key)
         except ImageFailed as exc:
             out.failed += 1
             verdict = p.VerdictRecorded(
                 run_id=run_id, segment_id=seg.segment_id, digest=digest, status="failed",
                 error=str(exc)[:2000],
             )  # fmt: skip
-            await self._emit("verdict.recorded", tenant, verdict, vid, env.id)
+            with tracing.span("persist", tenant=tenant, run_id=run_id, digest=digest):
+                ev = await self._emit("verdict.recorded", tenant, verdict, vid, env.id)
             _FAILED.inc()
+            await self.latency.first_verdict(tenant, run_id, run, ev.hlc)
             return
         out.retries += retries
         out.latencies.append(elapsed * 1000)
@@ -336,9 +344,10 @@ class SegmentRunner:
                 new_findings=len(delta.new), report_url=report.report_url,
             )  # fmt: skip
         kind = nm.kind_of(msg)
-        await self.ctx.publisher.publish(
-            nm.subject(self.prefix, tenant, kind), nm.encode(msg), msg.id
-        )
+        with tracing.span("emit", tenant=tenant, run_id=run_id, digest=digest, kind=kind):
+            await self.ctx.publisher.publish(
+                nm.subject(self.prefix, tenant, kind), nm.encode(msg), msg.id
+            )
         metrics.NOTIFY_MESSAGES.labels(kind).inc()
         verdict = p.VerdictRecorded(
             run_id=run_id, segment_id=seg.segment_id, digest=digest, status="ok",
@@ -350,10 +359,12 @@ class SegmentRunner:
             "verdict.recorded", tenant, verdict, stamp, event_id=vid, causation_id=env.id,
             correlation_id=run_id,
         )  # fmt: skip
-        await self.ctx.publisher.publish_event(event)
+        with tracing.span("persist", tenant=tenant, run_id=run_id, digest=digest):
+            await self.ctx.publisher.publish_event(event)
         self._remember(tenant, digest, [(f.purl, f.vuln_id, f.severity, f.kev) for f in findings])
         out.ok += 1
         _OK.inc()
+        await self.latency.first_verdict(tenant, run_id, run, event.hlc)
 
     # ------------------------------------------------------------------ endings
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, environment
 
 Positive = Annotated[float, Meta(gt=0)]
 
@@ -52,10 +52,14 @@ ENV = {
 }
 
 
-def load(overrides: dict[str, object] | None = None) -> RunnerSettings:
-    raw: dict[str, object] = {k: os.environ[v] for k, v in ENV.items() if os.environ.get(v)}
-    if os.environ.get("STREAMPROC_RUNNER_RETRY_BACKOFF_S"):
-        raw["retry_backoff_s"] = os.environ["STREAMPROC_RUNNER_RETRY_BACKOFF_S"].split(",")
+def load(
+    overrides: dict[str, object] | None = None, env: Mapping[str, str] | None = None
+) -> RunnerSettings:
+    """Runner settings from ``env`` (default: :func:`environment`), then ``overrides``."""
+    env = environment() if env is None else env
+    raw: dict[str, object] = {k: env[v] for k, v in ENV.items() if env.get(v)}
+    if env.get("STREAMPROC_RUNNER_RETRY_BACKOFF_S"):
+        raw["retry_backoff_s"] = env["STREAMPROC_RUNNER_RETRY_BACKOFF_S"].split(",")
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         return msgspec.convert(raw, RunnerSettings, strict=False)

@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from streamproc.config import environment
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 
@@ -97,7 +98,7 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(json.dumps(body, indent=2))
         return 0
-    secret = args.secret or os.environ.get("STREAMPROC_FEEDSER_SECRET")
+    secret = args.secret or environment().get("STREAMPROC_FEEDSER_SECRET")
     seed = args.ed25519_seed_file.read_bytes()[:32] if args.ed25519_seed_file else None
 
     def headers(raw: bytes, delivery: str) -> dict[str, str]:

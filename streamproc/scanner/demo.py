@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from streamproc.bus.publisher import WrongExpectedSequence
+from streamproc.config import environment
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.ids import derive_id
@@ -76,7 +76,7 @@ async def seed_demo(
         if not target.exists():
             shutil.copy(DATA / "osv" / f"{name}.json", target)
     shutil.copy(DATA / "osv" / "debian-sources.json", osv_dir.parent / "debian-sources.json")
-    url = scanner_url or os.environ.get("STREAMPROC_SCANNER_URL")
+    url = scanner_url or environment().get("STREAMPROC_SCANNER_URL")
     svc: ScannerService | None = None
     if not url:
         svc = await start_scanner(

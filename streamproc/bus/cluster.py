@@ -1,0 +1,366 @@
+"""A JetStream cluster of ``nats-server`` processes on one machine, on loopback.
+
+For trying a replicated setup (``streamproc nats --cluster 3``) and for the fault tests
+(``tests/cluster``): every node has its own client, route and monitoring port and its own
+store directory, and each node can be stopped, killed and restarted on its own. Leaders are
+found through the monitoring endpoint (meta group) and the JetStream API (a stream's group).
+``deploy/nats/cluster/n1.conf`` … ``n3.conf`` are what :func:`node_config` writes for
+``NatsCluster(..., ports=DEPLOY_PORTS)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+
+from streamproc.bus import jsapi
+from streamproc.bus.server import MAX_PAYLOAD, NatsServerError, find_binary, free_port
+
+CLUSTER_NAME = "streamproc"
+DEPLOY_PORTS = (4222, 6222, 8222)
+"""First client, route and monitoring port of ``deploy/nats/cluster`` (node i adds i)."""
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    client: int
+    route: int
+    monitor: int
+
+
+def node_config(
+    name: str, store_dir: Path | str, host: str, ports: NodePorts, routes: list[int]
+) -> str:
+    """One node's config: JetStream, its own store, routes to every node (itself included,
+    which nats-server skips) so any node can be started first."""
+    route_lines = "".join(f"    nats-route://{host}:{p}\n" for p in routes)
+    return (
+        f"server_name: {name}\n"
+        f"listen: {host}:{ports.client}\n"
+        f"http: {host}:{ports.monitor}\n"
+        f"max_payload: {MAX_PAYLOAD}\n"
+        "\n"
+        "jetstream {\n"
+        f"  store_dir: {json.dumps(str(store_dir))}\n"
+        "}\n"
+        "\n"
+        "cluster {\n"
+        f"  name: {CLUSTER_NAME}\n"
+        f"  listen: {host}:{ports.route}\n"
+        f"  routes: [\n{route_lines}  ]\n"
+        "}\n"
+    )
+
+
+class ClusterNode:
+    """One ``nats-server`` of the cluster; its store survives stop/kill/start."""
+
+    def __init__(self, name: str, base: Path, host: str, ports: NodePorts, binary: str) -> None:
+        self.name = name
+        self.dir = base / name
+        self.host = host
+        self.ports = ports
+        self.binary = binary
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.dir / "nats-server.log"
+        self.conf_path = self.dir / "nats-server.conf"
+        self._mark = 0
+        """Where this start's part of the (appended) log begins."""
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.ports.client}"
+
+    @property
+    def monitor_url(self) -> str:
+        return f"http://{self.host}:{self.ports.monitor}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.running and self.proc is not None else None
+
+    def write_config(self, routes: list[int]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        store = self.dir / "jetstream"
+        self.conf_path.write_text(node_config(self.name, store, self.host, self.ports, routes))
+
+    def launch(self) -> None:
+        """Start the process (not waiting for it); the log is appended across restarts."""
+        if self.running:
+            raise NatsServerError(f"node {self.name} is already running (pid {self.pid})")
+        with open(self.log_path, "ab") as log:
+            self._mark = log.tell()
+            self.proc = subprocess.Popen(
+                [self.binary, "-c", str(self.conf_path)], stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def wait_ready(self, deadline: float) -> None:
+        """Until the log of this start says ready (the listener is up)."""
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._mark)
+                text = f.read().decode(errors="replace")
+            if "Server is ready" in text:
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise NatsServerError(
+                    f"nats-server {self.name} exited with code {self.proc.returncode} while "
+                    f"starting: {text.strip().splitlines()[-3:]}"
+                )
+            time.sleep(0.02)
+        raise NatsServerError(f"nats-server {self.name} was not ready in time ({self.log_path})")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Graceful shutdown (SIGTERM), SIGKILL if it does not exit within ``timeout``."""
+        if not self.running:
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, as far as the other nodes and the store can tell."""
+        if self.running:
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait()
+
+    def monitor(self, path: str, timeout: float = 2.0) -> dict[str, Any] | None:
+        """A monitoring endpoint's JSON, or None when the node does not answer."""
+        try:
+            with urllib.request.urlopen(self.monitor_url + path, timeout=timeout) as r:
+                return json.loads(r.read())  # type: ignore[no-any-return]
+        except urllib.error.HTTPError as exc:  # /healthz answers 503 with a JSON body
+            try:
+                return json.loads(exc.read())  # type: ignore[no-any-return]
+            except ValueError:
+                return None
+        except (OSError, ValueError):
+            return None
+
+    def healthy(self) -> bool:
+        doc = self.monitor("/healthz") if self.running else None
+        return doc is not None and doc.get("status") == "ok"
+
+
+class NatsCluster:
+    """``n`` JetStream nodes named n1…nN under ``base_dir`` on ``host``.
+
+    Ports are free ones unless ``ports`` gives the first client, route and monitoring port
+    (node i then uses each plus i).
+    """
+
+    def __init__(
+        self,
+        base_dir: Path,
+        n: int = 3,
+        *,
+        host: str = "127.0.0.1",
+        ports: tuple[int, int, int] | None = None,
+        binary: str | None = None,
+    ) -> None:
+        if n < 1:
+            raise ValueError("a cluster needs at least one node")
+        self.base_dir = Path(base_dir)
+        self.host = host
+        binary = binary or find_binary()
+        self.nodes: list[ClusterNode] = []
+        for i in range(n):
+            if ports is None:
+                np = NodePorts(free_port(host), free_port(host), free_port(host))
+            else:
+                np = NodePorts(ports[0] + i, ports[1] + i, ports[2] + i)
+            self.nodes.append(ClusterNode(f"n{i + 1}", self.base_dir, host, np, binary))
+        routes = [node.ports.route for node in self.nodes]
+        for node in self.nodes:
+            node.write_config(routes)
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """Every node, comma-separated: the ``NATS_URL`` form of a cluster."""
+        return ",".join(self.urls)
+
+    def node(self, name: str) -> ClusterNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(f"no node {name!r} in the cluster ({[n.name for n in self.nodes]})")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float = 30.0) -> NatsCluster:
+        """Start every node not running and wait until the cluster is healthy."""
+        deadline = time.monotonic() + timeout
+        started = [node for node in self.nodes if not node.running]
+        try:
+            for node in started:
+                node.launch()
+            for node in started:
+                node.wait_ready(deadline)
+            self.wait_healthy(max(0.1, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_node(self, name: str, timeout: float = 20.0) -> ClusterNode:
+        """(Re)start one node and wait until it listens (not until it has caught up)."""
+        node = self.node(name)
+        node.launch()
+        node.wait_ready(time.monotonic() + timeout)
+        return node
+
+    def stop_node(self, name: str) -> ClusterNode:
+        node = self.node(name)
+        node.stop()
+        return node
+
+    def kill(self, name: str) -> ClusterNode:
+        node = self.node(name)
+        node.kill()
+        return node
+
+    def restart(self, name: str, timeout: float = 20.0) -> ClusterNode:
+        self.node(name).stop()
+        return self.start_node(name, timeout)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> NatsCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ health and leaders
+
+    def meta_leader(self) -> str | None:
+        """The meta-group leader's server name, as a running node reports it."""
+        for node in self.nodes:
+            if not node.running:
+                continue
+            doc = node.monitor("/jsz")
+            leader = ((doc or {}).get("meta_cluster") or {}).get("leader")
+            if leader:
+                return str(leader)
+        return None
+
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        """Until every running node answers ``/healthz`` ok (JetStream current) and a
+        meta leader is elected."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            running = [n for n in self.nodes if n.running]
+            if running and all(n.healthy() for n in running) and self.meta_leader():
+                return
+            time.sleep(0.1)
+        bad = [n.name for n in self.nodes if n.running and not n.healthy()]
+        raise NatsServerError(
+            f"cluster not healthy within {timeout:.0f} s (unhealthy: {bad or 'none'}, "
+            f"meta leader: {self.meta_leader()})"
+        )
+
+
+async def stream_cluster(nc: Client, stream: str) -> dict[str, Any]:
+    """The stream's ``cluster`` block: leader and replicas with ``current`` and ``lag``."""
+    doc = await jsapi.request(nc, f"STREAM.INFO.{stream}")
+    return dict(doc.get("cluster") or {})
+
+
+async def stream_leader(nc: Client, stream: str) -> str | None:
+    try:
+        return (await stream_cluster(nc, stream)).get("leader")
+    except jsapi.JsApiError:
+        return None
+
+
+async def move_leader(nc: Client, stream: str, to: str, timeout: float = 30.0) -> None:
+    """Make ``to`` the stream's leader (a step-down naming the preferred successor)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await stream_leader(nc, stream) == to:
+            return
+        try:
+            body = {"placement": {"preferred": to}}
+            await jsapi.request(nc, f"STREAM.LEADER.STEPDOWN.{stream}", body)
+        except jsapi.JsApiError:
+            pass  # an election in progress, or the preferred peer not yet current
+        await asyncio.sleep(0.2)
+    raise NatsServerError(f"stream {stream}: {to} did not become leader within {timeout:.0f} s")
+
+
+async def wait_stream_current(nc: Client, stream: str, timeout: float = 30.0) -> str:
+    """Until the stream has a leader and every replica is current; returns the leader."""
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            last = await stream_cluster(nc, stream)
+        except jsapi.JsApiError:
+            last = {}
+        leader = last.get("leader")
+        replicas = last.get("replicas") or []
+        if leader and all(r.get("current") and not r.get("offline") for r in replicas):
+            return str(leader)
+        await asyncio.sleep(0.1)
+    raise NatsServerError(f"stream {stream} not current within {timeout:.0f} s: {last}")
+
+
+def cluster_size(nc: Client) -> int:
+    """How many servers the connected server's cluster advertises (1 when not clustered).
+
+    The server's INFO names its cluster and lists the client URLs of the cluster's servers
+    (``connect_urls``, itself included); servers announced later join the client's pool as
+    discovered. With ``no_advertise`` the list is absent and this answers 1 — set
+    ``STREAMPROC_STREAM_REPLICAS`` explicitly there.
+    """
+    info: dict[str, Any] = getattr(nc, "_server_info", None) or {}
+    if not info.get("cluster"):
+        return 1
+    urls = set(info.get("connect_urls") or [])
+    urls |= {s.uri.netloc for s in getattr(nc, "_server_pool", []) if getattr(s, "discovered", 0)}
+    return max(1, len(urls))
+
+
+async def serve(base_dir: Path, n: int, host: str, ports: tuple[int, int, int]) -> int:
+    """``streamproc nats --cluster N``: run a local cluster until SIGINT/SIGTERM."""
+    from streamproc.app import install_stop_signals
+
+    cluster = NatsCluster(base_dir, n, host=host, ports=ports)
+    await asyncio.to_thread(cluster.start)
+    try:
+        print(f"nats-server JetStream cluster of {n} on {host}, stores under {base_dir}")
+        for node in cluster.nodes:
+            print(f"  {node.name}  {node.url}  monitor {node.monitor_url}  pid {node.pid}")
+        print(f"NATS_URL={cluster.url}")
+        print("Press Ctrl-C to stop.", flush=True)
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await stop.wait()
+    finally:
+        await asyncio.to_thread(cluster.stop)
+    print("nats-server cluster stopped")
+    return 0

@@ -1,0 +1,222 @@
+"""``config check``'s second half: every capability's own validation (core settings, planner,
+runner, auditor, signing and trusted keys, gateway sources and issuers, NATS credentials) run
+against the merged settings, each failure attributed to the key that causes it."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from streamproc.configfile.loader import Problem
+from streamproc.configfile.registry import BY_ENV, BY_PATH, KEYS
+from streamproc.configfile.values import ValueProblem, from_env
+
+Env = Mapping[str, str]
+_FAILURES = (ValueError, TypeError, OSError)
+"""What the readers raise for bad input (ConfigError, msgspec and nacl errors are
+ValueErrors; unreadable files are OSErrors)."""
+
+
+def typed_problems(env: Env) -> list[Problem]:
+    """Each set variable parsed by its key's type, choices and bounds."""
+    out = []
+    for key in KEYS:
+        if env.get(key.env):
+            try:
+                from_env(key, env[key.env])
+            except ValueProblem as exc:
+                out.append(Problem(key.path, str(exc)))
+    return out
+
+
+def attribute(
+    section: str, run: Callable[[Env], object], envs: Iterable[str], env: Env
+) -> list[Problem]:
+    """Run a reader on ``env``; if it fails, run it on each of its keys alone to name the
+    culprit(s) (the readers' constraints are per key); else name the section."""
+    mine = {e: env[e] for e in envs if env.get(e)}
+    try:
+        run(mine)
+        return []
+    except _FAILURES as exc:
+        whole = str(exc)
+    out = []
+    for name, value in mine.items():
+        try:
+            run({name: value})
+        except _FAILURES as exc:
+            out.append(Problem(BY_ENV[name].path, _own_words(str(exc), name)))
+    return out or [Problem(section, whole)]
+
+
+def _own_words(reason: str, env_name: str) -> str:
+    """The reason without what the key already says (its variable, msgspec's ``$.field``)."""
+    reason = re.sub(r" - at `\$[^`]*`$", "", reason)
+    reason = re.sub(rf"^{env_name}=('[^']*'|\S+): ", "", reason)  # ``VAR='x': reason``
+    return reason.removeprefix(f"{env_name}: ")
+
+
+def _envs(prefix: str) -> list[str]:
+    return [k.env for k in KEYS if k.path.startswith(prefix)]
+
+
+def check_core(env: Env) -> list[Problem]:
+    from streamproc import config
+
+    return attribute("node", lambda e: config.load(env=e), config.ENV.values(), env)
+
+
+def check_planner(env: Env) -> list[Problem]:
+    from streamproc.planner import settings
+
+    return attribute("planner", lambda e: settings.load(e), settings.ENV.values(), env)
+
+
+def check_runner(env: Env) -> list[Problem]:
+    from streamproc.runner import settings
+
+    return attribute("runner", lambda e: settings.load(env=e), _envs("runner."), env)
+
+
+def check_audit(env: Env) -> list[Problem]:
+    from streamproc.audit import settings, signing
+
+    out = attribute("audit", lambda e: settings.load(env=e), settings.ENV.values(), env)
+    data_dir = Path(env.get("STREAMPROC_DATA_DIR") or "data")
+    signing_env = [signing.ENV_SIGNING_KEY, signing.ENV_KEY_ID]
+    if env.get(signing.ENV_SIGNING_KEY):
+        out += attribute(
+            "audit", lambda e: signing.load_signer(data_dir, env=e), signing_env[:1], env
+        )
+    if env.get(signing.ENV_TRUSTED_KEYS):
+        out += attribute(
+            "audit",
+            lambda e: signing.parse_trusted_keys(e[signing.ENV_TRUSTED_KEYS]),
+            [signing.ENV_TRUSTED_KEYS],
+            env,
+        )
+    return out
+
+
+def check_nats(env: Env) -> list[Problem]:
+    from streamproc.bus.connect import AUTH_ENV, NatsAuth
+
+    values = {f: env.get(var, "") for f, var in AUTH_ENV.items()}
+    auth = NatsAuth(**values)
+    return [Problem(BY_ENV[AUTH_ENV[f]].path, reason) for f, reason in auth.problems()]
+
+
+def check_operations(env: Env) -> list[Problem]:
+    """Lease, heartbeat, read-model retention and tracing settings, by their own readers."""
+    out: list[Problem] = []
+    try:
+        from streamproc import tracing
+        from streamproc.lease import ENV_TTL, lease_ttl
+        from streamproc.readmodel.retention import ENV as RETENTION_ENV
+        from streamproc.readmodel.retention import retention_days
+        from streamproc.status.record import INTERVAL_ENV, interval_s
+    except ImportError:  # pragma: no cover - a build without these capabilities
+        return out
+    out += attribute("lease", lease_ttl, [ENV_TTL], env)
+    out += attribute("readmodel", retention_days, [RETENTION_ENV], env)
+    out += attribute("status", interval_s, [INTERVAL_ENV], env)
+    out += attribute("otel", tracing.exporter_kind, [tracing.EXPORTER_ENV], env)
+    kind = (env.get(tracing.EXPORTER_ENV) or "none").strip().lower()
+    if kind in ("otlp", "console") and not _installed("opentelemetry.sdk"):
+        out.append(Problem("otel.exporter", "needs pip install 'streamproc[otel]'"))
+    endpoint = tracing.ENDPOINT_ENV
+    if env.get(endpoint):
+        out += attribute("otel", lambda e: tracing.traces_url(e[endpoint]), [endpoint], env)
+    return out
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
+def check_gateway(env: Env, document: Mapping[str, Any]) -> list[Problem]:
+    """Scalars, the tables, then what the gateway builds at start: issuer keys, webhook
+    source secrets and keys, the DPoP nonce secret, the TLS listener's certificates."""
+    from streamproc.gateway import settings as gw
+
+    envs = _envs("gateway.")
+    out = attribute("gateway", lambda e: gw.load(e, document={}), envs, env)
+    has_issuer, has_key = (
+        bool(env.get(gw.ENV_PREFIX + "ISSUER")),
+        bool(env.get(gw.ENV_PREFIX + "ISSUER_KEY")),
+    )
+    if has_issuer != has_key:
+        missing = "gateway.issuer_key" if has_issuer else "gateway.issuer"
+        out.append(Problem(missing, "gateway.issuer and gateway.issuer_key go together"))
+    bad = {BY_PATH[p.key].env for p in out if p.key in BY_PATH}
+    try:
+        s = gw.load({e: env[e] for e in envs if env.get(e) and e not in bad}, document=document)
+    except gw.GatewayConfigError as exc:
+        return [*out, _gateway_path(str(exc))]
+    return out + _gateway_parts(s)
+
+
+def _gateway_path(message: str) -> Problem:
+    text = message.removeprefix("gateway configuration: ")
+    reason, sep, where = text.rpartition(" - at `")
+    if not sep:
+        return Problem("gateway", text)
+    return Problem("gateway" + where.rstrip("`").removeprefix("$"), reason)
+
+
+def _gateway_parts(s: Any) -> list[Problem]:
+    from streamproc.gateway.auth import Authenticator
+    from streamproc.gateway.dpop import DpopVerifier
+    from streamproc.gateway.settings import Dpop
+    from streamproc.gateway.tls import server_context
+    from streamproc.gateway.webhooks import Source
+
+    out = []
+    try:
+        DpopVerifier(s.dpop)
+    except _FAILURES as exc:
+        out.append(Problem("gateway.dpop.nonce_secret", str(exc)))
+    for i, issuer in enumerate(s.issuers):
+        try:
+            Authenticator(msgspec.structs.replace(s, issuers=[issuer], dpop=Dpop()))
+        except _FAILURES as exc:
+            out.append(Problem(f"gateway.issuers[{i}] ({issuer.issuer})", str(exc)))
+    for i, source in enumerate(s.webhooks):
+        try:
+            Source(source)
+        except _FAILURES as exc:
+            out.append(Problem(f"gateway.webhooks[{i}] ({source.name})", str(exc)))
+    if s.tls is not None:
+        extra = [w.mtls.ca_file for w in s.webhooks if w.mtls and w.mtls.ca_file]
+        try:
+            server_context(s.tls, extra)
+        except _FAILURES as exc:
+            out.append(Problem("gateway.tls", str(exc)))
+    return out
+
+
+def check_all(env: Env, documents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """Type problems first; the capabilities then see only the well-typed values, so one
+    mistake is reported once."""
+    out = typed_problems(env)
+    bad = {BY_PATH[p.key].env for p in out if p.key in BY_PATH}
+    clean = {k: v for k, v in env.items() if k not in bad}
+    for check in (
+        check_core,
+        check_planner,
+        check_runner,
+        check_audit,
+        check_nats,
+        check_operations,
+    ):
+        out += check(clean)
+    out += check_gateway(clean, documents.get("gateway", {}))
+    return out

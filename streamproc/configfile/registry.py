@@ -1,0 +1,331 @@
+"""Every setting streamproc reads, in one table: its config-file key, environment variable,
+type, default and meaning. The config file, ``streamproc config check/show``,
+``docs/configuration.md`` and ``deploy/streamproc.example.toml`` all come from (or are tested
+against) this table; the readers themselves read the environment names through
+:func:`streamproc.config.environment`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Type = Literal["str", "int", "float", "bool", "list[str]", "list[float]"]
+
+
+@dataclass(frozen=True)
+class Key:
+    path: str
+    """``section.name`` in the TOML file (``gateway.dpop.nonce_secret``: a nested table)."""
+    env: str
+    type: Type
+    default: object
+    """The reader's default; ``None``: unset (``default_text`` says what happens then)."""
+    description: str
+    secret: bool = False
+    """Redacted when shown; may be given as ``<name>_file`` / ``<ENV>_FILE`` instead."""
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    default_text: str = ""
+
+    @property
+    def section(self) -> str:
+        return self.path.rpartition(".")[0]
+
+    @property
+    def name(self) -> str:
+        return self.path.rpartition(".")[2]
+
+    @property
+    def file_path(self) -> str:
+        """The key naming a file that holds this secret."""
+        return f"{self.path}_file"
+
+    @property
+    def file_env(self) -> str:
+        return f"{self.env}_FILE"
+
+
+@dataclass(frozen=True)
+class Document:
+    """A structured key (a table or an array of tables) handed to its reader as parsed TOML;
+    the reader's own types validate it. Its environment override is a whole file."""
+
+    path: str
+    description: str
+    env_override: str
+
+
+def _k(path: str, env: str, type_: Type, default: object, description: str, **kw: object) -> Key:
+    return Key(path, env, type_, default, description, **kw)  # type: ignore[arg-type]
+
+
+SECTIONS: dict[str, str] = {
+    "node": "this process",
+    "nats": "the NATS connection (or the embedded server) and the subject prefix",
+    "http": "the process's HTTP server (ops endpoints, gateway, console)",
+    "hlc": "the hybrid logical clock",
+    "projector": "folding events into RocksDB",
+    "streams": "the JetStream streams `streamproc` creates",
+    "lease": "active-standby roles (planner, auditor)",
+    "status": "role heartbeats",
+    "readmodel": "the query side",
+    "otel": "OpenTelemetry traces",
+    "planner": "planning runs: debounce, segments, default limits, rate buckets, cron ticks",
+    "runner": "running segments against the scanner",
+    "scanner": "the scanner the runner calls",
+    "audit": "the audit chain: snapshots, signing key, trusted keys",
+    "impact": "the impact index",
+    "gateway": "the HTTP API: tokens, webhooks, body limits",
+    "gateway.dpop": "DPoP proof checking",
+    "feedser": "the `streamproc feedser export` client",
+    "notify": "the `streamproc notify tail` client",
+}
+
+_PORT = {"minimum": 0, "maximum": 65535}
+
+KEYS: tuple[Key, ...] = (
+    # ------------------------------------------------------------------ node
+    _k("node.id", "STREAMPROC_NODE_ID", "str", None,
+       "HLC node id, `[A-Za-z0-9._-]{1,32}`; unique per process in a cluster",
+       default_text="the host name"),
+    _k("node.data_dir", "STREAMPROC_DATA_DIR", "str", "data",
+       "state directories, HLC files, keys and the embedded NATS store"),
+    # ------------------------------------------------------------------ nats
+    _k("nats.url", "NATS_URL", "list[str]", None,
+       "NATS servers (a list, or comma-separated in the environment: a cluster)",
+       default_text="start an embedded server on 127.0.0.1"),
+    _k("nats.port", "STREAMPROC_NATS_PORT", "int", 4222,
+       "port of the embedded server (loopback only; unused with `nats.url`)", **_PORT),
+    _k("nats.prefix", "STREAMPROC_PREFIX", "str", "scheduler",
+       "subject prefix; stream names are its upper case"),
+    _k("nats.user", "STREAMPROC_NATS_USER", "str", None,
+       "user name (with `nats.password`)"),
+    _k("nats.password", "STREAMPROC_NATS_PASSWORD", "str", None,
+       "password of `nats.user`", secret=True),
+    _k("nats.token", "STREAMPROC_NATS_TOKEN", "str", None,
+       "authentication token (instead of user and password)", secret=True),
+    _k("nats.nkey_seed_file", "STREAMPROC_NATS_NKEY_SEED_FILE", "str", None,
+       "file holding an NKey user seed (`SU...`)"),
+    _k("nats.creds_file", "STREAMPROC_NATS_CREDS_FILE", "str", None,
+       "a `.creds` file (user JWT and NKey seed; decentralized auth)"),
+    _k("nats.tls_ca", "STREAMPROC_NATS_TLS_CA", "str", None,
+       "CA bundle (PEM) that verifies the servers; with it (or `nats.tls_cert`) a server "
+       "that does not require TLS is refused", default_text="the system CAs, if the server "
+       "requires TLS"),
+    _k("nats.tls_cert", "STREAMPROC_NATS_TLS_CERT", "str", None,
+       "client certificate (PEM) for servers that verify clients (with `nats.tls_key`)"),
+    _k("nats.tls_key", "STREAMPROC_NATS_TLS_KEY", "str", None,
+       "private key (PEM) of `nats.tls_cert`"),
+    # ------------------------------------------------------------------ http
+    _k("http.host", "STREAMPROC_HTTP_HOST", "str", "127.0.0.1", "address the HTTP server binds"),
+    _k("http.port", "STREAMPROC_HTTP_PORT", "int", 8480, "HTTP port", **_PORT),
+    _k("http.max_body", "STREAMPROC_HTTP_MAX_BODY", "int", 10 * 1024 * 1024,
+       "request bodies above this many bytes are refused with 413", minimum=1024),
+    # ------------------------------------------------------------------ hlc, projector
+    _k("hlc.max_skew_ms", "STREAMPROC_MAX_CLOCK_SKEW_MS", "int", 5000,
+       "remote HLC timestamps further ahead of this clock are refused", minimum=0),
+    _k("projector.batch", "STREAMPROC_BATCH", "int", 1000,
+       "events folded per batch (one RocksDB WriteBatch, one ack)", minimum=1, maximum=10000),
+    # ------------------------------------------------------------------ streams, lease, status
+    _k("streams.replicas", "STREAMPROC_STREAM_REPLICAS", "int", 0,
+       "stream replicas; 0 = 3 when the cluster has at least 3 nodes, else 1",
+       minimum=0, maximum=5),
+    _k("streams.events_max_age_days", "STREAMPROC_EVENTS_MAX_AGE_DAYS", "int", 0,
+       "drop events older than this many days; 0 = keep forever", minimum=0, maximum=36600),
+    _k("streams.events_max_bytes", "STREAMPROC_EVENTS_MAX_BYTES", "int", 0,
+       "cap of the event stream's size in bytes (at least 8388608, the largest event); "
+       "0 = unlimited", minimum=0),
+    _k("lease.ttl_s", "STREAMPROC_LEASE_TTL_S", "float", 5,
+       "seconds a planner or auditor lease lives without renewal before a standby takes over",
+       minimum=0.5, maximum=300),
+    _k("status.interval_s", "STREAMPROC_STATUS_INTERVAL_S", "float", 2,
+       "role heartbeat period in seconds", minimum=0.1, maximum=300),
+    _k("readmodel.retention_days", "STREAMPROC_READMODEL_RETENTION_DAYS", "int", 180,
+       "days finished runs and their details stay queryable", minimum=1, maximum=36600),
+    _k("otel.exporter", "STREAMPROC_OTEL_EXPORTER", "str", "none",
+       "where traces go", choices=("none", "otlp", "console")),
+    _k("otel.endpoint", "STREAMPROC_OTEL_ENDPOINT", "str", "",
+       "OTLP/HTTP endpoint (with `otel.exporter = \"otlp\"`)"),
+    # ------------------------------------------------------------------ planner
+    _k("planner.debounce_s", "STREAMPROC_PLANNER_DEBOUNCE_S", "float", 30.0,
+       "exports of one tenant and source within this window of the first become one run "
+       "(0: each plans on its own)", minimum=0),
+    _k("planner.segment_size", "STREAMPROC_PLANNER_SEGMENT_SIZE", "int", 500,
+       "most images per segment", minimum=1, maximum=10000),
+    _k("planner.default_rate", "STREAMPROC_PLANNER_DEFAULT_RATE", "int", 50,
+       "images/s of a run whose schedules set no `limits.ratePerSecond`", minimum=1),
+    _k("planner.default_parallelism", "STREAMPROC_PLANNER_DEFAULT_PARALLELISM", "int", 8,
+       "shards of a run without `limits.parallelism`", minimum=1, maximum=1024),
+    _k("planner.default_max_jobs", "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "int", 50000,
+       "images per run without `limits.maxJobs`", minimum=1),
+    _k("planner.usage_only", "STREAMPROC_PLANNER_USAGE_ONLY", "bool", True,
+       "event-driven resolution counts only packages used by an entrypoint"),
+    _k("planner.spill_delay_s", "STREAMPROC_PLANNER_SPILL_DELAY_S", "float", 300.0,
+       "a run's surplus over `maxJobs` is planned as a continuation run this much later",
+       minimum=0),
+    _k("planner.missed_ticks", "STREAMPROC_PLANNER_MISSED_TICKS", "str", "latest",
+       "cron ticks missed while down: fire the latest once, none, or each up to the cap",
+       choices=("latest", "none", "all-capped")),
+    _k("planner.missed_ticks_cap", "STREAMPROC_PLANNER_MISSED_TICKS_CAP", "int", 10,
+       "most ticks fired at once by `all-capped`", minimum=1),
+    _k("planner.clock_skew_s", "STREAMPROC_PLANNER_CLOCK_SKEW_S", "float", 60.0,
+       "a cron tick this late is still on time (not missed)", minimum=0),
+    _k("planner.degraded_max_jobs", "STREAMPROC_PLANNER_DEGRADED_MAX_JOBS", "int", 10000,
+       "images per event-driven run while the impact index is not warm", minimum=1),
+    _k("planner.tenant_rate", "STREAMPROC_PLANNER_TENANT_RATE", "int", 200,
+       "images/s of one tenant's leaky bucket", minimum=1),
+    _k("planner.registry_rate", "STREAMPROC_PLANNER_REGISTRY_RATE", "int", 20,
+       "images/s per registry host (content refresh)", minimum=1),
+    _k("planner.burst_s", "STREAMPROC_PLANNER_BURST_S", "float", 1.0,
+       "a bucket holds this many seconds of its rate as burst"),
+    _k("planner.max_runs_per_pass", "STREAMPROC_PLANNER_MAX_RUNS_PER_PASS", "int", 16,
+       "runs planned per reactor pass, round-robin across tenants", minimum=1),
+    _k("planner.preview_sample", "STREAMPROC_PLANNER_PREVIEW_SAMPLE", "int", 20,
+       "sample digests returned by a preview", minimum=0),
+    _k("planner.recovery_window_s", "STREAMPROC_PLANNER_RECOVERY_WINDOW_S", "float", 3300.0,
+       "at start, runs planned this recently get their work re-enqueued (below 3600: the "
+       "work stream's duplicate window)", minimum=0, maximum=3599),
+    # ------------------------------------------------------------------ runner, scanner
+    _k("runner.workers", "STREAMPROC_RUNNER_WORKERS", "int", 2,
+       "segments processed at once by one runner process", minimum=1, maximum=256),
+    _k("runner.inflight", "STREAMPROC_RUNNER_INFLIGHT", "int", 8,
+       "scanner calls in flight per segment (capped by the schedule's parallelism)",
+       minimum=1, maximum=1024),
+    _k("runner.ack_wait_s", "STREAMPROC_RUNNER_ACK_WAIT_S", "float", 30.0,
+       "a segment whose runner stops heartbeating is redelivered after this long"),
+    _k("runner.max_deliver", "STREAMPROC_RUNNER_MAX_DELIVER", "int", 5,
+       "attempts of one segment", minimum=1, maximum=100),
+    _k("runner.retry_backoff_s", "STREAMPROC_RUNNER_RETRY_BACKOFF_S", "list[float]",
+       [1.0, 5.0, 15.0, 60.0], "delay before redelivering a failed segment, by attempt"),
+    _k("runner.call_timeout_s", "STREAMPROC_RUNNER_CALL_TIMEOUT_S", "float", 10.0,
+       "timeout of one scanner call"),
+    _k("runner.call_attempts", "STREAMPROC_RUNNER_CALL_ATTEMPTS", "int", 8,
+       "attempts of one scanner call on transient errors", minimum=1, maximum=100),
+    _k("runner.call_budget_s", "STREAMPROC_RUNNER_CALL_BUDGET_S", "float", 60.0,
+       "time one image may spend retrying before the segment attempt fails"),
+    _k("scanner.url", "STREAMPROC_SCANNER_URL", "str", "http://127.0.0.1:8490",
+       "scanner base URL (`streamproc up --demo` starts the reference scanner when unset)"),
+    # ------------------------------------------------------------------ audit
+    _k("audit.batch_size", "STREAMPROC_AUDIT_BATCH_SIZE", "int", 1000,
+       "chain entries per signed batch snapshot", minimum=1, maximum=100000),
+    _k("audit.batch_interval_s", "STREAMPROC_AUDIT_BATCH_INTERVAL_S", "float", 300.0,
+       "snapshot at least this often while entries wait"),
+    _k("audit.verify_period_s", "STREAMPROC_AUDIT_VERIFY_PERIOD_S", "float", 3600.0,
+       "full chain verification period (0: at start only)", minimum=0),
+    _k("audit.verify_on_start", "STREAMPROC_AUDIT_VERIFY_ON_START", "bool", True,
+       "verify every chain when the auditor starts"),
+    _k("audit.max_clock_skew_ms", "STREAMPROC_AUDIT_MAX_CLOCK_SKEW_MS", "int", None,
+       "entries whose HLC is further ahead of the auditor's clock are held", minimum=0,
+       default_text="`hlc.max_skew_ms`"),
+    _k("audit.signing_key", "STREAMPROC_AUDIT_SIGNING_KEY", "str", None,
+       "Ed25519 seed of the snapshot signatures: 64 hex digits or base64", secret=True,
+       default_text="generated once into `DATA/keys/audit-ed25519.seed`"),
+    _k("audit.key_id", "STREAMPROC_AUDIT_KEY_ID", "str", None,
+       "key id put in signatures", default_text="`audit-` and 16 hex digits of the key's hash"),
+    _k("audit.trusted_keys", "STREAMPROC_AUDIT_TRUSTED_KEYS", "list[str]", None,
+       "other public keys to accept (`keyid=BASE64`), e.g. keys rotated out",
+       default_text="none"),
+    # ------------------------------------------------------------------ impact
+    _k("impact.cache_mb", "STREAMPROC_IMPACT_CACHE_MB", "int", 640,
+       "memory bound of the impact index cache in MB (0 or less: unbounded)"),
+    _k("impact.warm_on_start", "STREAMPROC_IMPACT_WARM_ON_START", "bool", True,
+       "load the impact index into memory at start (degraded planning until warm)"),
+    # ------------------------------------------------------------------ gateway
+    _k("gateway.config", "STREAMPROC_GATEWAY_CONFIG", "str", None,
+       "a JSON or TOML gateway file (the gateway keys without the `gateway.` prefix); its "
+       "keys override the `gateway` tables of this file", default_text="none"),
+    _k("gateway.audience", "STREAMPROC_GATEWAY_AUDIENCE", "str", "scheduler",
+       "the `aud` tokens must carry"),
+    _k("gateway.required_modes", "STREAMPROC_GATEWAY_REQUIRED_MODES", "list[str]",
+       ["dpop", "mtls"], "accepted ways to present a token (`bearer`: unbound tokens, dev only)",
+       choices=("bearer", "dpop", "mtls")),
+    _k("gateway.leeway_s", "STREAMPROC_GATEWAY_LEEWAY_S", "int", 30,
+       "clock leeway for token times", minimum=0, maximum=300),
+    _k("gateway.public_base_url", "STREAMPROC_GATEWAY_PUBLIC_BASE_URL", "str", None,
+       "external origin (`https://host[:port]`) for DPoP `htu` behind a proxy",
+       default_text="the request's own"),
+    _k("gateway.webhook_window_s", "STREAMPROC_GATEWAY_WEBHOOK_WINDOW_S", "int", 300,
+       "webhook timestamps further off are refused", minimum=30, maximum=3600),
+    _k("gateway.replay_cache_size", "STREAMPROC_GATEWAY_REPLAY_CACHE_SIZE", "int", 2000000,
+       "webhook deliveries remembered against replays", minimum=1000),
+    _k("gateway.max_body", "STREAMPROC_GATEWAY_MAX_BODY", "int", None,
+       "compressed (on the wire) body cap in bytes", minimum=1024,
+       default_text="`http.max_body`"),
+    _k("gateway.max_decompressed_body", "STREAMPROC_GATEWAY_MAX_DECOMPRESSED_BODY", "int", None,
+       "body cap after gzip/zstd decoding", minimum=1024, default_text="`gateway.max_body`"),
+    _k("gateway.wait_timeout_s", "STREAMPROC_GATEWAY_WAIT_TIMEOUT_S", "float", 10.0,
+       "longest `wait` a write request may ask for"),
+    _k("gateway.access_log", "STREAMPROC_GATEWAY_ACCESS_LOG", "str", "stderr",
+       "`stderr`, a file path (JSON lines), `logger` or `off`"),
+    _k("gateway.issuer", "STREAMPROC_GATEWAY_ISSUER", "str", None,
+       "one more token issuer (`iss`), with `gateway.issuer_key`", default_text="none"),
+    _k("gateway.issuer_key", "STREAMPROC_GATEWAY_ISSUER_KEY", "str", None,
+       "`kid=PUBLIC_KEY` (Ed25519, base64url) of `gateway.issuer`", default_text="none"),
+    _k("gateway.dpop.require_nonce", "STREAMPROC_GATEWAY_DPOP_REQUIRE_NONCE", "bool", True,
+       "DPoP proofs must carry a server nonce"),
+    _k("gateway.dpop.nonce_secret", "STREAMPROC_GATEWAY_DPOP_NONCE_SECRET", "str", None,
+       "HMAC key of the stateless nonces; share it between gateway replicas", secret=True,
+       default_text="random per process"),
+    _k("gateway.dpop.nonce_ttl_s", "STREAMPROC_GATEWAY_DPOP_NONCE_TTL_S", "int", 300,
+       "nonce lifetime", minimum=10, maximum=3600),
+    _k("gateway.dpop.iat_window_s", "STREAMPROC_GATEWAY_DPOP_IAT_WINDOW_S", "int", 60,
+       "proof `iat` further off is refused", minimum=5, maximum=600),
+    _k("gateway.dpop.replay_cache_size", "STREAMPROC_GATEWAY_DPOP_REPLAY_CACHE_SIZE", "int",
+       1000000, "proof ids remembered against replays", minimum=1000),
+    # ------------------------------------------------------------------ clients
+    _k("feedser.secret", "STREAMPROC_FEEDSER_SECRET", "str", None,
+       "HMAC secret `streamproc feedser export` signs with", secret=True, default_text="none"),
+    _k("notify.token", "STREAMPROC_TOKEN", "str", None,
+       "bearer token of `streamproc notify tail --http`", secret=True, default_text="none"),
+)  # fmt: skip
+
+DOCUMENTS: tuple[Document, ...] = (
+    Document(
+        "gateway.issuers",
+        "token issuers: `[[gateway.issuers]]` with `issuer` and `keys = [{ kid, public_key }]`",
+        "STREAMPROC_GATEWAY_CONFIG",
+    ),
+    Document(
+        "gateway.webhooks",
+        "webhook sources: `[[gateway.webhooks]]` with `name`, `kind`, `tenants` and "
+        "`hmac_secrets`, `ed25519_public_keys` or an `mtls` table",
+        "STREAMPROC_GATEWAY_CONFIG",
+    ),
+    Document(
+        "gateway.tls",
+        "an HTTPS listener for the gateway (needed for mTLS): `host`, `port`, `cert_file`, "
+        "`key_file`, `client_ca_files`",
+        "STREAMPROC_GATEWAY_CONFIG",
+    ),
+)
+
+CONFIG_ENV = "STREAMPROC_CONFIG"
+"""Names the config file when ``--config`` is not given."""
+
+BY_PATH: dict[str, Key] = {k.path: k for k in KEYS}
+BY_ENV: dict[str, Key] = {k.env: k for k in KEYS}
+DOCS_BY_PATH: dict[str, Document] = {d.path: d for d in DOCUMENTS}
+SECRET_FILES: dict[str, Key] = {k.file_path: k for k in KEYS if k.secret}
+
+
+def all_paths() -> list[str]:
+    """Every name a file may use: keys, ``<secret>_file`` keys, documents and sections."""
+    return [*BY_PATH, *SECRET_FILES, *DOCS_BY_PATH, *SECTIONS]
+
+
+def known_env() -> set[str]:
+    """Every environment variable streamproc reads."""
+    return {*BY_ENV, *(k.file_env for k in KEYS if k.secret), CONFIG_ENV}
+
+
+def _check_registry() -> None:
+    """Names must not collide (a secret's ``_file`` key with a real key, two env names)."""
+    assert len(BY_PATH) == len(KEYS) and len(BY_ENV) == len(KEYS), "duplicate key or env"
+    assert not set(SECRET_FILES) & set(BY_PATH), "a secret's _file key is also a key"
+    for k in KEYS:
+        assert k.section in SECTIONS, f"{k.path}: section {k.section} undeclared"
+
+
+_check_registry()

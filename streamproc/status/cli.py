@@ -1,0 +1,80 @@
+"""``streamproc status [--nats-url URL] [--roles R,…] [--json]``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from streamproc.config import ConfigError
+from streamproc.status.record import bucket_name
+from streamproc.status.report import EXIT_UNHEALTHY, as_json, gather, render
+
+
+def _expected(arg: str | None) -> list[str]:
+    from streamproc.roles import ROLES
+
+    if not arg:
+        return sorted(ROLES)
+    roles = [r.strip() for r in arg.split(",") if r.strip()]
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown:
+        raise ConfigError(f"--roles: unknown role(s) {', '.join(unknown)}; roles: {sorted(ROLES)}")
+    return roles
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from streamproc.bus.connect import NatsAuth, connect
+    from streamproc.bus.session import run
+    from streamproc.config import load
+
+    settings = load(
+        {
+            "data_dir": args.data_dir,
+            "nats_url": args.nats_url,
+            "nats_port": args.nats_port,
+            "prefix": args.prefix,
+            "node_id": args.node_id,
+        }
+    )
+    expected = _expected(args.roles)
+    url = settings.nats_url or f"nats://{settings.nats_host}:{settings.nats_port}"
+    auth = NatsAuth.from_env() if settings.nats_url else None  # `up`'s embedded one has none
+
+    async def main() -> int:
+        nc = await connect(url, name="streamproc-status", auth=auth)
+        try:
+            report = await gather(nc, settings, expected)
+        finally:
+            await nc.close()
+        if report is None:
+            msg = f"no status bucket {bucket_name(settings.prefix)} at {url}: no role has run "
+            msg += f"with prefix {settings.prefix!r} there"
+            if args.json:
+                print(json.dumps({"ok": False, "problems": [msg]}))
+            else:
+                print(f"streamproc: {msg}")
+            return EXIT_UNHEALTHY
+        print(json.dumps(as_json(report), indent=2) if args.json else render(report))
+        return 0 if report.ok else EXIT_UNHEALTHY
+
+    return run(main())
+
+
+def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser(
+        "status",
+        help="each running role instance: position, stream head, lag, health, lease",
+        description="Reads the role heartbeats (KV bucket <prefix>_status). Exits 1 when an "
+        "instance is failed, lagging or stale, or an expected role has no running instance.",
+    )
+    common(p)
+    p.add_argument("--nats-port", type=int, help="port of a local `streamproc up` (default 4222)")
+    p.add_argument(
+        "--roles",
+        help="comma-separated roles that must be running (default: every role)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(fn=cmd_status)

@@ -1,0 +1,65 @@
+"""Quorum loss: two of three NATS nodes down. The gateway refuses writes with a clear 503
+within seconds (it never stores what it did not acknowledge), keeps answering reads from its
+read model, reports not ready (503, not a 500) — and takes writes again once a second node
+is back."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from streamproc import roles
+from streamproc.bus.cluster import NatsCluster
+from tests.cluster.system import subject_counts
+from tests.cluster.webhooks import FEEDSER, export_body
+from tests.gateway.harness import BASE, default_settings, signed_headers, start, stop, token
+
+pytestmark = pytest.mark.cluster
+
+
+async def test_writes_stop_with_a_clear_503_and_resume_with_quorum(
+    cluster: NatsCluster, tmp_path: Path, prefix: str
+) -> None:
+    gw = await start(tmp_path, cluster.url, prefix, default_settings(tmp_path, access_log="off"))
+    try:
+        nc = gw.system.nc
+        assert nc is not None and nc.connected_url is not None
+
+        async def post(export_id: str) -> tuple[int, dict[str, str], float]:
+            body = export_body(export_id)
+            t0 = time.monotonic()
+            status, problem, _ = await gw.call(
+                "POST", FEEDSER, data=body, headers=signed_headers(body, delivery=export_id)
+            )
+            return status, problem, time.monotonic() - t0
+
+        assert (await post("before"))[0] == 202
+        down = [n for n in cluster.nodes if n.ports.client != nc.connected_url.port]
+        for node in down:
+            cluster.kill(node.name)
+
+        status, problem, took = await post("no-quorum")
+        assert status == 503 and problem["type"].endswith("log-unavailable"), problem
+        assert took < 10, f"a write without quorum took {took:.1f} s to be refused"
+        auth = {"Authorization": f"Bearer {token()}"}
+        status, _, _ = await gw.call("GET", f"{BASE}/schedules", headers=auth)
+        assert status == 200, "reads are answered from the read model"
+        status, detail, _ = await gw.call("GET", "/readyz")
+        assert status == 503 and "unavailable" in detail["stream"], detail
+
+        cluster.start_node(down[0].name)  # two of three: quorum again
+        for _ in range(60):
+            status, problem, _ = await post("no-quorum")  # the sender's retry, same delivery
+            if status != 503:
+                break
+        assert status == 202, problem
+        counts = await subject_counts(nc, gw.system.settings.events_stream)
+        assert sorted(s.rsplit(".", 1)[1] for s in counts) == sorted(
+            ["before", "before", "no-quorum", "no-quorum"]
+        ), "one event per tenant and export: the refused attempt stored nothing extra"
+        print(f"\nquorum loss: a write was refused (503) after {took:.1f} s")
+    finally:
+        await stop(gw)
+        roles.ROLES.pop("gateway-test", None)

@@ -1,0 +1,86 @@
+"""Replay when the log's beginning is gone (retention or purge): refused by default, a
+partial rebuild on request that says so and that the live projector can carry on from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamproc.bus import jsapi
+from streamproc.bus.fastclient import FastClient
+from streamproc.bus.publisher import Publisher
+from streamproc.bus.server import EmbeddedNats
+from streamproc.projections.activity import Activity
+from streamproc.projector import PositionError, Projector
+from streamproc.replay import rebuild
+from streamproc.samples import sample_event
+from streamproc.state import keys
+from streamproc.state.digest import state_digest
+from streamproc.state.store import RocksStore
+from tests.helpers import epoch, memory_fold, messages_of, publish_samples
+from tests.test_cli import cli
+
+
+async def purged_log(nc: FastClient, publisher: Publisher, stream: str) -> list:
+    """30 events, of which 1..10 have left the stream (as max age or max bytes would do)."""
+    events = [sample_event(i) for i in range(30)]
+    await publish_samples(publisher, events)
+    await jsapi.request(nc, f"STREAM.PURGE.{stream}", {"seq": 11})
+    info = await jsapi.stream_info(nc, stream)
+    assert info is not None and info.state.first_seq == 11
+    return events
+
+
+async def test_replay_refuses_a_log_that_lost_its_beginning_unless_partial_is_allowed(
+    nc: FastClient, publisher: Publisher, stream_names: tuple[str, str, str], tmp_path: Path
+) -> None:
+    stream = stream_names[0]
+    events = await purged_log(nc, publisher, stream)
+    with pytest.raises(PositionError, match=r"starts at sequence 11: events 1\.\.10") as err:
+        await rebuild(nc, stream, "activity", tmp_path / "refused", progress=False)
+    assert "--allow-partial" in str(err.value)
+    assert not (tmp_path / "refused").exists()
+
+    summary = await rebuild(
+        nc, stream, "activity", tmp_path / "partial", progress=False, allow_partial=True
+    )
+    assert summary.partial and summary.first_seq == 11
+    assert (summary.events, summary.last_seq) == (20, 30)
+    cp = keys.Checkpoint(stream, await epoch(nc, stream), 30)
+    reference = memory_fold([Activity()], messages_of(publisher, events[10:], 11), cp)
+    assert summary.digest == state_digest(reference), "exactly events 11..30, nothing else"
+
+    # The live projector carries on from the partial state: no gap after its checkpoint.
+    await publish_samples(publisher, [sample_event(i) for i in range(30, 35)])
+    store = RocksStore(tmp_path / "partial")
+    try:
+        proj = await Projector(nc, store, [Activity()], stream=stream, role="t").start()
+        await proj.run(until_seq=35)
+        assert proj.applied == 35
+    finally:
+        store.close()
+
+
+async def test_replay_command_warns_and_flags_a_partial_rebuild(
+    nats_server: EmbeddedNats,
+    nc: FastClient,
+    prefix: str,
+    publisher: Publisher,
+    stream_names: tuple[str, str, str],
+    tmp_path: Path,
+) -> None:
+    await purged_log(nc, publisher, stream_names[0])
+    common = ["--nats-url", nats_server.url, "--data-dir", str(tmp_path), "--prefix", prefix]
+    refused = cli("replay", "--role", "activity", "--quiet", *common)
+    assert refused.returncode == 2
+    assert "events 1..10 have aged out" in refused.stderr
+    assert "--allow-partial" in refused.stderr
+    assert not (tmp_path / "state" / "activity").exists(), "nothing was swapped in"
+
+    partial = cli("replay", "--role", "activity", "--quiet", "--allow-partial", *common)
+    assert partial.returncode == 0, partial.stderr
+    assert "WARNING: stream" in partial.stderr and "lacks whatever they made" in partial.stderr
+    assert "replayed 20 events" in partial.stdout
+    assert "PARTIAL from sequence 11; digest " in partial.stdout
+    assert (tmp_path / "state" / "activity" / "CURRENT").exists()
