@@ -119,6 +119,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     live = s.state_dir(args.role)
     fresh = live.with_name(f"{live.name}.replay")
 
+    if args.metrics_port is not None:
+        # Replay progress (streamproc_replay_applied_sequence) for Prometheus while it runs.
+        from prometheus_client import start_http_server
+
+        try:
+            start_http_server(args.metrics_port, addr=s.http_host)
+        except OSError as exc:
+            raise ConfigError(f"--metrics-port {args.metrics_port}: {exc.strerror}") from None
+
     async def go(nc: Any) -> int:
         summary = await rebuild(
             nc,
@@ -258,6 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--role", required=True, choices=_role_names())
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve /metrics (replay progress) on this port of the HTTP host while replaying",
+    )
     p.add_argument(
         "--allow-partial",
         action="store_true",

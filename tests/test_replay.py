@@ -3,14 +3,17 @@ partial rebuild on request that says so and that the live projector can carry on
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
+from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.cli import main
 from streamproc.projections.activity import Activity
 from streamproc.projector import PositionError, Projector
 from streamproc.replay import rebuild
@@ -84,3 +87,24 @@ async def test_replay_command_warns_and_flags_a_partial_rebuild(
     assert "replayed 20 events" in partial.stdout
     assert "PARTIAL from sequence 11; digest " in partial.stdout
     assert (tmp_path / "state" / "activity" / "CURRENT").exists()
+
+
+async def test_replay_serves_its_progress_on_a_metrics_port(
+    nats_server: EmbeddedNats,
+    publisher: Publisher,
+    prefix: str,
+    stream_names: tuple[str, str, str],
+    tmp_path: Path,
+) -> None:
+    await publish_samples(publisher, [sample_event(i) for i in range(12)])
+    port = free_port()
+    argv = ["replay", "--role", "activity", "--quiet", "--metrics-port", str(port)]
+    argv += ["--nats-url", nats_server.url, "--data-dir", str(tmp_path), "--prefix", prefix]
+    # In a thread of this process: the metrics server (a daemon thread) outlives the command.
+    assert await asyncio.to_thread(main, argv) == 0
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
+        text = await r.text()
+    assert 'streamproc_replay_applied_sequence{role="activity"} 12.0' in text
+
+    taken = cli("replay", "--role", "activity", "--quiet", "--metrics-port", str(port), *argv[6:])
+    assert taken.returncode == 2 and f"--metrics-port {port}" in taken.stderr
