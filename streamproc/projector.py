@@ -14,7 +14,7 @@ from typing import Any
 from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.pull import PullLoop, RawMessage
+from streamproc.bus.pull import ConsumerGone, PullLoop, RawMessage
 from streamproc.projection import Folder, Projection
 from streamproc.state.keys import Checkpoint
 from streamproc.state.store import Store
@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 DURABLE_IDLE_NS = 24 * 3600 * 1_000_000_000
 """A durable projector consumer nobody pulled from for a day is removed by the server (a
 start recreates its own from the checkpoint anyway)."""
+CONSUMER_RECOVERY_S = 60.0
+"""How long a projector keeps recreating a consumer that keeps vanishing before it stops."""
 
 
 class PositionError(RuntimeError):
@@ -112,6 +114,7 @@ class Projector:
         self._ack = True
         self._config: dict[str, Any] = {}
         self._resumed_at = 0
+        self._gone_since: float | None = None
         self.failure: BaseException | None = None
 
     async def start(self, *, ack: bool = True, allow_partial: bool = False) -> Projector:
@@ -164,10 +167,32 @@ class Projector:
     async def step(self, timeout: float = 1.0) -> int:
         """Fold and commit one batch (whatever has arrived, up to ``batch``)."""
         assert self._pull is not None
-        msgs = await self._pull.next_batch(self.batch, timeout)
+        try:
+            msgs = await self._pull.next_batch(self.batch, timeout)
+        except ConsumerGone as exc:
+            await self._recover(exc)
+            return 0
+        self._gone_since = None
         if not msgs:
             return 0
         return await self._apply(msgs)
+
+    async def _recover(self, exc: ConsumerGone) -> None:
+        """Our consumer or the server holding it went away (a NATS node shut down, its
+        leader moved, an operator deleted it): the checkpoint says where we are, so recreate
+        the consumer from there — unless the stream itself was recreated (fail closed) or
+        the consumer keeps vanishing for longer than ``CONSUMER_RECOVERY_S``."""
+        now = time.monotonic()
+        if self._gone_since is None:
+            self._gone_since = now
+        elif now - self._gone_since > CONSUMER_RECOVERY_S:
+            raise exc
+        info = await jsapi.with_retries(lambda: jsapi.stream_info(self.nc, self.stream))
+        if info is None or info.created != self.epoch:
+            raise exc
+        log.warning("%s: recreating it from sequence %d", exc, self.applied + 1)
+        await asyncio.sleep(0.25)
+        await self._resume(self.applied + 1)
 
     async def _apply(self, msgs: list[RawMessage]) -> int:
         t0 = time.perf_counter()

@@ -208,3 +208,29 @@ async def test_gap_while_running_stops_the_projector(
         store.close()
     finally:
         await jsapi.request(nc, f"STREAM.DELETE.{name}")
+
+
+async def test_a_vanished_consumer_is_recreated_from_the_checkpoint(
+    nc: FastClient, publisher: Publisher, stream_names: tuple[str, str, str], state_dir: Path
+) -> None:
+    """A NATS node shutting down (or an operator) removes the consumer under a running
+    projector: it carries on from its checkpoint, applying nothing twice and skipping nothing."""
+    stream = stream_names[0]
+    events = [sample_event(i) for i in range(400)]
+    await publish_samples(publisher, events[:200])
+    store = RocksStore(state_dir)
+    try:
+        proj = await Projector(nc, store, [Activity()], stream=stream, role="t").start()
+        task = asyncio.create_task(proj.run())
+        await proj.wait_for(200, timeout=10)
+        await jsapi.delete_consumer(nc, stream, proj.consumer)
+        await publish_samples(publisher, events[200:])
+        await proj.wait_for(400, timeout=15)
+        assert proj.failure is None and not task.done()
+        proj.stop()
+        await task
+        cp = keys.Checkpoint(stream, await epoch(nc, stream), 400)
+        reference = memory_fold([Activity()], messages_of(publisher, events, 1), cp)
+        assert state_digest(store) == state_digest(reference)
+    finally:
+        store.close()

@@ -105,10 +105,12 @@ async def test_two_roles_show_their_positions_and_a_clean_stop_leaves(
         assert rows["planner"]["applied"] == rows["activity"]["applied"] == head
         assert {i["health"] for i in doc["instances"]} == {"ok"}
 
-        # Every role is expected by default: the missing ones make it exit 1.
+        # The four service roles are expected by default: the missing ones make it exit 1;
+        # activity (only `up` runs it) is listed, never required.
         code, out = await status_cli(capsys, nats_server.url, prefix)
         assert code == status.EXIT_UNHEALTHY
         assert "problem: gateway: no running instance" in out
+        assert "\nactivity " in out
         line = next(x for x in out.splitlines() if x.startswith("planner"))
         assert line.split()[2:7] == [str(head), str(head), "0", "ok", "active"]
     finally:
@@ -175,9 +177,8 @@ async def test_a_failed_role_says_why_and_keeps_saying_it_after_the_stop(
     system = System(settings, ["activity"], http=False)
     await system.start()
     try:
-        # Its consumer vanishes under it: the projector stops (fail closed).
-        consumer = system.projectors["activity"].consumer
-        await jsapi.delete_consumer(nc, stream_names[0], consumer)
+        # Its stream vanishes under it: the projector stops (fail closed).
+        await jsapi.request(nc, f"STREAM.DELETE.{stream_names[0]}")
 
         async def failed() -> status.Heartbeat | None:
             beats = await status.read_heartbeats(nc, prefix) or []
@@ -251,3 +252,5 @@ def test_settings_are_validated() -> None:
             status.interval_s({status.INTERVAL_ENV: bad})
     with pytest.raises(ConfigError, match="unknown role"):
         _expected("planner,nonsense")
+    assert _expected(None) == ["auditor", "gateway", "planner", "runner"], "activity optional"
+    assert _expected("activity") == ["activity"]

@@ -11,11 +11,15 @@ from streamproc.status.record import bucket_name
 from streamproc.status.report import EXIT_UNHEALTHY, as_json, gather, render
 
 
+SERVICE_ROLES = ("auditor", "gateway", "planner", "runner")
+"""Expected by default; ``activity`` is a diagnostic view that only ``up`` runs."""
+
+
 def _expected(arg: str | None) -> list[str]:
     from streamproc.roles import ROLES
 
     if not arg:
-        return sorted(ROLES)
+        return list(SERVICE_ROLES)
     roles = [r.strip() for r in arg.split(",") if r.strip()]
     unknown = sorted(set(roles) - set(ROLES))
     if unknown:
@@ -74,7 +78,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--nats-port", type=int, help="port of a local `streamproc up` (default 4222)")
     p.add_argument(
         "--roles",
-        help="comma-separated roles that must be running (default: every role)",
+        help="comma-separated roles that must be running (default: auditor,gateway,planner,runner)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(fn=cmd_status)
