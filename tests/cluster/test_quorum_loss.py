@@ -5,6 +5,7 @@ is back."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -46,7 +47,13 @@ async def test_writes_stop_with_a_clear_503_and_resume_with_quorum(
         auth = {"Authorization": f"Bearer {token()}"}
         status, _, _ = await gw.call("GET", f"{BASE}/schedules", headers=auth)
         assert status == 200, "reads are answered from the read model"
-        status, detail, _ = await gw.call("GET", "/readyz")
+        # A stream leader left alone answers STREAM.INFO until it notices it lost its quorum
+        # and steps down (a few seconds): /readyz says so from then on.
+        for _ in range(40):
+            status, detail, _ = await gw.call("GET", "/readyz")
+            if status == 503:
+                break
+            await asyncio.sleep(0.5)
         assert status == 503 and "unavailable" in detail["stream"], detail
 
         cluster.start_node(down[0].name)  # two of three: quorum again
