@@ -10,7 +10,6 @@ from streamproc.config import ConfigError
 from streamproc.status.record import bucket_name
 from streamproc.status.report import EXIT_UNHEALTHY, as_json, gather, render
 
-
 SERVICE_ROLES = ("auditor", "gateway", "planner", "runner")
 """Expected by default; ``activity`` is a diagnostic view that only ``up`` runs."""
 
