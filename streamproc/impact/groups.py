@@ -1,76 +1,111 @@
 """A product group in memory: one product key, all its exact purls, chunked by image id.
 
-A *member* is one exact purl's ids in one chunk, as a plain list that is also its stored
-form: ``[gid, id, id, ...]`` (sorted, unique) while small, ``[gid, BitMap, pending...]``
-once it holds more than ``SMALL`` ids. The fold only ever appends an id to a member (one
-``list.append``); a chunk is encoded by msgspec straight from its members, and the
-product's contains/used bitmaps (``cp``/``up``) are rebuilt from the members when a query
-needs them after a change. On this class of machine every random memory access costs
-~1 µs, so per purl and per touched chunk, the fewer objects touched the better.
+A *member* is one exact purl's ids in one chunk. While it holds at most ``BIG`` ids it is a
+plain list ``[gid, id, id, ...]`` (sorted, unique) that is also its stored form: the fold
+only ever appends an id to it (one ``list.append``), and a touched chunk's small members
+are encoded by one msgspec call, with no Python work per purl. A larger member is
+``[gid, BitMap, pending ids...]``: appends still go to the list, and ``encode_chunk`` folds
+the pending ids into the bitmap. An open chunk keeps four maps, suffix -> member:
+contains-small, contains-big, used-small, used-big (index ``2 * used`` and ``2 * used + 1``).
+
+The product's contains/used bitmaps (``cp``/``up``) are rebuilt from the members when a
+query needs them after a change. On this class of machine every random memory access
+costs ~1 µs, so per purl and per touched chunk, the fewer objects touched the better.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 
-__all__ = ["Group", "Member", "Opened", "bitmap_bytes", "member_bitmap"]
+__all__ = ["Group", "Member", "Opened", "bitmap_bytes", "bulk_union", "find", "member_bitmap"]
 
 Member = list[Any]
 Members = dict[str, Member]
-Opened = tuple[Members, Members]
-"""(contains, used): exact-purl suffix -> member."""
+Opened = list[Members]
+"""[contains small, contains big, used small, used big]: exact-purl suffix -> member."""
 
 _OVERHEAD = 600
-_PER_OPEN_MEMBER = 160
-_BIG = K.SMALL + 1
+_PER_OPEN_MEMBER = 200
+_BIGLEN = K.BIG + 1
+_AFTER1 = itemgetter(slice(1, None))
+_deserialize = BitMap.deserialize
+_CHUNKS = attrgetter("chunks")
 
 
 def member_bitmap(m: Member) -> BitMap:
     """The member's ids, pending ones included (a fresh bitmap)."""
     if len(m) > 1 and type(m[1]) is BitMap:
-        return m[1] | BitMap(m[2:]) if len(m) > 2 else m[1].copy()
-    return BitMap(m[1:])
+        bm = m[1].copy()
+        if len(m) > 2:
+            bm.update(m[2:])
+        return bm
+    return K.bitmap(m[1:])
 
 
 def member_empty(m: Member) -> bool:
     return len(m) == 1 or (len(m) == 2 and type(m[1]) is BitMap and not m[1])
 
 
-def _canonical(m: Member) -> K.Ids | None:
-    """Stored form of a member, normalising it in place (None when empty)."""
-    n = len(m)
-    if n > 1 and type(m[1]) is BitMap:
-        bm = m[1]
-        if n > 2:
-            bm.update(m[2:])
-            del m[2:]
-        if len(bm) > K.SMALL:
-            bm.run_optimize()
-            return bm.serialize()
-        m[1:] = sorted(bm)
-        return m if len(m) > 1 else None
-    if n > _BIG:
-        bm = BitMap(m[1:])
+def find(opened: Opened, used: int, suffix: str) -> Member | None:
+    """The member of ``suffix`` on one side of an open chunk (small or big)."""
+    return opened[2 * used].get(suffix) or opened[2 * used + 1].get(suffix)
+
+
+def _promote(small: Members, big: Members) -> None:
+    """Move members grown beyond BIG ids from the small map to the big one (in place: the
+    fold's flat maps keep pointing at the same lists)."""
+    for s in [s for s, m in small.items() if len(m) > _BIGLEN]:
+        m = small.pop(s)
+        bm = K.bitmap(m[1:])
         del m[1:]
         m.append(bm)
-        bm.run_optimize()
-        return bm.serialize()
-    return m if n > 1 else None
+        big[s] = m
+
+
+def _encode_big(small: Members, big: Members) -> dict[str, bytes]:
+    """Stored form of the big members; ones shrunk to BIG ids or fewer move back to the
+    small map (so a member's stored form depends only on its ids)."""
+    out: dict[str, bytes] = {}
+    for s, m in list(big.items()):
+        bm = m[1]
+        if len(m) > 2:
+            bm.update(m[2:])
+            del m[2:]
+        if len(bm) > K.BIG:
+            out[s] = bm.serialize()
+            continue
+        del big[s]
+        if bm:
+            m[1:] = bm
+            small[s] = m
+    return out
 
 
 class Group:
-    __slots__ = ("chunks", "cp", "gid", "open", "open_members", "pk", "raw_bytes", "up")
+    __slots__ = (
+        "chunk_set_changed",
+        "chunks",
+        "cp",
+        "gid",
+        "open",
+        "open_members",
+        "pk",
+        "raw_bytes",
+        "up",
+    )
 
     def __init__(self, gid: int, pk: str) -> None:
         self.gid = gid
         self.pk = pk
-        self.cp: BitMap | None = BitMap()
-        self.up: BitMap | None = BitMap()
+        self.cp: BitMap | None = None
+        self.up: BitMap | None = None
         """Product bitmaps over all chunks; None until built, or once a change made them
         stale (each is built on its own: a product query needs only one of them)."""
         self.chunks: dict[int, bytes] = {}
@@ -87,14 +122,25 @@ class Group:
         g.raw_bytes = sum(map(len, g.chunks.values()))
         return g
 
-    def set_chunk(self, chunk: int, raw: bytes | None) -> None:
-        """Record a chunk's new stored form (None: the chunk is gone)."""
+    @classmethod
+    def single(cls, gid: int, pk: str, chunk: int, raw: bytes) -> Group:
+        """``load`` for the common one-chunk group (a cold query builds thousands)."""
+        g = cls.__new__(cls)
+        g.gid, g.pk, g.cp, g.up, g.open, g.open_members = gid, pk, None, None, {}, 0
+        g.chunks = {chunk: raw}
+        g.raw_bytes = len(raw)
+        return g
+
+    def set_chunk(self, chunk: int, raw: bytes | None) -> bool:
+        """Record a chunk's new stored form (None: the chunk is gone); True when the set
+        of the group's chunks changed (the product directory entry must be rewritten)."""
         old = self.chunks.pop(chunk, None)
         if old is not None:
             self.raw_bytes -= len(old)
         if raw is not None:
             self.chunks[chunk] = raw
             self.raw_bytes += len(raw)
+        return (old is None) != (raw is None)
 
     def products(self) -> tuple[BitMap, BitMap]:
         """(contains, used) of the product, rebuilt from the members if stale."""
@@ -105,32 +151,36 @@ class Group:
         got = self.up if side else self.cp
         if got is not None:
             return got
-        small: list[int] = []
-        big: list[BitMap] = []
-        for raw in self.chunks.values() if not self.open else ():  # all stored (cold load)
-            for v in K.decode_chunk(raw)[side].values():
-                if type(v) is bytes:
-                    big.append(BitMap.deserialize(v))
-                else:
-                    small += v[1:]
-        for chunk in self.chunk_numbers() if self.open else ():
+        if not self.open and len(self.chunks) == 1:  # a cold product: decode one side only
+            (raw,) = self.chunks.values()
+            small, big = K.decode_side(raw, side)
+            bm = K.bitmap(chain.from_iterable(map(_AFTER1, small.values())))
+            if big:
+                bm.update(*map(_deserialize, big.values()))
+            if side:
+                self.up = bm
+            else:
+                self.cp = bm
+            return bm
+        smalls: list[Member] = []
+        bigs: list[BitMap] = []
+        pending: list[int] = []
+        for chunk in self.chunk_numbers():
             opened = self.open.get(chunk)
             if opened is not None:
-                for m in opened[side].values():
-                    if len(m) > 1 and type(m[1]) is BitMap:
-                        big.append(m[1])
-                        small += m[2:]
-                    else:
-                        small += m[1:]
+                smalls.extend(opened[2 * side].values())
+                for m in opened[2 * side + 1].values():
+                    bigs.append(m[1])
+                    pending += m[2:]
             else:
-                for v in K.decode_chunk(self.chunks[chunk])[side].values():
-                    if type(v) is bytes:
-                        big.append(BitMap.deserialize(v))
-                    else:
-                        small += v[1:]
-        bm = BitMap(small)
-        if big:
-            bm = BitMap.union(bm, *big)
+                stored = K.decode_chunk(self.chunks[chunk])
+                smalls.extend(stored[2 * side].values())
+                bigs.extend(map(_deserialize, stored[2 * side + 1].values()))
+        bm = K.bitmap(chain.from_iterable(map(_AFTER1, smalls)))
+        if pending:
+            bm.update(pending)
+        if bigs:
+            bm.update(*bigs)
         if side:
             self.up = bm
         else:
@@ -144,42 +194,70 @@ class Group:
             return got, False
         raw = self.chunks.get(chunk)
         if raw is None:
-            opened: Opened = ({}, {})
+            opened: Opened = [{}, {}, {}, {}]
         else:
+            cs, cb, us, ub = K.decode_chunk(raw)
             gid = self.gid
-            opened = tuple(  # type: ignore[assignment]
-                {s: ([gid, BitMap.deserialize(v)] if type(v) is bytes else v) for s, v in m.items()}
-                for m in K.decode_chunk(raw)
-            )
+            opened = [
+                cs,
+                {s: [gid, _deserialize(v)] for s, v in cb.items()},
+                us,
+                {s: [gid, _deserialize(v)] for s, v in ub.items()},
+            ]
         self.open[chunk] = opened
-        self.open_members += len(opened[0]) + len(opened[1])
+        self.open_members += sum(map(len, opened))
         return opened, True
 
     def encode_chunk(self, chunk: int) -> bytes | None:
-        """Stored form of an open chunk (None once empty); normalises members in place."""
-        enc: list[dict[str, K.Ids]] = [{}, {}]
-        for members, out in zip(self.open[chunk], enc, strict=True):
-            for suffix, m in members.items():
-                v = _canonical(m)
-                if v is not None:
-                    out[suffix] = v
-        return K.encode_chunk(enc[0], enc[1]) if enc[0] else None
+        """Stored form of an open chunk (None once empty); normalises members in place.
+        Small members must be sorted, unique and non-empty (the fold keeps them so)."""
+        cs, cb, us, ub = self.open[chunk]
+        if cs and max(map(len, cs.values())) > _BIGLEN:
+            _promote(cs, cb)
+        if us and cb and max(map(len, us.values())) > _BIGLEN:  # used <= contains
+            _promote(us, ub)
+        cbo = _encode_big(cs, cb) if cb else {}
+        ubo = _encode_big(us, ub) if ub else {}
+        if not cs and not cbo:
+            return None
+        return K.encode_chunk(cs, cbo, us, ubo)
+
+    def store_chunk(self, chunk: int) -> bytes | None:
+        """``encode_chunk`` and ``set_chunk`` in one call (the flush does this ~100,000
+        times a batch); afterwards ``chunk_set_changed`` says whether the set of the
+        group's chunks changed."""
+        raw = self.encode_chunk(chunk)
+        chunks = self.chunks
+        old = chunks.pop(chunk, None)
+        if old is not None:
+            self.raw_bytes -= len(old)
+        if raw is not None:
+            chunks[chunk] = raw
+            self.raw_bytes += len(raw)
+        self.chunk_set_changed = (old is None) != (raw is None)
+        return raw
 
     def chunk_numbers(self) -> list[int]:
+        if not self.open:
+            return sorted(self.chunks)
         return sorted(self.chunks.keys() | self.open.keys())
 
     def chunk_members(self, chunk: int) -> tuple[dict[str, BitMap], dict[str, BitMap]]:
         """Read-only view of one chunk (open or stored): suffix -> ids."""
         got = self.open.get(chunk)
         if got is not None:
-            return (
-                {s: member_bitmap(m) for s, m in got[0].items() if not member_empty(m)},
-                {s: member_bitmap(m) for s, m in got[1].items() if not member_empty(m)},
+            return tuple(  # type: ignore[return-value]
+                {
+                    s: member_bitmap(m)
+                    for s, m in chain(got[2 * side].items(), got[2 * side + 1].items())
+                    if not member_empty(m)
+                }
+                for side in (0, 1)
             )
         raw = self.chunks.get(chunk)
         if raw is None:
             return {}, {}
-        cmap, umap = K.decode_chunk(raw)
+        cmap, umap = K.chunk_members(raw)
         return (
             {s: K.stored_ids(v) for s, v in cmap.items()},
             {s: K.stored_ids(v) for s, v in umap.items()},
@@ -191,11 +269,11 @@ class Group:
         for chunk in self.chunk_numbers():
             opened = self.open.get(chunk)
             if opened is not None:
-                m = opened[used].get(suffix)
+                m = find(opened, used, suffix)
                 if m is not None and not member_empty(m):
                     parts.append(member_bitmap(m))
             else:
-                v = K.decode_chunk(self.chunks[chunk])[used].get(suffix)
+                v = K.chunk_members(self.chunks[chunk])[used].get(suffix)
                 if v is not None:
                     parts.append(K.stored_ids(v))
         if not parts:
@@ -211,12 +289,26 @@ class Group:
                     acc.setdefault(suffix, [[], []])[side].append(bm)
         for suffix in sorted(acc):
             c, u = acc[suffix]
-            yield suffix, BitMap.union(BitMap(), *c), BitMap.union(BitMap(), *u)
+            yield suffix, BitMap.union(K.bitmap(), *c), BitMap.union(K.bitmap(), *u)
 
     def size(self) -> int:
         """Estimated resident bytes, O(1): the stored chunks, about as much again for the
         product bitmaps rebuilt from them, and the decoded members of open chunks."""
         return _OVERHEAD + 2 * self.raw_bytes + _PER_OPEN_MEMBER * self.open_members
+
+
+def bulk_union(groups: Iterable[Group], side: int) -> BitMap:
+    """The images of one side (0 contains, 1 used) of many groups' *stored* chunks, as one
+    union decoded in bulk: no per-product bitmap, no Python work per product."""
+    dec = K.side_decoder(side)
+    decoded = list(map(dec.decode, chain.from_iterable(map(dict.values, map(_CHUNKS, groups)))))
+    smalls = chain.from_iterable(map(dict.values, map(itemgetter(2 * side), decoded)))
+    bm = K.bitmap(list(chain.from_iterable(map(_AFTER1, smalls))))
+    bigs = chain.from_iterable(map(dict.values, map(itemgetter(2 * side + 1), decoded)))
+    big = list(map(_deserialize, bigs))
+    if big:
+        bm.update(*big)
+    return bm
 
 
 def bitmap_bytes(bm: BitMap) -> int:

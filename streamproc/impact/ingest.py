@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from itertools import compress, repeat
-from operator import itemgetter
+from operator import is_, itemgetter
 
 from pyroaring import BitMap
 
@@ -32,6 +33,7 @@ from streamproc.impact.state import IndexState
 
 _append = list.append
 _gid_of = itemgetter(0)
+_is_none = partial(is_, None)
 
 
 def _consume(it: Iterable[object]) -> None:
@@ -46,6 +48,14 @@ def _discard(m: Member, iid: int) -> None:
             m[2:] = [x for x in m[2:] if x != iid]
     elif iid in m[1:]:
         m[1:] = [x for x in m[1:] if x != iid]
+
+
+def _merge(dirty: dict[int, BitMap], chunk: int, gids: BitMap) -> None:
+    got = dirty.get(chunk)
+    if got is None:
+        dirty[chunk] = gids.copy()
+    else:
+        got |= gids
 
 
 class Ingest(IndexState):
@@ -79,7 +89,8 @@ class Ingest(IndexState):
         labels: Mapping[str, str] | None = None,
     ) -> int:
         """Index one image from aligned purls / product keys / used flags (raises PurlError,
-        TooManyKeysError or ImageError, before changing anything)."""
+        TooManyKeysError or ImageError, before changing anything). ``pks`` is only read for
+        purls new to the image's chunk, so it may be a lazy sequence."""
         n = len(purls)
         check_key_count(n)
         if len(pks) != n or len(used) != n:
@@ -107,16 +118,16 @@ class Ingest(IndexState):
             stripped = self._strip(iid, old, chunk)
             members = self._resolve(purls, pks, chunk, validate=False)
         _consume(map(_append, members, repeat(iid)))
-        umembers = self._resolve_used(purls, used, chunk, members) if any(used) else []
+        umembers = self._resolve_used(purls, used, chunk, members) if True in used else []
         _consume(map(_append, umembers, repeat(iid)))
         if iid != len(self._digest_by_id) - 1 or stripped is not None or len(set(purls)) != n:
             # not the highest id, or a purl listed twice: restore sorted, unique lists
             for m in (*members, *umembers):
                 if type(m[1]) is not BitMap:
                     m[1:] = sorted(set(m[1:]))
-        gids = set(map(_gid_of, members))
-        self._dirty_chunks.setdefault(chunk, set()).update(gids)
-        self._pending.setdefault(chunk, set()).update(gids)
+        gids = K.bitmap(list(map(_gid_of, members)))
+        _merge(self._dirty_chunks, chunk, gids)
+        _merge(self._pending, chunk, gids)
         tag_list = sorted(set(tags))
         label_map = dict(labels or {})
         for key in K.owner_keys(tenant, registry, repo, namespace, tag_list, label_map):
@@ -124,7 +135,7 @@ class Ingest(IndexState):
         if stripped is not None:
             self._prune(stripped[0], stripped[1], chunk)
         rec = ImageRecord(
-            tenant, digest, registry, repo, namespace, tag_list, label_map, sorted(gids)
+            tenant, digest, registry, repo, namespace, tag_list, label_map, list(gids)
         )
         self._records[iid] = encode_record(rec)
         self._dirty_records.add(iid)
@@ -159,35 +170,48 @@ class Ingest(IndexState):
     ) -> list[Member]:
         """Every purl's member in the chunk. Purls new to the chunk are validated (when
         ``validate``) before any is created; with ``create=False`` only validates."""
-        fc = self._flat_c.setdefault(chunk, {})
+        fc = self._flat_c.get(chunk)
+        if fc is None:
+            fc = self._flat_c[chunk] = {}
         found: list[Member | None] = list(map(fc.get, purls))
         if None not in found:
             return found  # type: ignore[return-value]
-        new: list[int] = []
-        for i, m in enumerate(found):
-            if m is not None:
-                continue
-            purl, pk = purls[i], pks[i]
-            g = self._group(pk)
-            if g is not None:
-                self._open(g, chunk)
-                m = fc.get(purl)
-                if m is not None:
-                    found[i] = m
-                    continue
-            if validate:
-                check_component(purl, pk)
-            new.append(i)
+        missing = list(compress(range(len(found)), map(_is_none, found)))
+        mpks = [pks[i] for i in missing]
+        groups = self._groups
+        if self.source is not None and len(groups) < len(self._gids):
+            gids = self._gids  # known products not in memory: one multi-get
+            cold = [pk for pk in dict.fromkeys(mpks) if pk in gids and pk not in groups]
+            if cold:
+                self._load_groups(cold)
+        seen: dict[str, Group | None] = {}
+        new: list[tuple[int, str]] = []
+        for i, pk in zip(missing, mpks, strict=True):
+            if pk not in seen:  # open the chunk of every known product involved
+                g = seen[pk] = groups.get(pk)
+                if g is not None and chunk not in g.open:
+                    self._open(g, chunk)
+            m = fc.get(purls[i])
+            if m is None:
+                new.append((i, pk))
+            else:
+                found[i] = m
+        if validate:
+            for i, pk in new:
+                check_component(purls[i], pk)
         if not create:
             return []
-        for i in new:
-            purl, pk = purls[i], pks[i]
+        made: dict[str, tuple[Group, dict[str, Member]]] = {}  # pk -> group, its members
+        for i, pk in new:
+            purl = purls[i]
             m = fc.get(purl)  # a purl listed twice in one image
             if m is None:
-                g = self._groups.get(pk) or self._new_group(pk)
-                m = self._open(g, chunk)[0][purl[len(pk) :]] = [g.gid]
-                g.open_members += 1
-                fc[purl] = m
+                got = made.get(pk)
+                if got is None:
+                    g = seen[pk] or self._new_group(pk)
+                    got = made[pk] = (g, self._open(g, chunk)[0])
+                m = got[1][purl[len(pk) :]] = fc[purl] = [got[0].gid]
+                got[0].open_members += 1
             found[i] = m
         return found  # type: ignore[return-value]
 
@@ -195,19 +219,21 @@ class Ingest(IndexState):
         self, purls: Sequence[str], used: Sequence[bool], chunk: int, members: list[Member]
     ) -> list[Member]:
         """The used-by-entrypoint members of the used purls (their groups are open)."""
-        fu = self._flat_u.setdefault(chunk, {})
-        found: list[Member | None] = list(map(fu.get, compress(purls, used)))
+        fu = self._flat_u.get(chunk)
+        if fu is None:
+            fu = self._flat_u[chunk] = {}
+        upurls = list(compress(purls, used))
+        found: list[Member | None] = list(map(fu.get, upurls))
         if None not in found:
             return found  # type: ignore[return-value]
-        for j, i in enumerate(compress(range(len(purls)), used)):
-            if found[j] is not None:
-                continue
-            purl = purls[i]
-            m = fu.get(purl)
+        umembers = list(compress(members, used))
+        for j in compress(range(len(found)), map(_is_none, found)):
+            purl = upurls[j]
+            m = fu.get(purl)  # a purl listed twice
             if m is None:
-                gid = members[i][0]
+                gid = umembers[j][0]
                 g = self._groups[self._pk_by_gid[gid]]  # type: ignore[index]
-                m = self._open(g, chunk)[1][purl[len(g.pk) :]] = [gid]
+                m = self._open(g, chunk)[2][purl[len(g.pk) :]] = [gid]
                 g.open_members += 1
                 fu[purl] = m
             found[j] = m
@@ -217,15 +243,18 @@ class Ingest(IndexState):
     def _strip(self, iid: int, old: ImageRecord, chunk: int) -> tuple[list[int], list[bytes]]:
         """Take ``iid`` out of every bitmap its record names; empties are pruned later."""
         self._settle()
-        dirty = self._dirty_chunks.setdefault(chunk, set())
+        groups, by_gid = self._groups, self._pk_by_gid
+        if self.source is not None:
+            cold = [pk for gid in old.gids if (pk := by_gid[gid]) not in groups]
+            if cold:
+                self._load_groups(cold)  # type: ignore[arg-type]
         for gid in old.gids:
-            g = self._group(self._pk_by_gid[gid])  # type: ignore[arg-type]
-            assert g is not None, f"group {gid} of image {iid} is missing"
+            g = groups[by_gid[gid]]  # type: ignore[index]
             self._stale(g)
             for members in self._open(g, chunk):
                 for m in members.values():
                     _discard(m, iid)
-            dirty.add(gid)
+        _merge(self._dirty_chunks, chunk, K.bitmap(old.gids))
         owners = K.owner_keys(
             old.tenant, old.registry, old.repo, old.namespace, old.tags, old.labels
         )
@@ -239,6 +268,7 @@ class Ingest(IndexState):
     def _prune(self, gids: list[int], owners: list[bytes], chunk: int) -> None:
         """Drop what a strip emptied and the re-add did not refill."""
         self._settle()
+        fc, fu = self._flat_c.get(chunk, {}), self._flat_u.get(chunk, {})
         for gid in gids:
             pk = self._pk_by_gid[gid]
             g = self._groups.get(pk) if pk is not None else None
@@ -247,13 +277,12 @@ class Ingest(IndexState):
             if not self._product(g, 0):
                 self._delete_group(g)
                 continue
-            cmap, umap = g.open[chunk]
-            for flat, members in ((self._flat_c, cmap), (self._flat_u, umap)):
+            for members, flat in zip(g.open[chunk], (fc, fc, fu, fu), strict=True):
                 empty = [s for s, m in members.items() if member_empty(m)]
-                fm = flat.get(chunk, {})
                 for s in empty:
                     del members[s]
-                    fm.pop(g.pk + s, None)
+                    flat.pop(pk + s, None)
+                g.open_members -= len(empty)
         for key in owners:
             bm = self._owners.get(key)
             if bm is not None and not bm:
@@ -274,7 +303,7 @@ class Ingest(IndexState):
     def _owner_add(self, key: bytes, iid: int) -> None:
         bm = self._owner(key)
         if bm is None:
-            bm = self._owners[key] = BitMap()
+            bm = self._owners[key] = K.bitmap()
             if key[:1] == K.OWNER_TAG:
                 tenant, _, tag = key[1:].decode().partition(K.SEP)
                 self._tags.setdefault(tenant, set()).add(tag)

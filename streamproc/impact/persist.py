@@ -1,16 +1,18 @@
 """Getting changes out (per batch) and committed state back in (lazily, or by warming).
 
-After a batch, ``dirty_items()`` yields every (column family, key, value-or-None) the batch
-changed; the projection writes them into the batch's transaction, and ``clear_dirty()``
-then closes the chunks this batch did not touch and trims the cache. Warming loads
-product groups in group-id order (the order products were first seen: the popular ones
-first) in small slices, from committed bytes only, until everything or the bound is in.
+After a batch, ``dirty_writes()`` returns every (column family -> key -> value-or-None) the
+batch changed, built in bulk (one msgspec call per touched product chunk, C-level maps for
+the rest); the projection hands them to the batch's transaction, and ``clear_dirty()``
+then trims the cache. Warming loads product groups in group-id order (the order products
+were first seen: the popular ones first) in small slices, from committed bytes only,
+until everything or the bound is in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import islice
+from itertools import islice, repeat
+from operator import attrgetter
 
 from pyroaring import BitMap
 
@@ -20,40 +22,53 @@ from streamproc.impact.records import IndexedImage
 from streamproc.impact.state import IndexState
 
 Item = tuple[str, bytes, bytes | None]
-CLOSE_EVERY = 4
-"""Batches between sweeps that close chunks opened but left unchanged since the last one."""
+_PK = attrgetter("pk")
+Writes = dict[str, dict[bytes, bytes | None]]
 
 
 class Persistence(IndexState):
-    def dirty_items(self) -> Iterator[Item]:
-        """(column family, key, serialized value or None = delete) changed since the last
-        ``clear_dirty``. Deleted chunks come first, so a reused group id's new chunks win."""
-        self._settle()
-        for key in self._dead:
-            yield K.GROUPS_CF, key, None
+    def dirty_writes(self) -> Writes:
+        """Per column family, key -> serialized value (None = delete), changed since the
+        last ``clear_dirty``. Encodes the touched chunks (normalising their members)."""
+        groups_cf: dict[bytes, bytes | None] = dict.fromkeys(self._dead)
+        names: dict[bytes, bytes | None] = {}
+        by_gid, groups, gchunks = self._pk_by_gid, self._groups, self._gchunks
+        resized: list[Group] = []
         for chunk, gids in self._dirty_chunks.items():
-            for gid in sorted(gids):
-                pk = self._pk_by_gid[gid] if gid < len(self._pk_by_gid) else None
-                g = self._groups.get(pk) if pk is not None else None
+            suffix = chunk.to_bytes(2, "big")
+            for gid in gids:
+                g = groups.get(by_gid[gid])  # type: ignore[arg-type]
                 if g is None or g.gid != gid or chunk not in g.open:
-                    continue
-                raw = g.encode_chunk(chunk)
-                if (chunk in g.chunks) != (raw is not None):  # the group's chunk set changed
-                    g.set_chunk(chunk, raw)
-                    self._gchunks[gid] = K.pack_chunks(g.chunks)
-                    self._dirty_names.add(K.PRODUCT + g.pk.encode())
-                else:
-                    g.set_chunk(chunk, raw)
-                if self._lru is not None:
-                    self._lru.set(g.pk, g.size())
-                yield K.GROUPS_CF, K.group_key(gid, chunk), raw
-        for key in sorted(self._dirty_owners):
-            bm = self._owners.get(key)
-            yield K.OWNERS_CF, key, K.encode_bitmap(bm) if bm else None
-        for iid in sorted(self._dirty_records):
-            yield K.IMAGES_CF, K.u32(iid), self._records.get(iid)
-        for key in sorted(self._dirty_names):
-            yield K.NAMES_CF, key, self._name_value(key)
+                    continue  # deleted (its chunks are in _dead), or not changed after all
+                gid4 = gid.to_bytes(4, "big")
+                groups_cf[gid4 + suffix] = g.store_chunk(chunk)
+                if g.chunk_set_changed:  # the product directory entry changes
+                    packed = gchunks[gid] = K.pack_chunks(g.chunks)
+                    names[K.PRODUCT + g.pk.encode()] = gid4 + packed
+                resized.append(g)
+        if self._lru is not None and resized:
+            self._lru.set_many(list(map(_PK, resized)), list(map(Group.size, resized)))
+        owners = self._owners
+        dirty_names = self._dirty_names.difference(names)
+        names.update(zip(dirty_names, map(self._name_value, dirty_names), strict=True))
+        records = self._dirty_records
+        out: Writes = {
+            K.GROUPS_CF: groups_cf,
+            K.OWNERS_CF: {
+                key: K.encode_bitmap(bm) if (bm := owners.get(key)) else None
+                for key in self._dirty_owners
+            },
+            K.IMAGES_CF: dict(
+                zip(map(K.u32, records), map(self._records.get, records), strict=True)
+            ),
+            K.NAMES_CF: names,
+        }
+        return {cf: items for cf, items in out.items() if items}
+
+    def dirty_items(self) -> Iterator[Item]:
+        """``dirty_writes`` as (column family, key, value or None) items."""
+        for cf, items in self.dirty_writes().items():
+            yield from zip(repeat(cf), items.keys(), items.values())
 
     def _name_value(self, key: bytes) -> bytes | None:
         kind, name = key[:1], key[1:].decode()
@@ -67,7 +82,7 @@ class Persistence(IndexState):
         return K.encode_names(values) if values else None
 
     def dirty_keys(self) -> set[tuple[str, bytes]]:
-        """What ``dirty_items`` would write (without encoding anything)."""
+        """What ``dirty_writes`` would write (without encoding anything)."""
         out = {(K.GROUPS_CF, k) for k in self._dead}
         out.update(
             (K.GROUPS_CF, K.group_key(gid, chunk))
@@ -80,30 +95,7 @@ class Persistence(IndexState):
         return out
 
     def clear_dirty(self) -> None:
-        """Everything from ``dirty_items`` is durable (no mutation in between). Every few
-        batches, chunks that were opened but not changed since are closed again."""
-        self._batches += 1
-        if self._batches % CLOSE_EVERY == 0:
-            touched = {
-                (pk, chunk)
-                for chunk, gids in self._dirty_chunks.items()
-                for gid in gids
-                if gid < len(self._pk_by_gid) and (pk := self._pk_by_gid[gid]) is not None
-            }
-            for pk, chunk in self._opened - touched - self._kept:
-                g = self._groups.get(pk)
-                if g is not None:
-                    self._close(g, chunk)
-                    if self._lru is not None:
-                        self._lru.set(pk, g.size())
-            self._kept = touched
-        else:
-            self._kept.update(
-                (pk, chunk)
-                for chunk, gids in self._dirty_chunks.items()
-                for gid in gids
-                if gid < len(self._pk_by_gid) and (pk := self._pk_by_gid[gid]) is not None
-            )
+        """Everything from ``dirty_writes`` is durable (no mutation in between)."""
         if self._lru is not None:
             for key in self._dirty_owners:
                 bm = self._owners.get(key)

@@ -17,14 +17,15 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from operator import attrgetter
 from typing import ClassVar
 
 from prometheus_client import Gauge
 
+from streamproc.config import environment
 from streamproc.events.envelope import Envelope
-from streamproc.events.payloads import FeedserExport, ImageIndexed, ImageRemoved
+from streamproc.events.payloads import Component, FeedserExport, ImageIndexed, ImageRemoved
 from streamproc.impact import keys as K
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.ingest import canonical_key
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_MB = 640
 """Estimated resident bytes of cached groups and owner bitmaps. The 50,000-image /
-1,000,000-purl benchmark catalog needs ~300 MB of it fully warm (~730 MB RSS in all)."""
+1,000,000-purl benchmark catalog needs ~300 MB of it fully warm (~660 MB RSS in all)."""
 WARM_SLICE = 400
 """Groups loaded per warming slice (~5-10 ms) before yielding to the event loop."""
 
@@ -48,8 +49,35 @@ CACHED_BYTES = Gauge(
 )
 
 
+_PURL = attrgetter("purl")
+_USED = attrgetter("used")
+
+
+class _ProductKeys(Sequence[str]):
+    """The components' product keys, read only for purls new to the index (most images
+    have none): building the list for every image would cost more than the lookups."""
+
+    __slots__ = ("_comps",)
+
+    def __init__(self, comps: list[Component]) -> None:
+        self._comps = comps
+
+    def __len__(self) -> int:
+        return len(self._comps)
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        return self._comps[i].product_key
+
+
+def _settle_gc() -> None:
+    """Move everything alive now (the index just restored or warmed: hundreds of thousands
+    of long-lived containers) out of the cyclic collector's way. Otherwise the first full
+    collection after it, typically inside the first query, walks all of it (~100 ms)."""
+    gc.freeze()
+
+
 def _env_flag(name: str, default: bool) -> bool:
-    raw = os.environ.get(name, "").strip().lower()
+    raw = environment().get(name, "").strip().lower()
     if not raw:
         return default
     if raw in ("1", "true", "yes", "on"):
@@ -60,7 +88,7 @@ def _env_flag(name: str, default: bool) -> bool:
 
 
 def _env_cache_bytes() -> int | None:
-    raw = os.environ.get("STREAMPROC_IMPACT_CACHE_MB", "").strip()
+    raw = environment().get("STREAMPROC_IMPACT_CACHE_MB", "").strip()
     mb = int(raw) if raw else DEFAULT_CACHE_MB
     return None if mb <= 0 else mb * 1024 * 1024
 
@@ -71,8 +99,9 @@ class ImpactProjection(Projection):
         {"image.indexed", "image.removed", "export.feedser"}
     )
     families: ClassVar[tuple[str, ...]] = K.FAMILIES
-    version: ClassVar[int] = 2
-    """2: 65,536-id chunks (1 used 8,192); older state directories must be replayed."""
+    version: ClassVar[int] = 3
+    """3: small members as lists, big ones as roaring, never run-optimised (2: 65,536-id
+    chunks, 8-id lists; 1: 8,192-id chunks); older state directories must be replayed."""
 
     def __init__(
         self, *, max_bytes: int | bool | None = True, warm_on_start: bool | None = None
@@ -95,6 +124,7 @@ class ImpactProjection(Projection):
     def open(self, store: Store) -> None:
         self.index = ImpactIndex(source=store, max_bytes=self.max_bytes)
         self.index.restore()
+        _settle_gc()
         self._warm = not self.warm_on_start or not self.index.product_count()
         WARM.set(int(self._warm))
         if not self._warm:
@@ -123,6 +153,7 @@ class ImpactProjection(Projection):
             log.debug("impact warming stopped: %s", exc)
             return
         self._warm = True
+        _settle_gc()
         WARM.set(1)
         CACHED_BYTES.set(self.index.cached_bytes)
         resident, known = self.index.warm_progress
@@ -133,6 +164,7 @@ class ImpactProjection(Projection):
         while not self.index.warm_step(10_000):
             pass
         self._warm = True
+        _settle_gc()
 
     # -- folding ---------------------------------------------------------------------------
     def fold(self, tx: Tx, event: Envelope) -> None:
@@ -163,9 +195,9 @@ class ImpactProjection(Projection):
         self.index.index_components(
             tenant,
             p.digest,
-            [c.purl for c in comps],
-            [c.product_key for c in comps],
-            [c.used for c in comps],
+            list(map(_PURL, comps)),
+            _ProductKeys(comps),
+            list(map(_USED, comps)),
             registry=p.registry,
             repo=p.repository,
             namespace=p.namespace or "",
@@ -182,12 +214,11 @@ class ImpactProjection(Projection):
             self.index.add_vuln_keys(vuln, keys)
 
     def flush(self, tx: Tx) -> None:
-        tables = {cf: tx.table(cf) for cf in K.FAMILIES}
-        for cf, key, value in self.index.dirty_items():
-            if value is None:
-                tables[cf].delete(key)
-            else:
-                tables[cf].put(key, value)
+        """Hand the batch's changes to ``tx`` in bulk (~100,000 values a batch; the per-event
+        undo log of ``Table.put`` is of no use after the last fold)."""
+        for cf, items in self.index.dirty_writes().items():
+            tx.table(cf)
+            tx.writes[cf].update(items)
         self.index.clear_dirty()
         CACHED_BYTES.set(self.index.cached_bytes)
         self._gc_restore()

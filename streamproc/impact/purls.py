@@ -156,13 +156,14 @@ def normalize_image_purls(purls: Iterable[str]) -> list[NormalizedPurl]:
 _FAST_SEGMENT = r"[A-Za-z0-9._~+-]+"
 _FAST_QUALIFIER = r"[a-z][a-z0-9._-]*=[A-Za-z0-9._~+:/-]+"
 _FAST = re.compile(
-    rf"pkg:[a-z][a-z0-9._-]*/{_FAST_SEGMENT}(?:/{_FAST_SEGMENT})*"
+    rf"(pkg:[a-z][a-z0-9._-]*/{_FAST_SEGMENT}(?:/{_FAST_SEGMENT})*)"
     r"(?:@[A-Za-z0-9._~+:-]+)?"
     rf"(?:\?{_FAST_QUALIFIER}(?:&{_FAST_QUALIFIER})*)?"
     r"(?:#[A-Za-z0-9._~+/-]+)?"
 )
 """A conservative subset of the purls packageurl parses (no percent escapes at all), checked
-in ~1 µs instead of ~70 µs; anything else takes the full parse."""
+in ~1 µs instead of ~70 µs; anything else takes the full parse. Group 1 is the product
+part (nothing in it can be ``@``, ``?`` or ``#``)."""
 
 
 def check_parseable(purl: str) -> None:
@@ -183,6 +184,10 @@ def check_component(purl: str, product_key: str) -> None:
     Normalisation itself is the publisher's job (CLI, gateway): re-normalising here would
     cost ~70 µs per purl, i.e. the whole ingest budget.
     """
+    if len(purl) <= MAX_PURL_LENGTH and "&" not in purl:  # one regex call (~1 µs)
+        fast = _FAST.fullmatch(purl)
+        if fast is not None and fast.group(1) == product_key:
+            return
     check_parseable(purl)
     m = _VERSION_START.search(purl)
     prefix = purl[: m.start()] if m else purl

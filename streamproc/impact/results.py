@@ -13,7 +13,7 @@ from itertools import islice
 
 from pyroaring import BitMap
 
-__all__ = ["ImpactSet", "union", "union_within"]
+__all__ = ["ImpactSet", "covers", "union", "union_within"]
 
 
 class ImpactSet:
@@ -56,6 +56,11 @@ class ImpactSet:
 def union(bitmaps: Sequence[BitMap]) -> BitMap:
     """Multi-way union (one C call); always a fresh bitmap, never an alias."""
     return BitMap.union(*bitmaps) if bitmaps else BitMap()
+
+
+def covers(bitmaps: Sequence[BitMap], mask: BitMap) -> bool:
+    """Does the union of ``bitmaps`` hold every id of ``mask``?"""
+    return mask.issubset(BitMap.union(*bitmaps) if len(bitmaps) > 1 else bitmaps[0])
 
 
 def union_within(bitmaps: Sequence[BitMap], mask: BitMap, first: Sequence[BitMap] = ()) -> BitMap:

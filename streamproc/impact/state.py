@@ -10,14 +10,21 @@ bitmaps. Image records are read from the source when an image is re-indexed or r
 an open chunk (see :data:`~streamproc.impact.groups.Member`), so the fold resolves a whole
 image's purls with one C-level ``map(dict.get, purls)`` and records it with one C-level
 ``map(list.append, ...)``. On this class of machine a random memory access costs ~1 µs;
-everything per purl beyond those two is settled once per chunk per batch instead.
+everything per purl beyond those two is settled once per touched product per batch, in
+bulk. Chunks stay open (decoded) until their group is evicted under the memory bound:
+closing and re-decoding them cost more than all the appends.
 """
 
 from __future__ import annotations
 
+import gc
 from bisect import bisect_left
-from itertools import repeat
-from operator import itemgetter
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from itertools import chain, repeat
+from operator import itemgetter, setitem
 
 from pyroaring import BitMap
 
@@ -32,6 +39,26 @@ _VALUE = itemgetter(1)
 _FIRST4 = itemgetter(slice(0, 4))
 _AFTER4 = itemgetter(slice(4, None))
 _AFTER1 = itemgetter(slice(1, None))
+_THIRD = itemgetter(2)
+_IS2 = (2).__eq__
+_U16 = partial(int.from_bytes, byteorder="big")
+
+
+def _consume(it: Iterator[object]) -> None:
+    deque(it, maxlen=0)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC around a bulk load: thousands of new containers that all
+    outlive it would otherwise trigger collections that walk the whole index (~100 ms)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class IndexState:
@@ -58,17 +85,18 @@ class IndexState:
         self._up: dict[str, BitMap] = {}
         self._popular: set[str] = set()
         """Products in at least 1% of the images (as of their last rebuild): their bitmaps
-        are unioned first, and usually already cover a query's whole scope."""
+        are unioned first, and often already cover a query's whole scope."""
+        self._common: set[str] = set()
+        """Products in at least 0.1% of the images (popular ones included): tried next,
+        before looking up every key."""
         self._flat_c: dict[int, dict[str, Member]] = {}
         self._flat_u: dict[int, dict[str, Member]] = {}
-        self._pending: dict[int, set[int]] = {}
-        self._opened: set[tuple[str, int]] = set()
-        self._kept: set[tuple[str, int]] = set()
-        self._batches = 0
+        self._pending: dict[int, BitMap] = {}
+        """Per chunk, the group ids changed since the last ``_settle``."""
         self._owners: dict[bytes, BitMap] = {}
         self._tags: dict[str, set[str]] = {}
         self._vulns: dict[str, set[str]] = {}
-        self._dirty_chunks: dict[int, set[int]] = {}
+        self._dirty_chunks: dict[int, BitMap] = {}
         self._dead: list[bytes] = []
         self._dirty_owners: set[bytes] = set()
         self._dirty_records: set[int] = set()
@@ -81,38 +109,40 @@ class IndexState:
         self._reset()
         if self.source is None:
             return
-        chunks: dict[int, bytes] = {}
+        gids: list[int] = []
+        pks: list[str] = []
+        packed: list[bytes] = []
+        ids: list[int] = []
+        scoped: list[str] = []
         for kind, names, raws in self._scan_names():
             if kind == K.PRODUCT:
+                pks, packed = names, list(map(_AFTER4, raws))
                 gids = list(map(int.from_bytes, map(_FIRST4, raws), repeat("big")))
-                self._gids = dict(zip(names, gids, strict=True))
-                chunks = dict(zip(gids, map(_AFTER4, raws), strict=True))
+                self._gids = dict(zip(pks, gids, strict=True))
             elif kind == K.DIGEST:
-                ids = map(int.from_bytes, raws, repeat("big"))
-                self._digests = dict(zip(names, ids, strict=True))
+                scoped, ids = names, list(map(int.from_bytes, raws, repeat("big")))
+                self._digests = dict(zip(scoped, ids, strict=True))
             elif kind == K.TAGS:
                 self._tags = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
             elif kind == K.VULN:
                 self._vulns = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
-        top = max(self._digests.values(), default=-1) + 1
-        self._digest_by_id = [None] * top
-        for name, iid in self._digests.items():
-            self._digest_by_id[iid] = name.partition(K.SEP)[2]
-        self._free = BitMap(i for i, d in enumerate(self._digest_by_id) if d is None)
-        top = max(self._gids.values(), default=-1) + 1
+        # id -> name tables, filled by C-level maps (hundreds of thousands of entries)
+        self._digest_by_id = [None] * (max(ids, default=-1) + 1)
+        digests = map(_THIRD, map(str.partition, scoped, repeat(K.SEP)))
+        _consume(map(setitem, repeat(self._digest_by_id), ids, digests))
+        self._free = BitMap(range(len(self._digest_by_id))) - BitMap(ids)
+        top = max(gids, default=-1) + 1
         self._pk_by_gid = [None] * top
         self._gchunks = [b""] * top
-        for pk, gid in self._gids.items():
-            self._pk_by_gid[gid] = pk
-            self._gchunks[gid] = chunks[gid]
-        self._free_gids = BitMap(i for i, p in enumerate(self._pk_by_gid) if p is None)
+        _consume(map(setitem, repeat(self._pk_by_gid), gids, pks))
+        _consume(map(setitem, repeat(self._gchunks), gids, packed))
+        self._free_gids = BitMap(range(top)) - BitMap(gids)
 
     def _scan_names(self) -> list[tuple[bytes, list[str], list[bytes]]]:
         """The names column family as (kind, names, values), read in bulk: ~300,000
         entries for a 50,000-image catalog, so per-item Python is what opening costs."""
         assert self.source is not None
-        cfs = getattr(self.source, "_cfs", None)  # RocksStore: iterate in C, not a generator
-        pairs = list(cfs[K.NAMES_CF].items() if cfs is not None else self.source.scan(K.NAMES_CF))
+        pairs = list(self.source.scan(K.NAMES_CF))
         keys = list(map(_KEY, pairs))
         out = []
         for kind in (K.DIGEST, K.PRODUCT, K.TAGS, K.VULN):
@@ -162,40 +192,39 @@ class IndexState:
         return self._load_groups([pk])[0]
 
     def _load_groups(self, pks: list[str]) -> list[Group]:
-        """Load known, non-resident products with one multi-get of all their chunks."""
+        """Load known, non-resident products with one multi-get of all their chunks (a
+        cold query loads ~10,000 at once: everything per product is C-level maps)."""
         assert self.source is not None
-        gids, packed = self._gids, self._gchunks
-        keys: list[bytes] = []
-        spans: list[tuple[str, int, int]] = []
-        for pk in pks:
-            gid = gids[pk]
-            raw, pre = packed[gid], gid.to_bytes(4, "big")
-            spans.append((pk, gid, len(keys)))
-            keys.extend(pre + raw[i : i + 2] for i in range(0, len(raw), 2))
-        vals = self._get_many(K.GROUPS_CF, keys)
+        gids = list(map(self._gids.__getitem__, pks))
+        packed = list(map(self._gchunks.__getitem__, gids))
+        heads = list(map(int.to_bytes, gids, repeat(4), repeat("big")))
+        if all(map(_IS2, map(len, packed))):  # one chunk each: the common case
+            keys = list(map(bytes.__add__, heads, packed))
+            vals = self._get_chunks(keys)
+            out = list(map(Group.single, gids, pks, map(_U16, packed), vals))
+        else:
+            keys, spans = [], []
+            for head, raw in zip(heads, packed, strict=True):
+                spans.append(len(keys))
+                keys.extend(head + raw[i : i + 2] for i in range(0, len(raw), 2))
+            vals = self._get_chunks(keys)
+            ends = [*spans[1:], len(keys)]
+            out = [
+                Group.load(gid, pk, [(_U16(keys[n][4:]), vals[n]) for n in range(lo, hi)])
+                for gid, pk, lo, hi in zip(gids, pks, spans, ends, strict=True)
+            ]
+        self._groups.update(zip(pks, out, strict=True))
+        if self._lru is not None:
+            self._lru.set_many(pks, list(map(Group.size, out)))  # type: ignore[arg-type]
+        return out
+
+    def _get_chunks(self, keys: list[bytes]) -> list[bytes]:
+        assert self.source is not None
+        vals = self.source.get_many(K.GROUPS_CF, keys)
         if None in vals:
             k = keys[vals.index(None)]
             raise LookupError(f"impact chunk {k.hex()} is missing from the store")
-        out = []
-        ends = [s[2] for s in spans[1:]] + [len(keys)]
-        for (pk, gid, lo), hi in zip(spans, ends, strict=True):
-            g = Group.load(
-                gid, pk, [(int.from_bytes(keys[n][4:], "big"), vals[n]) for n in range(lo, hi)]
-            )
-            self._admit(g)
-            out.append(g)
-        return out  # type: ignore[return-value]
-
-    def _get_many(self, cf: str, keys: list[bytes]) -> list[bytes | None]:
-        """Committed values of many keys. RocksDB's multi-get costs ~5 µs a key against
-        ~8-18 µs for single gets: it is what makes the first query after a restart fast.
-        (The Store contract has no multi-get yet; RocksStore's column family is used.)"""
-        assert self.source is not None
-        cfs = getattr(self.source, "_cfs", None)
-        if cfs is not None and len(keys) > 1:
-            return cfs[cf].get(keys)  # type: ignore[no-any-return]
-        get = self.source.get
-        return [get(cf, k) for k in keys]
+        return vals  # type: ignore[return-value]
 
     def _admit(self, g: Group) -> None:
         self._groups[g.pk] = g
@@ -214,9 +243,15 @@ class IndexState:
         bm = g.product(side)
         if not side:
             self._cp[g.pk] = bm
-            if len(bm) * 100 >= len(self):
-                self._popular.add(g.pk)
+            n, live = len(bm), len(self)
+            if n * 1000 >= live:
+                self._common.add(g.pk)
+                if n * 100 >= live:
+                    self._popular.add(g.pk)
+                else:
+                    self._popular.discard(g.pk)
             else:
+                self._common.discard(g.pk)
                 self._popular.discard(g.pk)
         elif bm:
             self._up[g.pk] = bm
@@ -236,10 +271,8 @@ class IndexState:
             self._free_gids.remove(gid)
             self._pk_by_gid[gid] = pk
             self._gchunks[gid] = b""
-        self._gids[pk] = gid
-        self._dirty_names.add(K.PRODUCT + pk.encode())
-        g = Group(gid, pk)
-        self._admit(g)
+        self._gids[pk] = gid  # its directory entry is written with its first chunk
+        g = self._groups[pk] = Group(gid, pk)  # sized for the cache bound at flush
         return g
 
     def _drop_group(self, g: Group) -> None:
@@ -253,26 +286,27 @@ class IndexState:
     def _open(self, g: Group, chunk: int) -> Opened:
         opened, new = g.open_chunk(chunk)
         if new:
-            self._opened.add((g.pk, chunk))
-            pk = g.pk
-            self._flat_c.setdefault(chunk, {}).update({pk + s: m for s, m in opened[0].items()})
-            if opened[1]:
+            add = g.pk.__add__
+            fc = self._flat_c.setdefault(chunk, {})
+            for members in opened[:2]:
+                fc.update(zip(map(add, members), members.values(), strict=True))
+            if opened[2] or opened[3]:
                 fu = self._flat_u.setdefault(chunk, {})
-                fu.update({pk + s: m for s, m in opened[1].items()})
+                for members in opened[2:]:
+                    fu.update(zip(map(add, members), members.values(), strict=True))
         return opened
 
     def _close(self, g: Group, chunk: int) -> None:
         opened = g.open.pop(chunk, None)
-        self._opened.discard((g.pk, chunk))
         if opened is None:
             return
-        g.open_members -= len(opened[0]) + len(opened[1])
+        g.open_members = max(0, g.open_members - sum(map(len, opened)))
         pk = g.pk
-        for flat, members in ((self._flat_c, opened[0]), (self._flat_u, opened[1])):
+        for flat, members in ((self._flat_c, opened[:2]), (self._flat_u, opened[2:])):
             fm = flat.get(chunk)
             if fm is None:
                 continue
-            for s in members:
+            for s in chain(*members):
                 fm.pop(pk + s, None)
 
     def _settle(self) -> None:

@@ -60,7 +60,7 @@ def index_stats(store: Store) -> IndexStats:
             s.purls += len(suffixes)
             suffixes = set()
             last_gid = gid
-        suffixes.update(K.decode_chunk(raw)[0])
+        suffixes.update(K.chunk_members(raw)[0])
         s.group_values += 1
         s.group_bytes += len(raw)
     s.purls += len(suffixes)
@@ -87,7 +87,7 @@ def logical_bitmaps(store: Store) -> dict[bytes, BitMap]:
         pk = pks[int.from_bytes(key[:4], "big")]
         for prefix, members in zip(
             ((K.CONTAINS_PRODUCT, K.CONTAINS_PURL), (K.USED_PRODUCT, K.USED_PURL)),
-            K.decode_chunk(raw),
+            K.chunk_members(raw),
             strict=True,
         ):
             for suffix, ids in members.items():

@@ -12,10 +12,12 @@ import bisect
 import fcntl
 import os
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import repeat
 from pathlib import Path
 
-from rocksdict import AccessType, Options, Rdict, WriteBatch
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch
 
 from streamproc.state.keys import LOCK_FILE, META_CF
 
@@ -36,6 +38,12 @@ class Store(ABC):
 
     @abstractmethod
     def get(self, cf: str, key: bytes) -> bytes | None: ...
+
+    @abstractmethod
+    def get_many(self, cf: str, keys: Iterable[bytes]) -> list[bytes | None]:
+        """Committed values of ``keys`` in order (``None`` where missing). On RocksDB one
+        multi-get (~1-10 µs a key here, against ~8-18 µs for single gets): what a cold
+        query loading thousands of values at once needs."""
 
     @abstractmethod
     def scan(
@@ -65,6 +73,9 @@ class MemoryStore(Store):
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self._data[cf].get(key)
 
+    def get_many(self, cf: str, keys: Iterable[bytes]) -> list[bytes | None]:
+        return list(map(self._data[cf].get, keys))
+
     def scan(
         self, cf: str, prefix: bytes = b"", start: bytes = b""
     ) -> Iterator[tuple[bytes, bytes]]:
@@ -90,6 +101,12 @@ class MemoryStore(Store):
 
     def close(self) -> None:
         pass
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key above every key starting with ``prefix`` (None: no such bound)."""
+    p = prefix.rstrip(b"\xff")
+    return p[:-1] + bytes([p[-1] + 1]) if p else None
 
 
 def _options() -> Options:
@@ -154,29 +171,39 @@ class RocksStore(Store):
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self._cfs[cf].get(key)
 
+    def get_many(self, cf: str, keys: Iterable[bytes]) -> list[bytes | None]:
+        if not isinstance(keys, list):
+            keys = list(keys)
+        if not keys:
+            return []
+        return self._cfs[cf].get(keys)  # type: ignore[no-any-return]
+
     def scan(
         self, cf: str, prefix: bytes = b"", start: bytes = b""
     ) -> Iterator[tuple[bytes, bytes]]:
-        it = self._cfs[cf].iter()
-        it.seek(max(prefix, start))
-        while it.valid():
-            k = it.key()
-            if not k.startswith(prefix):
-                break
-            yield k, it.value()
-            it.next()
+        # rocksdict's own item iterator runs in Rust (stepping a raw iterator from Python
+        # took four calls per item); the upper bound ends a prefix scan inside RocksDB.
+        opt = ReadOptions()
+        end = _prefix_end(prefix)
+        if end is not None:
+            opt.set_iterate_upper_bound(end)
+        yield from self._cfs[cf].items(from_key=max(prefix, start), read_opt=opt)
 
     def commit(self, writes: Writes) -> None:
         if self.read_only:
             raise PermissionError(f"{self.path} is open read-only")
         wb = WriteBatch(raw_mode=True)
+        put, delete = wb.put, wb.delete
         for cf, items in writes.items():
             h = self._handles[cf]
+            if None not in items.values():  # the common case: puts only, driven from C
+                deque(map(put, items.keys(), items.values(), repeat(h)), maxlen=0)
+                continue
             for k, v in items.items():
                 if v is None:
-                    wb.delete(k, h)
+                    delete(k, h)
                 else:
-                    wb.put(k, v, h)
+                    put(k, v, h)
         self._db.write(wb)
 
     def close(self) -> None:

@@ -68,6 +68,26 @@ def test_families_are_separate(store):
     assert store.get(META_CF, b"k") is None
 
 
+def test_get_many_in_order_with_missing_and_empty(store):
+    fill(store)
+    store.commit({"t": {b"empty": b""}, "u": {b"a": b"in-u"}})
+    want = [b"\xff", b"nope", b"a", b"empty", b"a", b"b/1"]
+    assert store.get_many("t", want) == [store.get("t", k) for k in want]
+    assert store.get_many("t", want) == [b"v:\xff", None, b"v:a", b"", b"v:a", b"v:b/1"]
+    assert store.get_many("t", []) == []
+    assert store.get_many("t", (k for k in [b"a"])) == [b"v:a"]  # any iterable of keys
+    assert store.get_many("u", [b"a", b"b"]) == [b"in-u", None]  # families stay separate
+    store.commit({"t": {b"a": None}})
+    assert store.get_many("t", [b"a", b"ab"]) == [None, b"v:ab"]  # sees deletes
+
+
+def test_commit_mixing_puts_and_deletes(store):
+    fill(store)
+    store.commit({"t": {b"a": None, b"new": b"1", b"b": None}, "u": {b"x": b"2"}})
+    assert store.get_many("t", [b"a", b"new", b"b", b"ab"]) == [None, b"1", None, b"v:ab"]
+    assert store.get("u", b"x") == b"2"
+
+
 def test_scan_all_in_key_order(store):
     fill(store)
     assert [k for k, _ in store.scan("t")] == sorted(KEYS)

@@ -1,0 +1,132 @@
+"""Members crossing the list/roaring threshold (``BIG`` ids): promoted and demoted as they
+grow and shrink, stored canonically (the bytes depend only on the ids, never on batch cuts
+or on the order of adds and removals), and answered exactly, cold or warm."""
+
+from __future__ import annotations
+
+import random
+
+from pyroaring import BitMap
+
+from streamproc.impact import keys as K
+from streamproc.impact.groups import Group
+from streamproc.impact.projection import ImpactProjection
+from streamproc.impact.selector import Selector
+from streamproc.impact.stats import logical_bitmaps
+from streamproc.projection import Folder
+from streamproc.state.store import MemoryStore
+from tests.impact.helpers import Model, indexed, removed
+from tests.impact.test_projection import fold, impact_digest
+
+COMMON = ("pkg:deb/debian/libc6@2.36-9?arch=amd64", "pkg:deb/debian/libc6")
+RARE = ("pkg:deb/debian/libc6@2.31-13?arch=amd64", "pkg:deb/debian/libc6")
+N = 3 * K.BIG
+
+
+def _events() -> list:
+    """Images that all hold COMMON (its member grows past BIG), some RARE, then removals
+    that shrink COMMON back under BIG and re-indexes that move images between purls."""
+    rnd = random.Random(7)
+    out = []
+    for i in range(N):
+        comps = [(*COMMON, i % 3 == 0)]
+        if i % 5 == 0:
+            comps.append((*RARE, i % 2 == 0))
+        out.append(indexed(f"t{i % 2}", i, comps, namespace="web" if i % 4 else None))
+    gone = rnd.sample(range(N), N - K.BIG // 2)
+    out.extend(removed(f"t{i % 2}", i) for i in gone)
+    for i in gone[: K.BIG]:  # back again, now with RARE only (a re-used id)
+        out.append(indexed(f"t{i % 2}", i, [(*RARE, True)]))
+    return out
+
+
+def _expected(events: list) -> tuple[Model, dict[bytes, set[str]]]:
+    model = Model()
+    for e in events:
+        model.apply(e)
+    want: dict[bytes, set[str]] = {}
+    for (tenant, d), img in model.images.items():
+        for c in img.components:
+            names = [K.CONTAINS_PRODUCT + c.product_key.encode(), K.CONTAINS_PURL + c.purl.encode()]
+            if c.used:
+                names += [K.USED_PRODUCT + c.product_key.encode(), K.USED_PURL + c.purl.encode()]
+            for name in names:
+                want.setdefault(name, set()).add(f"{tenant}/{d}")
+    return model, want
+
+
+def test_threshold_crossings_store_the_same_bytes_for_any_batching() -> None:
+    events = _events()
+    digests = set()
+    for sizes in ([len(events)], [1], [K.BIG - 1, 3, 50], [7]):
+        store = MemoryStore()
+        proj = fold(store, events, sizes)
+        digests.add(impact_digest(store))
+        model, want = _expected(events)
+        who = {proj.index.image_id(t, d): f"{t}/{d}" for t, d in model.images}
+        got = {
+            name: {who[i] for i in bm}
+            for name, bm in logical_bitmaps(store).items()
+            if not name.startswith(K.LOGICAL_OWNER)
+        }
+        assert got == want
+    assert len(digests) == 1
+
+
+def test_cold_and_warm_answers_match_a_scan() -> None:
+    events = _events()
+    store = MemoryStore()
+    fold(store, events, [40])
+    model, _ = _expected(events)
+    keys = [COMMON[1], COMMON[0], RARE[0], "pkg:deb/debian/absent", "pkg:npm/left-pad"]
+    for usage in (False, True):
+        for tenant in ("t0", "t1", "t9"):
+            for sel in (Selector(tenant=tenant), Selector(tenant=tenant, namespaces=["web"])):
+                cold = ImpactProjection(max_bytes=None, warm_on_start=False)
+                Folder(store, [cold], "impact")  # a restart: nothing but names in memory
+                got = cold.resolve_by_purls(keys, usage, sel)
+                assert set(got.digests()) == model.resolve(keys, usage, sel)
+                mine = [img for (t, _), img in model.images.items() if t == tenant]
+                unmatched = [
+                    k
+                    for k in keys
+                    if not any(
+                        (c.product_key == k or c.purl == k) and (c.used or not usage)
+                        for img in mine
+                        for c in img.components
+                    )
+                ]
+                assert got.unmatched == unmatched
+                cold.warm_now()
+                again = cold.resolve_by_purls(keys, usage, sel)
+                assert set(again.digests()) == set(got.digests())
+                assert again.unmatched == unmatched
+
+
+def test_member_bytes_do_not_depend_on_history() -> None:
+    """A big member reached by adds only, or by adds and removals, or promoted and demoted
+    on the way, encodes exactly like one built from its final ids."""
+    rnd = random.Random(3)  # a dense run of ids (a run container would be smaller) + spread
+    final = sorted(set(range(200, 200 + 2 * K.BIG)) | set(rnd.sample(range(1000), K.BIG)))
+    g = Group(5, "pkg:pypi/x")
+    opened, _ = g.open_chunk(0)
+    m = opened[0]["@1"] = [5]
+    extra = [i for i in range(1000, 1000 + 2 * K.BIG)]
+    for i in final[: K.BIG] + extra + final[K.BIG :]:
+        m.append(i)
+    m[1:] = sorted(m[1:])
+    g.encode_chunk(0)  # promoted to a bitmap
+    for i in extra:
+        m[1].discard(i)
+    raw = g.encode_chunk(0)
+    assert raw is not None
+    (cs, cb, us, ub) = K.decode_chunk(raw)
+    assert cs == {} and us == {} and ub == {}
+    assert cb == {"@1": K.bitmap(final).serialize()}
+    assert BitMap.deserialize(cb["@1"]).get_statistics()["n_run_containers"] == 0
+    assert len(final) > K.BIG
+    for i in final[K.BIG // 2 :]:  # shrink to BIG // 2 ids: back to a plain list
+        m[1].discard(i)
+    cs, cb, _, _ = K.decode_chunk(g.encode_chunk(0))  # type: ignore[arg-type]
+    assert cb == {} and cs == {"@1": [5, *final[: K.BIG // 2]]}
+    assert opened[0]["@1"] is m  # the fold's flat map still points at the same member
