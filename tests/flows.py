@@ -1,7 +1,8 @@
 """The README's ``make run`` flow as a reusable driver: gateway, planner and runner in one
 process with the reference scanner; a signed Feedser export becomes a run with deltas.
 
-Used by the observability tests (metrics, spans) that need a real end-to-end run to look at.
+Used by the scenario test and by the observability tests (metrics, spans) that need a real
+end-to-end run to look at.
 """
 
 from __future__ import annotations

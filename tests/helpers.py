@@ -1,6 +1,13 @@
-"""Helpers for integration tests: publishing sample events, folding them in memory."""
+"""Helpers for integration tests: publishing sample events, folding them in memory,
+waiting for a condition."""
 
 from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
 
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
@@ -35,3 +42,19 @@ async def epoch(nc: FastClient, stream: str) -> str:
     info = await jsapi.stream_info(nc, stream)
     assert info is not None
     return info.created
+
+
+async def eventually(
+    check: Callable[[], Any], timeout: float = 20.0, what: str = "condition", every: float = 0.05
+) -> Any:
+    """Poll ``check`` (plain or async) until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if inspect.isawaitable(got):
+            got = await got
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g} s (last: {got!r})")
+        await asyncio.sleep(every)

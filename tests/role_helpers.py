@@ -3,13 +3,10 @@ reading back what was planned, and role processes started through the CLI."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import wall_ms
 from streamproc.lease import bucket_name
+from tests.helpers import eventually
 from tests.planner.harness import events_of
 
 TENANT = "t1"
@@ -68,17 +66,7 @@ async def planned(nc: FastClient, stream: str) -> list[Envelope]:
     return await events_of(nc, stream, "run.planned")
 
 
-async def wait_for(
-    check: Callable[[], Awaitable[Any]], timeout: float, what: str, every: float = 0.05
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(every)
+wait_for = eventually
 
 
 def start_role(

@@ -25,7 +25,7 @@ from streamproc.cli import main
 from streamproc.config import ConfigError, Settings
 from streamproc.samples import sample_event
 from streamproc.status.cli import _expected
-from tests.helpers import publish_samples
+from tests.helpers import eventually, publish_samples
 
 INTERVAL = "0.2"
 
@@ -38,16 +38,7 @@ async def status_bucket(nc: FastClient, prefix: str) -> AsyncIterator[str]:
         await jsapi.request(nc, f"STREAM.DELETE.KV_{status.bucket_name(prefix)}")
 
 
-async def until(predicate, timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    """Poll an async predicate until it returns something truthy."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        got = await predicate()
-        if got:
-            return got
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s (last: {got!r})")
-        await asyncio.sleep(0.05)
+until = eventually
 
 
 async def status_cli(

@@ -11,7 +11,6 @@ import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -23,6 +22,7 @@ from streamproc.events.envelope import Envelope, decode
 from streamproc.state import keys
 from streamproc.state.store import RocksStore
 from tests.cluster.processes import RoleProcess
+from tests.helpers import eventually
 
 COMMANDS: dict[str, list[str]] = {
     "gateway": ["gateway"],
@@ -159,12 +159,4 @@ async def projector_starts(nc: FastClient, stream: str) -> dict[str, int]:
     return out
 
 
-async def wait_for(pred: Any, timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
-        await asyncio.sleep(every)
+wait_for = eventually

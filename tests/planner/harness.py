@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from streamproc.planner.settings import PlannerSettings
 from streamproc.projector import Projector
 from streamproc.reactor import Reactor, RoleContext
 from streamproc.state.store import RocksStore
+from tests.helpers import eventually
 
 
 class PlannerProcess:
@@ -131,19 +131,7 @@ async def events_of(nc: FastClient, stream: str, kind: str | None = None) -> lis
     return [e for e in evs if kind is None or e.kind == kind]
 
 
-async def wait_until(
-    check: Callable[[], object], timeout: float = 20.0, what: str = "condition"
-) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+wait_until = eventually
 
 
 async def count(nc: FastClient, stream: str) -> int:
