@@ -161,7 +161,10 @@ class System:
             except jsapi.JsApiError as exc:  # no quorum, an election: not ready, not a 500
                 info = None
                 detail["stream"] = f"unavailable ({exc.description})"
-            if info is None:
+            if info is not None and info.leaderless:
+                ok = False
+                detail["stream"] = "unavailable (no stream leader: no quorum, or an election)"
+            elif info is None:
                 ok = False
                 detail.setdefault("stream", "missing")
             else:

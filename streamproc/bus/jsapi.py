@@ -52,10 +52,28 @@ class StreamState(msgspec.Struct):
     consumer_count: int = 0
 
 
+class StreamPeer(msgspec.Struct):
+    name: str = ""
+    current: bool = False
+    offline: bool = False
+
+
+class StreamCluster(msgspec.Struct):
+    leader: str = ""
+    replicas: list[StreamPeer] = msgspec.field(default_factory=list)
+
+
 class StreamInfo(msgspec.Struct):
     config: dict[str, Any]
     state: StreamState
     created: str
+    cluster: StreamCluster | None = None
+
+    @property
+    def leaderless(self) -> bool:
+        """A replicated stream without a leader (no quorum, or an election): its info is
+        answered by a follower, but nothing can be stored."""
+        return self.cluster is not None and bool(self.cluster.replicas) and not self.cluster.leader
 
 
 async def request(
