@@ -12,6 +12,7 @@ import hashlib
 import logging
 import re
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -57,6 +58,7 @@ class System:
         self.clock: HybridLogicalClock | None = None
         self.heartbeat: StatusHeartbeat | None = None
         self.leaders: dict[str, Leadership] = {}
+        self._sock: socket.socket | None = None
         """The lease of every singleton role here (planner, auditor): active or standby."""
 
     @property
@@ -74,6 +76,8 @@ class System:
         # refused before it touches NATS, consumers or the HLC file.
         for role in self.roles:
             self.stores.append(RocksStore(s.state_dir(role)))
+        if self.http:  # a taken port is refused now, before NATS, consumers and leases
+            self._sock = listen(s.http_host, s.http_port)
         if not s.nats_url:
             self.server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port)
             await asyncio.to_thread(self.server.start)
@@ -145,9 +149,9 @@ class System:
                     hook(app, ctx)
             self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=30)
             await self.runner.setup()
-            site = web.TCPSite(self.runner, s.http_host, s.http_port)
-            await site.start()
-            self.http_url = f"http://{s.http_host}:{s.http_port}"
+            assert self._sock is not None
+            await web.SockSite(self.runner, self._sock).start()
+            self.http_url = f"http://{s.http_host}:{self._sock.getsockname()[1]}"
         await self.heartbeat.start()  # `streamproc status` sees this instance from now on
 
     async def ready(self) -> tuple[bool, dict[str, object]]:
@@ -198,6 +202,9 @@ class System:
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
+        if self._sock is not None:  # also when start failed before serving on it
+            self._sock.close()
+            self._sock = None
         for p in self.projectors.values():
             p.stop()
         for t in self.tasks:
@@ -218,6 +225,20 @@ class System:
             store.close()
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
+
+
+class ListenError(OSError):
+    """The HTTP port cannot be listened on (taken, not allowed, no such address)."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The HTTP listening socket, bound up front so a taken port fails fast and clearly."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=1024)
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).split(" (while attempting")[0]
+        raise ListenError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from None
 
 
 def projector_consumer(role: str, node_id: str, state_dir: Path) -> str:

@@ -321,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from streamproc.app import ListenError
     from streamproc.bus.connect import NatsConnectError, NatsVersionError
     from streamproc.bus.jsapi import JsApiError
     from streamproc.bus.server import NatsServerError
@@ -337,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         ConfigError,
         JsApiError,
         LeaseError,
+        ListenError,
         NatsConnectError,
         NatsServerError,
         NatsVersionError,

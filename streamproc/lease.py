@@ -86,7 +86,7 @@ async def open_bucket(
     stream = f"KV_{name}"
     js = nc.jetstream(timeout=call_timeout(ttl_s))
     try:
-        info = await jsapi.stream_info(nc, stream)
+        info = await jsapi.with_retries(lambda: jsapi.stream_info(nc, stream), 20.0)
         if info is None:
             try:
                 await js.create_key_value(
@@ -99,7 +99,7 @@ async def open_bucket(
             except nats.js.errors.BadRequestError as exc:
                 if exc.err_code != STREAM_EXISTS:  # else: another contender created it
                     raise
-            info = await jsapi.stream_info(nc, stream)
+            info = await jsapi.with_retries(lambda: jsapi.stream_info(nc, stream), 20.0)
         if info is None:
             raise LeaseError(f"lease bucket {name} vanished while it was being created")
         max_age_ns = int(info.config.get("max_age") or 0)

@@ -118,7 +118,8 @@ class Projector:
         self.failure: BaseException | None = None
 
     async def start(self, *, ack: bool = True, allow_partial: bool = False) -> Projector:
-        info = await jsapi.stream_info(self.nc, self.stream)
+        # A process starting with the cluster (or during an election) asks again.
+        info = await jsapi.with_retries(lambda: jsapi.stream_info(self.nc, self.stream), 20.0)
         if info is None:
             if self.folder.checkpoint() is not None:
                 raise PositionError(

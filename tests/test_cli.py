@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -61,6 +62,16 @@ def test_up_starts_everything_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
     assert "stopped cleanly" in rest
     assert (tmp_path / "data" / "nats" / "jetstream").is_dir()
     assert (tmp_path / "data" / "state" / "activity" / "CURRENT").exists()
+
+
+def test_up_on_a_taken_http_port_is_a_clear_error_before_anything_starts(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        r = cli("up", "--data-dir", str(tmp_path), "--http-port", str(port), "--nats-port", "0")
+    assert r.returncode == 2, r.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "nats").exists(), "refused before the embedded server started"
 
 
 def test_streams_apply_against_an_unreachable_server_fails_clearly() -> None:

@@ -236,5 +236,7 @@ async def test_a_taken_http_port_is_a_clear_error(
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
-    assert "streamproc auditor:" in proc.stderr and "address already in use" in proc.stderr
+    assert "streamproc auditor:" in proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: address already in use" in proc.stderr.lower()
+    assert "lease taken" not in proc.stderr, "refused before it connected or took a lease"
     await drop_lease_bucket(nc, prefix)

@@ -192,6 +192,14 @@ async def detected_replicas(nc: Client, wait: float = 2.0) -> int:
         await asyncio.sleep(0.1)
 
 
+APPLY_RETRY_S = 20.0
+"""How long creating or updating a stream keeps asking through a timeout or no responder."""
+
+
+async def _request_retried(nc: Client, subject: str, body: dict[str, Any]) -> None:
+    await jsapi.with_retries(lambda: jsapi.request(nc, subject, body), APPLY_RETRY_S)
+
+
 async def apply(nc: Client, configs: list[dict[str, Any]]) -> list[ApplyResult]:
     """Create or update each stream. ``num_replicas`` 0 means auto: a new stream gets
     :func:`detected_replicas`; an existing one keeps its count or grows to it, never
@@ -200,21 +208,22 @@ async def apply(nc: Client, configs: list[dict[str, Any]]) -> list[ApplyResult]:
     detected: int | None = None
     for want in configs:
         name = want["name"]
-        info = await jsapi.stream_info(nc, name)
+        # Processes starting with a cluster (or right after a node) can meet an election.
+        info = await jsapi.with_retries(lambda n=name: jsapi.stream_info(nc, n), APPLY_RETRY_S)
         if want.get("num_replicas") == AUTO:
             if detected is None:
                 detected = await detected_replicas(nc)
             have = int(info.config.get("num_replicas") or 1) if info is not None else 0
             want = {**want, "num_replicas": max(have, detected)}
         if info is None:
-            await jsapi.request(nc, f"STREAM.CREATE.{name}", want)
+            await _request_retried(nc, f"STREAM.CREATE.{name}", want)
             results.append(ApplyResult(name, "created"))
             continue
         changed, drift = diff(info.config, want)
         if changed:
             update = dict(info.config)
             update.update({k: v for k, (_, v) in changed.items()})
-            await jsapi.request(nc, f"STREAM.UPDATE.{name}", update)
+            await _request_retried(nc, f"STREAM.UPDATE.{name}", update)
         action = "drift" if drift else "updated" if changed else "unchanged"
         results.append(ApplyResult(name, action, changed, drift))
     return results
