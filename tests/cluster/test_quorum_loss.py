@@ -61,7 +61,9 @@ async def test_writes_stop_with_a_clear_503_and_resume_with_quorum(
             status, problem, _ = await post("no-quorum")  # the sender's retry, same delivery
             if status != 503:
                 break
-        assert status == 202, problem
+        # 202, or 200 "duplicate" when an attempt answered 503 was stored after all (its
+        # publish ack was lost in the election): either way it is stored once (below).
+        assert status == 202 or (status == 200 and problem.get("duplicate")), problem
         counts = await subject_counts(nc, gw.system.settings.events_stream)
         assert sorted(s.rsplit(".", 1)[1] for s in counts) == sorted(
             ["before", "before", "no-quorum", "no-quorum"]
