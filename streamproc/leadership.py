@@ -56,8 +56,7 @@ class Leadership:
     ) -> Leadership:
         """Open (or create) the lease bucket, replicated like the event stream, and make a
         first attempt at the lease, so a lone instance is active right after start."""
-        info = await jsapi.with_retries(lambda: jsapi.stream_info(nc, settings.events_stream), 20.0)
-        replicas = int(info.config.get("num_replicas") or 1) if info is not None else 1
+        replicas = await jsapi.stream_replicas(nc, settings.events_stream)
         kv, ttl = await open_bucket(nc, settings.prefix, lease_ttl(), replicas=replicas)
         lease = Lease(kv, role, holder_id(settings.node_id), ttl)
         self = cls(nc, role, settings.events_stream, proj, lease)

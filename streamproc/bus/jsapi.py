@@ -103,6 +103,13 @@ async def stream_info(nc: Client, stream: str) -> StreamInfo | None:
     return msgspec.convert(doc, StreamInfo)
 
 
+async def stream_replicas(nc: Client, stream: str) -> int:
+    """The stream's replica count (1 when it does not exist): what buckets that belong
+    with it (leases, status heartbeats) are created with. Asks again through an election."""
+    info = await with_retries(lambda: stream_info(nc, stream), 20.0)
+    return int(info.config.get("num_replicas") or 1) if info is not None else 1
+
+
 async def delete_consumer(nc: Client, stream: str, consumer: str) -> None:
     try:
         await request(nc, f"CONSUMER.DELETE.{stream}.{consumer}")

@@ -209,20 +209,7 @@ async def patch_schedule(gw: Gateway, request: web.Request, who: Principal | Non
     else:
         kind = "schedule.updated"
         payload = p.ScheduleUpdated(schedule_id=sid, updated_by=_by(who), **changes)
-    event = stamp(gw, request, kind, who.tenant, payload)
-    try:
-        ack = await publish(gw, event, expected=rec.version)
-    except WrongExpectedSequence:
-        raise _conflict(wanted, sid) from None
-    return await answer(
-        gw,
-        request,
-        event,
-        ack,
-        resource_id=sid,
-        projection=PROJECTION,
-        load=_view_loader(gw, who.tenant, sid),
-    )
+    return await _write_version(gw, request, who, kind, payload, rec, wanted)
 
 
 async def delete_schedule(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
@@ -231,7 +218,22 @@ async def delete_schedule(gw: Gateway, request: web.Request, who: Principal | No
     wanted = if_match(request)
     rec = await _current(gw, who.tenant, sid, wanted)
     payload = p.ScheduleStateChange(schedule_id=sid, by=_by(who))
-    event = stamp(gw, request, "schedule.deleted", who.tenant, payload)
+    return await _write_version(gw, request, who, "schedule.deleted", payload, rec, wanted)
+
+
+async def _write_version(
+    gw: Gateway,
+    request: web.Request,
+    who: Principal,
+    kind: str,
+    payload: p.Payload,
+    rec: ScheduleRecord,
+    wanted: int | None,
+) -> web.Response:
+    """Publish a change of the schedule at the version read (optimistic concurrency: the
+    stream refuses it if another write came first) and answer with the new view."""
+    sid = rec.id
+    event = stamp(gw, request, kind, who.tenant, payload)
     try:
         ack = await publish(gw, event, expected=rec.version)
     except WrongExpectedSequence:

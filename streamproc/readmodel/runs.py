@@ -69,6 +69,14 @@ def delta_prefix(tenant: str, run_id: str) -> bytes:
     return keys.key(tenant, run_id) + keys.SEP
 
 
+def _open_segment(rec: RunRecord, segment_id: str) -> SegmentState:
+    """The segment's state so far (new if unseen); a finished segment takes no more events."""
+    seg = rec.segments.get(segment_id) or SegmentState()
+    if seg.state in ("completed", "failed"):
+        raise Rejection("segment_finished", f"segment {segment_id} is already {seg.state}")
+    return seg
+
+
 def _live(rec: RunRecord | None, event: Envelope) -> RunRecord:
     if rec is None:
         raise Rejection(
@@ -233,9 +241,7 @@ class Runs(Projection):
         self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentEnqueued
     ) -> RunRecord:
         rec = _live(rec, e)
-        seg = rec.segments.get(s.segment_id)
-        if seg is not None and seg.state in ("completed", "failed"):
-            raise Rejection("segment_finished", f"segment {s.segment_id} is already {seg.state}")
+        _open_segment(rec, s.segment_id)
         rec.segments = {**rec.segments, s.segment_id: SegmentState(len(s.digests), "enqueued")}
         if rec.state in ("requested", "planned"):
             rec.state = "queued"
@@ -245,9 +251,7 @@ class Runs(Projection):
         self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentStarted
     ) -> RunRecord:
         rec = _live(rec, e)
-        seg = rec.segments.get(s.segment_id) or SegmentState()
-        if seg.state in ("completed", "failed"):
-            raise Rejection("segment_finished", f"segment {s.segment_id} is already {seg.state}")
+        seg = _open_segment(rec, s.segment_id)
         rec.segments = {
             **rec.segments,
             s.segment_id: SegmentState(seg.images, "running", max(seg.attempts, s.attempt)),
@@ -261,9 +265,7 @@ class Runs(Projection):
         self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentCompleted
     ) -> RunRecord:
         rec = _live(rec, e)
-        seg = rec.segments.get(s.segment_id) or SegmentState()
-        if seg.state in ("completed", "failed"):
-            raise Rejection("segment_finished", f"segment {s.segment_id} is already {seg.state}")
+        seg = _open_segment(rec, s.segment_id)
         rec.segments = {
             **rec.segments,
             s.segment_id: SegmentState(seg.images, "completed", seg.attempts),
@@ -281,9 +283,7 @@ class Runs(Projection):
         self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentFailed
     ) -> RunRecord:
         rec = _live(rec, e)
-        seg = rec.segments.get(s.segment_id) or SegmentState()
-        if seg.state in ("completed", "failed"):
-            raise Rejection("segment_finished", f"segment {s.segment_id} is already {seg.state}")
+        seg = _open_segment(rec, s.segment_id)
         attempts = max(seg.attempts, s.deliveries)
         if not s.dead_lettered:  # a retryable failure: it will be delivered again
             rec.segments = {

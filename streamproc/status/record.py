@@ -81,8 +81,7 @@ async def open_bucket(nc: FastClient, settings: Settings, interval: float) -> Ke
     try:
         kv = await js.key_value(name)
     except BucketNotFoundError:
-        events = await jsapi.stream_info(nc, settings.events_stream)
-        replicas = int(events.config.get("num_replicas") or 1) if events is not None else 1
+        replicas = await jsapi.stream_replicas(nc, settings.events_stream)
         try:
             return await js.create_key_value(
                 bucket=name,
