@@ -127,6 +127,12 @@ class ScheduleUpdated(Payload, kw_only=True):
             check_timezone(self.timezone)
 
 
+SCHEDULE_PATCHABLE: tuple[str, ...] = tuple(
+    f for f in ScheduleUpdated.__struct_fields__ if f not in ("schedule_id", "updated_by")
+)
+"""The schedule fields an update may change (the API's PATCH and every fold use these)."""
+
+
 class ScheduleStateChange(Payload, kw_only=True):
     """``schedule.paused``, ``schedule.resumed`` and ``schedule.deleted``."""
 

@@ -45,17 +45,6 @@ if TYPE_CHECKING:
 
 _create = msgspec.json.Decoder(ScheduleCreate)
 _patch = msgspec.json.Decoder(SchedulePatch)
-PATCHABLE = (
-    "name",
-    "cron",
-    "timezone",
-    "mode",
-    "selection",
-    "only_if",
-    "notify",
-    "limits",
-    "subscriptions",
-)
 PROJECTION = Schedules.name
 NEXT = Param(
     "next",
@@ -185,7 +174,7 @@ async def patch_schedule(gw: Gateway, request: web.Request, who: Principal | Non
     sid = request.match_info["id"]
     wanted = if_match(request)
     body: SchedulePatch = await gw.json_body(request, _patch)
-    changes = {f: getattr(body, f) for f in PATCHABLE if getattr(body, f) is not UNSET}
+    changes = {f: getattr(body, f) for f in p.SCHEDULE_PATCHABLE if getattr(body, f) is not UNSET}
     if body.paused is not UNSET and changes:
         raise ProblemError(
             400,

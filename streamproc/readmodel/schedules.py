@@ -19,17 +19,6 @@ from streamproc.readmodel import keys
 from streamproc.readmodel.records import ScheduleRecord, decode_schedule, encode
 
 CF = "rm_schedules"
-_PATCHABLE = (
-    "name",
-    "cron",
-    "timezone",
-    "mode",
-    "selection",
-    "only_if",
-    "notify",
-    "limits",
-    "subscriptions",
-)
 
 
 def physical_ms(event: Envelope) -> int:
@@ -75,7 +64,7 @@ def apply(rec: ScheduleRecord | None, event: Envelope, seq: int) -> ScheduleReco
     if kind == "schedule.updated":
         u = event.payload
         assert isinstance(u, p.ScheduleUpdated)
-        changes = {f: getattr(u, f) for f in _PATCHABLE if getattr(u, f) is not UNSET}
+        changes = {f: getattr(u, f) for f in p.SCHEDULE_PATCHABLE if getattr(u, f) is not UNSET}
         return msgspec.structs.replace(
             rec, **changes, updated_by=u.updated_by, updated_ms=ms, version=seq
         )
