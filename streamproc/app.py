@@ -14,7 +14,7 @@ import re
 import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from aiohttp import web
@@ -25,6 +25,7 @@ from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
+from streamproc.bus.services import Served
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.leadership import Leadership
@@ -58,8 +59,11 @@ class System:
         self.clock: HybridLogicalClock | None = None
         self.heartbeat: StatusHeartbeat | None = None
         self.leaders: dict[str, Leadership] = {}
-        self._sock: socket.socket | None = None
         """The lease of every singleton role here (planner, auditor): active or standby."""
+        self.served: dict[str, Served] = {}
+        """The NATS services of the roles here, once each has caught up."""
+        self._serving: list[asyncio.Task[None]] = []
+        self._sock: socket.socket | None = None
 
     @property
     def nats_url(self) -> str:
@@ -125,6 +129,9 @@ class System:
                 shared=shared,
             )
             self.contexts[role] = ctx
+            if spec.services is not None:
+                task = serve_when_current(role, proj, ctx, spec.services, self.served)
+                self._serving.append(asyncio.create_task(task, name=f"services-{role}"))
             reactors = [make(s) for make in spec.reactors]
             if reactors and spec.singleton:
                 leader = await Leadership.open(self.nc, s, role, proj)
@@ -205,6 +212,13 @@ class System:
         if self._sock is not None:  # also when start failed before serving on it
             self._sock.close()
             self._sock = None
+        for t in self._serving:  # then leave the services' queue groups
+            t.cancel()
+            with contextlib.suppress(BaseException):
+                await t
+        for served in self.served.values():
+            with contextlib.suppress(Exception):
+                await served.stop()
         for p in self.projectors.values():
             p.stop()
         for t in self.tasks:
@@ -246,6 +260,31 @@ def projector_consumer(role: str, node_id: str, state_dir: Path) -> str:
     hosts the role (gateways, runners, a standby), the same across its restarts."""
     where = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"proj_{role}_{node_id}_{where}")
+
+
+async def serve_when_current(
+    role: str,
+    proj: Projector,
+    ctx: RoleContext,
+    start: Callable[[RoleContext], Awaitable[Served]],
+    served: dict[str, Served],
+) -> None:
+    """Start the role's services once its state has caught up with the stream head as it was
+    at start, so no instance answers from state far behind the others'. A start that fails
+    (NATS unavailable) is tried again."""
+    target = proj.head
+    while proj.applied < target:
+        with contextlib.suppress(TimeoutError):
+            await proj.wait_for(target, 60)
+    while True:
+        try:
+            served[role] = await start(ctx)
+        except Exception as exc:
+            log.warning("%s: cannot start its NATS services (%s); retrying", role, exc)
+            await asyncio.sleep(1)
+            continue
+        log.info("%s: answering queries over NATS", role)
+        return
 
 
 async def active_react_loop(

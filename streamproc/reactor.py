@@ -16,6 +16,7 @@ from typing import ClassVar
 from aiohttp import web
 
 from streamproc.bus.publisher import Publisher
+from streamproc.bus.services import Served
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.projection import Projection
@@ -54,6 +55,10 @@ class RoleSpec:
     reactors: list[Callable[[Settings], Reactor]] = field(default_factory=list)
     routes: Callable[[web.Application, RoleContext], None] | None = None
     """Adds the role's HTTP routes to the process's aiohttp application."""
+    services: Callable[[RoleContext], Awaitable[Served]] | None = None
+    """Starts the NATS services answering questions about the role's state
+    (:mod:`streamproc.bus.services`); every instance serves, standbys too, once its
+    projections have caught up with the stream head as it was at start."""
     singleton: bool = False
     """Its reactors must act in one process at a time: they run only where the role's lease
     is held (:mod:`streamproc.leadership`); other instances fold and stand by."""

@@ -173,20 +173,19 @@ def _gateway_path(message: str) -> Problem:
 
 
 def _gateway_parts(s: Any) -> list[Problem]:
-    from streamproc.gateway.auth import Authenticator
-    from streamproc.gateway.dpop import DpopVerifier
-    from streamproc.gateway.settings import Dpop
+    from streamproc.gateway.auth import issuer_keys
+    from streamproc.gateway.dpop import nonce_key
     from streamproc.gateway.tls import server_context
     from streamproc.gateway.webhooks import Source
 
     out = []
     try:
-        DpopVerifier(s.dpop)
+        nonce_key(s.dpop)
     except _FAILURES as exc:
         out.append(Problem("gateway.dpop.nonce_secret", str(exc)))
     for i, issuer in enumerate(s.issuers):
         try:
-            Authenticator(msgspec.structs.replace(s, issuers=[issuer], dpop=Dpop()))
+            issuer_keys(msgspec.structs.replace(s, issuers=[issuer]))
         except _FAILURES as exc:
             out.append(Problem(f"gateway.issuers[{i}] ({issuer.issuer})", str(exc)))
     for i, source in enumerate(s.webhooks):

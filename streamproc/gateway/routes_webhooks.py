@@ -156,7 +156,7 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         request[SOURCE_KEY] = source.name
         require_json(request)
         raw = await read_body(request, gw.body_cap)
-        reservation = gw.webhooks.authenticate(request, source, raw)
+        reservation = await gw.webhooks.authenticate(request, source, raw)
     except ProblemError:
         _RESULTS[kind, "refused"].inc()
         raise
@@ -166,7 +166,8 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         check_key_count(key_count(payload))
         accepted = await _record(gw, request, source, kind, payload)
     except BaseException as exc:
-        gw.webhooks.seen.discard(reservation)  # the sender's retry must not count as a replay
+        # The sender's retry (to any replica) must not count as a replay.
+        await asyncio.shield(gw.webhooks.replay.release(reservation))
         failed = isinstance(exc, ProblemError) and exc.status >= 500
         _RESULTS[kind, "failed" if failed else "refused"].inc()
         raise

@@ -5,7 +5,9 @@ HMAC-SHA256 (``sha256=<hex>``) or Ed25519 (``ed25519=<base64>``) and sends it in
 ``X-Scheduler-Signature`` with ``X-Scheduler-Timestamp`` (Unix seconds) and a unique
 ``X-Scheduler-Delivery``. A source may instead be authenticated by its TLS client
 certificate. Signatures are compared in constant time; several secrets or public keys per
-source are accepted at once, for rotation.
+source are accepted at once, for rotation. A delivery id is claimed last, in the bucket every
+gateway replica shares (:mod:`streamproc.gateway.replay`), so a repeat is refused (409) by
+whichever replica it reaches.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from nacl.signing import VerifyKey
 
 from streamproc.gateway.jwt import decode_key
 from streamproc.gateway.problems import ProblemError
-from streamproc.gateway.replay import ReplayCache, ReplayCacheFull
+from streamproc.gateway.replay import Replayed, ReplayGuard, Reservation
 from streamproc.gateway.settings import GatewaySettings, WebhookSource, resolve_ref
 from streamproc.gateway.tls import ca_subjects, names_of, peer_cert_der, peer_cert_info
 
@@ -99,11 +101,13 @@ class Source:
 
 
 class WebhookVerifier:
-    def __init__(self, s: GatewaySettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, s: GatewaySettings, replay: ReplayGuard, clock: Callable[[], float] = time.time
+    ) -> None:
         self.window = s.webhook_window_s
         self._clock = clock
         self.sources = [Source(c) for c in s.webhooks]
-        self.seen = ReplayCache(s.replay_cache_size, clock)
+        self.replay = replay
 
     def select(self, request: web.Request, kind: str) -> Source:
         """The source a delivery claims to be (``X-Scheduler-Source``, or the only one)."""
@@ -122,9 +126,9 @@ class WebhookVerifier:
             401, "unknown-source", f"several {kind} sources are configured; send {SOURCE}"
         )
 
-    def authenticate(self, request: web.Request, source: Source, body: bytes) -> str:
+    async def authenticate(self, request: web.Request, source: Source, body: bytes) -> Reservation:
         """Check signature (or client certificate), time window and delivery id; returns the
-        replay-cache key reserved for this delivery (release it if the request fails)."""
+        claim of the delivery id (release it if the request fails)."""
         h = request.headers
         ts_text = h.get(TIMESTAMP, "")
         delivery = h.get(DELIVERY, "")
@@ -152,15 +156,9 @@ class WebhookVerifier:
             raise ProblemError(
                 401, "stale-delivery", f"timestamp is more than {self.window} s from server time"
             )
-        key = f"{source.name}\x00{delivery}"
         try:
-            fresh = self.seen.add(key, ts + self.window + 1)
-        except ReplayCacheFull:
-            raise ProblemError(
-                503, "busy", "delivery replay cache is full; retry", headers={"Retry-After": "5"}
-            ) from None
-        if not fresh:
+            return await self.replay.claim("webhook", source.name, delivery, ts + self.window + 1)
+        except Replayed:
             raise ProblemError(
                 409, "replayed-delivery", f"delivery {delivery} was already received"
-            )
-        return key
+            ) from None

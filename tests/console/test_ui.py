@@ -34,7 +34,6 @@ from streamproc.console.routes import mount_console
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
-from streamproc.gateway.preview import IMPACT_PREVIEW
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.demo import BASELINE, DATA, seed_demo
 from streamproc.scanner.feedser import WEBHOOK_PATH, build_export, signed_headers
@@ -68,8 +67,8 @@ def artifacts() -> Path:
 @pytest.fixture
 def with_console(monkeypatch: pytest.MonkeyPatch) -> None:
     """The gateway role with the console mounted (mount_console is idempotent, so this stays
-    right once the gateway's own routes hook calls it), and the process's impact index handed
-    to the gateway's preview route (nothing in ``streamproc up`` does that yet)."""
+    right once the gateway's own routes hook calls it). Previews and chain verification reach
+    the planner and auditor over NATS, as in every layout."""
     gateway = roles.ROLES["gateway"]
     original = gateway.routes
     assert original is not None
@@ -77,8 +76,6 @@ def with_console(monkeypatch: pytest.MonkeyPatch) -> None:
     def routes(app: Any, ctx: Any) -> None:
         original(app, ctx)
         mount_console(app, ctx)
-        if "impact" in ctx.shared and app.get(IMPACT_PREVIEW) is None:
-            app[IMPACT_PREVIEW] = ctx.shared["impact"]
 
     monkeypatch.setitem(roles.ROLES, "gateway", dataclasses.replace(gateway, routes=routes))
 
