@@ -71,9 +71,10 @@ async def gateway(
 
 async def ask(gateway: System, body: dict[str, object]) -> tuple[int, dict, dict]:
     headers = {"Authorization": f"Bearer {token(TENANT, 'scheduler.read')}"}
-    async with aiohttp.ClientSession() as http, http.post(
-        gateway.http_url + URL, json=body, headers=headers
-    ) as r:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(gateway.http_url + URL, json=body, headers=headers) as r,
+    ):
         return r.status, await r.json(content_type=None), dict(r.headers)
 
 
