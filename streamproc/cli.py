@@ -104,7 +104,14 @@ def cmd_streams_export(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for d in streams.definitions(args.prefix or "scheduler", args.replicas):
+    from streamproc.gateway.replay import bucket_definition
+    from streamproc.gateway.settings import GatewaySettings
+
+    prefix = args.prefix or "scheduler"
+    replay = bucket_definition(  # created by the gateways; here for operators to pre-create
+        prefix, replicas=args.replicas, max_keys=GatewaySettings().replay_cache_size
+    )
+    for d in [*streams.definitions(prefix, args.replicas), replay]:
         path = out / f"{d['name']}.json"
         path.write_text(json.dumps(d, indent=2) + "\n")
         print(path)
