@@ -1092,7 +1092,7 @@ function viewAudit(view, gen) {
       );
     } catch (e) {
       if (gen === state.generation) {
-        put(result, errorBox(e.status === 404 ? new ApiError(404, { detail: `no audit chain for tenant ${tenant} yet (nothing audited, or no auditor behind this gateway)` }) : e));
+        put(result, errorBox(e.status === 404 ? new ApiError(404, { detail: `no audit chain for tenant ${tenant} yet (nothing audited so far)` }) : e));
       }
     } finally {
       btn.disabled = false;
