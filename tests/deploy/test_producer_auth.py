@@ -122,6 +122,11 @@ async def test_scanner_publishes_only_its_tenants_image_events(server: str, tmp_
         assert (ack.stream, ack.seq, bool(ack.duplicate)) == ("SCHEDULER", 1, False)
         again = await js.publish(subject, data, headers={"Nats-Msg-Id": eid}, timeout=5)
         assert (again.seq, again.duplicate) == (1, True)
+        # Its own subject with an event that claims another tenant: NATS stores it (the
+        # subject is allowed), streamproc quarantines it (below).
+        _, forged, forged_id = indexed_event("globex")
+        stored = await js.publish(subject, forged, headers={"Nats-Msg-Id": forged_id}, timeout=5)
+        assert stored.seq == 2
 
         other_tenant, other_data, other_id = indexed_event("globex")
         refused = [
@@ -158,7 +163,7 @@ async def test_scanner_publishes_only_its_tenants_image_events(server: str, tmp_
     finally:
         await plain.close()
 
-    # streamproc (its own user) folds what the scanner published: one event, for acme.
+    # streamproc (its own user) folds what the scanner published: one image, for acme.
     nc = await connect(
         server, auth=NatsAuth(user="streamproc", password=PASSWORDS["STREAMPROC_NATS_PASSWORD"])
     )
@@ -166,13 +171,19 @@ async def test_scanner_publishes_only_its_tenants_image_events(server: str, tmp_
     impact = ImpactProjection(warm_on_start=False)
     try:
         proj = await Projector(
-            nc, store, [Images(), impact], stream="SCHEDULER", role="gateway"
+            nc,
+            store,
+            [Images(), impact],
+            stream="SCHEDULER",
+            role="gateway",
+            subjects="scheduler.events.",
         ).start()
-        await asyncio.wait_for(proj.run(until_seq=1), 30)
+        await asyncio.wait_for(proj.run(until_seq=2), 30)
         rm = ReadModel(store)
         seen = rm.image("acme", DIGEST)
         assert seen is not None and (seen.purls, seen.event_id) == (2, eid)
         assert rm.image("globex", DIGEST) is None
+        assert proj.folder.quarantined == 1
         hit = impact.resolve_by_purls(["pkg:pypi/pyyaml"], False, Selector(tenant="acme"))
         assert hit.digests() == [DIGEST]
     finally:
