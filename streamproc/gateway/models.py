@@ -257,7 +257,7 @@ class ImageView(Response, kw_only=True):
     product_key_count: int
     used_purl_count: int
     usage_known: bool
-    """Some purl is marked used; without usage information every purl counts as used."""
+    """The image's event carries usage information: some purl is marked used (usedPurls)."""
     content_digest: str
     """sha256:<hex> of the indexed content: equal for the same SBOM and metadata."""
     indexed_at: str

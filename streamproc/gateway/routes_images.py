@@ -117,7 +117,7 @@ def build(tenant: str, digest: str, body: ImagePut) -> ImageIndexed:
             f"repository {body.repository!r} is not [registry/]path",
             field="$.repository",
         ) from None
-    used = _used(body.used_purls or [])
+    used = None if body.used_purls is None else _used(body.used_purls)
     try:
         return image_payload(
             tenant=tenant,
@@ -138,7 +138,7 @@ def build(tenant: str, digest: str, body: ImagePut) -> ImageIndexed:
             field="$.sbom",
         ) from None
     except UnknownUsedPurls as exc:
-        i = next(n for n, p in enumerate(used) if p in set(exc.missing))
+        i = next(n for n, p in enumerate(used or ()) if p in set(exc.missing))
         raise ProblemError(
             400,
             "invalid-body",

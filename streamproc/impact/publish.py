@@ -51,12 +51,13 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _used_purls(path: str | None) -> set[str]:
-    """Canonical purls listed one per line (blank lines and ``#`` comments skipped)."""
+def _used_purls(path: str | None) -> set[str] | None:
+    """Canonical purls listed one per line (blank lines and ``#`` comments skipped); None
+    without a file (usage not known)."""
     from streamproc.impact.purls import PurlError, normalize_purl
 
     if path is None:
-        return set()
+        return None
     out: set[str] = set()
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         s = line.strip()
@@ -83,22 +84,23 @@ def image_payload(
     tenant: str,
     digest: str,
     sbom: Any,
-    used: Collection[str],
+    used: Collection[str] | None,
     registry: str,
     repository: str,
     namespace: str | None,
     tags: Iterable[str],
     labels: dict[str, str],
 ) -> Any:
-    """The ``image.indexed`` payload of an SBOM (``used``: canonical purls), validated
-    against the event schema. Raises PurlError for a purl of the SBOM, UnknownUsedPurls,
-    or msgspec.ValidationError. The CLI and the gateway both build images here."""
+    """The ``image.indexed`` payload of an SBOM, validated against the event schema.
+    ``used``: the canonical purls the entrypoint uses, None when not known (usage unknown is
+    not "nothing used"). Raises PurlError for a purl of the SBOM, UnknownUsedPurls, or
+    msgspec.ValidationError. The CLI and the gateway both build images here."""
     from streamproc.events.payloads import Component, ImageIndexed
     from streamproc.impact.purls import normalize_purl
     from streamproc.impact.records import build_image
 
-    wanted = set(used)
-    flags = [normalize_purl(p).purl in wanted for p in sbom.purls]
+    wanted = set(used or ())
+    flags = None if used is None else [normalize_purl(p).purl in wanted for p in sbom.purls]
     rec = build_image(
         tenant=tenant,
         digest=digest,

@@ -34,8 +34,7 @@ class ImageSummary(msgspec.Struct, kw_only=True):
     product_keys: int
     used_purls: int
     usage_known: bool
-    """The event carries usage information: some component is marked used (from the SBOM or
-    ``usedPurls``). With none marked, "unused" cannot be told from "not known"."""
+    """The event carries usage information (:func:`usage_known`)."""
     content_sha256: str
     """SHA-256 of the payload's canonical encoding: equal for the same content."""
     indexed_hlc: str
@@ -45,6 +44,13 @@ class ImageSummary(msgspec.Struct, kw_only=True):
 
 _enc = msgspec.msgpack.Encoder()
 decode_image = msgspec.msgpack.Decoder(ImageSummary).decode
+
+
+def usage_known(p: ImageIndexed) -> bool:
+    """As the ImpactIndex decides it: the event's own ``usage_known`` flag where the payload
+    has one, else whether some component is marked used (``usedPurls``, ``--used-purls``)."""
+    explicit = getattr(p, "usage_known", None)
+    return explicit if explicit is not None else any(c.used for c in p.components)
 
 
 def summarize(event: Envelope, seq: int) -> ImageSummary:
@@ -63,7 +69,7 @@ def summarize(event: Envelope, seq: int) -> ImageSummary:
         purls=len(comps),
         product_keys=len({c.product_key for c in comps}),
         used_purls=used,
-        usage_known=used > 0,
+        usage_known=usage_known(p),
         content_sha256=payload_digest(p),
         indexed_hlc=event.hlc,
         event_id=event.id,

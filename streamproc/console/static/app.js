@@ -996,8 +996,8 @@ async function viewRun(view, gen, id) {
 
 function usageCell(img) {
   return img.usageKnown
-    ? h("span", { class: "usage known", title: "the SBOM or usedPurls marked the purls in use" }, `known · ${n(img.usedPurlCount)} used`)
-    : h("span", { class: "usage unknown muted", title: "no usage information: every purl counts as used" }, "unknown");
+    ? h("span", { class: "usage known", title: "usedPurls marked the purls in use" }, `known · ${n(img.usedPurlCount)} used`)
+    : h("span", { class: "usage unknown muted", title: "no usage information in the SBOM (no usedPurls)" }, "unknown");
 }
 
 async function deleteImage(img, after = () => render()) {
