@@ -31,7 +31,7 @@ from streamproc.gateway.hardening import (
 from streamproc.gateway.models import ImageAccepted, ImageList, ImagePut, ImageView
 from streamproc.gateway.operations import CURSOR, LIMIT, WAIT, Operation, Param
 from streamproc.gateway.problems import ProblemError
-from streamproc.gateway.query import int_param
+from streamproc.gateway.query import paged
 from streamproc.gateway.views import image_view
 from streamproc.gateway.writes import UNAVAILABLE_HEADERS, json_response, publish_failure, waited
 from streamproc.impact.publish import (
@@ -45,7 +45,6 @@ from streamproc.impact.publish import (
 from streamproc.impact.purls import PurlError, normalize_purl
 from streamproc.impact.sbom import SbomError, parse_sbom
 from streamproc.readmodel.images import Images
-from streamproc.readmodel.keys import CursorError
 
 if TYPE_CHECKING:
     from streamproc.gateway.app import Gateway
@@ -241,16 +240,13 @@ async def get_image(gw: Gateway, request: web.Request, who: Principal | None) ->
 
 async def list_images(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
-    try:
-        page = gw.rm.images(
-            who.tenant,
-            limit=int_param(request, "limit", 50, 1, 500),
-            cursor=request.query.get("cursor"),
-            repository=request.query.get("repository") or None,
-            namespace=request.query.get("namespace") or None,
-        )
-    except CursorError as exc:
-        raise ProblemError(400, "invalid-parameter", str(exc), field="query.cursor") from None
+    page = paged(
+        request,
+        gw.rm.images,
+        who.tenant,
+        repository=request.query.get("repository") or None,
+        namespace=request.query.get("namespace") or None,
+    )
     items = [image_view(who.tenant, r) for r in page.items]
     return json_response(ImageList(items=items, next_cursor=page.next_cursor))
 

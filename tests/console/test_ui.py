@@ -139,6 +139,26 @@ async def until(check: Callable[[], Any], timeout: float = 60.0, every: float = 
         await asyncio.sleep(every)
 
 
+@contextlib.asynccontextmanager
+async def dev_gateway(
+    nats_url: str, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[System, Path]]:
+    """The gateway role alone with the development auth of ``up --demo``; its issuer key."""
+    for name in ("STREAMPROC_GATEWAY_CONFIG", "STREAMPROC_FEEDSER_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(
+        data_dir=tmp_path / "data", nats_url=nats_url, prefix=prefix, http_port=free_port()
+    )
+    dev = prepare_dev_auth(settings)
+    assert dev.issuer_key is not None
+    system = System(settings, ["gateway"])
+    await system.start()
+    try:
+        yield system, dev.issuer_key
+    finally:
+        await system.close()
+
+
 async def sign_in(b: Browser, base: str, token: str) -> None:
     await b.page.goto(f"{base}/ui")
     await b.page.fill("#token", token)
@@ -306,16 +326,7 @@ async def test_pages_load_fast_with_1000_schedules_and_10000_runs(
     artifacts: Path,
     with_console: None,
 ) -> None:
-    for name in ("STREAMPROC_GATEWAY_CONFIG", "STREAMPROC_FEEDSER_SECRET"):
-        monkeypatch.delenv(name, raising=False)
-    settings = Settings(
-        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=free_port()
-    )
-    dev = prepare_dev_auth(settings)
-    assert dev.issuer_key is not None
-    system = System(settings, ["gateway"])
-    await system.start()
-    try:
+    async with dev_gateway(nats_server.url, prefix, tmp_path, monkeypatch) as (system, key):
         assert system.clock is not None and system.publisher is not None
         clock = system.clock
         events = [
@@ -345,7 +356,7 @@ async def test_pages_load_fast_with_1000_schedules_and_10000_runs(
         ]
         acks = await system.publisher.publish_events(events)
         await system.projectors["gateway"].wait_for(acks[-1].seq, 60)
-        token = mint_token(dev.issuer_key, "scheduler.read")
+        token = mint_token(key, "scheduler.read")
         async with browser(artifacts) as b:
             page = b.page
             await sign_in(b, system.http_url, token)
@@ -370,8 +381,6 @@ async def test_pages_load_fast_with_1000_schedules_and_10000_runs(
             print("console load times:", timings)
             assert all(t < 1.0 for t in timings.values()), timings
             assert b.errors == [], b.errors
-    finally:
-        await system.close()
 
 
 async def test_images_page(
@@ -384,18 +393,9 @@ async def test_images_page(
 ) -> None:
     """The Images page over SBOMs PUT through the API: the list with each image's SBOM
     summary, paging, the namespace filter, the detail, removal, a narrow window."""
-    for name in ("STREAMPROC_GATEWAY_CONFIG", "STREAMPROC_FEEDSER_SECRET"):
-        monkeypatch.delenv(name, raising=False)
-    settings = Settings(
-        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=free_port()
-    )
-    dev = prepare_dev_auth(settings)
-    assert dev.issuer_key is not None
-    system = System(settings, ["gateway"])
-    await system.start()
-    base = system.http_url
-    try:
-        token = mint_token(dev.issuer_key)
+    async with dev_gateway(nats_server.url, prefix, tmp_path, monkeypatch) as (system, key):
+        base = system.http_url
+        token = mint_token(key)
         sboms = Path(__file__).resolve().parents[1] / "data" / "sboms"
         real = json.loads((sboms / "python-app.spdx23.json").read_text())
         used = [
@@ -468,5 +468,3 @@ async def test_images_page(
             await page.wait_for_selector("#images-table")
             assert await page.locator(f'#images-table tr[data-digest="{first}"]').count() == 0
             assert b.errors == [], b.errors
-    finally:
-        await system.close()

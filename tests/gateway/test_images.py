@@ -62,6 +62,14 @@ async def put(
     return await gw.call("PUT", f"{IMAGES}/{d}{query}", tok=tok or token(), json=doc)
 
 
+async def put_raw(
+    gw: Harness, d: str, data: bytes, encoding: str | None = None, ctype: str = "application/json"
+) -> tuple[int, Any, Any]:
+    """A PUT of these exact bytes (compressed with ``encoding``, when given)."""
+    headers = {"Content-Type": ctype, **({"Content-Encoding": encoding} if encoding else {})}
+    return await gw.call("PUT", f"{IMAGES}/{d}", tok=token(), data=data, headers=headers)
+
+
 async def shown(gw: Harness, d: str, tok: str | None = None, version: int = 0) -> Any:
     """The image as GET shows it once the read model has applied ``version``."""
 
@@ -275,24 +283,17 @@ async def test_bad_requests_publish_nothing(gw: Harness) -> None:
         assert headers["Content-Type"].startswith("application/problem+json")
         assert problem["type"] == f"urn:streamproc:problem:{kind}", (what, problem)
         assert problem["field"] == field, (what, problem)
-    status, problem, _ = await gw.call(
-        "PUT", f"{IMAGES}/{digest(6)}", tok=token(), data=b'{"sbom": ', headers=JSON
-    )
+    status, problem, _ = await put_raw(gw, digest(6), b'{"sbom": ')
     assert status == 400 and problem["type"].endswith("malformed-json")
     for bad in ("sha256:xyz", "latest", "SHA256:" + "a" * 64, "sha256:" + "a" * 20):
         for method in ("PUT", "GET", "DELETE"):
             status, problem, _ = await gw.call(method, f"{IMAGES}/{bad}", tok=token(), json=body())
             assert status == 400 and problem["field"] == "path.digest", (method, bad, problem)
-    status, _, _ = await gw.call(
-        "PUT", f"{IMAGES}/{digest(6)}", tok=token(), data=b"{}", headers={"Content-Type": "text/x"}
-    )
+    status, _, _ = await put_raw(gw, digest(6), b"{}", ctype="text/x")
     assert status == 415
     assert await gw.last_seq() == seq
     status, problem, _ = await gw.call("GET", f"{IMAGES}/{digest(6)}", tok=token())
     assert status == 404
-
-
-JSON = {"Content-Type": "application/json"}
 
 
 async def test_compressed_bodies(gw: Harness) -> None:
@@ -300,32 +301,14 @@ async def test_compressed_bodies(gw: Harness) -> None:
     for n, (enc, data) in enumerate(
         [("gzip", gzip.compress(raw)), ("zstd", zstandard.ZstdCompressor().compress(raw))], 20
     ):
-        status, res, _ = await gw.call(
-            "PUT",
-            f"{IMAGES}/{digest(n)}",
-            tok=token(),
-            data=data,
-            headers={**JSON, "Content-Encoding": enc},
-        )
+        status, res, _ = await put_raw(gw, digest(n), data, enc)
         assert status == 202, (enc, res)
         view = await shown(gw, digest(n))
         assert view["purlCount"] == counts(CDX)[0]
     seq = await gw.last_seq()
-    status, problem, _ = await gw.call(
-        "PUT",
-        f"{IMAGES}/{digest(22)}",
-        tok=token(),
-        data=raw,
-        headers={**JSON, "Content-Encoding": "br"},
-    )
+    status, problem, _ = await put_raw(gw, digest(22), raw, "br")
     assert status == 415 and problem["type"].endswith("unsupported-encoding")
-    status, problem, _ = await gw.call(
-        "PUT",
-        f"{IMAGES}/{digest(22)}",
-        tok=token(),
-        data=b"\x1f\x8bnope",
-        headers={**JSON, "Content-Encoding": "gzip"},
-    )
+    status, problem, _ = await put_raw(gw, digest(22), b"\x1f\x8bnope", "gzip")
     assert status == 400 and problem["type"].endswith("invalid-encoding")
     assert await gw.last_seq() == seq
 
@@ -340,19 +323,11 @@ async def test_size_limits(tmp_path: Path, nats_server: EmbeddedNats, prefix: st
     try:
         raw = msgspec.json.encode(body("debian-libs.spdx22.json"))
         assert len(raw) > 64 * 1024
-        status, problem, _ = await h.call(
-            "PUT", f"{IMAGES}/{digest(30)}", tok=token(), data=raw, headers=JSON
-        )
+        status, problem, _ = await put_raw(h, digest(30), raw)
         assert status == 413 and problem["limit"] == 64 * 1024
         bomb = gzip.compress(b'{"sbom": "' + b" " * 1_000_000 + b'"}')
         assert len(bomb) < 64 * 1024
-        status, problem, _ = await h.call(
-            "PUT",
-            f"{IMAGES}/{digest(30)}",
-            tok=token(),
-            data=bomb,
-            headers={**JSON, "Content-Encoding": "gzip"},
-        )
+        status, problem, _ = await put_raw(h, digest(30), bomb, "gzip")
         assert status == 413 and problem["limit"] == 128 * 1024
     finally:
         await stop(h)
@@ -366,13 +341,7 @@ async def test_too_many_purls(gw: Harness) -> None:
     many = {"bomFormat": "CycloneDX", "specVersion": "1.5", "components": comps}
     data = gzip.compress(msgspec.json.encode(body(sbom=many)))
     seq = await gw.last_seq()
-    status, problem, _ = await gw.call(
-        "PUT",
-        f"{IMAGES}/{digest(31)}",
-        tok=token(),
-        data=data,
-        headers={**JSON, "Content-Encoding": "gzip"},
-    )
+    status, problem, _ = await put_raw(gw, digest(31), data, "gzip")
     assert status == 413 and problem["type"].endswith("too-many-keys"), problem
     assert (problem["count"], problem["limit"]) == (100_001, 100_000)
     assert await gw.last_seq() == seq
