@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from streamproc.gateway import routes_preview, routes_runs, routes_schedules, routes_webhooks
+from streamproc.gateway import (
+    routes_images,
+    routes_preview,
+    routes_runs,
+    routes_schedules,
+    routes_webhooks,
+)
 from streamproc.gateway.operations import Operation
 
 OPERATIONS: list[Operation] = [
@@ -12,6 +18,7 @@ OPERATIONS: list[Operation] = [
     *routes_runs.OPERATIONS,
     *routes_preview.OPERATIONS,
     *routes_webhooks.OPERATIONS,
+    *routes_images.OPERATIONS,
 ]
 
 _document: bytes | None = None
