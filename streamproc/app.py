@@ -112,6 +112,7 @@ class System:
                 role=role,
                 batch=s.batch,
                 consumer=projector_consumer(role, s.node_id, store.path),
+                subjects=s.events_subjects,
             )
             await proj.start()
             self.projectors[role] = proj

@@ -94,6 +94,11 @@ class Settings(msgspec.Struct, kw_only=True):
     def events_stream(self) -> str:
         return stream_names(self.prefix)[0]
 
+    @property
+    def events_subjects(self) -> str:
+        """What every event's subject starts with (``<prefix>.events.``)."""
+        return f"{self.prefix}.events."
+
     def state_dir(self, role: str) -> Path:
         return self.data_dir / "state" / role
 

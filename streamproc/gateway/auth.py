@@ -26,6 +26,9 @@ from streamproc.ids import TENANT_RE
 
 READ = "scheduler.read"
 ADMIN = "scheduler.admin"
+IMAGES_WRITE = "scheduler.images.write"
+"""Ingest only: index and remove images (CI pipelines, scanners); reads need READ."""
+ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE})
 _CACHE_MAX = 20_000
 
 
@@ -146,7 +149,7 @@ class Authenticator:
         mode = await self._binding(request, claims, token, scheme)
         scopes = frozenset((claims.scope or "").split()) | frozenset(claims.scp or ())
         if ADMIN in scopes:
-            scopes |= {READ}
+            scopes |= ADMIN_IMPLIES
         if scope not in scopes:
             raise ProblemError(
                 403,

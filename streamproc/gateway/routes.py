@@ -6,6 +6,7 @@ from aiohttp import web
 
 from streamproc.gateway import (
     routes_audit,
+    routes_images,
     routes_preview,
     routes_runs,
     routes_schedules,
@@ -19,6 +20,7 @@ OPERATIONS: list[Operation] = [
     *routes_preview.OPERATIONS,
     *routes_audit.OPERATIONS,
     *routes_webhooks.OPERATIONS,
+    *routes_images.OPERATIONS,
 ]
 
 _document: bytes | None = None

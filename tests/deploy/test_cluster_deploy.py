@@ -22,6 +22,7 @@ from streamproc.bus.connect import connect
 from streamproc.bus.server import find_binary, free_port
 from streamproc.cli import build_parser
 from streamproc.configfile.registry import known_env
+from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -111,7 +112,9 @@ async def test_start_sh_runs_a_3_node_cluster_and_stop_sh_stops_it(
         assert again.returncode == 0 and again.stdout.count("already running") == 3
         nc = await connect(url)
         try:
-            assert cluster_size(nc) == 3
+            # start.sh returns once a metadata leader is elected (a quorum of 2); the third
+            # node's route may still be forming, so wait for the full mesh to be announced.
+            await eventually(lambda: cluster_size(nc) == 3, what="3 servers announced")
             results = await streams.apply(nc, streams.definitions(prefix, streams.AUTO))
             assert {r.action for r in results} == {"created"}
             from streamproc.bus import jsapi
