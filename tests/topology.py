@@ -181,9 +181,9 @@ async def seed(layout: Layout, http: aiohttp.ClientSession) -> set[str]:
         for path in sorted((DATA / "sboms").glob("*.json")):
             digest, payload = _image_event(TENANT, path.name, path.read_bytes())
             digests.add(digest)
-            await pub.publish_event(new_event("image.indexed", TENANT, payload,
-                                              f"{wall_ms()}:0:indexer",
-                                              event_id=derive_id("seed", TENANT, digest)))  # fmt: skip
+            stamp, event_id = f"{wall_ms()}:0:indexer", derive_id("seed", TENANT, digest)
+            event = new_event("image.indexed", TENANT, payload, stamp, event_id=event_id)
+            await pub.publish_event(event)
     schedule = {"id": "demo-nightly", "name": "Demo nightly", "cron": "0 2 * * *",
                 "timezone": "UTC", "subscriptions": ["feedser"]}  # fmt: skip
     async with http.post(f"{layout.gw(1)}{BASE}/schedules?wait=true", json=schedule) as r:
@@ -216,9 +216,9 @@ async def new_advisories(layout: Layout) -> tuple[dict[str, Any], bytes]:
     """New advisories land at the scanner; the aggregator's export of every advisory."""
     for name in NEW_ADVISORIES:
         shutil.copy(DATA / "osv" / name, layout.osv_dir / name)
-    async with aiohttp.ClientSession() as http:
-        async with http.post(f"{layout.scanner_url}/advisories/reload") as r:
-            assert r.status == 200, await r.text()
+    reload = f"{layout.scanner_url}/advisories/reload"
+    async with aiohttp.ClientSession() as http, http.post(reload) as r:
+        assert r.status == 200, await r.text()
     sources = DATA / "osv" / "debian-sources.json"
     db = await asyncio.to_thread(AdvisoryDb.load, layout.osv_dir, DATA / "kev.json", sources)
     export = build_export(db, {"advisories": {}})
