@@ -104,13 +104,10 @@ def cmd_streams_export(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from streamproc.gateway.replay import bucket_definition
-    from streamproc.gateway.settings import GatewaySettings
+    from streamproc.gateway.replay import default_bucket_definition
 
     prefix = args.prefix or "scheduler"
-    replay = bucket_definition(  # created by the gateways; here for operators to pre-create
-        prefix, replicas=args.replicas, max_keys=GatewaySettings().replay_cache_size
-    )
+    replay = default_bucket_definition(prefix, args.replicas)  # the gateways create it
     for d in [*streams.definitions(prefix, args.replicas), replay]:
         path = out / f"{d['name']}.json"
         path.write_text(json.dumps(d, indent=2) + "\n")

@@ -2,17 +2,25 @@
 service answers, on which endpoint, and the request and response bodies as msgspec Structs.
 
 Every question names the tenant it is about; the service answers for that tenant only (the
-gateway fills it in from the caller's token, never from the request body).
+gateway fills it in from the caller's token, never from the request body), and refuses a
+question that does not decode or names no valid tenant (:func:`read_query`, 400).
 
 - ``planner.preview`` (for ``POST /preview/impact``): :class:`PreviewQuery` → ``PreviewResult``
-- ``auditor.verify`` (for ``GET /chain/verify``): :class:`VerifyQuery` → :class:`ChainVerification`
+- ``auditor.verify`` (for ``GET /chain/verify``): :class:`VerifyQuery` → ``ChainReport``
 """
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import msgspec
 
+from streamproc.audit.verify import ChainReport as ChainVerification
+from streamproc.bus.services import ServiceFailure
 from streamproc.gateway.models import PreviewRequest
+from streamproc.ids import InvalidTenant, validate_tenant
+
+__all__ = ["ChainVerification", "PreviewQuery", "VerifyQuery", "read_query"]
 
 PLANNER = "planner"
 PREVIEW = "preview"
@@ -31,22 +39,17 @@ class VerifyQuery(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Also compare the HLC-ordered log view with the chain (slower)."""
 
 
-class ChainVerification(msgspec.Struct, kw_only=True):
-    """A tenant's chain verification. A broken chain is an answer (``verified: false`` and
-    where it breaks), not an error."""
+Query = TypeVar("Query", PreviewQuery, VerifyQuery)
 
-    tenant_id: str = msgspec.field(name="tenantId")
-    verified: bool
-    entries: int
-    """Entries verified (the whole chain when verified)."""
-    head_chain_link: str | None
-    head_hlc: str | None
-    snapshots: int
-    """Signed snapshots whose signature and Merkle root verified."""
-    snapshotted: int
-    """Chain positions covered by those snapshots."""
-    broken_position: int | None = None
-    field: str | None = None
-    expected: str | None = None
-    found: str | None = None
-    reason: str = ""
+
+def read_query(decoder: msgspec.json.Decoder[Query], data: bytes) -> Query:
+    """The question in ``data``, or :class:`ServiceFailure` 400."""
+    try:
+        query = decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ServiceFailure(400, "invalid-body", str(exc)) from None
+    try:
+        validate_tenant(query.tenant)
+    except InvalidTenant as exc:
+        raise ServiceFailure(400, "invalid-tenant", str(exc)) from None
+    return query

@@ -23,8 +23,7 @@ from streamproc.audit.signing import build_keyring
 from streamproc.audit.verify import UnknownTenant, verify_tenant
 from streamproc.bus import services
 from streamproc.bus.services import Served, ServiceFailure
-from streamproc.ids import InvalidTenant, validate_tenant
-from streamproc.queries import AUDITOR, VERIFY, ChainVerification, VerifyQuery
+from streamproc.queries import AUDITOR, VERIFY, ChainVerification, VerifyQuery, read_query
 from streamproc.reactor import RoleContext
 from streamproc.state.store import RocksStore
 
@@ -45,25 +44,11 @@ def verify(
     try:
         if HEADS_CF not in store.families():
             raise UnknownTenant(f"no audit chain for tenant {tenant!r}")
-        r = verify_tenant(store, tenant, keyring(), log_view=log_view)
+        return verify_tenant(store, tenant, keyring(), log_view=log_view)
     except UnknownTenant as exc:
         raise ServiceFailure(404, "not-found", str(exc)) from None
     finally:
         store.close()
-    return ChainVerification(
-        tenant_id=r.tenant,
-        verified=r.ok,
-        entries=r.entries,
-        head_chain_link=r.head_chain_link,
-        head_hlc=r.head_hlc,
-        snapshots=r.snapshots,
-        snapshotted=r.snapshotted,
-        broken_position=r.broken_position,
-        field=r.field,
-        expected=r.expected,
-        found=r.found,
-        reason=r.reason,
-    )
 
 
 async def serve_verification(
@@ -72,14 +57,7 @@ async def serve_verification(
     """``keyring()`` is read per question, so trusted keys changed on disk count at once."""
 
     async def answer(data: bytes) -> bytes:
-        try:
-            query = _query.decode(data)
-        except msgspec.DecodeError as exc:
-            raise ServiceFailure(400, "invalid-body", str(exc)) from None
-        try:
-            validate_tenant(query.tenant)
-        except InvalidTenant as exc:
-            raise ServiceFailure(400, "invalid-tenant", str(exc)) from None
+        query = read_query(_query, data)
         report = await asyncio.to_thread(verify, state_dir, keyring, query.tenant, query.log_view)
         return _encode(report)
 

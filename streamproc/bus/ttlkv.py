@@ -3,15 +3,14 @@
 ``claim(key, ttl_s)`` creates the key only if it does not exist (expected last subject
 sequence 0), with a per-message TTL (``Nats-TTL``, nats-server >= 2.11): of any number of
 concurrent claims of one key, from any number of processes, exactly one wins, and the key is
-gone again ``ttl_s`` after it was stored — or at once when its claimer ``release``s it. A
-claim refused because the key exists *is* the answer the callers want (a replay).
+gone again ``ttl_s`` after it was stored (no tombstone is left). A claim refused because the
+key exists *is* the answer the callers want (a replay).
 
 The bucket is an ordinary KV bucket (stream ``KV_<bucket>``, subjects ``$KV.<bucket>.<key>``,
 one revision per key), so ``nats kv ls/get`` read it. It differs from what ``nats kv add``
-creates in three settings: per-message TTLs are allowed, single messages may be deleted (a
-release removes exactly its own claim, leaving no tombstone to age out), and it holds at most
-``max_keys`` live keys with DiscardNew — a claim beyond that is refused as full, never by
-evicting someone else's.
+creates in two settings: per-message TTLs are allowed, and it holds at most ``max_keys`` live
+keys with DiscardNew — a claim beyond that is refused as full, never by evicting someone
+else's.
 
 nats-server checks the expected sequence before the duplicate window, so a publish resent
 after a lost acknowledgement meets its own first copy as "wrong last sequence". Every claim
@@ -41,13 +40,11 @@ from streamproc.bus.publisher import (
 KEY_RE = re.compile(r"^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*$")
 _LAST = re.compile(r"wrong last sequence: (\d+)")
 DUPLICATE_WINDOW_NS = 120 * 1_000_000_000
-NO_MESSAGE_TO_DELETE = 10057
-"""``STREAM.MSG.DELETE`` of a sequence the stream no longer holds."""
 
 
 class KeyTaken(Exception):
     """The key exists: someone (maybe another process) claimed it first and it has not
-    expired or been released."""
+    expired."""
 
 
 class BucketFull(Exception):
@@ -62,7 +59,7 @@ class BucketUnavailable(Exception):
 class Claim:
     key: str
     seq: int
-    """The claim's message in the bucket's stream (what ``release`` deletes)."""
+    """The claim's message in the bucket's stream."""
 
 
 def stream_name(bucket: str) -> str:
@@ -88,7 +85,7 @@ def definition(bucket: str, *, replicas: int, max_keys: int, description: str) -
         "allow_msg_ttl": True,
         "allow_rollup_hdrs": True,
         "allow_direct": True,
-        "deny_delete": False,
+        "deny_delete": True,
         "deny_purge": False,
     }
 
@@ -138,15 +135,14 @@ class TtlBucket:
         msg = doc.get("message") or {}
         return msg.get("subject") == subject and base64.b64decode(msg.get("data") or "") == value
 
-    async def release(self, claim: Claim) -> None:
-        """Delete exactly this claim's message (a later claim of the key is untouched)."""
+    async def exists(self, key: str) -> bool:
+        """Whether ``key`` is claimed now; :class:`BucketUnavailable` if NATS did not say."""
+        subject = f"$KV.{self.bucket}.{key}"
+        nc = self.publisher.nc
         try:
-            await jsapi.request(
-                self.publisher.nc,
-                f"STREAM.MSG.DELETE.{self.stream}",
-                {"seq": claim.seq, "no_erase": True},
-            )
+            await jsapi.request(nc, f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": subject})
         except jsapi.JsApiError as exc:
-            if exc.err_code == NO_MESSAGE_TO_DELETE:
-                return  # expired, or released already
+            if exc.err_code == jsapi.NO_MESSAGE:
+                return False
             raise BucketUnavailable(str(exc)) from None
+        return True

@@ -21,14 +21,12 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from streamproc.bus import streams
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.ttlkv import (
     BucketFull,
     BucketUnavailable,
-    Claim,
     KeyTaken,
     TtlBucket,
     definition,
@@ -52,6 +50,15 @@ def bucket_definition(prefix: str, *, replicas: int, max_keys: int) -> dict[str,
     )
 
 
+def default_bucket_definition(prefix: str, replicas: int) -> dict[str, object]:
+    """With the default bound: what ``streamproc streams export`` writes for operators."""
+    from streamproc.gateway.settings import GatewaySettings
+
+    return bucket_definition(
+        prefix, replicas=replicas, max_keys=GatewaySettings().replay_cache_size
+    )
+
+
 class Replayed(Exception):
     """The id was claimed before (through this replica or another) and is still live."""
 
@@ -69,9 +76,9 @@ class ClientShare:
         self._expire(client, self._clock())
         return len(self._live.get(client, ()))
 
-    def take(self, client: str, expires_at: float) -> None:
-        """Count one more id for ``client`` until ``expires_at``; :class:`ProblemError` 429
-        (with ``Retry-After``: when its oldest id expires) if it holds its limit already."""
+    def check(self, client: str) -> list[float]:
+        """:class:`ProblemError` 429 (with ``Retry-After``: when its oldest id expires) if
+        ``client`` holds its limit already; else its live ids."""
         now = self._clock()
         if now - self._swept >= SWEEP_EVERY_S:
             self._sweep(now)
@@ -86,11 +93,16 @@ class ClientShare:
                 headers={"Retry-After": str(wait)},
                 limit=self.limit,
             )
+        return heap
+
+    def take(self, client: str, expires_at: float) -> None:
+        """Count one more id for ``client`` until ``expires_at`` (after :meth:`check`)."""
+        heap = self.check(client)
         heapq.heappush(heap, expires_at)
         self._live[client] = heap
 
     def give_back(self, client: str, expires_at: float) -> None:
-        """Undo one :meth:`take` (the id was not stored, or was released)."""
+        """Undo one :meth:`take` (the id was not stored)."""
         heap = self._live.get(client)
         if heap and expires_at in heap:
             heap.remove(expires_at)
@@ -112,13 +124,6 @@ class ClientShare:
                 del self._live[client]
 
 
-@dataclass(frozen=True)
-class Reservation:
-    client: str
-    expires_at: float
-    claim: Claim
-
-
 class ReplayGuard:
     """First-wins claims of request ids, shared by every replica through ``bucket``."""
 
@@ -135,16 +140,21 @@ class ReplayGuard:
             if result.action == "drift":
                 log.warning("replay bucket %s drift: %s", result.stream, result.describe())
 
-    async def claim(
-        self, kind: str, client: str, request_id: str, expires_at: float
-    ) -> Reservation:
+    async def seen(self, kind: str, client: str, request_id: str) -> bool:
+        """Whether ``request_id`` is claimed now (a look, claiming nothing); 503 if NATS did
+        not say."""
+        try:
+            return await self.bucket.exists(_key(kind, client, request_id))
+        except BucketUnavailable as exc:
+            raise _unavailable(exc) from None
+
+    async def claim(self, kind: str, client: str, request_id: str, expires_at: float) -> None:
         """Claim ``request_id`` of ``client`` until ``expires_at``; :class:`Replayed` if it
         is live already; :class:`ProblemError` 429 (this client's share is full) or 503
         (the bucket is full, or NATS did not answer: refused rather than unchecked)."""
         self.share.take(client, expires_at)
-        digest = hashlib.sha256(request_id.encode()).hexdigest()[:40]
         try:
-            claim = await self.bucket.claim(f"{kind}.{client}.{digest}", expires_at - self._clock())
+            await self.bucket.claim(_key(kind, client, request_id), expires_at - self._clock())
         except KeyTaken:
             self.share.give_back(client, expires_at)
             raise Replayed(request_id) from None
@@ -155,19 +165,19 @@ class ReplayGuard:
             ) from None
         except BucketUnavailable as exc:
             self.share.give_back(client, expires_at)
-            log.warning("replay check unavailable: %s", exc)
-            raise ProblemError(
-                503,
-                "replay-check-unavailable",
-                "the replay check could not be made (NATS did not answer); retry",
-                headers={"Retry-After": "1"},
-            ) from None
-        return Reservation(client, expires_at, claim)
+            raise _unavailable(exc) from None
 
-    async def release(self, reservation: Reservation) -> None:
-        """Forget a claim whose request failed, so the sender's retry is not a replay."""
-        self.share.give_back(reservation.client, reservation.expires_at)
-        try:
-            await self.bucket.release(reservation.claim)
-        except BucketUnavailable as exc:
-            log.warning("could not release replay claim %s: %s", reservation.claim.key, exc)
+
+def _key(kind: str, client: str, request_id: str) -> str:
+    """The id hashed: any characters may be in it, none of them reach a subject."""
+    return f"{kind}.{client}.{hashlib.sha256(request_id.encode()).hexdigest()[:40]}"
+
+
+def _unavailable(exc: BucketUnavailable) -> ProblemError:
+    log.warning("replay check unavailable: %s", exc)
+    return ProblemError(
+        503,
+        "replay-check-unavailable",
+        "the replay check could not be made (NATS did not answer); retry",
+        headers={"Retry-After": "1"},
+    )

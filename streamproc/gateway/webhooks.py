@@ -5,9 +5,14 @@ HMAC-SHA256 (``sha256=<hex>``) or Ed25519 (``ed25519=<base64>``) and sends it in
 ``X-Scheduler-Signature`` with ``X-Scheduler-Timestamp`` (Unix seconds) and a unique
 ``X-Scheduler-Delivery``. A source may instead be authenticated by its TLS client
 certificate. Signatures are compared in constant time; several secrets or public keys per
-source are accepted at once, for rotation. A delivery id is claimed last, in the bucket every
-gateway replica shares (:mod:`streamproc.gateway.replay`), so a repeat is refused (409) by
-whichever replica it reaches.
+source are accepted at once, for rotation.
+
+A delivery id is looked up in the bucket every gateway replica shares
+(:mod:`streamproc.gateway.replay`) before anything else is done (a replay: 409, nothing
+published), and claimed there once its export is recorded. Recording is idempotent (derived
+event ids, create-only subjects), so claiming after it means a 409 always says "received and
+recorded": a delivery that failed on its way (a 5xx, an acknowledgement lost in an election)
+is never claimed, and its retry succeeds on any replica.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import hmac
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -27,7 +33,7 @@ from nacl.signing import VerifyKey
 
 from streamproc.gateway.jwt import decode_key
 from streamproc.gateway.problems import ProblemError
-from streamproc.gateway.replay import Replayed, ReplayGuard, Reservation
+from streamproc.gateway.replay import Replayed, ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, WebhookSource, resolve_ref
 from streamproc.gateway.tls import ca_subjects, names_of, peer_cert_der, peer_cert_info
 
@@ -126,9 +132,9 @@ class WebhookVerifier:
             401, "unknown-source", f"several {kind} sources are configured; send {SOURCE}"
         )
 
-    async def authenticate(self, request: web.Request, source: Source, body: bytes) -> Reservation:
-        """Check signature (or client certificate), time window and delivery id; returns the
-        claim of the delivery id (release it if the request fails)."""
+    def authenticate(self, request: web.Request, source: Source, body: bytes) -> Delivery:
+        """Check signature (or client certificate), time window and the source's share of
+        the replay bucket; the delivery to :meth:`remember` once its export is recorded."""
         h = request.headers
         ts_text = h.get(TIMESTAMP, "")
         delivery = h.get(DELIVERY, "")
@@ -156,9 +162,29 @@ class WebhookVerifier:
             raise ProblemError(
                 401, "stale-delivery", f"timestamp is more than {self.window} s from server time"
             )
+        self.replay.share.check(source.name)
+        return Delivery(source.name, delivery, ts + self.window + 1)
+
+    async def refuse_seen(self, d: Delivery) -> None:
+        """409 at once for a delivery id claimed before, so a replay publishes nothing."""
+        if await self.replay.seen("webhook", d.source, d.id):
+            raise _replayed(d)
+
+    async def remember(self, d: Delivery) -> None:
+        """Claim the delivery id until it could no longer pass the time window; 409 if any
+        replica claimed it before."""
         try:
-            return await self.replay.claim("webhook", source.name, delivery, ts + self.window + 1)
+            await self.replay.claim("webhook", d.source, d.id, d.expires_at)
         except Replayed:
-            raise ProblemError(
-                409, "replayed-delivery", f"delivery {delivery} was already received"
-            ) from None
+            raise _replayed(d) from None
+
+
+def _replayed(d: Delivery) -> ProblemError:
+    return ProblemError(409, "replayed-delivery", f"delivery {d.id} was already received")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    source: str
+    id: str
+    expires_at: float

@@ -17,10 +17,9 @@ from nats.aio.client import Client
 from streamproc.bus import services
 from streamproc.bus.services import Served, ServiceFailure
 from streamproc.gateway.models import PreviewResult
-from streamproc.ids import InvalidTenant, validate_tenant
 from streamproc.impact.selector import Selector, SelectorError
 from streamproc.planner.reactor import IMPACT
-from streamproc.queries import PLANNER, PREVIEW, PreviewQuery
+from streamproc.queries import PLANNER, PREVIEW, PreviewQuery, read_query
 from streamproc.reactor import RoleContext
 
 MAX_UNMATCHED_SHOWN = 100
@@ -52,10 +51,6 @@ _encode = msgspec.json.Encoder().encode
 
 def preview(index: ImpactIndex, query: PreviewQuery) -> PreviewResult:
     """The impact of ``query.request`` within ``query.tenant``'s images only."""
-    try:
-        validate_tenant(query.tenant)
-    except InvalidTenant as exc:
-        raise ServiceFailure(400, "invalid-tenant", str(exc)) from None
     body = query.request
     sel = body.selection
     try:
@@ -86,11 +81,7 @@ def preview(index: ImpactIndex, query: PreviewQuery) -> PreviewResult:
 
 async def serve_previews(nc: Client, prefix: str, index: ImpactIndex, *, node: str = "") -> Served:
     async def answer(data: bytes) -> bytes:
-        try:
-            query = _query.decode(data)
-        except msgspec.DecodeError as exc:
-            raise ServiceFailure(400, "invalid-body", str(exc)) from None
-        return _encode(preview(index, query))
+        return _encode(preview(index, read_query(_query, data)))
 
     return await services.serve(
         nc,

@@ -93,7 +93,7 @@ async def test_a_webhook_delivery_replayed_to_the_other_replica_is_refused(
     status, doc, _ = await post(two, FEEDSER, body, delivery="d-2")
     assert status == 200 and doc["duplicate"] is True
     assert await one.last_seq() == seq
-    # A refused delivery (400) releases its id: the retry may go to the other replica.
+    # A refused delivery (400) is never claimed: the retry may go to the other replica.
     status, _, _ = await post(one, FEEDSER, b'{"exportId": 5}', delivery="d-3")
     assert status == 400
     status, _, _ = await post(two, FEEDSER, export("exp-3"), delivery="d-3")

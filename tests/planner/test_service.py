@@ -10,6 +10,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from msgspec.json import Decoder
 
 from streamproc.app import System
 from streamproc.bus.server import EmbeddedNats, free_port
@@ -18,7 +19,7 @@ from streamproc.config import Settings
 from streamproc.gateway.models import PreviewRequest
 from streamproc.impact.index import ImpactIndex
 from streamproc.planner.service import preview
-from streamproc.queries import PreviewQuery
+from streamproc.queries import PreviewQuery, read_query
 from tests.cluster.processes import gateway_config
 from tests.gateway.harness import token
 from tests.helpers import eventually
@@ -42,8 +43,11 @@ def test_the_answer_is_the_asking_tenants_only() -> None:
     assert set(theirs.sample) <= {digest("t2", n) for n in range(5)}
     assert "pkg:npm/nothing" in mine.unmatched and mine.unmatched_count >= 1
     with pytest.raises(ServiceFailure) as bad:
-        preview(index, PreviewQuery(tenant="no such tenant", request=PreviewRequest()))
+        read_query(Decoder(PreviewQuery), b'{"tenant": "no such tenant", "request": {}}')
     assert bad.value.status == 400 and bad.value.slug == "invalid-tenant"
+    with pytest.raises(ServiceFailure) as undecodable:
+        read_query(Decoder(PreviewQuery), b'{"tenant": "t1", "request": {"x": 1}}')
+    assert undecodable.value.slug == "invalid-body"
     with pytest.raises(ServiceFailure) as unparsable:
         preview(index, PreviewQuery(tenant="t1", request=PreviewRequest(product_keys=["!"])))
     assert unparsable.value.status == 400 and unparsable.value.field == "$.productKeys"
