@@ -40,6 +40,8 @@ from streamproc.bus.publisher import (
 KEY_RE = re.compile(r"^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*$")
 _LAST = re.compile(r"wrong last sequence: (\d+)")
 DUPLICATE_WINDOW_NS = 120 * 1_000_000_000
+LOOKUP_BUDGET_S = 2.0
+"""How long a look-up keeps asking through timeouts and "no responders" (an election)."""
 
 
 class KeyTaken(Exception):
@@ -136,11 +138,17 @@ class TtlBucket:
         return msg.get("subject") == subject and base64.b64decode(msg.get("data") or "") == value
 
     async def exists(self, key: str) -> bool:
-        """Whether ``key`` is claimed now; :class:`BucketUnavailable` if NATS did not say."""
+        """Whether ``key`` is claimed now; :class:`BucketUnavailable` if NATS did not say
+        (asked again through a leader election for up to :data:`LOOKUP_BUDGET_S`)."""
         subject = f"$KV.{self.bucket}.{key}"
         nc = self.publisher.nc
+        api = f"STREAM.MSG.GET.{self.stream}"
         try:
-            await jsapi.request(nc, f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": subject})
+            await jsapi.with_retries(
+                lambda: jsapi.request(nc, api, {"last_by_subj": subject}, timeout=1.0),
+                LOOKUP_BUDGET_S,
+                pause_s=0.25,
+            )
         except jsapi.JsApiError as exc:
             if exc.err_code == jsapi.NO_MESSAGE:
                 return False

@@ -27,6 +27,15 @@ async def bucket(nc: FastClient, publisher: Publisher, prefix: str) -> AsyncIter
         await jsapi.request(nc, f"STREAM.DELETE.{ttlkv.stream_name(name)}")
 
 
+async def claims(b: TtlBucket, key: str) -> bool:
+    """Whether a claim of ``key`` succeeds now (taken or full: not yet)."""
+    try:
+        await b.claim(key, 60)
+    except (KeyTaken, BucketFull):
+        return False
+    return True
+
+
 async def test_one_claim_wins_across_connections_and_expires(
     nats_server: EmbeddedNats, publisher: Publisher, bucket: str
 ) -> None:
@@ -41,15 +50,7 @@ async def test_one_claim_wins_across_connections_and_expires(
         assert sum(isinstance(o, ttlkv.Claim) for o in outcomes) == 1
         assert sum(isinstance(o, KeyTaken) for o in outcomes) == 9
         assert await theirs.exists("webhook.src.d1") and not await mine.exists("webhook.src.d2")
-
-        async def expired() -> bool:
-            try:
-                await theirs.claim("webhook.src.d1", 30)
-            except KeyTaken:
-                return False
-            return True
-
-        await eventually(expired, 5, "the TTL removed the key")
+        await eventually(lambda: claims(theirs, "webhook.src.d1"), 5, "the TTL removed the key")
     finally:
         await other.close()
         await other_nc.close()
@@ -63,15 +64,7 @@ async def test_a_full_bucket_refuses_and_bad_keys_are_refused(
         await b.claim(f"k.n{i}", 1)
     with pytest.raises(BucketFull):
         await b.claim("k.more", 60)
-
-    async def room_again() -> bool:
-        try:
-            await b.claim("k.more", 60)
-        except BucketFull:
-            return False
-        return True
-
-    await eventually(room_again, 5, "expired keys made room")
+    await eventually(lambda: claims(b, "k.more"), 5, "expired keys made room")
     with pytest.raises(ValueError):
         await b.claim("bad key with spaces", 60)
 
