@@ -94,7 +94,7 @@ class System:
             s.node_id,
             state_file=s.hlc_file("-".join(self.roles)),
             max_clock_skew_ms=s.max_clock_skew_ms,
-            persistence_interval_ms=s.hlc_persistence_interval_ms,
+            reserve_ms=s.hlc_reserve_ms,
         )
         shared: dict[str, Projection] = {}
         for role, store in zip(self.roles, self.stores, strict=True):

@@ -126,6 +126,10 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ hlc, projector
     _k("hlc.max_skew_ms", "STREAMPROC_MAX_CLOCK_SKEW_MS", "int", 5000,
        "remote HLC timestamps further ahead of this clock are refused", minimum=0),
+    _k("hlc.reserve_ms", "STREAMPROC_HLC_RESERVE_MS", "int", 1000,
+       "the clock saves a ceiling this far ahead of what it issues before using it; a restart "
+       "after a crash stamps at most this far above max(wall clock, last issued)",
+       minimum=1, maximum=1000),
     _k("projector.batch", "STREAMPROC_BATCH", "int", 1000,
        "events folded per batch (one RocksDB WriteBatch, one ack)", minimum=1, maximum=10000),
     # ------------------------------------------------------------------ streams, lease, status
