@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from streamproc import metrics
 from streamproc.hlc import (
-    MAX_RESERVE_MS,
     KEY_WIDTH,
     MAX_LOGICAL,
+    MAX_RESERVE_MS,
     ClockSkewError,
     HlcError,
     HybridLogicalClock,
@@ -375,9 +375,7 @@ def test_restart_never_goes_back_property(history, clean, back, reserve):
     with tempfile.TemporaryDirectory() as d:
         state = Path(d) / "state.json"
         wall = FakeWall(BASE)
-        clock = HybridLogicalClock(
-            "n", state_file=state, wall=wall, reserve_ms=reserve
-        )
+        clock = HybridLogicalClock("n", state_file=state, wall=wall, reserve_ms=reserve)
         issued = run_ops(clock, wall, history)
         if clean:
             clock.close()

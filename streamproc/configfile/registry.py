@@ -188,9 +188,6 @@ KEYS: tuple[Key, ...] = (
        "runs planned per reactor pass, round-robin across tenants", minimum=1),
     _k("planner.preview_sample", "STREAMPROC_PLANNER_PREVIEW_SAMPLE", "int", 20,
        "sample digests returned by a preview", minimum=0),
-    _k("planner.recovery_window_s", "STREAMPROC_PLANNER_RECOVERY_WINDOW_S", "float", 3300.0,
-       "at start, runs planned this recently get their work re-enqueued (below 3600: the "
-       "work stream's duplicate window)", minimum=0, maximum=3599),
     # ------------------------------------------------------------------ runner, scanner
     _k("runner.workers", "STREAMPROC_RUNNER_WORKERS", "int", 2,
        "segments processed at once by one runner process", minimum=1, maximum=256),
