@@ -80,7 +80,7 @@ SECTIONS: dict[str, str] = {
     "gateway": "the HTTP API: tokens, webhooks, body limits",
     "gateway.dpop": "DPoP proof checking",
     "feedser": "the `streamproc feedser export` client",
-    "notify": "the `streamproc notify tail` client",
+    "notify": "the Notify HTTP feed (gateway) and the `streamproc notify tail` client",
 }
 
 _PORT = {"minimum": 0, "maximum": 65535}
@@ -280,6 +280,13 @@ KEYS: tuple[Key, ...] = (
        "HMAC secret `streamproc feedser export` signs with", secret=True, default_text="none"),
     _k("notify.token", "STREAMPROC_TOKEN", "str", None,
        "bearer token of `streamproc notify tail --http`", secret=True, default_text="none"),
+    _k("notify.feed_consumers", "STREAMPROC_FEED_CONSUMERS", "list[str]",
+       ["streamproc-notify"],
+       "token subjects (`sub`) that may register and report HTTP feed positions (besides "
+       "callers with scope `scheduler.admin`)"),
+    _k("notify.feed_lease_s", "STREAMPROC_FEED_LEASE_S", "float", 86400.0,
+       "how long the feed keeps a consumer's reported position without a new report",
+       minimum=3),
 )  # fmt: skip
 
 DOCUMENTS: tuple[Document, ...] = (
