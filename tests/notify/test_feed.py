@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
 import pytest
@@ -93,6 +93,11 @@ async def feed_url(mount: Mount) -> str:
 
 def session(token: str) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"})
+
+
+def tail_into(url: str, state: Path, seen: list[int], **kw: Any) -> HttpTail:
+    """The HTTP tail with the consumer's token, noting each sequence it handles."""
+    return HttpTail(url, state, token=CONSUMER, out=lambda m, seq: seen.append(seq), **kw)
 
 
 async def set_direct(nc: FastClient, stream: str, on: bool) -> None:
@@ -201,8 +206,7 @@ async def test_a_transient_jetstream_failure_is_a_503_and_the_tail_keeps_its_che
     notify = stream_names[2]
     state = tmp_path / "tail.json"
     seen: list[int] = []
-    tail = HttpTail(feed_url, state, token=CONSUMER, limit=2, poll_s=0.05,
-                    out=lambda m, seq: seen.append(seq))  # fmt: skip
+    tail = tail_into(feed_url, state, seen, limit=2, poll_s=0.05)
     await publish(publisher, prefix, [delta("acme", i) for i in range(3)])
     await tail.run(once=True)
     assert seen == [1, 2, 3]
@@ -246,8 +250,7 @@ async def test_http_tail_resumes_then_fails_closed_on_gap_epoch_and_missing_stre
     state = tmp_path / "tail.json"
 
     def tail() -> HttpTail:
-        return HttpTail(feed_url, state, token=CONSUMER, limit=2,
-                        out=lambda m, seq: seen.append(seq))  # fmt: skip
+        return tail_into(feed_url, state, seen, limit=2)
 
     await publish(publisher, prefix, [delta("acme", i) for i in range(3)])
     cp = await tail().run(once=True)
@@ -296,7 +299,7 @@ async def test_a_quiet_tenant_is_vouched_for_while_its_registration_lives(
     state = tmp_path / "tail.json"
 
     def tail() -> HttpTail:
-        return HttpTail(feed_url, state, token=CONSUMER, out=lambda m, seq: seen.append(seq))
+        return tail_into(feed_url, state, seen)
 
     await publish(publisher, prefix, [delta("acme", 0)])
     await tail().run(once=True)  # reports seq 1 and, caught up, vouches up to the head

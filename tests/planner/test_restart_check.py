@@ -22,7 +22,6 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
-from streamproc.cli import main
 from streamproc.config import Settings
 from streamproc.events.envelope import new_event
 from streamproc.planner.changes import export_run_id
@@ -41,6 +40,7 @@ from tests.role_helpers import (
     wait_ready,
 )
 from tests.runner.harness import Planner, hlc, register_images, scanner, start_runner
+from tests.test_status import status_cli
 
 IMAGES = 20
 ENV = {"STREAMPROC_PLANNER_DEBOUNCE_S": "0", "STREAMPROC_PLANNER_SEGMENT_SIZE": "2"}
@@ -222,15 +222,6 @@ def metric(name: str) -> float:
             wanted[k] = v.strip('"')
     value = REGISTRY.get_sample_value(base, wanted)
     return value or 0.0
-
-
-async def status_cli(
-    capsys: pytest.CaptureFixture[str], url: str, prefix: str, *extra: str
-) -> tuple[int, str]:
-    capsys.readouterr()
-    argv = ["status", "--nats-url", url, "--prefix", prefix, *extra]
-    code = await asyncio.to_thread(main, argv)
-    return code, capsys.readouterr().out
 
 
 async def drop_status_bucket(nc: FastClient, prefix: str) -> None:
