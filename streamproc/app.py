@@ -94,7 +94,7 @@ class System:
             s.node_id,
             state_file=s.hlc_file("-".join(self.roles)),
             max_clock_skew_ms=s.max_clock_skew_ms,
-            persistence_interval_ms=s.hlc_persistence_interval_ms,
+            reserve_ms=s.hlc_reserve_ms,
         )
         shared: dict[str, Projection] = {}
         for role, store in zip(self.roles, self.stores, strict=True):
@@ -182,6 +182,10 @@ class System:
                 detail["lag"] = lags
         if self.leaders:  # a standby is ready: warm, and taking over is its whole job
             detail["lease"] = {role: lead.state for role, lead in self.leaders.items()}
+        problems = {role: dict(c.problems) for role, c in self.contexts.items() if c.problems}
+        if problems:  # a reactor says something is wrong (e.g. the planner's restart check)
+            ok = False
+            detail["problems"] = problems
         return ok, detail
 
     async def wait(self, stop: asyncio.Event) -> int:
@@ -256,7 +260,10 @@ async def active_react_loop(
     every later term starts with fresh reactors (nothing remembered from an earlier one)."""
     while True:
         await leader.wait_active()
-        await react_loop(proj, reactors, ctx, leader.active)
+        try:
+            await react_loop(proj, reactors, ctx, leader.active)
+        finally:
+            ctx.problems.clear()  # they were this term's; a standby has none of its own
         reactors = [make(ctx.settings) for make in spec.reactors]
 
 

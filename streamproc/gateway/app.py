@@ -106,7 +106,7 @@ class Gateway:
             app,
             nc=self.ctx.publisher.nc,
             prefix=self.ctx.settings.prefix,
-            tenant_of=lambda request: self.auth.authenticate(request, "scheduler.read").tenant,
+            who=lambda request: self.auth.authenticate(request, "scheduler.read"),
         )
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)

@@ -68,7 +68,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         print(nm.encode(msg).decode() if args.json else render(msg, seq), flush=True)
 
     if args.http:
-        from streamproc.notify.http_tail import FeedClosed, HttpTail
+        from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
 
         if len(kinds) != 1:
             print("streamproc: --http follows one --kind", file=sys.stderr)
@@ -83,6 +83,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
         except FeedClosed as exc:
             print(f"streamproc: notify tail stopped (fail closed): {exc}", file=sys.stderr)
             return EXIT_FAIL_CLOSED
+        except FeedRefused as exc:
+            print(f"streamproc: notify tail: {exc}", file=sys.stderr)
+            return 2
+        except FeedUnavailable as exc:  # --once only; otherwise the tail waits and retries
+            print(f"streamproc: notify tail: {exc}; checkpoint kept", file=sys.stderr)
+            return 1
         except KeyboardInterrupt:
             return 130
         return 0
