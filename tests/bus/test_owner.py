@@ -120,8 +120,7 @@ def test_resolve_connects_to_a_settled_owner_and_waits_for_a_temporary_one(
     with pytest.raises(o.StoreBusy, match="ends with its command"):
         o.resolve(tmp_path, command="x", node="n", serving=False, patience=0.2, note=notes.append)
     assert notes == [
-        f"waiting for the NATS store {tmp_path}, in use by "
-        + o.describe(held.owner, o.pid_alive)
+        f"waiting for the NATS store {tmp_path}, in use by " + o.describe(held.owner, o.pid_alive)
     ]
     threading.Timer(0.3, held.release).start()  # the temporary server's command ends
     taken = o.resolve(tmp_path, command="streams apply", node="n", serving=False, temporary=True)
