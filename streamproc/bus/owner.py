@@ -108,8 +108,9 @@ def busy_message(store: Path, owner: Owner | None, alive: Callable[[int], bool])
     if owner is not None and owner.temporary:
         hint = f"it ends with its command: run this again then, or {stop}"
     else:
+        use = f"pass --nats-url {owner.url} to use it, " if owner and owner.url else ""
         hint = (
-            f"{stop} first, or give this one another --data-dir; one-shot commands "
+            f"{stop} first, {use}or give this one another --data-dir; one-shot commands "
             "(index, streams, status, notify tail, ...) connect to it by themselves"
         )
     return f"the NATS store {store} is in use by {who}: {hint}"

@@ -61,9 +61,9 @@ def test_messages_name_the_process_its_url_and_what_to_do() -> None:
     busy = o.busy_message(store, rec(), lambda pid: True)
     assert busy == (
         "the NATS store /srv/data/nats is in use by `streamproc up` (pid 4121, node n1, since "
-        "2026-03-01T10:00:00+00:00) at nats://127.0.0.1:4222: stop it (kill 4121) first, or "
-        "give this one another --data-dir; one-shot commands (index, streams, status, notify "
-        "tail, ...) connect to it by themselves"
+        "2026-03-01T10:00:00+00:00) at nats://127.0.0.1:4222: stop it (kill 4121) first, pass "
+        "--nats-url nats://127.0.0.1:4222 to use it, or give this one another --data-dir; "
+        "one-shot commands (index, streams, status, notify tail, ...) connect to it by themselves"
     )
     orphan = o.busy_message(store, rec(), lambda pid: pid == 4130)
     assert "(pid 4121, no longer running," in orphan
