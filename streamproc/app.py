@@ -23,6 +23,7 @@ from streamproc import tracing
 from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.fastclient import FastClient
+from streamproc.bus.owner import StoreLock, claim
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
@@ -42,10 +43,20 @@ READY_LAG = 10_000
 
 
 class System:
-    def __init__(self, settings: Settings, roles: Sequence[str], *, http: bool = True) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        roles: Sequence[str],
+        *,
+        http: bool = True,
+        store_lock: StoreLock | None = None,
+    ) -> None:
+        """``store_lock``: the embedded server's store, already taken (``owner.claim``);
+        without it, and without a NATS URL, ``start`` takes it or refuses."""
         self.settings = settings
         self.roles = list(roles)
         self.http = http
+        self.store_lock = store_lock
         self.server: EmbeddedNats | None = None
         self.nc: FastClient | None = None
         self.projectors: dict[str, Projector] = {}
@@ -79,7 +90,9 @@ class System:
         if self.http:  # a taken port is refused now, before NATS, consumers and leases
             self._sock = listen(s.http_host, s.http_port)
         if not s.nats_url:
-            self.server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port)
+            self.server = EmbeddedNats(
+                s.nats_dir, host=s.nats_host, port=s.nats_port, lock=self.store_lock
+            )
             await asyncio.to_thread(self.server.start)
         auth = NatsAuth.from_env() if s.nats_url else None  # the embedded server has none
         self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}", auth=auth)
@@ -230,6 +243,8 @@ class System:
             store.close()
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
+        if self.store_lock is not None:  # also when start failed before the server ran
+            self.store_lock.release()
 
 
 class ListenError(OSError):
@@ -301,15 +316,17 @@ def install_stop_signals(stop: asyncio.Event) -> None:
 async def run_roles(
     settings: Settings, roles: Sequence[str], *, http: bool = True, demo: bool = False
 ) -> int:
-    if demo:
-        from streamproc.devsetup import prepare_dev_auth
-
-        dev = prepare_dev_auth(settings)
-    system = System(settings, roles, http=http)
+    # A second `up` on this data directory stops here, before it touches anything.
+    lock = None if settings.nats_url else await claim(settings.nats_dir, settings.node_id)
+    system = System(settings, roles, http=http, store_lock=lock)
     stop = asyncio.Event()
     install_stop_signals(stop)
     demo_env = None
     try:
+        if demo:
+            from streamproc.devsetup import prepare_dev_auth
+
+            dev = prepare_dev_auth(settings)
         await system.start()
         print(f"streamproc {' '.join(roles)} running (node {settings.node_id})", flush=True)
         print(f"  NATS         {system.nats_url}", flush=True)

@@ -95,7 +95,8 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ nats
     _k("nats.url", "NATS_URL", "list[str]", None,
        "NATS servers (a list, or comma-separated in the environment: a cluster)",
-       default_text="start an embedded server on 127.0.0.1"),
+       default_text="the data directory's embedded server on 127.0.0.1: `up` starts it, "
+       "other commands connect to it (or start a temporary one when none runs)"),
     _k("nats.port", "STREAMPROC_NATS_PORT", "int", 4222,
        "port of the embedded server (loopback only; unused with `nats.url`)", **_PORT),
     _k("nats.prefix", "STREAMPROC_PREFIX", "str", "scheduler",
