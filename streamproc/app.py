@@ -23,6 +23,7 @@ from streamproc import tracing
 from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.fastclient import FastClient
+from streamproc.bus.owner import StoreLock, claim
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.services import Served
@@ -43,10 +44,20 @@ READY_LAG = 10_000
 
 
 class System:
-    def __init__(self, settings: Settings, roles: Sequence[str], *, http: bool = True) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        roles: Sequence[str],
+        *,
+        http: bool = True,
+        store_lock: StoreLock | None = None,
+    ) -> None:
+        """``store_lock``: the embedded server's store, already taken (``owner.claim``);
+        without it, and without a NATS URL, ``start`` takes it or refuses."""
         self.settings = settings
         self.roles = list(roles)
         self.http = http
+        self.store_lock = store_lock
         self.server: EmbeddedNats | None = None
         self.nc: FastClient | None = None
         self.projectors: dict[str, Projector] = {}
@@ -83,7 +94,9 @@ class System:
         if self.http:  # a taken port is refused now, before NATS, consumers and leases
             self._sock = listen(s.http_host, s.http_port)
         if not s.nats_url:
-            self.server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port)
+            self.server = EmbeddedNats(
+                s.nats_dir, host=s.nats_host, port=s.nats_port, lock=self.store_lock
+            )
             await asyncio.to_thread(self.server.start)
         auth = NatsAuth.from_env() if s.nats_url else None  # the embedded server has none
         self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}", auth=auth)
@@ -98,7 +111,7 @@ class System:
             s.node_id,
             state_file=s.hlc_file("-".join(self.roles)),
             max_clock_skew_ms=s.max_clock_skew_ms,
-            persistence_interval_ms=s.hlc_persistence_interval_ms,
+            reserve_ms=s.hlc_reserve_ms,
         )
         shared: dict[str, Projection] = {}
         for role, store in zip(self.roles, self.stores, strict=True):
@@ -189,6 +202,10 @@ class System:
                 detail["lag"] = lags
         if self.leaders:  # a standby is ready: warm, and taking over is its whole job
             detail["lease"] = {role: lead.state for role, lead in self.leaders.items()}
+        problems = {role: dict(c.problems) for role, c in self.contexts.items() if c.problems}
+        if problems:  # a reactor says something is wrong (e.g. the planner's restart check)
+            ok = False
+            detail["problems"] = problems
         return ok, detail
 
     async def wait(self, stop: asyncio.Event) -> int:
@@ -240,6 +257,8 @@ class System:
             store.close()
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
+        if self.store_lock is not None:  # also when start failed before the server ran
+            self.store_lock.release()
 
 
 class ListenError(OSError):
@@ -295,7 +314,10 @@ async def active_react_loop(
     every later term starts with fresh reactors (nothing remembered from an earlier one)."""
     while True:
         await leader.wait_active()
-        await react_loop(proj, reactors, ctx, leader.active)
+        try:
+            await react_loop(proj, reactors, ctx, leader.active)
+        finally:
+            ctx.problems.clear()  # they were this term's; a standby has none of its own
         reactors = [make(ctx.settings) for make in spec.reactors]
 
 
@@ -333,15 +355,17 @@ def install_stop_signals(stop: asyncio.Event) -> None:
 async def run_roles(
     settings: Settings, roles: Sequence[str], *, http: bool = True, demo: bool = False
 ) -> int:
-    if demo:
-        from streamproc.devsetup import prepare_dev_auth
-
-        dev = prepare_dev_auth(settings)
-    system = System(settings, roles, http=http)
+    # A second `up` on this data directory stops here, before it touches anything.
+    lock = None if settings.nats_url else await claim(settings.nats_dir, settings.node_id)
+    system = System(settings, roles, http=http, store_lock=lock)
     stop = asyncio.Event()
     install_stop_signals(stop)
     demo_env = None
     try:
+        if demo:
+            from streamproc.devsetup import prepare_dev_auth
+
+            dev = prepare_dev_auth(settings)
         await system.start()
         print(f"streamproc {' '.join(roles)} running (node {settings.node_id})", flush=True)
         print(f"  NATS         {system.nats_url}", flush=True)

@@ -55,14 +55,17 @@ def cmd_nats(args: argparse.Namespace) -> int:
     s = _settings(args)
     if args.cluster:
         from streamproc.bus.cluster import DEPLOY_PORTS, serve
+        from streamproc.bus.session import CLUSTER_DIR
 
         ports = (s.nats_port, DEPLOY_PORTS[1], DEPLOY_PORTS[2])
-        return _run(serve(s.data_dir / "nats-cluster", args.cluster, s.nats_host, ports))
+        return _run(serve(s.data_dir / CLUSTER_DIR, args.cluster, s.nats_host, ports, s.node_id))
 
     async def main() -> int:
         from streamproc.app import install_stop_signals
+        from streamproc.bus.owner import claim
 
-        server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port)
+        lock = await claim(s.nats_dir, s.node_id)
+        server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port, lock=lock)
         await asyncio.to_thread(server.start)
         print(f"nats-server (JetStream) listening on {server.url}, store {server.store_dir}")
         print("Press Ctrl-C to stop.", flush=True)

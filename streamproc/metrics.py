@@ -107,6 +107,15 @@ PLANNER_BACKLOG = Gauge(
 PLANNER_ERRORS = Counter(
     "scheduler_planner_errors", "Plans or ticks that failed to publish, by reason", ["reason"]
 )
+PLANNER_RECOVERY_FAILING = Gauge(
+    "scheduler_planner_recovery_failing",
+    "1 while the planner's restart check (re-queueing work items a crash left unpublished) "
+    "fails or has given up; 0 once it succeeded",
+)
+PLANNER_REQUEUED = Counter(
+    "scheduler_planner_requeued_work_items",
+    "Work items the restart check published again (absent from the work queue after a crash)",
+)
 CRON_TICKS = Counter(
     "scheduler_cron_ticks", "Cron ticks by outcome (fired|late|skipped)", ["result"]
 )

@@ -39,6 +39,10 @@ class RoleContext:
     shared: dict[str, Projection] = field(default_factory=dict)
     """Every projection hosted in this process, by name: roles in one process (``up``) share
     one instance (e.g. the gateway's impact preview reads the planner's ``impact`` index)."""
+    problems: dict[str, str] = field(default_factory=dict)
+    """Conditions a reactor reports until they clear (name → what is wrong): while any is
+    set the process answers ``/readyz`` with 503 and ``streamproc status`` shows the role
+    degraded."""
 
 
 class Reactor(ABC):

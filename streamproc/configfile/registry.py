@@ -80,7 +80,7 @@ SECTIONS: dict[str, str] = {
     "gateway": "the HTTP API: tokens, webhooks, body limits",
     "gateway.dpop": "DPoP proof checking",
     "feedser": "the `streamproc feedser export` client",
-    "notify": "the `streamproc notify tail` client",
+    "notify": "the Notify HTTP feed (gateway) and the `streamproc notify tail` client",
 }
 
 _PORT = {"minimum": 0, "maximum": 65535}
@@ -95,7 +95,8 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ nats
     _k("nats.url", "NATS_URL", "list[str]", None,
        "NATS servers (a list, or comma-separated in the environment: a cluster)",
-       default_text="start an embedded server on 127.0.0.1"),
+       default_text="the data directory's embedded server on 127.0.0.1: `up` starts it, "
+       "other commands connect to it (or start a temporary one when none runs)"),
     _k("nats.port", "STREAMPROC_NATS_PORT", "int", 4222,
        "port of the embedded server (loopback only; unused with `nats.url`)", **_PORT),
     _k("nats.prefix", "STREAMPROC_PREFIX", "str", "scheduler",
@@ -126,6 +127,10 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ hlc, projector
     _k("hlc.max_skew_ms", "STREAMPROC_MAX_CLOCK_SKEW_MS", "int", 5000,
        "remote HLC timestamps further ahead of this clock are refused", minimum=0),
+    _k("hlc.reserve_ms", "STREAMPROC_HLC_RESERVE_MS", "int", 1000,
+       "the clock saves a ceiling this far ahead of what it issues before using it; a restart "
+       "after a crash stamps at most this far above max(wall clock, last issued)",
+       minimum=1, maximum=1000),
     _k("projector.batch", "STREAMPROC_BATCH", "int", 1000,
        "events folded per batch (one RocksDB WriteBatch, one ack)", minimum=1, maximum=10000),
     # ------------------------------------------------------------------ streams, lease, status
@@ -184,9 +189,6 @@ KEYS: tuple[Key, ...] = (
        "runs planned per reactor pass, round-robin across tenants", minimum=1),
     _k("planner.preview_sample", "STREAMPROC_PLANNER_PREVIEW_SAMPLE", "int", 20,
        "sample digests returned by a preview", minimum=0),
-    _k("planner.recovery_window_s", "STREAMPROC_PLANNER_RECOVERY_WINDOW_S", "float", 3300.0,
-       "at start, runs planned this recently get their work re-enqueued (below 3600: the "
-       "work stream's duplicate window)", minimum=0, maximum=3599),
     # ------------------------------------------------------------------ runner, scanner
     _k("runner.workers", "STREAMPROC_RUNNER_WORKERS", "int", 2,
        "segments processed at once by one runner process", minimum=1, maximum=256),
@@ -287,6 +289,13 @@ KEYS: tuple[Key, ...] = (
        "HMAC secret `streamproc feedser export` signs with", secret=True, default_text="none"),
     _k("notify.token", "STREAMPROC_TOKEN", "str", None,
        "bearer token of `streamproc notify tail --http`", secret=True, default_text="none"),
+    _k("notify.feed_consumers", "STREAMPROC_FEED_CONSUMERS", "list[str]",
+       ["streamproc-notify"],
+       "token subjects (`sub`) that may register and report HTTP feed positions (besides "
+       "callers with scope `scheduler.admin`)"),
+    _k("notify.feed_lease_s", "STREAMPROC_FEED_LEASE_S", "float", 86400.0,
+       "how long the feed keeps a consumer's reported position without a new report",
+       minimum=3),
 )  # fmt: skip
 
 DOCUMENTS: tuple[Document, ...] = (

@@ -103,13 +103,10 @@ class Gateway:
             app,
             nc=self.ctx.publisher.nc,
             prefix=self.ctx.settings.prefix,
-            tenant_of=self._tenant_of,
+            who=lambda request: self.auth.authenticate(request, READ),
         )
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
-
-    async def _tenant_of(self, request: web.Request) -> str:
-        return (await self.auth.authenticate(request, READ)).tenant
 
     async def open_replay_bucket(self) -> None:
         """Create the replay bucket if missing, replicated like the event stream."""

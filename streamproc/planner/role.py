@@ -12,6 +12,7 @@ from streamproc.config import Settings
 from streamproc.impact.projection import ImpactProjection
 from streamproc.planner.cron import CronReactor
 from streamproc.planner.exports import PlannerExports
+from streamproc.planner.open_runs import PlannerOpenRuns
 from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSchedules
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.service import start as start_service
@@ -23,6 +24,7 @@ PLANNER_PROJECTIONS: list[Callable[[], Projection]] = [
     PlannerExports,
     PlannerRuns,
     LastReports,
+    PlannerOpenRuns,
 ]
 PLANNER_REACTORS: list[Callable[[Settings], Reactor]] = [PlannerReactor, CronReactor]
 
