@@ -4,7 +4,9 @@ Webhook delivery ids (per source) and DPoP proof ``jti``s (per key) are claimed 
 JetStream KV bucket, ``<prefix>_replay`` (:mod:`streamproc.bus.ttlkv`), until they could no
 longer pass their time-window check anyway. A claim refused because the id exists is the
 replay — whichever replica saw the id first — so a replay is refused the same way on every
-replica. Nothing is remembered in one process's memory only.
+replica. Nothing is remembered in one process's memory only. (When each is claimed — a proof
+before its request acts, a delivery once its export is recorded — is for
+:mod:`~streamproc.gateway.dpop` and :mod:`~streamproc.gateway.webhooks` to say.)
 
 One client — a webhook source, a DPoP key — may hold at most ``replay_per_client`` live ids
 through each replica (counted here, before anything is stored), so no single client can
@@ -32,6 +34,7 @@ from streamproc.bus.ttlkv import (
     definition,
 )
 from streamproc.gateway.problems import ProblemError
+from streamproc.gateway.settings import GatewaySettings
 
 log = logging.getLogger(__name__)
 SWEEP_EVERY_S = 1.0
@@ -52,8 +55,6 @@ def bucket_definition(prefix: str, *, replicas: int, max_keys: int) -> dict[str,
 
 def default_bucket_definition(prefix: str, replicas: int) -> dict[str, object]:
     """With the default bound: what ``streamproc streams export`` writes for operators."""
-    from streamproc.gateway.settings import GatewaySettings
-
     return bucket_definition(
         prefix, replicas=replicas, max_keys=GatewaySettings().replay_cache_size
     )
