@@ -37,8 +37,9 @@ class RoleContext:
     lag: Callable[[], int]
     """Events between the stream head (as last seen) and ``applied``."""
     shared: dict[str, Projection] = field(default_factory=dict)
-    """Every projection hosted in this process, by name: roles in one process (``up``) share
-    one instance (e.g. the gateway's impact preview reads the planner's ``impact`` index)."""
+    """Every projection hosted in this process, by name, for the reactors and services of
+    the roles here (one instance per name). Another role's state is asked for over NATS
+    (:mod:`streamproc.bus.services`), never read from here."""
     problems: dict[str, str] = field(default_factory=dict)
     """Conditions a reactor reports until they clear (name → what is wrong): while any is
     set the process answers ``/readyz`` with 503 and ``streamproc status`` shows the role
