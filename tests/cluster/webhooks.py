@@ -41,7 +41,20 @@ class Delivery:
 
     @property
     def acknowledged(self) -> bool:
-        return bool(self.attempts) and 200 <= self.final.status < 300
+        """Answered 2xx, or ``409 replayed-delivery`` to a resend after an attempt that got no
+        answer: the delivery id is claimed only once its export is recorded (docs/api.md,
+        Replays), so that 409 says the lost attempt was recorded."""
+        return bool(self.attempts) and (200 <= self.final.status < 300 or self.recorded_earlier)
+
+    @property
+    def recorded_earlier(self) -> bool:
+        f = self.final
+        return (
+            f.status == 409
+            and isinstance(f.body, dict)
+            and str(f.body.get("type", "")).endswith("replayed-delivery")
+            and any(a.status == 0 or a.status >= 500 for a in self.attempts[:-1])
+        )
 
 
 class Sender:
