@@ -212,6 +212,9 @@ class PreviewResult(Response, kw_only=True):
     unmatched: list[str]
     """Keys that match no image of the tenant (at most 100 shown)."""
     unmatched_count: int
+    usage_unknown: int = 0
+    """How many of the ``count`` images have no usage data: they count as using every
+    component they contain, also with ``usageOnly``."""
 
 
 # ------------------------------------------------------------------ writes and webhooks

@@ -18,6 +18,9 @@ class ImpactResult(Protocol):
     @property
     def unmatched(self) -> list[str]: ...
 
+    @property
+    def usage_unknown(self) -> int: ...
+
     def sample(self, n: int) -> list[str]: ...
 
 

@@ -58,6 +58,7 @@ async def preview_impact(gw: Gateway, request: web.Request, who: Principal | Non
             sample=result.sample(body.sample_size),
             unmatched=unmatched[:MAX_UNMATCHED_SHOWN],
             unmatched_count=len(unmatched),
+            usage_unknown=result.usage_unknown,
         )
     )
 

@@ -49,12 +49,13 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _used_purls(path: str | None) -> set[str]:
-    """Canonical purls listed one per line (blank lines and ``#`` comments skipped)."""
+def _used_purls(path: str | None) -> set[str] | None:
+    """Canonical purls listed one per line (blank lines and ``#`` comments skipped); None
+    without a file: the image's usage is then unknown (not "nothing used")."""
     from streamproc.impact.purls import PurlError, normalize_purl
 
     if path is None:
-        return set()
+        return None
     out: set[str] = set()
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         s = line.strip()
@@ -68,8 +69,9 @@ def _used_purls(path: str | None) -> set[str]:
     return out
 
 
-def build_payload(args: argparse.Namespace) -> tuple[Any, int, int]:
-    """The validated ``image.indexed`` payload, its purl count and used count."""
+def build_payload(args: argparse.Namespace) -> tuple[Any, int, int | None]:
+    """The validated ``image.indexed`` payload, its purl count and used count (None when
+    the image's usage is unknown)."""
     from streamproc.events.payloads import MAX_KEYS, Component, ImageIndexed
     from streamproc.ids import InvalidTenant, validate_tenant
     from streamproc.impact.purls import PurlError, normalize_purl
@@ -92,7 +94,7 @@ def build_payload(args: argparse.Namespace) -> tuple[Any, int, int]:
         )
     used = _used_purls(args.used_purls)
     try:
-        flags = [normalize_purl(p).purl in used for p in sbom.purls]
+        flags = None if used is None else [normalize_purl(p).purl in used for p in sbom.purls]
         rec = build_image(
             tenant=args.tenant,
             digest=args.image,
@@ -109,7 +111,7 @@ def build_payload(args: argparse.Namespace) -> tuple[Any, int, int]:
             f"{args.sbom}: invalid purl {exc.purl!r}: {exc.reason}; the image is refused "
             f"and nothing was published"
         ) from None
-    missing = used - set(rec.purls)
+    missing = (used or set()) - set(rec.purls)
     if missing:
         raise UsageError(
             f"{args.used_purls}: {len(missing)} used purl(s) not in the SBOM, e.g. "
@@ -126,12 +128,13 @@ def build_payload(args: argparse.Namespace) -> tuple[Any, int, int]:
             Component(purl=p, product_key=k, used=u)
             for p, k, u in zip(rec.purls, rec.product_keys, rec.used, strict=True)
         ],
+        usage_known=rec.usage_known,
     )
     try:  # msgspec validates on decode only: round-trip to apply the schema's limits
         msgspec.json.decode(msgspec.json.encode(payload), type=ImageIndexed)
     except msgspec.ValidationError as exc:
         raise UsageError(f"image.indexed payload refused: {exc}; nothing published") from None
-    return payload, len(rec.purls), sum(rec.used)
+    return payload, len(rec.purls), sum(rec.used) if rec.usage_known else None
 
 
 async def _last_on_subject(nc: Any, stream: str, subject: str) -> tuple[int, bytes | None]:
