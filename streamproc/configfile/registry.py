@@ -150,8 +150,9 @@ KEYS: tuple[Key, ...] = (
        "OTLP/HTTP endpoint (with `otel.exporter = \"otlp\"`)"),
     # ------------------------------------------------------------------ planner
     _k("planner.debounce_s", "STREAMPROC_PLANNER_DEBOUNCE_S", "float", 30.0,
-       "exports of one tenant and source within this window of the first become one run "
-       "(0: each plans on its own)", minimum=0),
+       "an export after a quiet spell plans at once; those of one tenant and source arriving "
+       "within this window after a run become one run when it closes (0: each plans on its "
+       "own)", minimum=0),
     _k("planner.segment_size", "STREAMPROC_PLANNER_SEGMENT_SIZE", "int", 500,
        "most images per segment", minimum=1, maximum=10000),
     _k("planner.default_rate", "STREAMPROC_PLANNER_DEFAULT_RATE", "int", 50,
