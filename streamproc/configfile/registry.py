@@ -162,7 +162,8 @@ KEYS: tuple[Key, ...] = (
     _k("planner.default_max_jobs", "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "int", 50000,
        "images per run without `limits.maxJobs`", minimum=1),
     _k("planner.usage_only", "STREAMPROC_PLANNER_USAGE_ONLY", "bool", True,
-       "event-driven resolution counts only packages used by an entrypoint"),
+       "event-driven resolution counts only packages used by an entrypoint, in images whose "
+       "usage is known (images without usage data count every package they contain)"),
     _k("planner.spill_delay_s", "STREAMPROC_PLANNER_SPILL_DELAY_S", "float", 300.0,
        "a run's surplus over `maxJobs` is planned as a continuation run this much later",
        minimum=0),

@@ -120,18 +120,24 @@ def render_guide(gateway: str, scanner: str, osv_dir: Path, tenant: str, setting
     sources = osv_dir.parent / "debian-sources.json"
     new = f"{data}/osv/GHSA-cx63-2mw6-8hw5.json {data}/osv/DSA-5514-1.json"
     lines = [
-        f"  -- demo: tenant {tenant!r}, {sboms} real SBOMs indexed, scanner at {scanner}",
+        f"  -- demo: tenant {tenant!r}, {sboms} real SBOMs indexed, scanner at {scanner}"
+        " (it learns images from the event log)",
         "  Try it (in another terminal):",
         "",
         "  # 1. follow the deltas Notify would receive",
         f"  streamproc notify tail --nats-url {nats} --tenant {tenant} \\",
         "      --kind rescan.delta --kind run.summary",
         "",
-        "  # 2. new advisories land (setuptools CVE-2024-6345, glibc CVE-2023-4911) ...",
+        "  # 2. index an SBOM of your own too (CycloneDX or SPDX JSON; the scanner learns it",
+        "  #    from the log; without --used-purls every package it lists counts)",
+        f"  streamproc index add --nats-url {nats} --tenant {tenant} \\",
+        "      --image sha256:<64 hex> --repo my/app --sbom my-app.cdx.json",
+        "",
+        "  # 3. new advisories land (setuptools CVE-2024-6345, glibc CVE-2023-4911) ...",
         f"  cp {new} {osv_dir}/",
         f"  curl -s -X POST {scanner}/advisories/reload",
         "",
-        "  # 3. ... and the advisory aggregator tells the scheduler (signed Feedser webhook)",
+        "  # 4. ... and the advisory aggregator tells the scheduler (signed Feedser webhook)",
         f"  streamproc feedser export --osv {osv_dir} --kev {data}/kev.json \\",
         f"      --debian-sources {sources} --url {gateway} \\",
         '      --secret "$STREAMPROC_FEEDSER_SECRET"',
