@@ -14,7 +14,7 @@ import re
 import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from aiohttp import web
@@ -23,8 +23,10 @@ from streamproc import tracing
 from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.fastclient import FastClient
+from streamproc.bus.owner import StoreLock, claim
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
+from streamproc.bus.services import Served
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.leadership import Leadership
@@ -42,10 +44,20 @@ READY_LAG = 10_000
 
 
 class System:
-    def __init__(self, settings: Settings, roles: Sequence[str], *, http: bool = True) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        roles: Sequence[str],
+        *,
+        http: bool = True,
+        store_lock: StoreLock | None = None,
+    ) -> None:
+        """``store_lock``: the embedded server's store, already taken (``owner.claim``);
+        without it, and without a NATS URL, ``start`` takes it or refuses."""
         self.settings = settings
         self.roles = list(roles)
         self.http = http
+        self.store_lock = store_lock
         self.server: EmbeddedNats | None = None
         self.nc: FastClient | None = None
         self.projectors: dict[str, Projector] = {}
@@ -58,8 +70,11 @@ class System:
         self.clock: HybridLogicalClock | None = None
         self.heartbeat: StatusHeartbeat | None = None
         self.leaders: dict[str, Leadership] = {}
-        self._sock: socket.socket | None = None
         """The lease of every singleton role here (planner, auditor): active or standby."""
+        self.served: dict[str, Served] = {}
+        """The NATS services of the roles here, once each has caught up."""
+        self._serving: list[asyncio.Task[None]] = []
+        self._sock: socket.socket | None = None
 
     @property
     def nats_url(self) -> str:
@@ -79,7 +94,9 @@ class System:
         if self.http:  # a taken port is refused now, before NATS, consumers and leases
             self._sock = listen(s.http_host, s.http_port)
         if not s.nats_url:
-            self.server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port)
+            self.server = EmbeddedNats(
+                s.nats_dir, host=s.nats_host, port=s.nats_port, lock=self.store_lock
+            )
             await asyncio.to_thread(self.server.start)
         auth = NatsAuth.from_env() if s.nats_url else None  # the embedded server has none
         self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}", auth=auth)
@@ -94,7 +111,7 @@ class System:
             s.node_id,
             state_file=s.hlc_file("-".join(self.roles)),
             max_clock_skew_ms=s.max_clock_skew_ms,
-            persistence_interval_ms=s.hlc_persistence_interval_ms,
+            reserve_ms=s.hlc_reserve_ms,
         )
         shared: dict[str, Projection] = {}
         for role, store in zip(self.roles, self.stores, strict=True):
@@ -108,6 +125,7 @@ class System:
                 role=role,
                 batch=s.batch,
                 consumer=projector_consumer(role, s.node_id, store.path),
+                subjects=s.events_subjects,
             )
             await proj.start()
             self.projectors[role] = proj
@@ -125,6 +143,9 @@ class System:
                 shared=shared,
             )
             self.contexts[role] = ctx
+            if spec.services is not None:
+                task = serve_when_current(role, proj, ctx, spec.services, self.served)
+                self._serving.append(asyncio.create_task(task, name=f"services-{role}"))
             reactors = [make(s) for make in spec.reactors]
             if reactors and spec.singleton:
                 leader = await Leadership.open(self.nc, s, role, proj)
@@ -181,6 +202,10 @@ class System:
                 detail["lag"] = lags
         if self.leaders:  # a standby is ready: warm, and taking over is its whole job
             detail["lease"] = {role: lead.state for role, lead in self.leaders.items()}
+        problems = {role: dict(c.problems) for role, c in self.contexts.items() if c.problems}
+        if problems:  # a reactor says something is wrong (e.g. the planner's restart check)
+            ok = False
+            detail["problems"] = problems
         return ok, detail
 
     async def wait(self, stop: asyncio.Event) -> int:
@@ -205,6 +230,13 @@ class System:
         if self._sock is not None:  # also when start failed before serving on it
             self._sock.close()
             self._sock = None
+        for t in self._serving:  # then leave the services' queue groups
+            t.cancel()
+            with contextlib.suppress(BaseException):
+                await t
+        for served in self.served.values():
+            with contextlib.suppress(Exception):
+                await served.stop()
         for p in self.projectors.values():
             p.stop()
         for t in self.tasks:
@@ -225,6 +257,8 @@ class System:
             store.close()
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
+        if self.store_lock is not None:  # also when start failed before the server ran
+            self.store_lock.release()
 
 
 class ListenError(OSError):
@@ -248,6 +282,31 @@ def projector_consumer(role: str, node_id: str, state_dir: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"proj_{role}_{node_id}_{where}")
 
 
+async def serve_when_current(
+    role: str,
+    proj: Projector,
+    ctx: RoleContext,
+    start: Callable[[RoleContext], Awaitable[Served]],
+    served: dict[str, Served],
+) -> None:
+    """Start the role's services once its state has caught up with the stream head as it was
+    at start, so no instance answers from state far behind the others'. A start that fails
+    (NATS unavailable) is tried again."""
+    target = proj.head
+    while proj.applied < target:
+        with contextlib.suppress(TimeoutError):
+            await proj.wait_for(target, 60)
+    while True:
+        try:
+            served[role] = await start(ctx)
+        except Exception as exc:
+            log.warning("%s: cannot start its NATS services (%s); retrying", role, exc)
+            await asyncio.sleep(1)
+            continue
+        log.info("%s: answering queries over NATS", role)
+        return
+
+
 async def active_react_loop(
     proj: Projector, spec: RoleSpec, ctx: RoleContext, leader: Leadership, reactors: list[Reactor]
 ) -> None:
@@ -255,7 +314,10 @@ async def active_react_loop(
     every later term starts with fresh reactors (nothing remembered from an earlier one)."""
     while True:
         await leader.wait_active()
-        await react_loop(proj, reactors, ctx, leader.active)
+        try:
+            await react_loop(proj, reactors, ctx, leader.active)
+        finally:
+            ctx.problems.clear()  # they were this term's; a standby has none of its own
         reactors = [make(ctx.settings) for make in spec.reactors]
 
 
@@ -293,15 +355,17 @@ def install_stop_signals(stop: asyncio.Event) -> None:
 async def run_roles(
     settings: Settings, roles: Sequence[str], *, http: bool = True, demo: bool = False
 ) -> int:
-    if demo:
-        from streamproc.devsetup import prepare_dev_auth
-
-        dev = prepare_dev_auth(settings)
-    system = System(settings, roles, http=http)
+    # A second `up` on this data directory stops here, before it touches anything.
+    lock = None if settings.nats_url else await claim(settings.nats_dir, settings.node_id)
+    system = System(settings, roles, http=http, store_lock=lock)
     stop = asyncio.Event()
     install_stop_signals(stop)
     demo_env = None
     try:
+        if demo:
+            from streamproc.devsetup import prepare_dev_auth
+
+            dev = prepare_dev_auth(settings)
         await system.start()
         print(f"streamproc {' '.join(roles)} running (node {settings.node_id})", flush=True)
         print(f"  NATS         {system.nats_url}", flush=True)

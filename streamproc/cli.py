@@ -56,14 +56,17 @@ def cmd_nats(args: argparse.Namespace) -> int:
     s = _settings(args)
     if args.cluster:
         from streamproc.bus.cluster import DEPLOY_PORTS, serve
+        from streamproc.bus.session import CLUSTER_DIR
 
         ports = (s.nats_port, DEPLOY_PORTS[1], DEPLOY_PORTS[2])
-        return _run(serve(s.data_dir / "nats-cluster", args.cluster, s.nats_host, ports))
+        return _run(serve(s.data_dir / CLUSTER_DIR, args.cluster, s.nats_host, ports, s.node_id))
 
     async def main() -> int:
         from streamproc.app import install_stop_signals
+        from streamproc.bus.owner import claim
 
-        server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port)
+        lock = await claim(s.nats_dir, s.node_id)
+        server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port, lock=lock)
         await asyncio.to_thread(server.start)
         print(f"nats-server (JetStream) listening on {server.url}, store {server.store_dir}")
         print("Press Ctrl-C to stop.", flush=True)
@@ -105,7 +108,11 @@ def cmd_streams_export(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for d in streams.definitions(args.prefix or "scheduler", args.replicas):
+    from streamproc.gateway.replay import default_bucket_definition
+
+    prefix = args.prefix or "scheduler"
+    replay = default_bucket_definition(prefix, args.replicas)  # the gateways create it
+    for d in [*streams.definitions(prefix, args.replicas), replay]:
         path = out / f"{d['name']}.json"
         path.write_text(json.dumps(d, indent=2) + "\n")
         print(path)

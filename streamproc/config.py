@@ -72,7 +72,9 @@ class Settings(msgspec.Struct, kw_only=True):
     prefix: str = "scheduler"
     node_id: str = msgspec.field(default_factory=default_node_id)
     max_clock_skew_ms: int = 5_000
-    hlc_persistence_interval_ms: int = 60_000
+    hlc_reserve_ms: int = 1_000
+    """How far ahead of the last issued time the HLC saves its ceiling (1..1000 ms): what a
+    restart after a crash can stamp ahead of the wall clock."""
     batch: int = 1000
     http_max_body: int = 10 * 1024 * 1024
     """Request bodies above this are refused with 413 (after decompression too)."""
@@ -87,12 +89,19 @@ class Settings(msgspec.Struct, kw_only=True):
             validate_node(self.node_id)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if not 1 <= self.hlc_reserve_ms <= 1_000:
+            raise ConfigError(f"HLC reserve {self.hlc_reserve_ms} ms: between 1 and 1000")
         if self.batch < 1 or self.batch > 10_000:
             raise ConfigError(f"batch {self.batch}: between 1 and 10000")
 
     @property
     def events_stream(self) -> str:
         return stream_names(self.prefix)[0]
+
+    @property
+    def events_subjects(self) -> str:
+        """What every event's subject starts with (``<prefix>.events.``)."""
+        return f"{self.prefix}.events."
 
     def state_dir(self, role: str) -> Path:
         return self.data_dir / "state" / role
@@ -114,6 +123,7 @@ ENV = {
     "prefix": "STREAMPROC_PREFIX",
     "node_id": "STREAMPROC_NODE_ID",
     "max_clock_skew_ms": "STREAMPROC_MAX_CLOCK_SKEW_MS",
+    "hlc_reserve_ms": "STREAMPROC_HLC_RESERVE_MS",
     "batch": "STREAMPROC_BATCH",
     "http_max_body": "STREAMPROC_HTTP_MAX_BODY",
 }

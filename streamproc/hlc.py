@@ -1,13 +1,16 @@
 """Hybrid logical clock (Kulkarni et al., 2014).
 
 Timestamps are ``{physical_ms}:{logical}:{node}``. The clock never issues a timestamp below
-one it issued before, across restarts: it persists a *ceiling* on the physical component
-ahead of use (and the exact state at shutdown), so even a crash followed by a wall clock that
-went back resumes above everything already issued.
+one it issued before, across restarts: before it issues a physical time at or past its saved
+*ceiling* it saves a new ceiling ``reserve_ms`` (at most 1 s) ahead, and at shutdown it saves
+its exact state. So a crash followed by a wall clock that went back resumes above everything
+already issued, and a restart after a crash stamps at most ``reserve_ms`` above
+max(wall clock, last issued) — well inside the other processes' ``max_clock_skew``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -29,6 +32,10 @@ KEY_WIDTH = 8 + 4 + NODE_WIDTH
 MAX_LOGICAL = 999_999_999
 """Nine digits, as the wire pattern allows; on overflow the clock borrows the next ms."""
 MAX_PHYSICAL = 10**19 - 1
+MAX_RESERVE_MS = 1_000
+"""The most a saved ceiling may lie ahead of the last issued time: what a restart after a
+crash can run ahead by (other processes refuse timestamps ``max_clock_skew`` ahead)."""
+log = logging.getLogger(__name__)
 
 
 class HlcError(ValueError):
@@ -115,12 +122,14 @@ class HybridLogicalClock:
         *,
         state_file: Path | None = None,
         max_clock_skew_ms: int = 5_000,
-        persistence_interval_ms: int = 60_000,
+        reserve_ms: int = MAX_RESERVE_MS,
         wall: Callable[[], int] = wall_ms,
     ) -> None:
         self.node = validate_node(node)
+        if not 1 <= reserve_ms <= MAX_RESERVE_MS:
+            raise ValueError(f"HLC reserve {reserve_ms} ms: 1..{MAX_RESERVE_MS}")
         self.max_clock_skew_ms = max_clock_skew_ms
-        self._interval = persistence_interval_ms
+        self._reserve = reserve_ms
         self._wall = wall
         self._file = state_file
         self._lock = threading.Lock()
@@ -131,6 +140,14 @@ class HybridLogicalClock:
             saved = msgspec.json.decode(state_file.read_bytes(), type=_Persisted)
             self._l, self._c = saved.physical, saved.logical
             self._ceiling = saved.physical
+            ahead = saved.physical - wall()
+            if ahead > reserve_ms:  # a wall clock that went back, or an older, wider ceiling
+                log.warning(
+                    "HLC %s resumes %d ms ahead of the wall clock (its saved mark): it never "
+                    "issues below what it issued before",
+                    node,
+                    ahead,
+                )
 
     def now(self) -> Timestamp:
         """Send / local event rule: ``l' = max(l, pt)``; ``c`` advances only if ``l`` stayed."""
@@ -176,7 +193,8 @@ class HybridLogicalClock:
             self._l += 1
             self._c = 0
         if self._file is not None and self._l >= self._ceiling:
-            self._ceiling = self._l + self._interval
+            # Saved before it is used: a crash resumes at most ``reserve`` above this issue.
+            self._ceiling = self._l + self._reserve
             self._write(_Persisted(self._ceiling, 0))
         metrics.HLC_TICKS.inc()
         metrics.HLC_OFFSET.set((self._l - pt) / 1000.0)

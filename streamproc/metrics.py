@@ -65,7 +65,8 @@ HTTP_REQUEST_SECONDS = Histogram(
 )
 SCHEDULER_EVENTS = Counter(
     "scheduler_events",
-    "Export webhook deliveries by source kind and result (accepted|duplicate|refused|failed)",
+    "Export webhook deliveries (feedser, vexer) and image PUTs (images) by result "
+    "(accepted|duplicate|refused|failed)",
     ["source", "result"],
 )
 
@@ -105,6 +106,15 @@ PLANNER_BACKLOG = Gauge(
 )
 PLANNER_ERRORS = Counter(
     "scheduler_planner_errors", "Plans or ticks that failed to publish, by reason", ["reason"]
+)
+PLANNER_RECOVERY_FAILING = Gauge(
+    "scheduler_planner_recovery_failing",
+    "1 while the planner's restart check (re-queueing work items a crash left unpublished) "
+    "fails or has given up; 0 once it succeeded",
+)
+PLANNER_REQUEUED = Counter(
+    "scheduler_planner_requeued_work_items",
+    "Work items the restart check published again (absent from the work queue after a crash)",
 )
 CRON_TICKS = Counter(
     "scheduler_cron_ticks", "Cron ticks by outcome (fired|late|skipped)", ["result"]

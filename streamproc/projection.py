@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from streamproc import metrics
+from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, EventError, decode
 from streamproc.state import keys
 from streamproc.state.store import Store
@@ -137,6 +138,15 @@ class _Format(msgspec.Struct, frozen=True):
     projections: dict[str, int]
 
 
+def _check_subject(prefix: str, subject: str | bytes, event: Envelope) -> None:
+    s = subject.decode(errors="replace") if isinstance(subject, bytes) else subject
+    head = f"{prefix}{event.tenant}.{KINDS[event.kind].aggregate}."
+    if not s.startswith(head) or "." in s[len(head) :]:
+        raise EventError(
+            "wrong_subject", f"a {event.kind} event of tenant {event.tenant} on subject {s}"
+        )
+
+
 class Folder:
     """Folds batches of raw stream messages into a store through a set of projections.
 
@@ -144,9 +154,20 @@ class Folder:
     events identically: decode (quarantine on failure), dispatch by kind, flush, commit.
     """
 
-    def __init__(self, store: Store, projections: Iterable[Projection], role: str = "") -> None:
+    def __init__(
+        self,
+        store: Store,
+        projections: Iterable[Projection],
+        role: str = "",
+        subjects: str | None = None,
+    ) -> None:
+        """``subjects``: the event log's subject prefix (``<prefix>.events.``). Given, an
+        event that is not on its own tenant's and aggregate's subject is quarantined
+        (``wrong_subject``): NATS permissions authorize subjects, so this is what confines a
+        producer allowed on one tenant's subjects to that tenant's events."""
         self.store = store
         self.role = role
+        self.subjects = subjects
         self.projections = list(projections)
         names = [p.name for p in self.projections]
         if len(set(names)) != len(names):
@@ -186,11 +207,12 @@ class Folder:
     def apply(self, messages: Iterable[Sequence[Any]], checkpoint: keys.Checkpoint) -> int:
         """Fold ``(seq, subject, data, ...)`` messages and commit them with ``checkpoint``.
 
-        ``subject`` may be bytes (straight off the wire) or str; it is only read to record a
-        quarantined message."""
+        ``subject`` may be bytes (straight off the wire) or str; it is read to check it (with
+        ``subjects``) and to record a quarantined message."""
         tx = Tx(self.store)
         meta = tx.table(keys.META_CF)
         dispatch = self._dispatch
+        subjects = self.subjects
         n = 0
         try:
             for m in messages:
@@ -198,6 +220,8 @@ class Folder:
                 n += 1
                 try:
                     event = decode(data)
+                    if subjects is not None:
+                        _check_subject(subjects, m[1], event)
                 except EventError as exc:
                     subject = m[1].decode(errors="replace") if isinstance(m[1], bytes) else m[1]
                     self._quarantine(meta, seq, subject, exc.reason, exc.detail, data)

@@ -92,16 +92,19 @@ class Projector:
         batch: int = 1000,
         durable: bool = True,
         consumer: str | None = None,
+        subjects: str | None = None,
     ) -> None:
         """``consumer`` names the durable consumer (default ``proj_<role>``): each process
-        hosting a role needs its own, as every start replaces it from its checkpoint."""
+        hosting a role needs its own, as every start replaces it from its checkpoint.
+        ``subjects``: the event log's subject prefix, to check each event's subject
+        (:class:`Folder`)."""
         self.nc = nc
         self.store = store
         self.stream = stream
         self.role = role
         self.batch = batch
         self.durable = durable
-        self.folder = Folder(store, projections, role)
+        self.folder = Folder(store, projections, role, subjects)
         self.consumer = consumer or f"proj_{role}".replace(".", "_")
         self.epoch = ""
         self.applied = 0

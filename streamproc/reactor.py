@@ -16,6 +16,7 @@ from typing import ClassVar
 from aiohttp import web
 
 from streamproc.bus.publisher import Publisher
+from streamproc.bus.services import Served
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.projection import Projection
@@ -36,8 +37,13 @@ class RoleContext:
     lag: Callable[[], int]
     """Events between the stream head (as last seen) and ``applied``."""
     shared: dict[str, Projection] = field(default_factory=dict)
-    """Every projection hosted in this process, by name: roles in one process (``up``) share
-    one instance (e.g. the gateway's impact preview reads the planner's ``impact`` index)."""
+    """Every projection hosted in this process, by name, for the reactors and services of
+    the roles here (one instance per name). Another role's state is asked for over NATS
+    (:mod:`streamproc.bus.services`), never read from here."""
+    problems: dict[str, str] = field(default_factory=dict)
+    """Conditions a reactor reports until they clear (name → what is wrong): while any is
+    set the process answers ``/readyz`` with 503 and ``streamproc status`` shows the role
+    degraded."""
 
 
 class Reactor(ABC):
@@ -54,6 +60,10 @@ class RoleSpec:
     reactors: list[Callable[[Settings], Reactor]] = field(default_factory=list)
     routes: Callable[[web.Application, RoleContext], None] | None = None
     """Adds the role's HTTP routes to the process's aiohttp application."""
+    services: Callable[[RoleContext], Awaitable[Served]] | None = None
+    """Starts the NATS services answering questions about the role's state
+    (:mod:`streamproc.bus.services`); every instance serves, standbys too, once its
+    projections have caught up with the stream head as it was at start."""
     singleton: bool = False
     """Its reactors must act in one process at a time: they run only where the role's lease
     is held (:mod:`streamproc.leadership`); other instances fold and stand by."""

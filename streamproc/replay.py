@@ -15,6 +15,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -58,6 +59,13 @@ def partial_warning(stream: str, first_seq: int) -> str:
     )
 
 
+def _subjects(config: dict[str, Any]) -> str | None:
+    """The event log's subject prefix, from its subject filter (``<prefix>.events.>``): the
+    live projector checks subjects against the same prefix (``Settings.events_subjects``)."""
+    subjects = config.get("subjects") or []
+    return subjects[0][:-1] if len(subjects) == 1 and subjects[0].endswith(".>") else None
+
+
 async def rebuild(
     nc: FastClient,
     stream: str,
@@ -87,7 +95,14 @@ async def rebuild(
     t0 = time.perf_counter()
     try:
         proj = Projector(
-            nc, store, projections_for(role), stream=stream, role=role, batch=batch, durable=False
+            nc,
+            store,
+            projections_for(role),
+            stream=stream,
+            role=role,
+            batch=batch,
+            durable=False,
+            subjects=_subjects(info.config),
         )
         await proj.start(ack=False, allow_partial=allow_partial)
         first = proj.applied + 1

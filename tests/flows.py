@@ -91,8 +91,8 @@ async def feedser_run(
             "feedser", "export", "--osv", str(demo.osv_dir), "--kev", str(DATA / "kev.json"),
             "--debian-sources", str(demo.osv_dir.parent / "debian-sources.json"),
             "--url", system.http_url, "--secret", secret,
-            "--state", str(tmp_path / "feedser-state.json"),
         ]  # fmt: skip
+        monkeypatch.setenv("STREAMPROC_DATA_DIR", str(settings.data_dir))  # keeps its state
         assert await asyncio.to_thread(main, argv) == 0
         assert system.nc is not None
         notify = f"{prefix.upper()}_NOTIFY"

@@ -71,7 +71,8 @@ def test_up_on_a_taken_http_port_is_a_clear_error_before_anything_starts(tmp_pat
     assert r.returncode == 2, r.stderr
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in r.stderr
     assert "Traceback" not in r.stderr
-    assert not (tmp_path / "nats").exists(), "refused before the embedded server started"
+    assert not (tmp_path / "nats" / "jetstream").exists(), "refused before the server started"
+    assert not (tmp_path / "nats" / "owner.json").exists(), "and gave the store up again"
 
 
 def test_streams_apply_against_an_unreachable_server_fails_clearly() -> None:

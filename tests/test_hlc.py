@@ -7,6 +7,7 @@ import tempfile
 from itertools import pairwise
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from streamproc import metrics
 from streamproc.hlc import (
     KEY_WIDTH,
     MAX_LOGICAL,
+    MAX_RESERVE_MS,
     ClockSkewError,
     HlcError,
     HybridLogicalClock,
@@ -316,6 +318,33 @@ def test_crash_then_receive_first_resumes_above_everything(tmp_path):
     assert first > max(issued)
 
 
+def test_crash_restart_stamps_within_the_reserve_of_wall_and_last_issued(tmp_path):
+    """A process killed mid-flight resumes at most ``reserve_ms`` (1 s) ahead: other
+    processes (max_clock_skew 5 s) never refuse or hold what it stamps after the restart."""
+    state = tmp_path / "state.json"
+    wall = FakeWall(BASE)
+    clock = HybridLogicalClock("n", state_file=state, wall=wall)
+    issued = []
+    for _ in range(5_000):  # 5 s of stamping, one ms at a time
+        wall.value += 1
+        issued.append(clock.now())
+    saved = msgspec.json.decode(state.read_bytes())
+    assert 0 < saved["physical"] - issued[-1].physical <= MAX_RESERVE_MS
+    restarted = HybridLogicalClock("n", state_file=state, wall=FakeWall(wall.value))
+    first = restarted.now()
+    assert first > max(issued)
+    assert first.physical - wall.value <= MAX_RESERVE_MS
+    # wall clock well past the ceiling: stamps follow the wall clock exactly
+    later = HybridLogicalClock("n", state_file=state, wall=FakeWall(wall.value + 5_000))
+    assert later.now().physical == wall.value + 5_000
+
+
+def test_the_reserve_is_at_most_one_second():
+    for bad in (0, 1_001, 60_000):
+        with pytest.raises(ValueError, match="reserve"):
+            HybridLogicalClock("n", reserve_ms=bad)
+
+
 def test_clean_close_then_wall_clock_back_resumes_just_above(tmp_path):
     state = tmp_path / "state.json"
     wall = FakeWall(BASE)
@@ -340,15 +369,13 @@ def test_clean_close_then_wall_clock_back_resumes_just_above(tmp_path):
     history=ops,
     clean=st.booleans(),
     back=st.integers(0, 2 * HOUR_MS),
-    interval=st.sampled_from([1, 1000, 60_000]),
+    reserve=st.sampled_from([1, 250, 1000]),
 )
-def test_restart_never_goes_back_property(history, clean, back, interval):
+def test_restart_never_goes_back_property(history, clean, back, reserve):
     with tempfile.TemporaryDirectory() as d:
         state = Path(d) / "state.json"
         wall = FakeWall(BASE)
-        clock = HybridLogicalClock(
-            "n", state_file=state, wall=wall, persistence_interval_ms=interval
-        )
+        clock = HybridLogicalClock("n", state_file=state, wall=wall, reserve_ms=reserve)
         issued = run_ops(clock, wall, history)
         if clean:
             clock.close()
@@ -356,11 +383,13 @@ def test_restart_never_goes_back_property(history, clean, back, interval):
             "n",
             state_file=state,
             wall=FakeWall(max(0, wall.value - back)),
-            persistence_interval_ms=interval,
+            reserve_ms=reserve,
         )
         first = restarted.now()
         if issued:
             assert first > max(issued)
+            # ... and never more than the reserve above max(wall, last issued)
+            assert first.physical <= max(max(issued).physical, restarted._wall()) + reserve
 
 
 # ---------------------------------------------------------------- (6) parse errors

@@ -212,6 +212,33 @@ def test_batch_of_only_malformed_messages_still_commits_checkpoint():
     assert counter(store) is None
 
 
+def test_events_off_their_own_subject_are_quarantined():
+    """With the log's subject prefix, an event must sit on its tenant's and aggregate's
+    subject: that is what NATS permissions restrict a producer to."""
+    store = MemoryStore()
+    folder = Folder(store, [Toy()], "qtest", subjects="scheduler.events.")
+    _, _, data = ev(1)  # schedule.paused of acme, schedule s1
+    folder.apply(
+        [
+            (1, b"scheduler.events.acme.schedule.s1", data),
+            (2, "scheduler.events.globex.schedule.s1", data),  # another tenant's subject
+            (3, "scheduler.events.acme.image.s1", data),  # another aggregate's
+            (4, "scheduler.events.acme.schedule.s1.x", data),  # a token too many
+            (5, "other.events.acme.schedule.s1", data),
+        ],
+        cp(5),
+    )
+    assert counter(store) == 1
+    q = quarantine(store)
+    assert [r.seq for r in q] == [2, 3, 4, 5]
+    assert {r.reason for r in q} == {"wrong_subject"}
+    assert "tenant acme on subject scheduler.events.globex.schedule.s1" in q[0].detail
+    # Without the prefix (pure tests, tools) subjects are not checked.
+    plain = MemoryStore()
+    Folder(plain, [Toy()]).apply([(1, "anything", data)], cp(1))
+    assert counter(plain) == 1
+
+
 # ---------------------------------------------------------------- Table overlay
 
 

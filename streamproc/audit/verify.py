@@ -47,8 +47,12 @@ class UnknownTenant(LookupError):
 
 
 class ChainReport(msgspec.Struct, kw_only=True):
-    tenant: str
-    ok: bool
+    """A tenant's chain verification, as the API answers it (``GET /chain/verify``) and
+    ``streamproc chain verify --json`` prints it. A broken chain is a report (``verified:
+    false`` and where it breaks), not an error."""
+
+    tenant: str = msgspec.field(name="tenantId")
+    ok: bool = msgspec.field(name="verified")
     entries: int
     """Entries verified (the whole chain when ``ok``)."""
     head_chain_link: str | None

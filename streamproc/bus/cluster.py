@@ -65,8 +65,18 @@ def node_config(
 class ClusterNode:
     """One ``nats-server`` of the cluster; its store survives stop/kill/start."""
 
-    def __init__(self, name: str, base: Path, host: str, ports: NodePorts, binary: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        base: Path,
+        host: str,
+        ports: NodePorts,
+        binary: str,
+        pass_fds: tuple[int, ...] = (),
+    ) -> None:
         self.name = name
+        self.pass_fds = pass_fds
+        """Handed to the process: the cluster's store lock, which then lasts while it runs."""
         self.dir = base / name
         self.host = host
         self.ports = ports
@@ -105,7 +115,10 @@ class ClusterNode:
         with open(self.log_path, "ab") as log:
             self._mark = log.tell()
             self.proc = subprocess.Popen(
-                [self.binary, "-c", str(self.conf_path)], stdout=log, stderr=subprocess.STDOUT
+                [self.binary, "-c", str(self.conf_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=self.pass_fds,
             )
 
     def wait_ready(self, deadline: float) -> None:
@@ -175,7 +188,10 @@ class NatsCluster:
         host: str = "127.0.0.1",
         ports: tuple[int, int, int] | None = None,
         binary: str | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
+        """``pass_fds``: handed to every node (``streamproc nats --cluster`` gives its store
+        lock, so no other server starts on these stores while a node runs)."""
         if n < 1:
             raise ValueError("a cluster needs at least one node")
         self.base_dir = Path(base_dir)
@@ -187,7 +203,8 @@ class NatsCluster:
                 np = NodePorts(free_port(host), free_port(host), free_port(host))
             else:
                 np = NodePorts(ports[0] + i, ports[1] + i, ports[2] + i)
-            self.nodes.append(ClusterNode(f"n{i + 1}", self.base_dir, host, np, binary))
+            node = ClusterNode(f"n{i + 1}", self.base_dir, host, np, binary, pass_fds)
+            self.nodes.append(node)
         routes = [node.ports.route for node in self.nodes]
         for node in self.nodes:
             node.write_config(routes)
@@ -345,12 +362,23 @@ def cluster_size(nc: Client) -> int:
     return max(1, len(urls))
 
 
-async def serve(base_dir: Path, n: int, host: str, ports: tuple[int, int, int]) -> int:
-    """``streamproc nats --cluster N``: run a local cluster until SIGINT/SIGTERM."""
+async def serve(
+    base_dir: Path, n: int, host: str, ports: tuple[int, int, int], node_id: str
+) -> int:
+    """``streamproc nats --cluster N``: run a local cluster until SIGINT/SIGTERM; it owns
+    ``base_dir`` (:mod:`streamproc.bus.owner`), so one-shot commands find it there."""
     from streamproc.app import install_stop_signals
+    from streamproc.bus.owner import claim
 
-    cluster = NatsCluster(base_dir, n, host=host, ports=ports)
-    await asyncio.to_thread(cluster.start)
+    lock = await claim(base_dir, node_id)
+    try:
+        cluster = NatsCluster(base_dir, n, host=host, ports=ports, pass_fds=(lock.fd,))
+        await asyncio.to_thread(cluster.start)
+    except BaseException:
+        lock.release()
+        raise
+    pids = [node.pid for node in cluster.nodes if node.pid is not None]
+    lock.update(url=cluster.url, server_pids=pids, ready=True)
     try:
         print(f"nats-server JetStream cluster of {n} on {host}, stores under {base_dir}")
         for node in cluster.nodes:
@@ -362,5 +390,6 @@ async def serve(base_dir: Path, n: int, host: str, ports: tuple[int, int, int]) 
         await stop.wait()
     finally:
         await asyncio.to_thread(cluster.stop)
+        lock.release()
     print("nats-server cluster stopped")
     return 0

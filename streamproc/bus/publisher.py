@@ -109,15 +109,17 @@ class _Pending:
         self.deadline = 0.0
 
 
-def msg_header(msg_id: str, expected_last_subject_seq: int | None = None) -> bytes:
-    if expected_last_subject_seq is None:
+def msg_header(
+    msg_id: str, expected_last_subject_seq: int | None = None, ttl_s: int | None = None
+) -> bytes:
+    if expected_last_subject_seq is None and ttl_s is None:
         return b"NATS/1.0\r\nNats-Msg-Id: %s\r\n\r\n" % msg_id.encode()
-    return header_block(
-        {
-            "Nats-Msg-Id": msg_id,
-            "Nats-Expected-Last-Subject-Sequence": str(expected_last_subject_seq),
-        }
-    )
+    headers = {"Nats-Msg-Id": msg_id}
+    if expected_last_subject_seq is not None:
+        headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
+    if ttl_s is not None:  # per-message TTL (server >= 2.11; the stream must allow it)
+        headers["Nats-TTL"] = str(ttl_s)
+    return header_block(headers)
 
 
 class Publisher:
@@ -200,10 +202,13 @@ class Publisher:
         msg_id: str,
         *,
         expected_last_subject_seq: int | None = None,
+        ttl_s: int | None = None,
     ) -> PubAck:
-        """Publish one message and wait for its acknowledgement (or its error)."""
+        """Publish one message and wait for its acknowledgement (or its error); ``ttl_s``:
+        the server removes the message that many seconds after storing it."""
         sink = _Sink(1, asyncio.get_running_loop())
-        await self._send(subject, data, msg_header(msg_id, expected_last_subject_seq), sink, 0)
+        header = msg_header(msg_id, expected_last_subject_seq, ttl_s)
+        await self._send(subject, data, header, sink, 0)
         await sink.future
         outcome = sink.results[0]
         if isinstance(outcome, BaseException):

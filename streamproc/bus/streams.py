@@ -111,6 +111,7 @@ def definitions(
             "duplicate_window": HOUR,
             "deny_delete": False,
             "deny_purge": False,
+            "allow_direct": True,
         },
         {
             "name": notify,
@@ -127,6 +128,7 @@ def definitions(
             "duplicate_window": HOUR,
             "deny_delete": False,
             "deny_purge": False,
+            "allow_direct": True,
         },
     ]
 

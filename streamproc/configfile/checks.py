@@ -142,12 +142,15 @@ def _installed(module: str) -> bool:
         return False
 
 
-def check_gateway(env: Env, document: Mapping[str, Any]) -> list[Problem]:
+def check_gateway(
+    env: Env, document: Mapping[str, Any], *, file: str | None = None
+) -> list[Problem]:
     """Scalars, the tables, then what the gateway builds at start: issuer keys, webhook
-    source secrets and keys, the DPoP nonce secret, the TLS listener's certificates."""
+    source secrets and keys, the DPoP nonce secret, the TLS listener's certificates.
+    ``file``: check this gateway file instead of the one the environment names."""
     from streamproc.gateway import settings as gw
 
-    envs = _envs("gateway.")
+    envs = [e for e in _envs("gateway.") if not (file and e == gw.ENV_FILE)]
     out = attribute("gateway", lambda e: gw.load(e, document={}), envs, env)
     has_issuer, has_key = (
         bool(env.get(gw.ENV_PREFIX + "ISSUER")),
@@ -157,11 +160,43 @@ def check_gateway(env: Env, document: Mapping[str, Any]) -> list[Problem]:
         missing = "gateway.issuer_key" if has_issuer else "gateway.issuer"
         out.append(Problem(missing, "gateway.issuer and gateway.issuer_key go together"))
     bad = {BY_PATH[p.key].env for p in out if p.key in BY_PATH}
+    good = {e: env[e] for e in envs if env.get(e) and e not in bad}
     try:
-        s = gw.load({e: env[e] for e in envs if env.get(e) and e not in bad}, document=document)
+        s = gw.load({**good, gw.ENV_FILE: file} if file else good, document=document)
     except gw.GatewayConfigError as exc:
         return [*out, _gateway_path(str(exc))]
     return out + _gateway_parts(s)
+
+
+def is_gateway_file(path: Path) -> bool:
+    """A gateway file (what ``gateway.config`` / ``STREAMPROC_GATEWAY_CONFIG`` names), not a
+    settings file: JSON (a settings file is TOML), or ``*.toml`` with gateway keys only at
+    the top — the two ways the gateway reads its file."""
+    import tomllib
+
+    from streamproc.gateway.settings import GatewaySettings
+
+    try:
+        text = path.read_text()
+        doc = tomllib.loads(text) if path.suffix == ".toml" else msgspec.json.decode(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, msgspec.DecodeError):
+        return False
+    if path.suffix != ".toml":
+        return isinstance(doc, dict)
+    return bool(doc) and set(doc) <= set(GatewaySettings.__struct_fields__)
+
+
+def check_gateway_file(path: str, env: Env) -> list[Problem]:
+    """The gateway file at ``path`` as the gateway would load it (with the environment's
+    ``STREAMPROC_GATEWAY_*`` overrides), each problem named by the file's own key."""
+
+    def named(p: Problem) -> Problem:
+        key = BY_PATH.get(p.key)
+        if key is not None and env.get(key.env):  # an override from the environment
+            return Problem(f"{key.path.removeprefix('gateway.')} (env {key.env})", p.reason)
+        return Problem(path if p.key == "gateway" else p.key.removeprefix("gateway."), p.reason)
+
+    return [named(p) for p in check_gateway(env, {}, file=path)]
 
 
 def _gateway_path(message: str) -> Problem:
@@ -173,20 +208,19 @@ def _gateway_path(message: str) -> Problem:
 
 
 def _gateway_parts(s: Any) -> list[Problem]:
-    from streamproc.gateway.auth import Authenticator
-    from streamproc.gateway.dpop import DpopVerifier
-    from streamproc.gateway.settings import Dpop
+    from streamproc.gateway.auth import issuer_keys
+    from streamproc.gateway.dpop import nonce_key
     from streamproc.gateway.tls import server_context
     from streamproc.gateway.webhooks import Source
 
     out = []
     try:
-        DpopVerifier(s.dpop)
+        nonce_key(s.dpop)
     except _FAILURES as exc:
         out.append(Problem("gateway.dpop.nonce_secret", str(exc)))
     for i, issuer in enumerate(s.issuers):
         try:
-            Authenticator(msgspec.structs.replace(s, issuers=[issuer], dpop=Dpop()))
+            issuer_keys(msgspec.structs.replace(s, issuers=[issuer]))
         except _FAILURES as exc:
             out.append(Problem(f"gateway.issuers[{i}] ({issuer.issuer})", str(exc)))
     for i, source in enumerate(s.webhooks):

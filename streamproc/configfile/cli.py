@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from streamproc.config import environment, file_document
-from streamproc.configfile.checks import check_all
+from streamproc.configfile.checks import check_all, check_gateway_file, is_gateway_file
 from streamproc.configfile.loader import ConfigFileError, Loaded, Problem, config_path, load
 from streamproc.configfile.reference import render_reference
 from streamproc.configfile.registry import BY_PATH, CONFIG_ENV, KEYS, SECTIONS, Key, known_env
@@ -56,6 +56,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if path is None:
         print(f"streamproc: config check needs FILE (or {CONFIG_ENV})", file=sys.stderr)
         return EXIT_INVALID
+    if is_gateway_file(Path(path)):
+        return _check_gateway_file(path, quiet=args.quiet)
     loaded = load(path)
     problems = list(loaded.problems)
     if not any(p.key == path for p in problems):  # the file parsed: check what it says
@@ -72,6 +74,22 @@ def cmd_check(args: argparse.Namespace) -> int:
         summary = _gateway_summary(loaded.file.documents.get("gateway"), _merged(loaded))
         if summary:
             print(f"  # gateway: {summary}")
+    return 0
+
+
+def _check_gateway_file(path: str, *, quiet: bool) -> int:
+    """A gateway file: checked as the gateway loads it (``gateway.config``)."""
+    from streamproc.gateway.settings import ENV_FILE
+
+    env = {k: v for k, v in os.environ.items() if v}
+    problems = check_gateway_file(path, env)
+    _warn_unknown_env()
+    if problems:
+        print(f"streamproc: {ConfigFileError(path, _unique(problems))}", file=sys.stderr)
+        return EXIT_INVALID
+    print(f"ok: {path} (a gateway file, for gateway.config / {ENV_FILE})")
+    if not quiet:
+        print(f"  # gateway: {_gateway_summary({}, {**env, ENV_FILE: path})}")
     return 0
 
 

@@ -33,7 +33,10 @@ command-line flag (`--data-dir`, `--nats-url`, `--prefix`, `--node-id`, ...).
 - The gateway's issuers, webhook sources and TLS listener are tables in the file (below). A
   gateway file named by `gateway.config` / `STREAMPROC_GATEWAY_CONFIG` (JSON or TOML, the same
   keys without `gateway.`) replaces the tables it has; inside them, secrets and keys may be
-  written inline, as `file:/path` or as `env:NAME`.
+  written inline, as `file:/path` or as `env:NAME`. `streamproc config check` takes a gateway
+  file too — any JSON file, or a `*.toml` file with only gateway keys at the top, such as the
+  `data/dev/gateway.json` that `make run` writes — and checks it as the gateway loads it
+  (with the `STREAMPROC_GATEWAY_*` overrides of the environment), naming the file's own keys.
 """
 
 

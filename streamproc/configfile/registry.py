@@ -80,7 +80,7 @@ SECTIONS: dict[str, str] = {
     "gateway": "the HTTP API: tokens, webhooks, body limits",
     "gateway.dpop": "DPoP proof checking",
     "feedser": "the `streamproc feedser export` client",
-    "notify": "the `streamproc notify tail` client",
+    "notify": "the Notify HTTP feed (gateway) and the `streamproc notify tail` client",
 }
 
 _PORT = {"minimum": 0, "maximum": 65535}
@@ -95,7 +95,8 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ nats
     _k("nats.url", "NATS_URL", "list[str]", None,
        "NATS servers (a list, or comma-separated in the environment: a cluster)",
-       default_text="start an embedded server on 127.0.0.1"),
+       default_text="the data directory's embedded server on 127.0.0.1: `up` starts it, "
+       "other commands connect to it (or start a temporary one when none runs)"),
     _k("nats.port", "STREAMPROC_NATS_PORT", "int", 4222,
        "port of the embedded server (loopback only; unused with `nats.url`)", **_PORT),
     _k("nats.prefix", "STREAMPROC_PREFIX", "str", "scheduler",
@@ -126,6 +127,10 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ hlc, projector
     _k("hlc.max_skew_ms", "STREAMPROC_MAX_CLOCK_SKEW_MS", "int", 5000,
        "remote HLC timestamps further ahead of this clock are refused", minimum=0),
+    _k("hlc.reserve_ms", "STREAMPROC_HLC_RESERVE_MS", "int", 1000,
+       "the clock saves a ceiling this far ahead of what it issues before using it; a restart "
+       "after a crash stamps at most this far above max(wall clock, last issued)",
+       minimum=1, maximum=1000),
     _k("projector.batch", "STREAMPROC_BATCH", "int", 1000,
        "events folded per batch (one RocksDB WriteBatch, one ack)", minimum=1, maximum=10000),
     # ------------------------------------------------------------------ streams, lease, status
@@ -186,9 +191,6 @@ KEYS: tuple[Key, ...] = (
        "runs planned per reactor pass, round-robin across tenants", minimum=1),
     _k("planner.preview_sample", "STREAMPROC_PLANNER_PREVIEW_SAMPLE", "int", 20,
        "sample digests returned by a preview", minimum=0),
-    _k("planner.recovery_window_s", "STREAMPROC_PLANNER_RECOVERY_WINDOW_S", "float", 3300.0,
-       "at start, runs planned this recently get their work re-enqueued (below 3600: the "
-       "work stream's duplicate window)", minimum=0, maximum=3599),
     # ------------------------------------------------------------------ runner, scanner
     _k("runner.workers", "STREAMPROC_RUNNER_WORKERS", "int", 2,
        "segments processed at once by one runner process", minimum=1, maximum=256),
@@ -250,8 +252,12 @@ KEYS: tuple[Key, ...] = (
        default_text="the request's own"),
     _k("gateway.webhook_window_s", "STREAMPROC_GATEWAY_WEBHOOK_WINDOW_S", "int", 300,
        "webhook timestamps further off are refused", minimum=30, maximum=3600),
-    _k("gateway.replay_cache_size", "STREAMPROC_GATEWAY_REPLAY_CACHE_SIZE", "int", 2000000,
-       "webhook deliveries remembered against replays", minimum=1000),
+    _k("gateway.replay_cache_size", "STREAMPROC_GATEWAY_REPLAY_CACHE_SIZE", "int", 3000000,
+       "live webhook delivery ids and DPoP proof ids the replay bucket shared by every "
+       "gateway replica holds (more: 503)", minimum=1000),
+    _k("gateway.replay_per_client", "STREAMPROC_GATEWAY_REPLAY_PER_CLIENT", "int", 100000,
+       "live ids one client (a webhook source, a DPoP key) may hold through one gateway "
+       "(more: 429)", minimum=10),
     _k("gateway.max_body", "STREAMPROC_GATEWAY_MAX_BODY", "int", None,
        "compressed (on the wire) body cap in bytes", minimum=1024,
        default_text="`http.max_body`"),
@@ -259,6 +265,12 @@ KEYS: tuple[Key, ...] = (
        "body cap after gzip/zstd decoding", minimum=1024, default_text="`gateway.max_body`"),
     _k("gateway.wait_timeout_s", "STREAMPROC_GATEWAY_WAIT_TIMEOUT_S", "float", 10.0,
        "longest `wait` a write request may ask for"),
+    _k("gateway.preview_timeout_s", "STREAMPROC_GATEWAY_PREVIEW_TIMEOUT_S", "float", 5.0,
+       "deadline of an impact preview asked of the planners over NATS (then 503)",
+       minimum=0.001, maximum=120),
+    _k("gateway.verify_timeout_s", "STREAMPROC_GATEWAY_VERIFY_TIMEOUT_S", "float", 120.0,
+       "deadline of a chain verification asked of the auditors over NATS (then 503)",
+       minimum=0.001, maximum=600),
     _k("gateway.access_log", "STREAMPROC_GATEWAY_ACCESS_LOG", "str", "stderr",
        "`stderr`, a file path (JSON lines), `logger` or `off`"),
     _k("gateway.issuer", "STREAMPROC_GATEWAY_ISSUER", "str", None,
@@ -274,13 +286,18 @@ KEYS: tuple[Key, ...] = (
        "nonce lifetime", minimum=10, maximum=3600),
     _k("gateway.dpop.iat_window_s", "STREAMPROC_GATEWAY_DPOP_IAT_WINDOW_S", "int", 60,
        "proof `iat` further off is refused", minimum=5, maximum=600),
-    _k("gateway.dpop.replay_cache_size", "STREAMPROC_GATEWAY_DPOP_REPLAY_CACHE_SIZE", "int",
-       1000000, "proof ids remembered against replays", minimum=1000),
     # ------------------------------------------------------------------ clients
     _k("feedser.secret", "STREAMPROC_FEEDSER_SECRET", "str", None,
        "HMAC secret `streamproc feedser export` signs with", secret=True, default_text="none"),
     _k("notify.token", "STREAMPROC_TOKEN", "str", None,
        "bearer token of `streamproc notify tail --http`", secret=True, default_text="none"),
+    _k("notify.feed_consumers", "STREAMPROC_FEED_CONSUMERS", "list[str]",
+       ["streamproc-notify"],
+       "token subjects (`sub`) that may register and report HTTP feed positions (besides "
+       "callers with scope `scheduler.admin`)"),
+    _k("notify.feed_lease_s", "STREAMPROC_FEED_LEASE_S", "float", 86400.0,
+       "how long the feed keeps a consumer's reported position without a new report",
+       minimum=3),
 )  # fmt: skip
 
 DOCUMENTS: tuple[Document, ...] = (

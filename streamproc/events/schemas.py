@@ -108,7 +108,8 @@ Subject: `<prefix>.events.<tenant>.<aggregate>.<aggregate id>` (default prefix `
 ids that are not safe as a subject token are replaced by `h-` and 32 hex digits of their
 SHA-256. A message that does not decode or validate is quarantined by every projector with its
 reason (`malformed_json`, `invalid_envelope`, `unknown_kind`, `unsupported_schema_version`,
-`invalid_payload`) and folding goes on.
+`invalid_payload`) and folding goes on; so is an event on a subject other than its own tenant's
+and aggregate's (`wrong_subject`), since NATS permissions confine producers by subject.
 
 | kind | version | aggregate (subject token) | emitted by | folded by |
 |---|---|---|---|---|

@@ -11,12 +11,15 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from streamproc.bus import jsapi
+from streamproc.bus.ttlkv import TtlBucket
 from streamproc.gateway import accesslog
-from streamproc.gateway.auth import Authenticator, Principal
+from streamproc.gateway.auth import READ, Authenticator, Principal
 from streamproc.gateway.hardening import decode_json, read_body, require_json
 from streamproc.gateway.operations import BASE, Operation
-from streamproc.gateway.preview import IMPACT_PREVIEW, ImpactPreview
 from streamproc.gateway.problems import ProblemError
+from streamproc.gateway.remote import Remote
+from streamproc.gateway.replay import ReplayGuard, bucket_definition, bucket_name
 from streamproc.gateway.settings import GatewaySettings
 from streamproc.gateway.tls import server_context
 from streamproc.gateway.webhooks import WebhookVerifier
@@ -31,18 +34,21 @@ GATEWAY = web.AppKey("gateway", object)
 class Gateway:
     """Everything a handler needs; one per process, shared by its listeners."""
 
-    def __init__(
-        self,
-        ctx: RoleContext,
-        settings: GatewaySettings,
-        impact: ImpactPreview | None = None,
-    ) -> None:
+    def __init__(self, ctx: RoleContext, settings: GatewaySettings) -> None:
         self.ctx = ctx
         self.s = settings
         self.rm = ReadModel(ctx.store)
-        self.auth = Authenticator(settings)
-        self.webhooks = WebhookVerifier(settings)
-        self.impact = impact
+        prefix = ctx.settings.prefix
+        bucket = TtlBucket(ctx.publisher, bucket_name(prefix), holder=ctx.settings.node_id)
+        self.replay = ReplayGuard(bucket, settings.replay_per_client)
+        self.auth = Authenticator(settings, self.replay)
+        self.webhooks = WebhookVerifier(settings, self.replay)
+        self.remote = Remote(
+            ctx.publisher.nc,
+            prefix,
+            preview_timeout_s=settings.preview_timeout_s,
+            verify_timeout_s=settings.verify_timeout_s,
+        )
         process_cap = ctx.settings.http_max_body
         self.body_cap = min(settings.max_body or process_cap, process_cap)
         self.inflated_cap = settings.max_decompressed_body or self.body_cap
@@ -50,15 +56,6 @@ class Gateway:
         self.tls_runner: web.AppRunner | None = None
         self.tls_url = ""
         self._apps: list[web.Application] = []
-
-    def impact_index(self, request: web.Request) -> ImpactPreview | None:
-        if self.impact is not None:
-            return self.impact
-        for app in (request.app, *self._apps):
-            found = app.get(IMPACT_PREVIEW)
-            if found is not None:
-                return found
-        return None
 
     async def json_body(self, request: web.Request, decoder: msgspec.json.Decoder[Any]) -> Any:
         require_json(request)
@@ -82,7 +79,7 @@ class Gateway:
                 )
             who: Principal | None = None
             if scope is not None:
-                who = auth.authenticate(request, scope)
+                who = await auth.authenticate(request, scope)
                 request[accesslog.TENANT] = who.tenant
             resp = await handler(self, request, who)
             if nonce and who is not None and who.mode == "dpop":
@@ -106,10 +103,19 @@ class Gateway:
             app,
             nc=self.ctx.publisher.nc,
             prefix=self.ctx.settings.prefix,
-            tenant_of=lambda request: self.auth.authenticate(request, "scheduler.read").tenant,
+            who=lambda request: self.auth.authenticate(request, READ),
         )
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
+
+    async def open_replay_bucket(self) -> None:
+        """Create the replay bucket if missing, replicated like the event stream."""
+        nc = self.ctx.publisher.nc
+        replicas = await jsapi.stream_replicas(nc, self.ctx.settings.events_stream)
+        config = bucket_definition(
+            self.ctx.settings.prefix, replicas=replicas, max_keys=self.s.replay_cache_size
+        )
+        await self.replay.open(nc, config)
 
     async def _on_shutdown(self, _app: web.Application) -> None:
         """Stop taking new requests; aiohttp then lets in-flight ones finish."""
@@ -159,20 +165,21 @@ def pass_bodies_through(app: web.Application) -> None:
         app._handler_args = args  # type: ignore[attr-defined]
 
 
-def mount_gateway(
-    app: web.Application,
-    ctx: RoleContext,
-    settings: GatewaySettings,
-    impact: ImpactPreview | None = None,
-) -> Gateway:
-    """Install the gateway on the process's app; the TLS listener starts with the app."""
+def mount_gateway(app: web.Application, ctx: RoleContext, settings: GatewaySettings) -> Gateway:
+    """Install the gateway on the process's app; the replay bucket is opened and the TLS
+    listener started with the app."""
     accesslog.configure(settings.access_log)
     pass_bodies_through(app)
-    gw = Gateway(ctx, settings, impact)
+    gw = Gateway(ctx, settings)
     gw.install(app)
+
+    async def open_replay(_app: web.Application) -> None:
+        await gw.open_replay_bucket()
 
     async def start_tls(_app: web.Application) -> None:
         await gw.start_tls()
+
+    app.on_startup.append(open_replay)
 
     if settings.tls is not None:
         app.on_startup.append(start_tls)

@@ -19,12 +19,16 @@ from nacl.signing import VerifyKey
 from streamproc.gateway import jwt
 from streamproc.gateway.dpop import DpopError, DpopVerifier
 from streamproc.gateway.problems import ProblemError
+from streamproc.gateway.replay import ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, resolve_ref
 from streamproc.gateway.tls import peer_cert_der, x5t_s256
 from streamproc.ids import TENANT_RE
 
 READ = "scheduler.read"
 ADMIN = "scheduler.admin"
+IMAGES_WRITE = "scheduler.images.write"
+"""Ingest only: index and remove images (CI pipelines, scanners); reads need READ."""
+ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE})
 _CACHE_MAX = 20_000
 
 
@@ -38,19 +42,25 @@ class Principal(NamedTuple):
 _claims_dec = msgspec.json.Decoder(jwt.Claims)
 
 
+def issuer_keys(s: GatewaySettings) -> dict[str, tuple[str, VerifyKey]]:
+    """Every configured token signing key by ``kid``: (issuer, key); raises for a key that
+    cannot be read or decoded."""
+    return {
+        k.kid: (iss.issuer, VerifyKey(jwt.decode_key(resolve_ref(k.public_key))))
+        for iss in s.issuers
+        for k in iss.keys
+    }
+
+
 class Authenticator:
-    def __init__(self, s: GatewaySettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, s: GatewaySettings, replay: ReplayGuard, clock: Callable[[], float] = time.time
+    ) -> None:
         self.s = s
         self._clock = clock
         self.modes = frozenset(s.required_modes)
-        self.keys: dict[str, tuple[str, VerifyKey]] = {}
-        for iss in s.issuers:
-            for k in iss.keys:
-                self.keys[k.kid] = (
-                    iss.issuer,
-                    VerifyKey(jwt.decode_key(resolve_ref(k.public_key))),
-                )
-        self.dpop = DpopVerifier(s.dpop, clock)
+        self.keys = issuer_keys(s)
+        self.dpop = DpopVerifier(s.dpop, replay, clock)
         self._verified: dict[str, jwt.Claims] = {}
 
     # ------------------------------------------------------------------ challenges
@@ -107,7 +117,7 @@ class Authenticator:
         self._verified[token] = claims
         return claims
 
-    def authenticate(self, request: web.Request, scope: str) -> Principal:
+    async def authenticate(self, request: web.Request, scope: str) -> Principal:
         """The caller, or ProblemError 401/403 with the right challenge."""
         header = request.headers.get("Authorization")
         if not header:
@@ -136,10 +146,10 @@ class Authenticator:
         if not claims.tenant or not TENANT_RE.match(claims.tenant):
             self._fail("token has no valid tenant claim", scheme)
         assert claims.tenant is not None
-        mode = self._binding(request, claims, token, scheme)
+        mode = await self._binding(request, claims, token, scheme)
         scopes = frozenset((claims.scope or "").split()) | frozenset(claims.scp or ())
         if ADMIN in scopes:
-            scopes |= {READ}
+            scopes |= ADMIN_IMPLIES
         if scope not in scopes:
             raise ProblemError(
                 403,
@@ -156,7 +166,9 @@ class Authenticator:
             )
         return Principal(claims.tenant, claims.sub, scopes, mode)
 
-    def _binding(self, request: web.Request, claims: jwt.Claims, token: str, scheme: str) -> str:
+    async def _binding(
+        self, request: web.Request, claims: jwt.Claims, token: str, scheme: str
+    ) -> str:
         """How the token is bound to this sender: dpop, mtls, or bearer (unbound)."""
         cnf = claims.cnf
         if cnf is not None and cnf.jkt:
@@ -170,21 +182,16 @@ class Authenticator:
                     "exactly one DPoP proof header is required", "dpop", "invalid_dpop_proof"
                 )
             try:
-                thumb = self.dpop.verify(
+                await self.dpop.verify(
                     proofs[0],
                     method=request.method,
                     url=self.request_url(request),
                     access_token=token,
+                    jkt=cnf.jkt,
                 )
             except DpopError as exc:
                 self._fail(exc.description, "dpop", exc.error)
                 raise
-            if not hmac.compare_digest(thumb, cnf.jkt):
-                self._fail(
-                    "the DPoP proof key is not the key the token is bound to",
-                    "dpop",
-                    "invalid_dpop_proof",
-                )
             return "dpop"
         if scheme == "dpop":
             self._fail("the token is not DPoP-bound (no cnf.jkt)", scheme)

@@ -1,8 +1,11 @@
 """DPoP proofs (RFC 9449) with Ed25519 keys: signature, ``htm``/``htu``/``iat``/``ath``,
-unique ``jti`` and server nonces.
+the key the token is bound to, server nonces and a unique ``jti``.
 
 Nonces are stateless — ``base64url(issued_at ‖ HMAC(secret, issued_at)[:16])`` — so any
-replica sharing the secret accepts them and nothing has to be stored per client.
+replica sharing the secret accepts them and nothing has to be stored per client. A proof's
+``jti`` is remembered only once everything else about the proof checked out, the key binding
+included, in the bucket every replica shares (:mod:`streamproc.gateway.replay`): a proof
+signed with some other key, or refused for any other reason, leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import msgspec
 from nacl.signing import VerifyKey
 
 from streamproc.gateway import jwt
-from streamproc.gateway.replay import ReplayCache, ReplayCacheFull
+from streamproc.gateway.replay import Replayed, ReplayGuard
 from streamproc.gateway.settings import Dpop, resolve_ref
 
 PROOF_TYP = "dpop+jwt"
@@ -63,13 +66,20 @@ def normalize_htu(url: str) -> str:
     return f"{(u.scheme or '').lower()}://{(u.host or '').lower()}{port}{u.raw_path}"
 
 
+def nonce_key(cfg: Dpop) -> bytes:
+    """The nonce HMAC key: the configured secret (shared by replicas), else a random one."""
+    secret = resolve_ref(cfg.nonce_secret) if cfg.nonce_secret else None
+    return secret.encode() if secret else os.urandom(32)
+
+
 class DpopVerifier:
-    def __init__(self, cfg: Dpop, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, cfg: Dpop, replay: ReplayGuard, clock: Callable[[], float] = time.time
+    ) -> None:
         self.cfg = cfg
         self._clock = clock
-        secret = resolve_ref(cfg.nonce_secret) if cfg.nonce_secret else None
-        self._secret = secret.encode() if secret else os.urandom(32)
-        self._seen = ReplayCache(cfg.replay_cache_size, clock)
+        self._secret = nonce_key(cfg)
+        self.replay = replay
         self._nonce = ("", -1)
 
     # ------------------------------------------------------------------ nonces
@@ -100,8 +110,11 @@ class DpopVerifier:
 
     # ------------------------------------------------------------------ proofs
 
-    def verify(self, proof: str, *, method: str, url: str, access_token: str) -> str:
-        """Check one proof for this request; returns the JWK thumbprint it was signed with."""
+    async def verify(
+        self, proof: str, *, method: str, url: str, access_token: str, jkt: str
+    ) -> str:
+        """Check one proof for this request, signed with the key ``jkt`` (the token's
+        ``cnf.jkt``); remembers its ``jti`` last. Returns the key's thumbprint."""
         try:
             c = jwt.parse(proof)
         except jwt.JwtError as exc:
@@ -129,14 +142,18 @@ class DpopVerifier:
             raise DpopError("invalid_dpop_proof", "ath does not match the access token")
         if not 1 <= len(claims.jti) <= 256:
             raise DpopError("invalid_dpop_proof", "jti must be 1-256 characters")
+        if not hmac.compare_digest(thumb, jkt):
+            raise DpopError(
+                "invalid_dpop_proof", "the DPoP proof key is not the key the token is bound to"
+            )
         if self.cfg.require_nonce and (claims.nonce is None or not self._nonce_ok(claims.nonce)):
             raise DpopError("use_dpop_nonce", "resend the proof with the server's DPoP-Nonce")
         try:
-            fresh = self._seen.add(f"{thumb}:{claims.jti}", claims.iat + self.cfg.iat_window_s + 1)
-        except ReplayCacheFull:
-            raise DpopError("invalid_dpop_proof", "proof cache is full; retry later") from None
-        if not fresh:
-            raise DpopError("invalid_dpop_proof", "proof jti was already used")
+            await self.replay.claim(
+                "dpop", thumb, claims.jti, claims.iat + self.cfg.iat_window_s + 1
+            )
+        except Replayed:
+            raise DpopError("invalid_dpop_proof", "proof jti was already used") from None
         return thumb
 
 

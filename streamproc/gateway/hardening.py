@@ -19,7 +19,7 @@ from streamproc.gateway.problems import ProblemError
 T = TypeVar("T")
 _CHUNK = 64 * 1024
 _AT = re.compile(r" - at `(\$[^`]*)`$")
-_UNKNOWN = re.compile(r"^Object contains unknown field `([^`]*)`")
+_NAMED = re.compile(r"^Object (?:contains unknown|missing required) field `([^`]*)`")
 _ZSTD_MAX_WINDOW = 1 << 27
 
 
@@ -122,7 +122,7 @@ def field_of(message: str) -> str:
     """The JSON path msgspec names in a validation message (``$`` if none)."""
     m = _AT.search(message)
     path = m.group(1) if m else "$"
-    u = _UNKNOWN.match(message)
+    u = _NAMED.match(message)
     if u:
         return f"{path}.{u.group(1)}"
     for start, name in _POST_INIT:  # raised by a Struct's __post_init__: name its field

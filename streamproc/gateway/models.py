@@ -217,6 +217,66 @@ class PreviewResult(Response, kw_only=True):
     component they contain, also with ``usageOnly``."""
 
 
+# ------------------------------------------------------------------ images
+
+SbomDocument = Annotated[
+    msgspec.Raw,
+    Meta(
+        description="the SBOM itself, as JSON: CycloneDX 1.4-1.6 or SPDX 2.2/2.3",
+        extra_json_schema={"type": "object"},
+    ),
+]
+
+
+class ImagePut(Request, kw_only=True):
+    """An image and its SBOM, as CI pipelines and scanners hand them over."""
+
+    repository: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=512,
+            description="[registry/]path, without tag or digest (read as docker does: "
+            "'nginx' is docker.io/library/nginx)",
+        ),
+    ]
+    namespace: Str | None = None
+    tags: list[Str] = []
+    labels: dict[Str, Annotated[str, Meta(max_length=1024)]] = {}
+    used_purls: Annotated[list[Str], Meta(max_length=MAX_KEYS)] | None = None
+    """Purls of the SBOM that the image's entrypoint uses (usage information). Given, even
+    empty, the image's usage is known; absent, every package of the SBOM counts."""
+    sbom: SbomDocument
+
+
+class ImageView(Response, kw_only=True):
+    digest: str
+    tenant: str
+    registry: str
+    repository: str
+    namespace: str | None
+    tags: list[str]
+    labels: dict[str, str]
+    purl_count: int
+    product_key_count: int
+    used_purl_count: int
+    usage_known: bool
+    """The image's event carries usage information (``usedPurls`` was given); without it
+    the image counts as using every package it contains."""
+    content_digest: str
+    """sha256:<hex> of the indexed content: equal for the same SBOM and metadata."""
+    indexed_at: str
+    indexed_hlc: str
+    event_id: str
+    version: int
+    """Stream sequence of the image.indexed event."""
+
+
+class ImageList(Response, kw_only=True):
+    items: list[ImageView]
+    next_cursor: str | None = None
+
+
 # ------------------------------------------------------------------ writes and webhooks
 
 
@@ -227,6 +287,12 @@ class Accepted(Response, kw_only=True):
     seq: int
     id: str | None = None
     applied: bool = False
+
+
+class ImageAccepted(Accepted, kw_only=True):
+    duplicate: bool = False
+    """The image is already indexed with this content: nothing new was recorded, and
+    ``eventId``/``seq`` are those of the event that indexed it."""
 
 
 class ExportEvent(Response, kw_only=True):

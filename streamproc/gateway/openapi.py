@@ -27,7 +27,10 @@ _ERROR_TEXT = {
     412: "If-Match is not the current version",
     413: "body, decompressed body or key count too large",
     415: "unsupported Content-Type or Content-Encoding",
-    503: "dependency unavailable (event log, impact index); retry",
+    429: "this client holds its share of live request ids; retry after Retry-After",
+    502: "the role answering the query failed",
+    503: "dependency unavailable (event log, replay bucket, no planner or auditor answered); "
+    "retry after Retry-After",
 }
 _BEARER_SECURITY = [{"bearer": []}, {"dpop": []}, {"mtls": []}]
 _WEBHOOK_SECURITY = [{"webhookSignature": []}, {"webhookMtls": []}]
@@ -62,7 +65,8 @@ def document(operations: list[Operation]) -> dict[str, Any]:
             "title": "streamproc Scheduler API",
             "version": __version__,
             "description": (
-                "Schedules, runs, impact previews and signed export webhooks. Writes are "
+                "Schedules, runs, impact previews, audit chain verification and signed export "
+                "webhooks. Writes are "
                 "recorded as events and answered 202 with the event id and stream sequence; "
                 "`?wait=true` answers once the gateway's read model has applied them. Errors "
                 "are RFC 9457 problem documents."
@@ -142,7 +146,7 @@ def _operation(op: Operation, refs: dict[Any, dict[str, Any]]) -> dict[str, Any]
                 for k, v in op.headers[status].items()
             }
         responses[str(status)] = r
-    for status in sorted({400, *op.errors, *((401, 403) if op.scope else (401,))}):
+    for status in sorted({400, 429, *op.errors, *((401, 403) if op.scope else (401,))}):
         responses[str(status)] = {
             "description": _ERROR_TEXT.get(status, "error"),
             "content": {CONTENT_TYPE: {"schema": refs[Problem]}},

@@ -27,6 +27,7 @@ _TITLES = {
     428: "Precondition Required",
     429: "Too Many Requests",
     500: "Internal Server Error",
+    502: "Bad Gateway",
     503: "Service Unavailable",
 }
 

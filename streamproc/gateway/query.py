@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from aiohttp import web
 
 from streamproc.gateway.problems import ProblemError
+from streamproc.readmodel.keys import CursorError
+
+T = TypeVar("T")
 
 ANY = -1
 """``If-Match: *``: any current version."""
@@ -19,6 +25,16 @@ def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -
             400, "invalid-parameter", f"{name} must be an integer {lo}..{hi}", field=f"query.{name}"
         )
     return int(raw)
+
+
+def paged(request: web.Request, listing: Callable[..., T], *args: Any, **filters: Any) -> T:
+    """``listing(*args, limit=, cursor=, **filters)`` with the page's ``limit`` (1-500,
+    default 50) and ``cursor`` from the query; a cursor this server did not issue is 400."""
+    limit = int_param(request, "limit", 50, 1, 500)
+    try:
+        return listing(*args, limit=limit, cursor=request.query.get("cursor"), **filters)
+    except CursorError as exc:
+        raise ProblemError(400, "invalid-parameter", str(exc), field="query.cursor") from None
 
 
 def bool_param(request: web.Request, name: str) -> bool | None:

@@ -12,23 +12,19 @@ from aiohttp import web
 
 from streamproc.console.routes import mount_console
 from streamproc.gateway.app import mount_gateway
-from streamproc.gateway.preview import IMPACT_PREVIEW, ImpactPreview
 from streamproc.gateway.settings import GatewaySettings, load
 from streamproc.reactor import RoleContext, RoleSpec
 from streamproc.readmodel import READ_MODEL
 
 
 def make_mount(
-    settings: GatewaySettings | None = None, impact: ImpactPreview | None = None
+    settings: GatewaySettings | None = None,
 ) -> Callable[[web.Application, RoleContext], None]:
     """A ``routes`` hook with fixed settings (tests, benches) or, by default, the env's."""
 
     def mount(app: web.Application, ctx: RoleContext) -> None:
-        mount_gateway(app, ctx, settings if settings is not None else load(), impact)
+        mount_gateway(app, ctx, settings if settings is not None else load())
         mount_console(app, ctx)
-        shared_index = ctx.shared.get("impact")
-        if impact is None and shared_index is not None and app.get(IMPACT_PREVIEW) is None:
-            app[IMPACT_PREVIEW] = shared_index  # type: ignore[assignment]
 
     return mount
 

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from streamproc.gateway import routes_preview, routes_runs, routes_schedules, routes_webhooks
+from streamproc.gateway import (
+    routes_audit,
+    routes_images,
+    routes_preview,
+    routes_runs,
+    routes_schedules,
+    routes_webhooks,
+)
 from streamproc.gateway.operations import Operation
 
 OPERATIONS: list[Operation] = [
     *routes_schedules.OPERATIONS,
     *routes_runs.OPERATIONS,
     *routes_preview.OPERATIONS,
+    *routes_audit.OPERATIONS,
     *routes_webhooks.OPERATIONS,
+    *routes_images.OPERATIONS,
 ]
 
 _document: bytes | None = None

@@ -15,11 +15,10 @@ from streamproc.gateway.hardening import decode_json, read_body, require_json
 from streamproc.gateway.models import Accepted, DeltaList, RunCancel, RunCreate, RunList, RunView
 from streamproc.gateway.operations import BASE, CURSOR, LIMIT, WAIT, Operation, Param, path_id
 from streamproc.gateway.problems import ProblemError
-from streamproc.gateway.query import int_param, set_param
+from streamproc.gateway.query import paged, set_param
 from streamproc.gateway.views import delta_view, run_view
 from streamproc.gateway.writes import answer, json_response, publish, stamp
 from streamproc.ids import derive_id, uuid7
-from streamproc.readmodel.keys import CursorError
 from streamproc.readmodel.records import TERMINAL, RunRecord
 from streamproc.readmodel.runs import Runs
 
@@ -84,16 +83,13 @@ async def create_run(gw: Gateway, request: web.Request, who: Principal | None) -
 
 async def list_runs(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
-    try:
-        page = gw.rm.runs(
-            who.tenant,
-            limit=int_param(request, "limit", 50, 1, 500),
-            cursor=request.query.get("cursor"),
-            states=set_param(request, "state", STATES),
-            triggers=set_param(request, "trigger", TRIGGERS),
-        )
-    except CursorError as exc:
-        raise ProblemError(400, "invalid-parameter", str(exc), field="query.cursor") from None
+    page = paged(
+        request,
+        gw.rm.runs,
+        who.tenant,
+        states=set_param(request, "state", STATES),
+        triggers=set_param(request, "trigger", TRIGGERS),
+    )
     return json_response(
         RunList(items=[run_view(r) for r in page.items], next_cursor=page.next_cursor)
     )
@@ -107,15 +103,7 @@ async def get_run(gw: Gateway, request: web.Request, who: Principal | None) -> w
 async def list_deltas(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
     rec = _found(gw, who.tenant, request.match_info["id"])
-    try:
-        page = gw.rm.deltas(
-            who.tenant,
-            rec.id,
-            limit=int_param(request, "limit", 50, 1, 500),
-            cursor=request.query.get("cursor"),
-        )
-    except CursorError as exc:
-        raise ProblemError(400, "invalid-parameter", str(exc), field="query.cursor") from None
+    page = paged(request, gw.rm.deltas, who.tenant, rec.id)
     return json_response(
         DeltaList(items=[delta_view(d) for d in page.items], next_cursor=page.next_cursor)
     )

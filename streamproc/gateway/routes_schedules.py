@@ -32,11 +32,10 @@ from streamproc.gateway.operations import (
     path_id,
 )
 from streamproc.gateway.problems import ProblemError
-from streamproc.gateway.query import ANY, bool_param, if_match, int_param
+from streamproc.gateway.query import ANY, bool_param, if_match, int_param, paged
 from streamproc.gateway.views import schedule_view
 from streamproc.gateway.writes import answer, json_response, publish, stamp
 from streamproc.ids import uuid7
-from streamproc.readmodel.keys import CursorError
 from streamproc.readmodel.records import ScheduleRecord
 from streamproc.readmodel.schedules import Schedules
 
@@ -117,18 +116,14 @@ async def create_schedule(gw: Gateway, request: web.Request, who: Principal | No
 
 async def list_schedules(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
-    limit = int_param(request, "limit", 50, 1, 500)
     n = int_param(request, "next", 1, 0, 50)
-    try:
-        page = gw.rm.schedules(
-            who.tenant,
-            limit=limit,
-            cursor=request.query.get("cursor"),
-            include_deleted=bool(bool_param(request, "includeDeleted")),
-            paused=bool_param(request, "paused"),
-        )
-    except CursorError as exc:
-        raise ProblemError(400, "invalid-parameter", str(exc), field="query.cursor") from None
+    page = paged(
+        request,
+        gw.rm.schedules,
+        who.tenant,
+        include_deleted=bool(bool_param(request, "includeDeleted")),
+        paused=bool_param(request, "paused"),
+    )
     now = _now()
     return json_response(
         ScheduleList(

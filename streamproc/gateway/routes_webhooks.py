@@ -10,6 +10,7 @@ checked first and answers repeats without publishing at all.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,7 @@ from streamproc.gateway.hardening import (
 from streamproc.gateway.models import ExportEvent, WebhookAccepted
 from streamproc.gateway.operations import Operation, Param
 from streamproc.gateway.problems import ProblemError
-from streamproc.gateway.webhooks import DELIVERY, SIGNATURE, SOURCE, TIMESTAMP, Source
+from streamproc.gateway.webhooks import DELIVERY, SIGNATURE, SOURCE, TIMESTAMP, Delivery, Source
 from streamproc.gateway.writes import json_response, publish_failure
 from streamproc.ids import derive_id
 from streamproc.readmodel.exports import payload_digest
@@ -45,6 +46,7 @@ _DECODERS = {
     "feedser": msgspec.json.Decoder(FeedserExport),
     "vexer": msgspec.json.Decoder(VexerExport),
 }
+log = logging.getLogger(__name__)
 _LAST_SEQ = re.compile(r"wrong last sequence: (\d+)")
 _RESULTS = {
     (kind, result): metrics.SCHEDULER_EVENTS.labels(kind, result)
@@ -156,7 +158,8 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         request[SOURCE_KEY] = source.name
         require_json(request)
         raw = await read_body(request, gw.body_cap)
-        reservation = gw.webhooks.authenticate(request, source, raw)
+        delivery = gw.webhooks.authenticate(request, source, raw)
+        await gw.webhooks.refuse_seen(delivery)
     except ProblemError:
         _RESULTS[kind, "refused"].inc()
         raise
@@ -165,13 +168,30 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         payload = decode_export(data, _DECODERS[kind])
         check_key_count(key_count(payload))
         accepted = await _record(gw, request, source, kind, payload)
+        await _remember(gw, delivery)
     except BaseException as exc:
-        gw.webhooks.seen.discard(reservation)  # the sender's retry must not count as a replay
         failed = isinstance(exc, ProblemError) and exc.status >= 500
         _RESULTS[kind, "failed" if failed else "refused"].inc()
         raise
     _RESULTS[kind, "duplicate" if accepted.duplicate else "accepted"].inc()
     return json_response(accepted, 200 if accepted.duplicate else 202)
+
+
+async def _remember(gw: Gateway, delivery: Delivery) -> None:
+    """The export is recorded: claim the delivery id (409 for a replay). If the replay
+    bucket cannot take it, the answer still says what was recorded — refusing now would
+    only make the sender retry an export that is already stored."""
+    try:
+        await gw.webhooks.remember(delivery)
+    except ProblemError as exc:
+        if exc.status == 409:
+            raise
+        log.warning(
+            "delivery %s of %s recorded but not remembered against replays: %s",
+            delivery.id,
+            delivery.source,
+            exc.detail,
+        )
 
 
 async def feedser_export(gw: Gateway, request: web.Request, _who: Principal | None) -> web.Response:

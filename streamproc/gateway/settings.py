@@ -48,7 +48,6 @@ class Dpop(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     unset, which makes a nonce from one replica fail on another)."""
     nonce_ttl_s: Annotated[int, Meta(ge=10, le=3600)] = 300
     iat_window_s: Annotated[int, Meta(ge=5, le=600)] = 60
-    replay_cache_size: Annotated[int, Meta(ge=1000)] = 1_000_000
 
 
 class SourceMtls(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -107,12 +106,21 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dpop: Dpop = msgspec.field(default_factory=Dpop)
     webhooks: list[WebhookSource] = []
     webhook_window_s: Annotated[int, Meta(ge=30, le=3600)] = 300
-    replay_cache_size: Annotated[int, Meta(ge=1000)] = 2_000_000
+    replay_cache_size: Annotated[int, Meta(ge=1000)] = 3_000_000
+    """Live ids (webhook deliveries, DPoP proofs) the replay bucket shared by every replica
+    holds; a request that would need one more is refused with 503."""
+    replay_per_client: Annotated[int, Meta(ge=10)] = 100_000
+    """Live ids one client (a webhook source, a DPoP key) may hold through one replica;
+    beyond it, 429 until its oldest expire."""
     max_body: Annotated[int, Meta(ge=1024)] | None = None
     """Compressed (on-the-wire) body cap; default: the process's ``http_max_body``."""
     max_decompressed_body: Annotated[int, Meta(ge=1024)] | None = None
     """Cap on a body after gzip/zstd decoding; default: the same as ``max_body``."""
     wait_timeout_s: Annotated[float, Meta(gt=0, le=120)] = 10.0
+    preview_timeout_s: Annotated[float, Meta(gt=0, le=120)] = 5.0
+    """Deadline of an impact preview asked of the planners over NATS (503 past it)."""
+    verify_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 120.0
+    """Deadline of a chain verification asked of the auditors over NATS (503 past it)."""
     access_log: str = "stderr"
     """``stderr``, a file path (JSON lines, buffered), ``logger`` (the logging module's
     ``streamproc.gateway.access`` at INFO), or ``off``."""
@@ -154,12 +162,14 @@ _SCALARS = {
     "LEEWAY_S": "leeway_s",
     "WEBHOOK_WINDOW_S": "webhook_window_s",
     "REPLAY_CACHE_SIZE": "replay_cache_size",
+    "REPLAY_PER_CLIENT": "replay_per_client",
+    "PREVIEW_TIMEOUT_S": "preview_timeout_s",
+    "VERIFY_TIMEOUT_S": "verify_timeout_s",
 }
 _DPOP_SCALARS = {
     "DPOP_NONCE_SECRET": "nonce_secret",
     "DPOP_NONCE_TTL_S": "nonce_ttl_s",
     "DPOP_IAT_WINDOW_S": "iat_window_s",
-    "DPOP_REPLAY_CACHE_SIZE": "replay_cache_size",
 }
 
 

@@ -122,7 +122,7 @@ def register(subparsers: Any) -> None:
         "--scope",
         action="append",
         default=[],
-        help="scheduler.read and/or scheduler.admin (repeatable)",
+        help="scheduler.read, scheduler.admin and/or scheduler.images.write (repeatable)",
     )
     p.add_argument("--audience", default="scheduler")
     p.add_argument("--issuer", help="default: the key file's iss")

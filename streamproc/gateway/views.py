@@ -7,12 +7,14 @@ from datetime import datetime
 
 from streamproc.gateway.models import (
     DeltaView,
+    ImageView,
     RunLinks,
     RunView,
     ScheduleView,
     SegmentCounts,
 )
 from streamproc.gateway.operations import BASE
+from streamproc.readmodel.images import ImageSummary
 from streamproc.readmodel.nextfire import iso, ms_to_iso, next_fire_times
 from streamproc.readmodel.records import DeltaRecord, RunRecord, ScheduleRecord
 
@@ -88,4 +90,25 @@ def delta_view(d: DeltaRecord) -> DeltaView:
         kev_hits=d.kev_hits,
         top_findings=d.top_findings,
         report_url=d.report_url,
+    )
+
+
+def image_view(tenant: str, r: ImageSummary) -> ImageView:
+    return ImageView(
+        digest=r.digest,
+        tenant=tenant,
+        registry=r.registry,
+        repository=r.repository,
+        namespace=r.namespace,
+        tags=r.tags,
+        labels=r.labels,
+        purl_count=r.purls,
+        product_key_count=r.product_keys,
+        used_purl_count=r.used_purls,
+        usage_known=r.usage_known,
+        content_digest=f"sha256:{r.content_sha256}",
+        indexed_at=ms_to_iso(int(r.indexed_hlc.split(":", 1)[0])) or "",
+        indexed_hlc=r.indexed_hlc,
+        event_id=r.event_id,
+        version=r.seq,
     )

@@ -6,6 +6,13 @@ HMAC-SHA256 (``sha256=<hex>``) or Ed25519 (``ed25519=<base64>``) and sends it in
 ``X-Scheduler-Delivery``. A source may instead be authenticated by its TLS client
 certificate. Signatures are compared in constant time; several secrets or public keys per
 source are accepted at once, for rotation.
+
+A delivery id is looked up in the bucket every gateway replica shares
+(:mod:`streamproc.gateway.replay`) before anything else is done (a replay: 409, nothing
+published), and claimed there once its export is recorded. Recording is idempotent (derived
+event ids, create-only subjects), so claiming after it means a 409 always says "received and
+recorded": a delivery that failed on its way (a 5xx, an acknowledgement lost in an election)
+is never claimed, and its retry succeeds on any replica.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import hmac
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -25,7 +33,7 @@ from nacl.signing import VerifyKey
 
 from streamproc.gateway.jwt import decode_key
 from streamproc.gateway.problems import ProblemError
-from streamproc.gateway.replay import ReplayCache, ReplayCacheFull
+from streamproc.gateway.replay import Replayed, ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, WebhookSource, resolve_ref
 from streamproc.gateway.tls import ca_subjects, names_of, peer_cert_der, peer_cert_info
 
@@ -99,11 +107,13 @@ class Source:
 
 
 class WebhookVerifier:
-    def __init__(self, s: GatewaySettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, s: GatewaySettings, replay: ReplayGuard, clock: Callable[[], float] = time.time
+    ) -> None:
         self.window = s.webhook_window_s
         self._clock = clock
         self.sources = [Source(c) for c in s.webhooks]
-        self.seen = ReplayCache(s.replay_cache_size, clock)
+        self.replay = replay
 
     def select(self, request: web.Request, kind: str) -> Source:
         """The source a delivery claims to be (``X-Scheduler-Source``, or the only one)."""
@@ -122,9 +132,9 @@ class WebhookVerifier:
             401, "unknown-source", f"several {kind} sources are configured; send {SOURCE}"
         )
 
-    def authenticate(self, request: web.Request, source: Source, body: bytes) -> str:
-        """Check signature (or client certificate), time window and delivery id; returns the
-        replay-cache key reserved for this delivery (release it if the request fails)."""
+    def authenticate(self, request: web.Request, source: Source, body: bytes) -> Delivery:
+        """Check signature (or client certificate), time window and the source's share of
+        the replay bucket; the delivery to :meth:`remember` once its export is recorded."""
         h = request.headers
         ts_text = h.get(TIMESTAMP, "")
         delivery = h.get(DELIVERY, "")
@@ -152,15 +162,29 @@ class WebhookVerifier:
             raise ProblemError(
                 401, "stale-delivery", f"timestamp is more than {self.window} s from server time"
             )
-        key = f"{source.name}\x00{delivery}"
+        self.replay.share.check(source.name)
+        return Delivery(source.name, delivery, ts + self.window + 1)
+
+    async def refuse_seen(self, d: Delivery) -> None:
+        """409 at once for a delivery id claimed before, so a replay publishes nothing."""
+        if await self.replay.seen("webhook", d.source, d.id):
+            raise _replayed(d)
+
+    async def remember(self, d: Delivery) -> None:
+        """Claim the delivery id until it could no longer pass the time window; 409 if any
+        replica claimed it before."""
         try:
-            fresh = self.seen.add(key, ts + self.window + 1)
-        except ReplayCacheFull:
-            raise ProblemError(
-                503, "busy", "delivery replay cache is full; retry", headers={"Retry-After": "5"}
-            ) from None
-        if not fresh:
-            raise ProblemError(
-                409, "replayed-delivery", f"delivery {delivery} was already received"
-            )
-        return key
+            await self.replay.claim("webhook", d.source, d.id, d.expires_at)
+        except Replayed:
+            raise _replayed(d) from None
+
+
+def _replayed(d: Delivery) -> ProblemError:
+    return ProblemError(409, "replayed-delivery", f"delivery {d.id} was already received")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    source: str
+    id: str
+    expires_at: float

@@ -121,6 +121,24 @@ async def applied(gw: Gateway, seq: int) -> bool:
     return True
 
 
+async def waited(
+    gw: Gateway, request: web.Request, event_id: str, seq: int, projection: str
+) -> bool:
+    """With ``?wait=true``: whether the read model applied ``seq`` in time (409 if it
+    recorded the event as rejected by ``projection``). Without it: False."""
+    if not (wants_wait(request) and await applied(gw, seq)):
+        return False
+    rejected = gw.rm.rejection(seq, projection)
+    if rejected is not None:
+        raise ProblemError(
+            409,
+            "rejected",
+            f"event {event_id} (seq {seq}) was recorded but did not apply: {rejected.reason}",
+            reason=rejected.reason,
+        )
+    return True
+
+
 async def answer(
     gw: Gateway,
     request: web.Request,
@@ -134,16 +152,7 @@ async def answer(
     headers: dict[str, str] | None = None,
 ) -> web.Response:
     headers = dict(headers or {})
-    if wants_wait(request) and await applied(gw, ack.seq):
-        rejected = gw.rm.rejection(ack.seq, projection)
-        if rejected is not None:
-            raise ProblemError(
-                409,
-                "rejected",
-                f"event {event.id} (seq {ack.seq}) was recorded but did not apply: "
-                f"{rejected.reason}",
-                reason=rejected.reason,
-            )
+    if await waited(gw, request, event.id, ack.seq, projection):
         view = load()
         if view is not None:
             version = getattr(view, "version", None)

@@ -55,12 +55,11 @@ def cmd_add(args: argparse.Namespace) -> int:
         if out is None:
             print(f"{args.image} of {args.tenant} is already indexed with this content")
             return EXIT_OK
-        eid, seq, dup = out
+        eid, seq = out
         usage = "usage unknown" if used is None else f"{used} used"
         print(
             f"published image.indexed for {args.image} of {args.tenant}: {purls} purls "
             f"({usage}), {products} product keys; event {eid}, sequence {seq}"
-            f"{' (duplicate)' if dup else ''}"
         )
         return EXIT_OK
 
@@ -90,7 +89,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
         if out is None:
             print(f"{args.image} of {args.tenant} is not indexed (nothing to remove)")
             return EXIT_OK
-        eid, seq, _ = out
+        eid, seq = out
         print(
             f"published image.removed for {args.image} of {args.tenant}; event {eid}, "
             f"sequence {seq}"

@@ -7,8 +7,9 @@ into the batch's ``Tx`` (so bitmaps and the checkpoint commit together). A refus
 :class:`Rejection` before touching anything. Warming reads committed bytes only, between
 batches, in slices that yield to the event loop; it never changes state.
 
-Other roles in the process reach this object as ``ctx.shared["impact"]``: ``index``,
-``warm``, ``warm_progress`` and the ``resolve_*`` methods.
+The planner's reactors reach this object as ``ctx.shared["impact"]`` (``index``, ``warm``,
+``warm_progress`` and the ``resolve_*`` methods); other roles ask the planner's NATS service
+(:mod:`streamproc.planner.service`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Normalisation happens here, before anything is published: one bad purl refuses t
 image. Publishing is serialised per image subject with
 ``Nats-Expected-Last-Subject-Sequence``, and the event id is derived from the content and
 that sequence, so a retry is de-duplicated, an unchanged re-add publishes nothing, and a
-remove-then-add is not mistaken for a duplicate.
+remove-then-add is not mistaken for a duplicate. ``streamproc index`` and the gateway's image
+routes both build and write images here.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -51,7 +53,7 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 def _used_purls(path: str | None) -> set[str] | None:
     """Canonical purls listed one per line (blank lines and ``#`` comments skipped); None
-    without a file: the image's usage is then unknown (not "nothing used")."""
+    without a file (usage not known)."""
     from streamproc.impact.purls import PurlError, normalize_purl
 
     if path is None:
@@ -69,13 +71,74 @@ def _used_purls(path: str | None) -> set[str] | None:
     return out
 
 
+class UnknownUsedPurls(ValueError):
+    """Used purls that the SBOM does not list (canonical form, sorted)."""
+
+    def __init__(self, missing: list[str]) -> None:
+        super().__init__(f"{len(missing)} used purl(s) not in the SBOM, e.g. {missing[0]!r}")
+        self.missing = missing
+
+
+def image_payload(
+    *,
+    tenant: str,
+    digest: str,
+    sbom: Any,
+    used: Collection[str] | None,
+    registry: str,
+    repository: str,
+    namespace: str | None,
+    tags: Iterable[str],
+    labels: dict[str, str],
+) -> Any:
+    """The ``image.indexed`` payload of an SBOM, validated against the event schema.
+    ``used``: the canonical purls the entrypoint uses, None when not known (usage unknown is
+    not "nothing used"). Raises PurlError for a purl of the SBOM, UnknownUsedPurls, or
+    msgspec.ValidationError. The CLI and the gateway both build images here."""
+    from streamproc.events.payloads import Component, ImageIndexed
+    from streamproc.impact.purls import normalize_purl
+    from streamproc.impact.records import build_image
+
+    wanted = set(used or ())
+    flags = None if used is None else [normalize_purl(p).purl in wanted for p in sbom.purls]
+    rec = build_image(
+        tenant=tenant,
+        digest=digest,
+        purls=sbom.purls,
+        used=flags,
+        registry=registry,
+        repo=repository,
+        namespace=namespace or "",
+        tags=tags,
+        labels=labels,
+    )
+    missing = wanted - set(rec.purls)
+    if missing:
+        raise UnknownUsedPurls(sorted(missing))
+    payload = ImageIndexed(
+        digest=digest,
+        registry=registry,
+        repository=repository,
+        namespace=namespace or None,
+        tags=rec.tags,
+        labels=rec.labels,
+        components=[
+            Component(purl=p, product_key=k, used=u)
+            for p, k, u in zip(rec.purls, rec.product_keys, rec.used, strict=True)
+        ],
+        usage_known=rec.usage_known,
+    )
+    # msgspec validates on decode only: round-trip to apply the schema's limits
+    msgspec.json.decode(msgspec.json.encode(payload), type=ImageIndexed)
+    return payload
+
+
 def build_payload(args: argparse.Namespace) -> tuple[Any, int, int | None]:
     """The validated ``image.indexed`` payload, its purl count and used count (None when
     the image's usage is unknown)."""
-    from streamproc.events.payloads import MAX_KEYS, Component, ImageIndexed
+    from streamproc.events.payloads import MAX_KEYS
     from streamproc.ids import InvalidTenant, validate_tenant
-    from streamproc.impact.purls import PurlError, normalize_purl
-    from streamproc.impact.records import build_image
+    from streamproc.impact.purls import PurlError
     from streamproc.impact.sbom import SbomError, read_sbom
 
     try:
@@ -92,17 +155,15 @@ def build_payload(args: argparse.Namespace) -> tuple[Any, int, int | None]:
             f"{args.sbom}: {len(sbom.purls)} purls; at most {MAX_KEYS} per image are "
             f"allowed; nothing published"
         )
-    used = _used_purls(args.used_purls)
     try:
-        flags = None if used is None else [normalize_purl(p).purl in used for p in sbom.purls]
-        rec = build_image(
+        payload = image_payload(
             tenant=args.tenant,
             digest=args.image,
-            purls=sbom.purls,
-            used=flags,
+            sbom=sbom,
+            used=_used_purls(args.used_purls),
             registry=registry,
-            repo=repo,
-            namespace=args.namespace or "",
+            repository=repo,
+            namespace=args.namespace,
             tags=args.tag,
             labels=_labels(args.label),
         )
@@ -111,30 +172,12 @@ def build_payload(args: argparse.Namespace) -> tuple[Any, int, int | None]:
             f"{args.sbom}: invalid purl {exc.purl!r}: {exc.reason}; the image is refused "
             f"and nothing was published"
         ) from None
-    missing = (used or set()) - set(rec.purls)
-    if missing:
-        raise UsageError(
-            f"{args.used_purls}: {len(missing)} used purl(s) not in the SBOM, e.g. "
-            f"{sorted(missing)[0]!r}; nothing published"
-        )
-    payload = ImageIndexed(
-        digest=args.image,
-        registry=registry,
-        repository=repo,
-        namespace=args.namespace or None,
-        tags=rec.tags,
-        labels=rec.labels,
-        components=[
-            Component(purl=p, product_key=k, used=u)
-            for p, k, u in zip(rec.purls, rec.product_keys, rec.used, strict=True)
-        ],
-        usage_known=rec.usage_known,
-    )
-    try:  # msgspec validates on decode only: round-trip to apply the schema's limits
-        msgspec.json.decode(msgspec.json.encode(payload), type=ImageIndexed)
+    except UnknownUsedPurls as exc:
+        raise UsageError(f"{args.used_purls}: {exc}; nothing published") from None
     except msgspec.ValidationError as exc:
         raise UsageError(f"image.indexed payload refused: {exc}; nothing published") from None
-    return payload, len(rec.purls), sum(rec.used) if rec.usage_known else None
+    comps = payload.components
+    return payload, len(comps), sum(c.used for c in comps) if payload.usage_known else None
 
 
 async def _last_on_subject(nc: Any, stream: str, subject: str) -> tuple[int, bytes | None]:
@@ -151,51 +194,90 @@ async def _last_on_subject(nc: Any, stream: str, subject: str) -> tuple[int, byt
     return int(msg["seq"]), base64.b64decode(msg.get("data") or "")
 
 
-def _payload_digest(payload: Any) -> str:
+def payload_digest(payload: Any) -> str:
+    """SHA-256 (hex) of the payload's canonical encoding: what "the same content" means."""
     return hashlib.sha256(msgspec.json.encode(payload)).hexdigest()
+
+
+class ImageWrite(NamedTuple):
+    event_id: str
+    seq: int
+    duplicate: bool
+    """The log already held this: the image's last event says the same (then ``event_id``
+    and ``seq`` are that event's), or JetStream de-duplicated a retry of the same id."""
+
+
+async def write_image_event(
+    nc: Any,
+    stream: str,
+    prefix: str,
+    publish: Callable[..., Awaitable[Any]],
+    now: Callable[[], Any],
+    kind: str,
+    tenant: str,
+    digest: str,
+    payload: Any,
+    correlation_id: str | None = None,
+) -> ImageWrite | None:
+    """Publish ``kind`` after the image subject's last event, unless that event already
+    says it; None for a removal of an image that is not indexed.
+
+    The subject's last event is the truth (it outlives JetStream's duplicate window and any
+    read model's lag); the write expects that sequence, so concurrent writers of one image
+    are serialised, and its id is derived from the content and that sequence, so a retry is
+    de-duplicated and a remove-then-add is a new event. ``publish`` is
+    ``Publisher.publish_event``; ``now`` stamps the event (an HLC ``now``).
+    """
+    from streamproc.bus.publisher import WrongExpectedSequence
+    from streamproc.events.catalog import subject_for
+    from streamproc.events.envelope import EventError, decode, new_event
+    from streamproc.ids import derive_id
+
+    subject = subject_for(prefix, tenant, kind, payload)
+    content = payload_digest(payload)
+    for _ in range(3):
+        last, data = await _last_on_subject(nc, stream, subject)
+        prev = None
+        if data:
+            try:
+                prev = decode(data)
+            except EventError:
+                prev = None
+        if kind == "image.removed":
+            if prev is None or prev.kind == "image.removed":
+                return None
+        elif prev is not None and prev.kind == kind and payload_digest(prev.payload) == content:
+            return ImageWrite(prev.id, last, True)
+        eid = derive_id(kind, tenant, digest, content, last)
+        event = new_event(kind, tenant, payload, now(), event_id=eid, correlation_id=correlation_id)
+        try:
+            ack = await publish(event, expected_last_subject_seq=last)
+        except WrongExpectedSequence:
+            continue  # someone else wrote this image meanwhile: look again
+        return ImageWrite(eid, ack.seq, ack.duplicate)
+    raise UsageError(f"image {digest} keeps changing under us; try again")
 
 
 async def publish_image_event(
     settings: Any, nc: Any, kind: str, tenant: str, digest: str, payload: Any
-) -> tuple[str, int, bool] | None:
-    """Publish after the subject's last event; None when that event already says this."""
+) -> tuple[str, int] | None:
+    """Publish with a publisher and clock of its own (the CLI): the event id and sequence,
+    or None when the log already says this (see :func:`write_image_event`)."""
     from streamproc.bus import jsapi
-    from streamproc.bus.publisher import Publisher, WrongExpectedSequence
-    from streamproc.events.catalog import subject_for
-    from streamproc.events.envelope import EventError, decode, new_event
+    from streamproc.bus.publisher import Publisher
     from streamproc.hlc import HybridLogicalClock
-    from streamproc.ids import derive_id
 
     stream = settings.events_stream
     if await jsapi.stream_info(nc, stream) is None:
         raise UsageError(f"stream {stream} does not exist: run `streamproc streams apply`")
-    subject = subject_for(settings.prefix, tenant, kind, payload)
-    content = _payload_digest(payload)
     clock = HybridLogicalClock(settings.node_id)
     pub = await Publisher(nc, prefix=settings.prefix).start()
     try:
-        for _ in range(3):
-            last, data = await _last_on_subject(nc, stream, subject)
-            prev = None
-            if data:
-                try:
-                    prev = decode(data)
-                except EventError:
-                    prev = None
-            if kind == "image.removed":
-                if prev is None or prev.kind == "image.removed":
-                    return None
-            elif (
-                prev is not None and prev.kind == kind and _payload_digest(prev.payload) == content
-            ):
-                return None
-            eid = derive_id(kind, tenant, digest, content, last)
-            event = new_event(kind, tenant, payload, clock.now(), event_id=eid)
-            try:
-                ack = await pub.publish_event(event, expected_last_subject_seq=last)
-            except WrongExpectedSequence:
-                continue  # someone else wrote this image meanwhile: look again
-            return eid, ack.seq, ack.duplicate
-        raise UsageError(f"image {digest} keeps changing under us; try again")
+        out = await write_image_event(
+            nc, stream, settings.prefix, pub.publish_event, clock.now, kind, tenant, digest, payload
+        )
     finally:
         await pub.close()
+    if out is None or out.duplicate:
+        return None
+    return out.event_id, out.seq

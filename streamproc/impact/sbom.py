@@ -11,6 +11,7 @@ wrong-typed purl with its JSON path.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -26,10 +27,16 @@ __all__ = [
 
 CYCLONEDX_VERSIONS = ("1.4", "1.5", "1.6")
 SPDX_VERSIONS = ("SPDX-2.2", "SPDX-2.3")
+_AT = re.compile(r" - at `(\$[^`]*)`$")
 
 
 class SbomError(ValueError):
-    """The document is not a supported SBOM (or not JSON at all)."""
+    """The document is not a supported SBOM (or not JSON at all); ``field`` is the JSON path
+    (within the document) of what is wrong, ``$`` for the document as a whole."""
+
+    def __init__(self, message: str, field: str = "$") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class Sbom(NamedTuple):
@@ -72,7 +79,8 @@ def _decode(data: bytes | str, typ: type[Any], what: str) -> Any:
     try:
         return msgspec.json.decode(data, type=typ)
     except msgspec.ValidationError as exc:
-        raise SbomError(f"malformed {what}: {exc}") from None
+        at = _AT.search(str(exc))
+        raise SbomError(f"malformed {what}: {exc}", at.group(1) if at else "$") from None
     except msgspec.DecodeError as exc:
         raise SbomError(f"not valid JSON: {exc}") from None
 
@@ -107,11 +115,14 @@ def parse_sbom(data: bytes | str) -> Sbom:
         raise SbomError(f"not valid JSON: {exc}") from None
     if probe.bomFormat is not None:
         if probe.bomFormat != "CycloneDX":
-            raise SbomError(f"unknown bomFormat {probe.bomFormat!r} (expected 'CycloneDX')")
+            raise SbomError(
+                f"unknown bomFormat {probe.bomFormat!r} (expected 'CycloneDX')", "$.bomFormat"
+            )
         if probe.specVersion not in CYCLONEDX_VERSIONS:
             raise SbomError(
                 f"CycloneDX specVersion {probe.specVersion!r} is not supported "
-                f"(supported: {', '.join(CYCLONEDX_VERSIONS)})"
+                f"(supported: {', '.join(CYCLONEDX_VERSIONS)})",
+                "$.specVersion",
             )
         purls = _cyclonedx_purls(_decode(data, _CdxBom, "CycloneDX document"))
         return Sbom("cyclonedx", probe.specVersion, list(dict.fromkeys(purls)))
@@ -119,12 +130,15 @@ def parse_sbom(data: bytes | str) -> Sbom:
         if probe.spdxVersion not in SPDX_VERSIONS:
             raise SbomError(
                 f"SPDX version {probe.spdxVersion!r} is not supported "
-                f"(supported: {', '.join(SPDX_VERSIONS)})"
+                f"(supported: {', '.join(SPDX_VERSIONS)})",
+                "$.spdxVersion",
             )
         purls = _spdx_purls(_decode(data, _SpdxDoc, "SPDX document"))
         return Sbom("spdx", probe.spdxVersion, list(dict.fromkeys(purls)))
     if probe.context is not None and "spdx" in str(probe.context).lower():
-        raise SbomError("SPDX 3 (JSON-LD) is not supported; export SPDX 2.3 JSON instead")
+        raise SbomError(
+            "SPDX 3 (JSON-LD) is not supported; export SPDX 2.3 JSON instead", "$.@context"
+        )
     raise SbomError(
         "neither CycloneDX JSON (no 'bomFormat') nor SPDX JSON (no 'spdxVersion'); "
         "XML, tag-value and RDF SBOMs are not supported"
@@ -138,4 +152,4 @@ def read_sbom(path: str | os.PathLike[str]) -> Sbom:
     try:
         return parse_sbom(data)
     except SbomError as exc:
-        raise SbomError(f"{os.fspath(path)}: {exc}") from None
+        raise SbomError(f"{os.fspath(path)}: {exc}", exc.field) from None

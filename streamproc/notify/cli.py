@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from streamproc.config import environment, load
+from streamproc.config import Settings, environment, load
 from streamproc.notify import messages as nm
 
 EXIT_FAIL_CLOSED = 3
@@ -68,7 +68,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         print(nm.encode(msg).decode() if args.json else render(msg, seq), flush=True)
 
     if args.http:
-        from streamproc.notify.http_tail import FeedClosed, HttpTail
+        from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
 
         if len(kinds) != 1:
             print("streamproc: --http follows one --kind", file=sys.stderr)
@@ -83,39 +83,42 @@ def cmd_tail(args: argparse.Namespace) -> int:
         except FeedClosed as exc:
             print(f"streamproc: notify tail stopped (fail closed): {exc}", file=sys.stderr)
             return EXIT_FAIL_CLOSED
+        except FeedRefused as exc:
+            print(f"streamproc: notify tail: {exc}", file=sys.stderr)
+            return 2
+        except FeedUnavailable as exc:  # --once only; otherwise the tail waits and retries
+            print(f"streamproc: notify tail: {exc}; checkpoint kept", file=sys.stderr)
+            return 1
         except KeyboardInterrupt:
             return 130
         return 0
-    if not settings.nats_url:
-        print("streamproc: notify tail needs --nats-url (or NATS_URL), or --http", file=sys.stderr)
-        return 2
-    return int(uvloop.run(_tail_nats(settings.nats_url, settings.prefix, args, kinds, show)))
+    try:  # --nats-url, else the data directory's running server (or a temporary one)
+        return int(uvloop.run(_tail_nats(settings, args, kinds, show)))
+    except KeyboardInterrupt:
+        return 130
 
 
 async def _tail_nats(
-    url: str,
-    prefix: str,
+    settings: Settings,
     args: argparse.Namespace,
     kinds: list[str],
     show: Callable[[nm.AnyMessage, int], None],
 ) -> int:
-    from streamproc.bus.connect import NatsAuth, connect
+    from streamproc.bus.session import nats_session
     from streamproc.notify.consumer import NotifyConsumer
 
-    nc = await connect(url, auth=NatsAuth.from_env())
-    try:
-        async with NotifyConsumer(
+    prefix = settings.prefix
+    async with (
+        nats_session(settings, name="streamproc-notify-tail") as nc,
+        NotifyConsumer(
             nc, durable=args.durable, prefix=prefix, tenant=args.tenant, kinds=kinds
-        ) as feed:
-            while True:
-                batch = await feed.fetch(timeout=1.0)
-                if not batch and args.once:
-                    return 0
-                for msg, seq, reply in batch:
-                    show(msg, seq)
-                    await feed.ack(reply)  # after printing: a restart resumes after it
-                await asyncio.sleep(0)
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        await nc.close()
+        ) as feed,
+    ):
+        while True:
+            batch = await feed.fetch(timeout=1.0)
+            if not batch and args.once:
+                return 0
+            for msg, seq, reply in batch:
+                show(msg, seq)
+                await feed.ack(reply)  # after printing: a restart resumes after it
+            await asyncio.sleep(0)

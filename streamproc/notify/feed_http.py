@@ -1,38 +1,70 @@
 """The Notify feed over HTTP, for consumers that cannot speak NATS (mounted by the gateway).
 
 ``GET  /api/v1/scheduler/feeds/{kind}/events?afterSeq=&limit=&streamEpoch=`` answers the
-caller's tenant (from its token, via ``tenant_of`` — never a parameter), the kind, the stream,
-its epoch (the Notify stream's creation time), head and retention horizon (first sequence
-still held), and the ordered envelopes of that tenant and kind after ``afterSeq``.
-``POST /api/v1/scheduler/feeds/{kind}/consumer-checkpoint {streamEpoch, seq}`` registers
-(both null: reset to zero) or reports a consumer's durable position; a position outside the
-current epoch or beyond the head is refused with 409. Sequences are Notify stream sequences,
-so they only grow within an epoch; a consumer that is caught up may advance its checkpoint to
-``head`` (nothing of its own lies below it), which keeps other tenants' expired messages
-from looking like a gap.
+caller's tenant (from its token — never a parameter), the kind, the stream and subject, its
+epoch (the Notify stream's creation time), the ``head`` and ``retentionHorizon`` *of that
+tenant and kind* (the sequences of its last and first message still held; 0 when none), and
+its envelopes after ``afterSeq`` in order — read with one batched direct get, so a page costs
+the same few JetStream requests whatever its size. ``complete`` is true only when the read
+reached the end: any JetStream error (a timeout, no responders, a stream between leaders)
+answers 503 with ``Retry-After`` and never a page that claims to be complete.
 
-    add_feed_routes(app, nc=ctx.publisher.nc, prefix=settings.prefix, tenant_of=tenant_of)
+``POST /api/v1/scheduler/feeds/{kind}/consumer-checkpoint {streamEpoch, seq}`` registers
+(both null: at zero) or reports the consumer's durable position, kept for the lease in the
+KV bucket every gateway shares (:mod:`.registrations`); only the configured consumer
+identity or a write-scoped caller may. A position outside the current epoch or beyond the
+stream's end is refused with 409.
+
+A page after a position whose following messages retention may have removed is refused with
+409 ``retention-gap`` — unless the tenant's live registration vouches that none of its
+messages lay there. Sequences are stream sequences (they have gaps: other tenants and kinds);
+a consumer's checkpoint only ever moves to a sequence it has read.
+
+    add_feed_routes(app, nc=ctx.publisher.nc, prefix=settings.prefix, who=authenticate)
 """
 
 from __future__ import annotations
 
-import base64
 import inspect
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
 
-from streamproc.bus import jsapi
+from streamproc.bus import direct, jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.streams import stream_names
 from streamproc.notify import messages as nm
+from streamproc.notify.registrations import (
+    FeedSettings,
+    Registration,
+    Registrations,
+    RegistryUnavailable,
+    load_settings,
+)
 
 BASE = "/api/v1/scheduler"
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 100
-TenantOf = Callable[[web.Request], "str | Awaitable[str]"]
+WRITE_SCOPE = "scheduler.admin"
+RETRY_AFTER_S = 1
+TIMEOUT_S = 5.0
+
+
+class Caller(Protocol):
+    """Who is asking (the gateway's ``Principal``): the tenant, the token's subject, scopes."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def subject(self) -> str | None: ...
+    @property
+    def scopes(self) -> frozenset[str]: ...
+
+
+WhoIs = Callable[[web.Request], "Caller | Awaitable[Caller]"]
 
 
 class FeedEvent(msgspec.Struct, kw_only=True, rename="camel"):
@@ -49,10 +81,12 @@ class FeedPage(msgspec.Struct, kw_only=True, rename="camel"):
     stream: str
     epoch: str
     head: int
+    """Sequence of this tenant and kind's last message still held (0: none)."""
     retention_horizon: int
+    """Sequence of this tenant and kind's first message still held (0: none)."""
     after_seq: int
     complete: bool
-    """Fewer than ``limit`` events: nothing of this tenant and kind lies in (last, head]."""
+    """The read reached the end: nothing of this tenant and kind follows the last event."""
     events: list[FeedEvent]
 
 
@@ -70,134 +104,233 @@ class CheckpointAnswer(msgspec.Struct, kw_only=True, rename="camel"):
     retention_horizon: int
     seq: int
     registered: bool
+    """True for a registration at zero (both null), false for a reported position."""
+    lease_seconds: float
+    """How long the feed keeps this position without a new report."""
+
+
+class _Meta(msgspec.Struct):
+    id: str = ""
+    kind: str = ""
+    schema: int = nm.SCHEMA_VERSION
 
 
 _enc = msgspec.json.Encoder()
 _checkpoint = msgspec.json.Decoder(CheckpointBody)
-_Envelope = msgspec.json.Decoder(dict[str, Any])
+_meta = msgspec.json.Decoder(_Meta)
 
 
-def _problem(status: int, title: str, detail: str, **extra: Any) -> web.Response:
-    return web.Response(
-        body=_enc.encode({"type": "about:blank", "title": title, "status": status,
-                          "detail": detail, **extra}),
-        status=status,
-        content_type="application/problem+json",
+class FeedProblem(Exception):
+    def __init__(self, status: int, title: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail, self.extra = status, title, detail, extra
+
+    def response(self) -> web.Response:
+        body = {"type": "about:blank", "title": self.title, "status": self.status,
+                "detail": self.detail, **self.extra}  # fmt: skip
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if self.status == 503 else None
+        return web.Response(body=_enc.encode(body), status=self.status, headers=headers,
+                            content_type="application/problem+json")  # fmt: skip
+
+
+def _unavailable(exc: Exception) -> FeedProblem:
+    return FeedProblem(
+        503, "feed-unavailable",
+        f"the feed cannot be read right now ({exc}); nothing was skipped: retry",
     )  # fmt: skip
 
 
 class Feed:
-    def __init__(self, nc: FastClient, prefix: str, tenant_of: TenantOf) -> None:
+    def __init__(
+        self, nc: FastClient, prefix: str, who: WhoIs, settings: FeedSettings | None = None
+    ) -> None:
         self.nc = nc
         self.prefix = prefix
-        self.stream = stream_names(prefix)[2]
-        self.tenant_of = tenant_of
-        self.registrations: dict[tuple[str, str], tuple[str, int]] = {}
-        """(tenant, kind) → (epoch, seq) last registered or reported (advisory: the
-        consumer owns its durable checkpoint)."""
+        events, _, self.stream = stream_names(prefix)
+        self.who = who
+        self.settings = settings or load_settings()
+        self.registrations = Registrations(nc, prefix, events, self.settings.lease_s)
 
-    async def _tenant(self, request: web.Request) -> str:
-        got = self.tenant_of(request)
+    async def _caller(self, request: web.Request) -> Caller:
+        got = self.who(request)
         return await got if inspect.isawaitable(got) else got  # type: ignore[return-value]
 
     def _kind(self, request: web.Request) -> str:
         kind = request.match_info["kind"]
         if kind not in nm.KINDS:
-            raise web.HTTPNotFound(text=f"unknown feed kind {kind!r}; kinds: {', '.join(nm.KINDS)}")
+            kinds = ", ".join(nm.KINDS)
+            raise FeedProblem(404, "unknown-kind", f"unknown feed kind {kind!r}; kinds: {kinds}")
         return kind
 
-    async def _info(self) -> jsapi.StreamInfo | None:
-        return await jsapi.stream_info(self.nc, self.stream)
+    async def _info(self) -> jsapi.StreamInfo:
+        try:
+            info = await jsapi.stream_info(self.nc, self.stream)
+        except jsapi.JsApiError as exc:
+            raise _unavailable(exc) from None
+        if info is None:
+            raise FeedProblem(404, "stream-missing", f"stream {self.stream} does not exist")
+        return info
+
+    async def _bounds(self, subject: str) -> tuple[int, int]:
+        """(head, horizon) of one subject: its last and first message still held."""
+        last = await direct.last_of(self.nc, self.stream, subject, TIMEOUT_S)
+        first = await direct.after(self.nc, self.stream, subject, 0, 1, TIMEOUT_S)
+        head = last.messages[0].seq if last.messages else 0
+        return head, first.messages[0].seq if first.messages else 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        try:
+            if request.method == "GET":
+                return await self.events(request)
+            return await self.checkpoint(request)
+        except FeedProblem as p:
+            return p.response()
+        except RegistryUnavailable as exc:
+            return _unavailable(exc).response()
+
+    # ------------------------------------------------------------------ GET events
 
     async def events(self, request: web.Request) -> web.Response:
-        tenant = await self._tenant(request)
+        caller = await self._caller(request)
         kind = self._kind(request)
         q = request.query
         try:
             after = int(q.get("afterSeq", "0"))
             limit = int(q.get("limit", str(DEFAULT_LIMIT)))
         except ValueError:
-            return _problem(400, "invalid-parameter", "afterSeq and limit are integers")
+            raise FeedProblem(400, "invalid-parameter", "afterSeq and limit are integers") from None
         if after < 0:
-            return _problem(400, "invalid-parameter", "afterSeq must be >= 0")
+            raise FeedProblem(400, "invalid-parameter", "afterSeq must be >= 0")
         if not 1 <= limit <= MAX_LIMIT:
-            return _problem(400, "invalid-parameter", f"limit must be 1..{MAX_LIMIT}")
+            raise FeedProblem(400, "invalid-parameter", f"limit must be 1..{MAX_LIMIT}")
+        subject = nm.subject(self.prefix, caller.tenant, kind)
+        try:
+            page = await direct.after(self.nc, self.stream, subject, after, limit, TIMEOUT_S)
+            head, horizon = await self._bounds(subject)
+        except jsapi.JsApiError as exc:
+            await self._info()  # a missing stream is a 404, not a 503
+            raise _unavailable(exc) from None
+        # The leader's view, read after the page: retention only ever moves forward.
         info = await self._info()
-        if info is None:
-            return _problem(404, "stream-missing", f"stream {self.stream} does not exist")
-        epoch, head, horizon = info.created, info.state.last_seq, info.state.first_seq
+        epoch = info.created
         want = q.get("streamEpoch")
         if want is not None and want != epoch:
-            return _problem(409, "epoch-mismatch", f"the stream's epoch is {epoch}, not {want}",
-                            epoch=epoch)  # fmt: skip
-        if after > head:
-            return _problem(409, "beyond-head", f"afterSeq {after} is beyond the head {head}",
-                            head=head)  # fmt: skip
-        subject = nm.subject(self.prefix, tenant, kind)
-        out: list[FeedEvent] = []
-        seq = max(after + 1, horizon)
-        while len(out) < limit and seq <= head:
-            try:
-                doc = await jsapi.request(
-                    self.nc, f"STREAM.MSG.GET.{self.stream}", {"seq": seq, "next_by_subj": subject}
-                )
-            except jsapi.JsApiError:
-                break  # no further message of this subject
-            m = doc["message"]
-            if m["seq"] > head:
-                break
-            data = base64.b64decode(m.get("data") or "")
-            meta = _Envelope.decode(data)
-            out.append(
-                FeedEvent(
-                    seq=m["seq"],
-                    id=str(meta.get("id", "")),
-                    kind=str(meta.get("kind", kind)),
-                    schema_version=int(meta.get("schema", nm.SCHEMA_VERSION)),
-                    payload=msgspec.Raw(data),
-                )
-            )
-            seq = m["seq"] + 1
-        page = FeedPage(
-            tenant=tenant, kind=kind, stream=f"{self.stream}:{subject}", epoch=epoch, head=head,
-            retention_horizon=horizon, after_seq=after, complete=len(out) < limit, events=out,
+            raise FeedProblem(409, "epoch-mismatch", f"the stream's epoch is {epoch}, not {want}",
+                              epoch=epoch)  # fmt: skip
+        if after > info.state.last_seq:
+            raise FeedProblem(409, "beyond-head", f"afterSeq {after} is beyond the stream's end")
+        await self._check_gap(caller.tenant, kind, epoch, after, info.state.first_seq)
+        events = [self._event(m, kind) for m in page.messages]
+        if events:
+            head = max(head, events[-1].seq)
+        body = FeedPage(
+            tenant=caller.tenant, kind=kind, stream=f"{self.stream}:{subject}", epoch=epoch,
+            head=head, retention_horizon=horizon, after_seq=after, complete=page.pending == 0,
+            events=events,
         )  # fmt: skip
-        return web.Response(body=_enc.encode(page), content_type="application/json")
+        return web.Response(body=_enc.encode(body), content_type="application/json")
+
+    def _event(self, m: direct.DirectMsg, kind: str) -> FeedEvent:
+        try:
+            meta = _meta.decode(m.data)
+        except msgspec.DecodeError as exc:  # never skipped: the consumer would lose it
+            raise FeedProblem(500, "malformed-message",
+                              f"stored message {m.seq} is not a Notify message: {exc}",
+                              seq=m.seq) from None  # fmt: skip
+        return FeedEvent(seq=m.seq, id=meta.id, kind=meta.kind or kind,
+                         schema_version=meta.schema, payload=msgspec.Raw(m.data))  # fmt: skip
+
+    async def _check_gap(self, tenant: str, kind: str, epoch: str, after: int, first: int) -> None:
+        """Retention removes the stream's oldest messages: after a position below the first
+        one held, messages of this tenant and kind may be gone — unless the tenant's live
+        registration vouches that it had none there."""
+        if after == 0 or after >= first - 1:
+            return
+        reg = await self.registrations.get(tenant, kind)
+        if reg is not None and reg.epoch == epoch and reg.seq <= after and reg.vouched >= first - 1:
+            return
+        raise FeedProblem(
+            409, "retention-gap",
+            f"messages after afterSeq {after} may have been removed by retention and no live "
+            f"registration vouches for them; rebuild from the event log, then register again",
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ POST checkpoint
 
     async def checkpoint(self, request: web.Request) -> web.Response:
-        tenant = await self._tenant(request)
+        caller = await self._caller(request)
         kind = self._kind(request)
+        if caller.subject not in self.settings.consumers and WRITE_SCOPE not in caller.scopes:
+            raise FeedProblem(
+                403, "not-the-feed-consumer",
+                f"only the configured feed consumer (token sub: "
+                f"{', '.join(self.settings.consumers)}) or scope {WRITE_SCOPE} may register or "
+                f"report a position",
+            )  # fmt: skip
         try:
             body = _checkpoint.decode(await request.read() or b"{}")
         except msgspec.DecodeError as exc:
-            return _problem(400, "invalid-body", str(exc))
+            raise FeedProblem(400, "invalid-body", str(exc)) from None
         info = await self._info()
-        if info is None:
-            return _problem(404, "stream-missing", f"stream {self.stream} does not exist")
-        epoch, head = info.created, info.state.last_seq
+        epoch, last = info.created, info.state.last_seq
         if body.stream_epoch is None and body.seq is None:
             seq, registered = 0, True
         elif body.stream_epoch is None or body.seq is None:
-            return _problem(400, "invalid-body", "streamEpoch and seq go together (or both null)")
+            raise FeedProblem(400, "invalid-body", "streamEpoch and seq go together (or both null)")
         elif body.seq < 0:
-            return _problem(400, "invalid-body", "seq must be >= 0")
+            raise FeedProblem(400, "invalid-body", "seq must be >= 0")
         elif body.stream_epoch != epoch:
-            return _problem(409, "epoch-mismatch",
-                            f"position is in epoch {body.stream_epoch}; the stream's is {epoch}",
-                            epoch=epoch)  # fmt: skip
-        elif body.seq > head:
-            return _problem(409, "beyond-head", f"seq {body.seq} is beyond the head {head}",
-                            head=head)  # fmt: skip
+            raise FeedProblem(409, "epoch-mismatch",
+                              f"position is in epoch {body.stream_epoch}; the stream's is {epoch}",
+                              epoch=epoch)  # fmt: skip
+        elif body.seq > last:
+            raise FeedProblem(409, "beyond-head", f"seq {body.seq} is beyond the stream's end")
         else:
             seq, registered = body.seq, False
-        self.registrations[(tenant, kind)] = (epoch, seq)
-        subject = nm.subject(self.prefix, tenant, kind)
+        subject = nm.subject(self.prefix, caller.tenant, kind)
+        prior = await self.registrations.get(caller.tenant, kind)
+        try:
+            vouched = await self._vouch(subject, epoch, seq, info, prior)
+            head, horizon = await self._bounds(subject)
+        except jsapi.JsApiError as exc:
+            raise _unavailable(exc) from None
+        reg = Registration(consumer=caller.subject or "", epoch=epoch, seq=seq, vouched=vouched,
+                           reported_ms=time.time_ns() // 1_000_000)  # fmt: skip
+        await self.registrations.put(caller.tenant, kind, reg)
         answer = CheckpointAnswer(
-            tenant=tenant, kind=kind, stream=f"{self.stream}:{subject}",
-            epoch=epoch, head=head, retention_horizon=info.state.first_seq, seq=seq,
-            registered=registered,
+            tenant=caller.tenant, kind=kind, stream=f"{self.stream}:{subject}", epoch=epoch,
+            head=head, retention_horizon=horizon, seq=seq, registered=registered,
+            lease_seconds=self.settings.lease_s,
         )  # fmt: skip
         return web.Response(body=_enc.encode(answer), content_type="application/json")
+
+    async def _vouch(
+        self, subject: str, epoch: str, seq: int, info: jsapi.StreamInfo, prior: Registration | None
+    ) -> int:
+        """How far past ``seq`` the subject certainly has no message (``seq``: no further).
+        Asked of the stream leader (``STREAM.MSG.GET``), never of a lagging replica."""
+        first, last = info.state.first_seq, info.state.last_seq
+        covered = seq >= first - 1 or (
+            prior is not None and prior.epoch == epoch and prior.seq <= seq
+            and prior.vouched >= first - 1
+        )  # fmt: skip
+        if not covered:
+            return seq
+        start = max(seq + 1, first)
+        try:
+            doc = await jsapi.request(
+                self.nc, f"STREAM.MSG.GET.{self.stream}",
+                {"seq": start, "next_by_subj": subject}, TIMEOUT_S,
+            )  # fmt: skip
+            vouched = min(last, int(doc["message"]["seq"]) - 1)
+        except jsapi.JsApiError as exc:
+            if exc.err_code != jsapi.NO_MESSAGE:
+                raise
+            vouched = last
+        after = await jsapi.stream_info(self.nc, self.stream)
+        if after is None or after.state.first_seq > start:
+            return seq  # retention moved while we looked: vouch for nothing
+        return max(seq, vouched)
 
 
 def add_feed_routes(
@@ -205,12 +338,13 @@ def add_feed_routes(
     *,
     nc: FastClient,
     prefix: str,
-    tenant_of: TenantOf,
+    who: WhoIs,
+    settings: FeedSettings | None = None,
     base: str = BASE,
 ) -> Feed:
-    """Mount the feed; ``tenant_of(request)`` returns (or awaits) the authenticated tenant
-    and raises an HTTP error for an unauthenticated caller."""
-    feed = Feed(nc, prefix, tenant_of)
-    app.router.add_get(f"{base}/feeds/{{kind}}/events", feed.events)
-    app.router.add_post(f"{base}/feeds/{{kind}}/consumer-checkpoint", feed.checkpoint)
+    """Mount the feed; ``who(request)`` returns (or awaits) the authenticated caller and
+    raises an HTTP error for an unauthenticated one."""
+    feed = Feed(nc, prefix, who, settings)
+    app.router.add_get(f"{base}/feeds/{{kind}}/events", feed.handle)
+    app.router.add_post(f"{base}/feeds/{{kind}}/consumer-checkpoint", feed.handle)
     return feed

@@ -1,16 +1,21 @@
 """``streamproc notify tail --http URL``: follow the HTTP feed with a durable local checkpoint.
 
 The checkpoint (epoch, sequence) is written after each message is handled (printed), so a
-restart resumes after the last one handled. The tail fails closed — it stops with the reason
-and never moves its checkpoint by itself — when the stream's epoch changed, the stream is
-missing while a checkpoint exists, or retention removed messages past the checkpoint. A
-consumer registered at zero has no position yet and starts at the retention horizon.
+restart resumes after the last one handled; it only ever moves to a message it handled. The
+tail reports its position to the feed before each page and after each handled batch. It
+fails closed — it stops with the reason and never moves its checkpoint by itself — when the
+stream's epoch changed, the stream is missing while a checkpoint exists, or the feed says
+retention may have removed messages past the checkpoint (``retention-gap``). A feed that is
+unavailable for now (5xx, no connection) leaves the checkpoint where it is: the tail waits and
+asks again (``--once`` stops with exit code 1 instead). A consumer registered at zero has no
+position yet and starts at the first message still held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,17 @@ from streamproc.notify import messages as nm
 
 class FeedClosed(RuntimeError):
     """The feed cannot be followed safely from the checkpoint; the reason says why."""
+
+
+class FeedRefused(RuntimeError):
+    """The feed refuses this client (401/403: token, identity, scope); the reason says why."""
+
+
+class FeedUnavailable(RuntimeError):
+    """The feed cannot answer for now (5xx, no connection): try again, checkpoint kept."""
+
+
+MAX_PAUSE_S = 30.0
 
 
 class Checkpoint(msgspec.Struct, kw_only=True, rename="camel"):
@@ -73,18 +89,31 @@ class HttpTail:
         except msgspec.DecodeError:
             return {"detail": body[:300].decode(errors="replace")}
 
+    async def _call(
+        self, s: aiohttp.ClientSession, method: str, url: str, **kw: Any
+    ) -> tuple[int, Any]:
+        try:
+            async with s.request(method, url, **kw) as r:
+                doc = await self._json(r)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise FeedUnavailable(f"feed not reachable: {exc or type(exc).__name__}") from None
+        if r.status >= 500:
+            raise FeedUnavailable(f"feed answered {r.status}: {doc.get('detail', doc)}")
+        if r.status in (401, 403):
+            raise FeedRefused(f"feed refused this client ({r.status}): {doc.get('detail', doc)}")
+        return r.status, doc
+
     async def _register(self, s: aiohttp.ClientSession, cp: Checkpoint | None) -> Checkpoint:
         body = {"streamEpoch": None, "seq": None} if cp is None else {
             "streamEpoch": cp.epoch, "seq": cp.seq}  # fmt: skip
-        async with s.post(f"{self.base}/consumer-checkpoint", json=body) as r:
-            doc = await self._json(r)
-            if r.status == 404 and cp is not None:
-                raise FeedClosed(f"stream missing while a checkpoint exists (seq {cp.seq}): "
-                                 f"{doc.get('detail')}")  # fmt: skip
-            if r.status == 409:
-                raise FeedClosed(f"checkpoint refused: {doc.get('detail')}")
-            if r.status != 200:
-                raise FeedClosed(f"checkpoint registration failed ({r.status}): {doc}")
+        status, doc = await self._call(s, "POST", f"{self.base}/consumer-checkpoint", json=body)
+        if status == 404 and cp is not None:
+            raise FeedClosed(f"stream missing while a checkpoint exists (seq {cp.seq}): "
+                             f"{doc.get('detail')}")  # fmt: skip
+        if status == 409:
+            raise FeedClosed(f"checkpoint refused: {doc.get('detail')}")
+        if status != 200:
+            raise FeedClosed(f"checkpoint registration failed ({status}): {doc}")
         if cp is None:
             cp = Checkpoint(url=self.url, kind=self.kind, epoch=doc["epoch"], seq=0)
             save_checkpoint(self.state, cp)
@@ -93,41 +122,48 @@ class HttpTail:
     async def step(self, s: aiohttp.ClientSession, cp: Checkpoint) -> tuple[Checkpoint, bool]:
         """One page; returns the new checkpoint and whether the feed is caught up."""
         params = {"afterSeq": str(cp.seq), "limit": str(self.limit), "streamEpoch": cp.epoch}
-        async with s.get(f"{self.base}/events", params=params) as r:
-            doc = await self._json(r)
-            if r.status == 404:
-                raise FeedClosed(f"stream missing while a checkpoint exists (seq {cp.seq})")
-            if r.status == 409:
-                raise FeedClosed(f"epoch or position no longer valid: {doc.get('detail')}")
-            if r.status != 200:
-                raise FeedClosed(f"feed answered {r.status}: {doc}")
+        status, doc = await self._call(s, "GET", f"{self.base}/events", params=params)
+        if status == 404:
+            raise FeedClosed(f"stream missing while a checkpoint exists (seq {cp.seq})")
+        if status == 409 and doc.get("title") == "retention-gap":
+            raise FeedClosed(f"retention gap after checkpoint {cp.seq}: {doc.get('detail')}. "
+                             f"Not skipping ahead.")  # fmt: skip
+        if status == 409:
+            raise FeedClosed(f"epoch or position no longer valid: {doc.get('detail')}")
+        if status != 200:
+            raise FeedClosed(f"feed answered {status}: {doc}")
         if doc["epoch"] != cp.epoch:
             raise FeedClosed(f"stream epoch changed from {cp.epoch} to {doc['epoch']}")
-        if cp.seq > 0 and doc["retentionHorizon"] > cp.seq + 1:
-            raise FeedClosed(
-                f"retention gap: checkpoint at {cp.seq}, the stream now starts at "
-                f"{doc['retentionHorizon']}; messages {cp.seq + 1}..{doc['retentionHorizon'] - 1} "
-                f"are gone. Not skipping ahead."
-            )
         for ev in doc["events"]:
             msg = nm.decode(msgspec.json.encode(ev["payload"]))
             self.out(msg, ev["seq"])
             cp = msgspec.structs.replace(cp, seq=ev["seq"])
             save_checkpoint(self.state, cp)  # after the effect: at-least-once
-        if doc["complete"] and doc["head"] > cp.seq:
-            cp = msgspec.structs.replace(cp, seq=doc["head"])
-            save_checkpoint(self.state, cp)
         return cp, bool(doc["complete"])
 
     async def run(self, *, once: bool = False) -> Checkpoint:
         cp = load_checkpoint(self.state)
         if cp is not None and (cp.url != self.url or cp.kind != self.kind):
             raise FeedClosed(f"checkpoint {self.state} belongs to {cp.url} {cp.kind}")
+        pause = self.poll_s
         async with aiohttp.ClientSession(headers=self.headers) as s:
-            cp = await self._register(s, cp)
             while True:
-                cp = await self._register(s, cp)
-                cp, caught_up = await self.step(s, cp)
+                try:
+                    cp = await self._register(s, cp)
+                    seq = cp.seq
+                    cp, caught_up = await self.step(s, cp)
+                    if cp.seq != seq:
+                        cp = await self._register(s, cp)  # report the handled batch
+                except FeedUnavailable as exc:
+                    if once:
+                        raise
+                    at = "none yet" if cp is None else cp.seq
+                    print(f"streamproc: {exc}; checkpoint kept at {at}, asking again in "
+                          f"{pause:g} s", file=sys.stderr)  # fmt: skip
+                    await asyncio.sleep(pause)
+                    pause = min(MAX_PAUSE_S, pause * 2)
+                    continue
+                pause = self.poll_s
                 if caught_up:
                     if once:
                         return cp

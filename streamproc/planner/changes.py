@@ -126,7 +126,8 @@ def coalesce(
     once, with any others of the same millisecond (the leading edge). The exports stamped
     within an open window coalesce into one group, due when the window closes; the run
     requested then opens the next window. So a quiet system plans an export immediately,
-    and a storm becomes one run per window.
+    and a storm becomes one run per window. With no window (0) every export is due at once,
+    on its own (those of one millisecond together), however late it arrives.
     """
     ordered = sorted(pending, key=lambda e: (e.ms, e.export_id))
     groups: list[ExportGroup] = []
@@ -134,7 +135,7 @@ def coalesce(
     i, n = 0, len(ordered)
     while i < n:
         first = ordered[i]
-        if end is None or first.ms > end:  # quiet: plan it now
+        if end is None or first.ms > end or not debounce_ms:  # quiet (or no window): now
             due, last = first.ms, first.ms
         else:  # within the open window: together, when it closes
             due, last = end, end

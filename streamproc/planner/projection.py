@@ -25,8 +25,6 @@ from streamproc.state.store import Store
 SCHEDULES_CF = "pl_schedules"
 RUNS_CF = "pl_runs"
 BACKLOG_CF = "pl_backlog"
-RECENT_CF = "pl_recent"
-"""Planned runs by planning time (8-byte ms, then tenant and run id): the restart check."""
 REPORTS_CF = "pl_reports"
 _PATCH = ("cron", "timezone", "mode", "selection", "only_if", "limits", "subscriptions")
 
@@ -169,7 +167,7 @@ class PlannerRuns(Projection):
     kinds: ClassVar[frozenset[str]] = frozenset(
         {"run.requested", "run.planned", "run.cancel_requested"}
     )
-    families: ClassVar[tuple[str, ...]] = (RUNS_CF, BACKLOG_CF, RECENT_CF)
+    families: ClassVar[tuple[str, ...]] = (RUNS_CF, BACKLOG_CF)
 
     def __init__(self) -> None:
         self.pending: dict[tuple[str, str], r.RunRecord] = {}
@@ -197,15 +195,6 @@ class PlannerRuns(Projection):
         """Planned or cancelled: nothing more to plan for this run id."""
         rec = self.record(tenant, run_id)
         return rec is not None and rec.state != "requested"
-
-    def planned_since(self, ms: int) -> Iterator[r.RunRecord]:
-        """Runs planned at or after ``ms`` (HLC time of their ``run.planned``), oldest first."""
-        assert self._store is not None
-        for k, _ in self._store.scan(RECENT_CF, start=max(ms, 0).to_bytes(8, "big")):
-            tenant, run_id = r.split(k[8:])
-            rec = self.record(tenant, run_id)
-            if rec is not None and rec.state == "planned":
-                yield rec
 
     def backlog_images(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -259,7 +248,6 @@ class PlannerRuns(Projection):
             cur, state="planned", stats=pl.stats, planned_ms=ms, segments=list(pl.segments)
         )
         tx.table(RUNS_CF).put(r.key(t, pl.run_id), r.encode(rec))
-        tx.table(RECENT_CF).put(ms.to_bytes(8, "big") + r.key(t, pl.run_id), b"")
         self.pending.pop((t, pl.run_id), None)
         if pl.stats.spilled > 0 and cur.request is not None and not was_cancelled:
             root = cur.root_run_id or cur.run_id

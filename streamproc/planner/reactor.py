@@ -28,6 +28,7 @@ import msgspec
 
 from streamproc import metrics, tracing
 from streamproc.config import Settings
+from streamproc.crashpoints import crash_point
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.hlc import wall_ms
@@ -39,7 +40,7 @@ from streamproc.planner.model import Cause, ImpactSource, Plan
 from streamproc.planner.plan import build_plan, host_resolver
 from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSchedules
 from streamproc.planner.records import Backlog, RunRecord
-from streamproc.planner.recovery import reenqueue
+from streamproc.planner.recovery import RestartCheck, requeue_lost
 from streamproc.planner.select import select_images, targets_for
 from streamproc.planner.settings import PlannerSettings
 from streamproc.planner.settings import load as load_planner_settings
@@ -48,6 +49,8 @@ from streamproc.reactor import Reactor, RoleContext
 log = logging.getLogger(__name__)
 IMPACT = "impact"
 """Name of the impact projection in ``RoleContext.shared``."""
+RECOVERY_PROBLEM = "recovery"
+"""The name under which a failing restart check is reported (``RoleContext.problems``)."""
 INFLIGHT_RETRY_S = 60.0
 """A published plan whose ``run.planned`` has not folded back after this long is redone
 (with the same ids: harmless if the original lands after all)."""
@@ -130,7 +133,8 @@ class PlannerReactor(Reactor):
         """Completed passes (tests wait on it to know the planner has looked)."""
         self._backlog_tenants: set[str] = set()
         self.recovered = False
-        """Whether the restart check (:mod:`.recovery`) has run in this process."""
+        """Whether the restart check (:mod:`.recovery`) has succeeded in this term."""
+        self.check = RestartCheck()
         self.reenqueued = 0
 
     # ------------------------------------------------------------------ the pass
@@ -156,10 +160,14 @@ class PlannerReactor(Reactor):
         self.passes += 1
 
     async def _recover(self, ctx: RoleContext, state: PlannerState, source: ImpactSource) -> None:
-        since = self.wall() - round(self.cfg.recovery_window_s * 1000)
+        """The restart check (:mod:`.recovery`), retried with backoff while it fails."""
+        check = self.check
+        if not check.due():
+            return
 
-        def replan(rec: RunRecord) -> tuple[Plan, PlanEvents] | None:
-            if rec.request is None:
+        def replan(tenant: str, run_id: str) -> tuple[Plan, PlanEvents] | None:
+            rec = state.runs.record(tenant, run_id)
+            if rec is None or rec.request is None:
                 return None
             cause = self._cause_of(
                 state, rec.tenant, rec.request, rec.cause_ms or rec.ms, rec.offset
@@ -174,14 +182,20 @@ class PlannerReactor(Reactor):
             )
 
         try:
-            for rec in list(state.runs.planned_since(since)):
-                self.reenqueued += await reenqueue(
-                    ctx.publisher, ctx.settings.events_stream, rec, replan
-                )
-        except Exception as exc:  # retried on the next pass
-            log.warning("planner: restart check failed: %s", exc)
-            metrics.PLANNER_ERRORS.labels("recovery").inc()
+            out = await requeue_lost(ctx.publisher, ctx.store, ctx.wait_for, replan)
+        except Exception as exc:  # retried after a backoff, a bounded number of times
+            check.failed(exc)
+            ctx.problems[RECOVERY_PROBLEM] = check.problem or str(exc)
             return
+        check.succeeded()
+        ctx.problems.pop(RECOVERY_PROBLEM, None)
+        self.reenqueued += out.requeued
+        metrics.PLANNER_REQUEUED.inc(out.requeued)
+        log.log(
+            logging.WARNING if out.requeued else logging.INFO,
+            "planner: restart check done: %d work item(s) a crash left unpublished re-queued",
+            out.requeued,
+        )
         self.recovered = True
 
     def _settle(self, state: PlannerState) -> None:
@@ -332,6 +346,7 @@ class PlannerReactor(Reactor):
                 "enqueue", tenant=d.tenant, run_id=d.run_id, segments=len(events.segments)
             ):
                 await ctx.publisher.publish_events(events.log_events())
+                crash_point("planner.after_log_events")  # a test hook (STREAMPROC_CRASH_AT)
                 await ctx.publisher.publish_many(events.work_items(ctx.publisher.prefix))
         except Exception as exc:  # the next pass redoes it with the same ids
             log.warning("planner: run %s of %s not published: %s", d.run_id, d.tenant, exc)

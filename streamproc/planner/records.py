@@ -113,7 +113,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     stats: p.RunStats | None = None
     planned_ms: int = 0
     segments: list[p.SegmentRef] = []
-    """The plan's segment refs: what a restart re-enqueues if the work items may be lost."""
+    """The plan's segment refs."""
 
 
 class Backlog(msgspec.Struct, kw_only=True):

@@ -1,79 +1,184 @@
-"""Restart check: re-enqueue the work items of recently planned runs.
+"""Restart check: re-queue the work items a crashed planner left unpublished — exactly once.
 
 A planner publishes ``run.planned``, then the segment events, then the work items. If it
-dies after ``run.planned`` is in the log, its marker stops any replan — so the segments or
-work items cut short would be lost. Once after a start (when caught up), for every run
-planned within the recovery window, the planner fetches each segment event from the event
-log by its subject and publishes those bytes to the work queue again with the same
-``Nats-Msg-Id``: JetStream drops every copy it already has (the window stays inside the
-work stream's duplicate window). A segment event missing from the log is re-derived by
-planning the run again; if that plan no longer matches the recorded one (the index changed
-in between) the run is reported, not guessed at.
+dies in between, the folded ``run.planned`` marker stops any replan, so those segments would
+never run. Once after each start (when caught up), the planner:
+
+1. reads which segments of unfinished runs are not yet taken by a runner, from its own
+   ``pl_open`` projection (:mod:`.open_runs`) — never by guessing from the log's last
+   message on a subject, which is a later ``segment.completed`` once a segment has run;
+2. lists the work items the work queue holds for those tenants (batched direct get; each
+   item's ``Nats-Msg-Id`` is its segment id);
+3. reads the event log's head *after* that listing and waits until its projections have
+   folded it; a runner publishes ``segment.started`` / ``.completed`` / ``.failed`` before it
+   acknowledges or removes a work item, so a segment still not taken is one whose work item
+   is in the queue (seen in step 2) or was never stored;
+4. publishes the work items of the segments whose item is absent: from the segment's own
+   event (fetched by its stream sequence), or — for a segment whose event never reached the
+   log — from the same plan derived again (if the index changed since, so the plan no longer
+   matches, the run is reported, not guessed at).
+
+Exactly once does not rest on JetStream's duplicate window (1 h): an item consumed long ago
+left a ``segment.*`` event in the log, and an item still queued was seen in the listing. The
+re-sent item still carries its segment id as ``Nats-Msg-Id``, so a repeat inside the window
+is dropped by JetStream as well. An item that aged out of the work queue (7 days) unrun is
+queued again: its segment never ran.
+
+A check that fails (NATS unavailable, a timeout) is retried with exponential backoff
+(:class:`RestartCheck`) a bounded number of times; while it fails the planner reports itself
+not ready (``/readyz``, ``streamproc status``) and ``scheduler_planner_recovery_failing`` is 1.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from streamproc import metrics
-from streamproc.bus import jsapi
+from streamproc.bus import direct, jsapi
 from streamproc.bus.publisher import Publisher
-from streamproc.events.catalog import aggregate_subject
-from streamproc.events.envelope import Envelope, decode, encode
+from streamproc.bus.streams import stream_names
+from streamproc.events.envelope import encode
 from streamproc.planner.emit import PlanEvents, work_subject
 from streamproc.planner.model import Plan
-from streamproc.planner.records import RunRecord
+from streamproc.planner.open_runs import OpenRunView, open_runs
+from streamproc.state.store import Store
 
 log = logging.getLogger(__name__)
-NO_MESSAGE = 10037
+Replan = Callable[[str, str], "tuple[Plan, PlanEvents] | None"]
+"""``replan(tenant, run_id)``: the run's plan derived again from its request, if known."""
+MAX_ATTEMPTS = 8
+BACKOFF_S = 1.0
+BACKOFF_CAP_S = 60.0
+FOLD_TIMEOUT_S = 30.0
 
 
-async def last_on_subject(pub: Publisher, stream: str, subject: str) -> bytes | None:
-    try:
-        doc = await jsapi.request(pub.nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
-    except jsapi.JsApiError as exc:
-        if exc.err_code == NO_MESSAGE or exc.code == 404:
-            return None
-        raise
+@dataclass
+class Outcome:
+    requeued: int = 0
+    """Work items published again (their segment's item was absent from the queue)."""
+    republished: int = 0
+    """Segment events that never reached the log, published from the plan derived again."""
+    unrecoverable: list[str] | None = None
+    """Runs that lost segment events and whose plan no longer matches."""
+
+
+async def fetch_event(pub: Publisher, stream: str, seq: int) -> bytes:
+    doc = await jsapi.request(pub.nc, f"STREAM.MSG.GET.{stream}", {"seq": seq})
     return base64.b64decode(doc["message"].get("data") or b"")
 
 
-async def reenqueue(
+async def queued_ids(pub: Publisher, work_stream: str, tenant: str) -> set[str]:
+    """Segment ids of every work item the queue holds for ``tenant`` (any priority)."""
+    msgs = await direct.scan(pub.nc, work_stream, f"{pub.prefix}.work.{tenant}.segment.*")
+    return {m.headers.get("Nats-Msg-Id", "") for m in msgs}
+
+
+async def requeue_lost(
     pub: Publisher,
-    stream: str,
-    rec: RunRecord,
-    replan: Callable[[RunRecord], tuple[Plan, PlanEvents] | None],
-) -> int:
-    """Publish the run's work items again from the log (or a matching replan); returns how
-    many work items were sent (JetStream de-duplicates the ones it already holds)."""
-    prefix = pub.prefix
-    found: list[tuple[Envelope, bytes]] = []
-    missing: set[str] = set()
-    for ref in rec.segments:
-        subject = aggregate_subject(prefix, rec.tenant, "segment", ref.segment_id)
-        raw = await last_on_subject(pub, stream, subject)
-        if raw is None:
-            missing.add(ref.segment_id)
-        else:
-            found.append((decode(raw), raw))
-    if missing:
-        again = replan(rec)
-        want = [(s.segment_id, s.images) for s in rec.segments]
-        if again is None or [(s.segment_id, len(s.digests)) for s in again[0].segments] != want:
-            log.error(
-                "planner: run %s of %s lost %d segment(s) in a crash and its plan has changed "
-                "since; cancel it and request it again",
-                rec.run_id,
-                rec.tenant,
-                len(missing),
-            )
-            metrics.PLANNER_ERRORS.labels("unrecoverable_segments").inc()
-        else:
+    store: Store,
+    wait_for: Callable[[int, float], Awaitable[None]],
+    replan: Replan,
+) -> Outcome:
+    """One restart check (steps 1 to 4 above); raises on any NATS error (nothing half-done
+    matters: a retry redoes it and JetStream drops repeats by id)."""
+    events_stream, work_stream, _ = stream_names(pub.prefix)
+    out = Outcome(unrecoverable=[])
+    queued: dict[str, set[str]] = {}
+    for n in range(3):  # a run folded only now (published before this start) adds a tenant
+        tenants = {v.run.tenant for v in open_runs(store) if _waiting(v)} - queued.keys()
+        if n and not tenants:
+            break
+        for t in sorted(tenants):
+            queued[t] = await queued_ids(pub, work_stream, t)
+        info = await jsapi.stream_info(pub.nc, events_stream)
+        if info is not None:
+            await wait_for(info.state.last_seq, FOLD_TIMEOUT_S)
+    items: list[tuple[str, bytes, str]] = []
+    for view in open_runs(store):
+        tenant, run_id = view.run.tenant, view.run.run_id
+        if tenant not in queued:
+            if _waiting(view):
+                log.warning("planner: restart check skipped run %s of %s (still arriving)",
+                            run_id, tenant)  # fmt: skip
+            continue
+        missing = {sid for sid, s in view.segments.items() if s.state == "planned"}
+        for sid, s in view.segments.items():
+            if s.state == "enqueued" and sid not in queued[tenant]:
+                raw = await fetch_event(pub, events_stream, s.seq)
+                items.append((work_subject(pub.prefix, tenant, s.priority), raw, sid))
+        if missing:
+            again = replan(tenant, run_id)
+            want = list(zip(view.run.segments, view.run.images, strict=False))
+            got = [(s.segment_id, len(s.digests)) for s in again[0].segments] if again else None
+            if got != want:
+                log.error(
+                    "planner: run %s of %s lost %d segment(s) in a crash and its plan has "
+                    "changed since; cancel it and request it again",
+                    run_id,
+                    tenant,
+                    len(missing),
+                )
+                metrics.PLANNER_ERRORS.labels("unrecoverable_segments").inc()
+                out.unrecoverable.append(f"{tenant}/{run_id}")
+                continue
+            assert again is not None
             lost = [e for e in again[1].segments if e.id in missing]
             await pub.publish_events(lost)
-            found.extend((e, encode(e)) for e in lost)
-    items = [(work_subject(prefix, e.tenant, e.payload.priority), raw, e.id) for e, raw in found]
+            out.republished += len(lost)
+            items.extend(
+                (work_subject(pub.prefix, e.tenant, e.payload.priority), encode(e), e.id)
+                for e in lost
+            )
     await pub.publish_many(items)
-    return len(items)
+    out.requeued = len(items)
+    return out
+
+
+def _waiting(view: OpenRunView) -> bool:
+    return any(s.state != "taken" for s in view.segments.values())
+
+
+class RestartCheck:
+    """When to run the check again after a failure: exponential backoff, a bounded number of
+    attempts; what to tell ``/readyz`` and ``status`` meanwhile."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.attempts = 0
+        self.done = False
+        self.gave_up = False
+        self.next_at = 0.0
+        self.problem: str | None = None
+
+    def due(self) -> bool:
+        return not (self.done or self.gave_up) and self.clock() >= self.next_at
+
+    def succeeded(self) -> None:
+        self.done = True
+        self.problem = None
+        metrics.PLANNER_RECOVERY_FAILING.set(0)
+
+    def failed(self, exc: BaseException) -> None:
+        self.attempts += 1
+        metrics.PLANNER_ERRORS.labels("recovery").inc()
+        metrics.PLANNER_RECOVERY_FAILING.set(1)
+        reason = f"{type(exc).__name__}: {exc}"[:400]
+        if self.attempts >= MAX_ATTEMPTS:
+            self.gave_up = True
+            self.problem = (
+                f"restart check failed {self.attempts} times, gave up: {reason}; work items "
+                f"a crash left unpublished are not re-queued until the planner restarts"
+            )
+            log.error("planner: %s", self.problem)
+            return
+        pause = min(BACKOFF_CAP_S, BACKOFF_S * 2 ** (self.attempts - 1))
+        self.next_at = self.clock() + pause
+        self.problem = (
+            f"restart check failed (attempt {self.attempts} of {MAX_ATTEMPTS}, next in "
+            f"{pause:.0f} s): {reason}"
+        )
+        log.warning("planner: %s", self.problem)

@@ -1,7 +1,7 @@
 """The ``planner`` role: its projections and its two reactors (planning and cron).
 
 The planner hosts the ``impact`` projection itself and reads it as
-``RoleContext.shared["impact"]`` (other roles in the same process share that instance).
+``RoleContext.shared["impact"]``; other roles ask it for impact previews over NATS.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from streamproc.config import Settings
 from streamproc.impact.projection import ImpactProjection
 from streamproc.planner.cron import CronReactor
 from streamproc.planner.exports import PlannerExports
+from streamproc.planner.open_runs import PlannerOpenRuns
 from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSchedules
 from streamproc.planner.reactor import PlannerReactor
+from streamproc.planner.service import start as start_service
 from streamproc.projection import Projection
 from streamproc.reactor import Reactor, RoleSpec
 
@@ -22,9 +24,16 @@ PLANNER_PROJECTIONS: list[Callable[[], Projection]] = [
     PlannerExports,
     PlannerRuns,
     LastReports,
+    PlannerOpenRuns,
 ]
 PLANNER_REACTORS: list[Callable[[Settings], Reactor]] = [PlannerReactor, CronReactor]
 
 
-PLANNER = RoleSpec([ImpactProjection, *PLANNER_PROJECTIONS], PLANNER_REACTORS, singleton=True)
-"""One active planner (the lease holder); others fold and stand by."""
+PLANNER = RoleSpec(
+    [ImpactProjection, *PLANNER_PROJECTIONS],
+    PLANNER_REACTORS,
+    singleton=True,
+    services=start_service,
+)
+"""One active planner (the lease holder); others fold and stand by. All of them answer
+impact previews over NATS (:mod:`streamproc.planner.service`)."""

@@ -25,9 +25,6 @@ Every knob, its variable and default (also in ``docs/planning.md``):
 - ``STREAMPROC_PLANNER_MAX_RUNS_PER_PASS`` (16): runs planned per reactor pass, taken
   round-robin across tenants (the rest wait for the next pass).
 - ``STREAMPROC_PLANNER_PREVIEW_SAMPLE`` (20): sample digests returned by a preview.
-- ``STREAMPROC_PLANNER_RECOVERY_WINDOW_S`` (3300): at start, runs planned this recently get
-  their work items re-enqueued from the event log (a crash may have cut publishing short).
-  Must stay below the work stream's duplicate window (1 h), so the re-sends de-duplicate.
 """
 
 from __future__ import annotations
@@ -58,7 +55,6 @@ ENV = {
     "burst_s": "STREAMPROC_PLANNER_BURST_S",
     "max_runs_per_pass": "STREAMPROC_PLANNER_MAX_RUNS_PER_PASS",
     "preview_sample": "STREAMPROC_PLANNER_PREVIEW_SAMPLE",
-    "recovery_window_s": "STREAMPROC_PLANNER_RECOVERY_WINDOW_S",
 }
 
 
@@ -79,7 +75,6 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
     burst_s: float = 1.0
     max_runs_per_pass: int = 16
     preview_sample: int = 20
-    recovery_window_s: float = 3300.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -100,11 +95,6 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
             (self.burst_s > 0, f"burst {self.burst_s} s: must be > 0"),
             (self.max_runs_per_pass >= 1, f"max runs per pass {self.max_runs_per_pass}: >= 1"),
             (self.preview_sample >= 0, f"preview sample {self.preview_sample}: must be >= 0"),
-            (
-                0 <= self.recovery_window_s < 3600,
-                f"recovery window {self.recovery_window_s} s: 0..3599 (below the work "
-                f"stream's 1 h duplicate window)",
-            ),
         ]
         for ok, message in checks:
             if not ok:

@@ -1,4 +1,5 @@
-"""The gateway's read model: schedules, runs (with stats and deltas) and export records.
+"""The gateway's read model: schedules, runs (with stats and deltas), export records and
+indexed images.
 
 Pure folds over the event log into tenant-prefixed RocksDB keys; the gateway answers every
 GET from here and checks every write against it before publishing.
@@ -10,10 +11,11 @@ from collections.abc import Callable
 
 from streamproc.projection import Projection
 from streamproc.readmodel.exports import Exports
+from streamproc.readmodel.images import Images
 from streamproc.readmodel.runs import Runs
 from streamproc.readmodel.schedules import Schedules
 
-READ_MODEL: list[Callable[[], Projection]] = [Schedules, Runs, Exports]
+READ_MODEL: list[Callable[[], Projection]] = [Schedules, Runs, Exports, Images]
 """Projection factories, in the form ``RoleSpec.projections`` takes."""
 
-__all__ = ["READ_MODEL", "Exports", "Runs", "Schedules"]
+__all__ = ["READ_MODEL", "Exports", "Images", "Runs", "Schedules"]

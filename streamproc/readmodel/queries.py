@@ -15,6 +15,8 @@ import msgspec
 from streamproc.readmodel import keys
 from streamproc.readmodel.exports import CF as EXPORTS_CF
 from streamproc.readmodel.exports import export_key
+from streamproc.readmodel.images import CF as IMAGES_CF
+from streamproc.readmodel.images import ImageSummary, decode_image, image_key
 from streamproc.readmodel.records import (
     DeltaRecord,
     ExportRecord,
@@ -122,6 +124,37 @@ class ReadModel:
             limit,
             lambda _k, v: decode_delta(v),
             lambda _r: True,
+        )
+
+    # ------------------------------------------------------------------ images
+
+    def image(self, tenant: str, digest: str) -> ImageSummary | None:
+        raw = self.store.get(IMAGES_CF, image_key(tenant, digest))
+        return decode_image(raw) if raw is not None else None
+
+    def images(
+        self,
+        tenant: str,
+        *,
+        limit: int,
+        cursor: str | None = None,
+        repository: str | None = None,
+        namespace: str | None = None,
+    ) -> Page[ImageSummary]:
+        """By digest; ``repository`` matches ``org/app`` or ``registry/org/app``."""
+
+        def keep(r: ImageSummary) -> bool:
+            return (
+                repository is None or repository in (r.repository, f"{r.registry}/{r.repository}")
+            ) and (namespace is None or r.namespace == namespace)
+
+        prefix = keys.tenant_prefix(tenant)
+        return _page(
+            self.store.scan(IMAGES_CF, prefix, keys.decode_cursor(prefix, cursor)),
+            prefix,
+            limit,
+            lambda _k, v: decode_image(v),
+            keep,
         )
 
     # ------------------------------------------------------------------ exports, rejections

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from streamproc.config import environment
+from streamproc.configfile.cli import add_config_flag
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 
@@ -48,7 +49,13 @@ def register(
     p.add_argument("--secret", help="HMAC secret (default $STREAMPROC_FEEDSER_SECRET)")
     p.add_argument("--ed25519-seed-file", type=Path, help="32-byte Ed25519 seed to sign with")
     p.add_argument("--source", help="X-Scheduler-Source (needed with several Feedser sources)")
-    p.add_argument("--state", type=Path, default=Path("data/feedser-export.json"))
+    p.add_argument(
+        "--data-dir", help="data directory (default ./data, STREAMPROC_DATA_DIR): holds the state"
+    )
+    p.add_argument(
+        "--state", type=Path, help="what was exported already (default DATA/feedser-export.json)"
+    )
+    add_config_flag(p)
     p.add_argument("--dry-run", action="store_true", help="print the body; send nothing")
     p.set_defaults(fn=cmd_feedser_export)
 
@@ -100,6 +107,7 @@ def cmd_scanner(args: argparse.Namespace) -> int:
 
 
 def cmd_feedser_export(args: argparse.Namespace) -> int:
+    from streamproc.config import load
     from streamproc.scanner.advisories import AdvisoryDb
     from streamproc.scanner.feedser import (
         build_export,
@@ -109,8 +117,9 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
         signed_headers,
     )
 
+    state_path = args.state or load({"data_dir": args.data_dir}).data_dir / "feedser-export.json"
     db = AdvisoryDb.load(args.osv, args.kev, args.debian_sources)
-    state = load_state(args.state)
+    state = load_state(state_path)
     body = build_export(db, state)
     if body is None:
         print("no new or changed advisories since the last export")
@@ -132,6 +141,6 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
     if status >= 300:
         print("streamproc: export not accepted; state unchanged", file=sys.stderr)
         return 1
-    args.state.parent.mkdir(parents=True, exist_ok=True)
-    args.state.write_text(json.dumps(next_state(db, body), indent=1) + "\n")
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    state_path.write_text(json.dumps(next_state(db, body), indent=1) + "\n")
     return 0

@@ -29,31 +29,27 @@ def _expected(arg: str | None) -> list[str]:
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    from streamproc.bus.connect import NatsAuth, connect
-    from streamproc.bus.session import run
+    from streamproc.bus.session import nats_session, run
     from streamproc.config import load
 
+    # --nats-port: a local server on that port (no auth), instead of the data directory's
+    nats_url = args.nats_url or (f"nats://127.0.0.1:{args.nats_port}" if args.nats_port else None)
     settings = load(
         {
             "data_dir": args.data_dir,
-            "nats_url": args.nats_url,
-            "nats_port": args.nats_port,
+            "nats_url": nats_url,
             "prefix": args.prefix,
             "node_id": args.node_id,
         }
     )
     expected = _expected(args.roles)
-    url = settings.nats_url or f"nats://{settings.nats_host}:{settings.nats_port}"
-    auth = NatsAuth.from_env() if settings.nats_url else None  # `up`'s embedded one has none
+    where = settings.nats_url or f"the NATS server of {settings.data_dir}"
 
     async def main() -> int:
-        nc = await connect(url, name="streamproc-status", auth=auth)
-        try:
+        async with nats_session(settings, name="streamproc-status") as nc:
             report = await gather(nc, settings, expected)
-        finally:
-            await nc.close()
         if report is None:
-            msg = f"no status bucket {bucket_name(settings.prefix)} at {url}: no role has run "
+            msg = f"no status bucket {bucket_name(settings.prefix)} at {where}: no role has run "
             msg += f"with prefix {settings.prefix!r} there"
             if args.json:
                 print(json.dumps({"ok": False, "problems": [msg]}))
@@ -74,7 +70,11 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         "instance is failed, lagging or stale, or an expected role has no running instance.",
     )
     common(p)
-    p.add_argument("--nats-port", type=int, help="port of a local `streamproc up` (default 4222)")
+    p.add_argument(
+        "--nats-port",
+        type=int,
+        help="a local server on this port instead of the one running on --data-dir",
+    )
     p.add_argument(
         "--roles",
         help="comma-separated roles that must be running (default: auditor,gateway,planner,runner)",

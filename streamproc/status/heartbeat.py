@@ -38,6 +38,11 @@ def _lease(system: Observed, role: str) -> str | None:
     return None if leader is None else str(leader.state)
 
 
+def _problems(system: Observed, role: str) -> list[str]:
+    ctx = getattr(system, "contexts", {}).get(role)
+    return [f"{k}: {v}"[:500] for k, v in sorted(ctx.problems.items())] if ctx else []
+
+
 def _failure(system: Observed, role: str) -> str | None:
     proj = system.projectors[role]
     if proj.failure is not None:
@@ -96,6 +101,7 @@ class StatusHeartbeat:
                     lag_limit=self.lag_limit,
                     failure=_failure(self.system, role),
                     lease=_lease(self.system, role),
+                    problems=_problems(self.system, role),
                     started=self.started,
                     updated_ms=now,
                     interval_s=self.interval,

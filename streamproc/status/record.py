@@ -55,6 +55,9 @@ class Heartbeat(msgspec.Struct, kw_only=True):
     lease: str | None = None
     """``active``, ``catching-up`` or ``standby`` for a role behind a lease (planner,
     auditor); None where every instance acts."""
+    problems: list[str] = []
+    """What its reactors report wrong while it runs (e.g. a failing restart check): the
+    instance is ``degraded`` and answers ``/readyz`` with 503."""
     started: str = ""
     updated_ms: int = 0
     interval_s: float = DEFAULT_INTERVAL_S

@@ -49,7 +49,7 @@ async def read_heartbeats(nc: FastClient, prefix: str) -> list[Heartbeat] | None
 class Instance:
     beat: Heartbeat
     health: str
-    """ok | lagging | failed | stale"""
+    """ok | lagging | degraded | failed | stale"""
     age_s: float
 
 
@@ -77,6 +77,8 @@ def health_of(beat: Heartbeat, now_ms: int) -> tuple[str, float]:
         return "failed", age
     if beat.lag_limit and beat.lag > beat.lag_limit:
         return "lagging", age
+    if beat.problems:
+        return "degraded", age
     return "ok", age
 
 
@@ -95,6 +97,7 @@ def assess(beats: Iterable[Heartbeat], expected: Iterable[str], now_ms: int) -> 
     problems = [
         f"{i.beat.role} {i.beat.instance}: {i.health}"
         + (f" ({i.beat.failure})" if i.health == "failed" else "")
+        + (f" ({'; '.join(i.beat.problems)})" if i.health == "degraded" else "")
         for i in instances
         if i.health != "ok"
     ]

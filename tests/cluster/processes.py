@@ -28,9 +28,10 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def gateway_config(directory: Path, tenants: tuple[str, ...] = ("acme",)) -> Path:
+def gateway_config(directory: Path, tenants: tuple[str, ...] = ("acme",), **extra: Any) -> Path:
     """A gateway configuration trusting the harness's issuer (bearer tokens) and Feedser
-    secret, written where ``STREAMPROC_GATEWAY_CONFIG`` can name it."""
+    secret, written where ``STREAMPROC_GATEWAY_CONFIG`` can name it; ``extra`` keys are set
+    over it (e.g. DPoP for replicas: ``required_modes``, ``public_base_url``, ``dpop``)."""
     directory.mkdir(parents=True, exist_ok=True)
     secret = directory / "feedser.secret"
     secret.write_text(HMAC_SECRET + "\n")
@@ -52,6 +53,7 @@ def gateway_config(directory: Path, tenants: tuple[str, ...] = ("acme",)) -> Pat
         ],
         "access_log": "off",
         "wait_timeout_s": 10,
+        **extra,
     }
     path = directory / "gateway.json"
     path.write_text(json.dumps(doc))

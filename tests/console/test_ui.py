@@ -34,7 +34,6 @@ from streamproc.console.routes import mount_console
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
-from streamproc.gateway.preview import IMPACT_PREVIEW
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.demo import BASELINE, DATA, seed_demo
 from streamproc.scanner.feedser import WEBHOOK_PATH, build_export, signed_headers
@@ -68,8 +67,8 @@ def artifacts() -> Path:
 @pytest.fixture
 def with_console(monkeypatch: pytest.MonkeyPatch) -> None:
     """The gateway role with the console mounted (mount_console is idempotent, so this stays
-    right once the gateway's own routes hook calls it), and the process's impact index handed
-    to the gateway's preview route (nothing in ``streamproc up`` does that yet)."""
+    right once the gateway's own routes hook calls it). Previews and chain verification reach
+    the planner and auditor over NATS, as in every layout."""
     gateway = roles.ROLES["gateway"]
     original = gateway.routes
     assert original is not None
@@ -77,8 +76,6 @@ def with_console(monkeypatch: pytest.MonkeyPatch) -> None:
     def routes(app: Any, ctx: Any) -> None:
         original(app, ctx)
         mount_console(app, ctx)
-        if "impact" in ctx.shared and app.get(IMPACT_PREVIEW) is None:
-            app[IMPACT_PREVIEW] = ctx.shared["impact"]
 
     monkeypatch.setitem(roles.ROLES, "gateway", dataclasses.replace(gateway, routes=routes))
 
@@ -137,6 +134,26 @@ async def until(check: Callable[[], Any], timeout: float = 60.0, every: float = 
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         await asyncio.sleep(every)
+
+
+@contextlib.asynccontextmanager
+async def dev_gateway(
+    nats_url: str, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[System, Path]]:
+    """The gateway role alone with the development auth of ``up --demo``; its issuer key."""
+    for name in ("STREAMPROC_GATEWAY_CONFIG", "STREAMPROC_FEEDSER_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(
+        data_dir=tmp_path / "data", nats_url=nats_url, prefix=prefix, http_port=free_port()
+    )
+    dev = prepare_dev_auth(settings)
+    assert dev.issuer_key is not None
+    system = System(settings, ["gateway"])
+    await system.start()
+    try:
+        yield system, dev.issuer_key
+    finally:
+        await system.close()
 
 
 async def sign_in(b: Browser, base: str, token: str) -> None:
@@ -306,16 +323,7 @@ async def test_pages_load_fast_with_1000_schedules_and_10000_runs(
     artifacts: Path,
     with_console: None,
 ) -> None:
-    for name in ("STREAMPROC_GATEWAY_CONFIG", "STREAMPROC_FEEDSER_SECRET"):
-        monkeypatch.delenv(name, raising=False)
-    settings = Settings(
-        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=free_port()
-    )
-    dev = prepare_dev_auth(settings)
-    assert dev.issuer_key is not None
-    system = System(settings, ["gateway"])
-    await system.start()
-    try:
+    async with dev_gateway(nats_server.url, prefix, tmp_path, monkeypatch) as (system, key):
         assert system.clock is not None and system.publisher is not None
         clock = system.clock
         events = [
@@ -345,7 +353,7 @@ async def test_pages_load_fast_with_1000_schedules_and_10000_runs(
         ]
         acks = await system.publisher.publish_events(events)
         await system.projectors["gateway"].wait_for(acks[-1].seq, 60)
-        token = mint_token(dev.issuer_key, "scheduler.read")
+        token = mint_token(key, "scheduler.read")
         async with browser(artifacts) as b:
             page = b.page
             await sign_in(b, system.http_url, token)
@@ -370,5 +378,90 @@ async def test_pages_load_fast_with_1000_schedules_and_10000_runs(
             print("console load times:", timings)
             assert all(t < 1.0 for t in timings.values()), timings
             assert b.errors == [], b.errors
-    finally:
-        await system.close()
+
+
+async def test_images_page(
+    nats_server: EmbeddedNats,
+    prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    artifacts: Path,
+    with_console: None,
+) -> None:
+    """The Images page over SBOMs PUT through the API: the list with each image's SBOM
+    summary, paging, the namespace filter, the detail, removal, a narrow window."""
+    async with dev_gateway(nats_server.url, prefix, tmp_path, monkeypatch) as (system, key):
+        base = system.http_url
+        token = mint_token(key)
+        sboms = Path(__file__).resolve().parents[1] / "data" / "sboms"
+        real = json.loads((sboms / "python-app.spdx23.json").read_text())
+        used = [
+            ref["referenceLocator"]
+            for pkg in real["packages"][:4]
+            for ref in pkg.get("externalRefs", [])
+            if ref["referenceType"] == "purl"
+        ]
+        tiny = {
+            "bomFormat": "CycloneDX",
+            "specVersion": "1.6",
+            "components": [{"type": "library", "name": "zlib", "purl": "pkg:deb/debian/zlib@1"}],
+        }
+        headers = {"Authorization": f"Bearer {token}"}
+        async with aiohttp.ClientSession(headers=headers) as http:
+            first = f"sha256:{0:064x}"
+            r = await http.put(
+                f"{base}/api/v1/scheduler/images/{first}",
+                json={"repository": "ghcr.io/acme/web", "namespace": "prod",
+                      "tags": ["1.2", "latest"], "usedPurls": used, "sbom": real},
+            )  # fmt: skip
+            assert r.status == 202, await r.text()
+            for i in range(1, 53):
+                r = await http.put(
+                    f"{base}/api/v1/scheduler/images/sha256:{i:064x}?wait={str(i == 52).lower()}",
+                    json={"repository": f"batch/job{i}", "namespace": "ci", "sbom": tiny},
+                )
+                assert r.status in (200, 202), await r.text()
+        async with browser(artifacts) as b:
+            page = b.page
+            await sign_in(b, base, token)
+            await page.click('a[data-nav="images"]')
+            row = page.locator(f'#images-table tr[data-digest="{first}"]')
+            await row.wait_for()
+            assert await page.locator("#images-table tbody tr").count() == 50
+            refs = [ref for pkg in real["packages"] for ref in pkg.get("externalRefs", [])]
+            purls = len({ref["referenceLocator"] for ref in refs if ref["referenceType"] == "purl"})
+            assert await row.locator("td.purls").text_content() == f"{purls:,}"
+            assert int((await row.locator("td.keys").text_content() or "0").replace(",", "")) > 1
+            assert "known" in (await row.locator(".usage").text_content() or "")
+            assert await row.locator(".badge.tag").count() == 2
+            other = page.locator('#images-table tr[data-digest$="01"] .usage.unknown')
+            await other.wait_for()
+            await b.shot("13-images")
+            await page.click("#images-next")
+            await page.wait_for_selector("#images-table tbody tr:nth-child(3)")
+            assert await page.locator("#images-table tbody tr").count() == 3
+            await page.fill("#images-namespace", "prod")
+            await page.click("#images-filter")
+            await page.wait_for_function(
+                "document.querySelectorAll('#images-table tbody tr').length === 1"
+            )
+            await row.locator("a").click()
+            await page.wait_for_selector("#image-facts")
+            assert (await page.text_content("#image-content") or "").startswith("sha256:")
+            await b.shot("14-image-detail")
+            await page.set_viewport_size(NARROW)
+            await page.goto(f"{base}/ui#/images")
+            await page.wait_for_selector("#images-table")
+            await b.shot("15-narrow-images")
+            width = await page.evaluate("document.documentElement.scrollWidth")
+            assert width <= NARROW["width"] + 1, f"horizontal scroll at 420 px: {width}"
+            await page.set_viewport_size(WIDE)
+            await page.goto(f"{base}/ui#/images/{first}")
+            await page.click("#remove-image")
+            await page.click("#confirm-yes")
+            await page.wait_for_selector("p.empty:text('No images indexed yet')")  # prod only
+            await page.fill("#images-namespace", "")
+            await page.click("#images-filter")
+            await page.wait_for_selector("#images-table")
+            assert await page.locator(f'#images-table tr[data-digest="{first}"]').count() == 0
+            assert b.errors == [], b.errors

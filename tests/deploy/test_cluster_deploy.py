@@ -22,6 +22,7 @@ from streamproc.bus.connect import connect
 from streamproc.bus.server import find_binary, free_port
 from streamproc.cli import build_parser
 from streamproc.configfile.registry import known_env
+from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -111,7 +112,9 @@ async def test_start_sh_runs_a_3_node_cluster_and_stop_sh_stops_it(
         assert again.returncode == 0 and again.stdout.count("already running") == 3
         nc = await connect(url)
         try:
-            assert cluster_size(nc) == 3
+            # start.sh returns once a metadata leader is elected (a quorum of 2); the third
+            # node's route may still be forming, so wait for the full mesh to be announced.
+            await eventually(lambda: cluster_size(nc) == 3, what="3 servers announced")
             results = await streams.apply(nc, streams.definitions(prefix, streams.AUTO))
             assert {r.action for r in results} == {"created"}
             from streamproc.bus import jsapi
@@ -207,6 +210,11 @@ def test_systemd_units_run_each_role_from_its_own_state_directory() -> None:
         assert args.data_dir == "/var/lib/x"
         assert unit["Install"] == [("WantedBy", "multi-user.target")]
     assert env_names((SYSTEMD / "streamproc.env").read_text()) <= known
+    gateway = unit_entries(SYSTEMD / "streamproc-gateway@.service")["Service"]
+    assert values(gateway, "LoadCredential") == ["dpop-nonce:/etc/streamproc/dpop-nonce.secret"]
+    assert "STREAMPROC_GATEWAY_DPOP_NONCE_SECRET_FILE=%d/dpop-nonce" in values(
+        gateway, "Environment"
+    )
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
@@ -257,3 +265,9 @@ def test_compose_file_runs_three_nats_nodes_and_every_role() -> None:
     n_roles = sum(1 for c in commands.values() if c in ROLES)
     assert len(node_ids) == len(volumes) == n_roles, "each process its own node id and state"
     assert set(doc["volumes"]) >= volumes
+    # Two gateway replicas sharing what replicas must share (docs/roles.md).
+    gateways = [s for s in roles.values() if s["command"][0] == "gateway"]
+    assert len(gateways) == 2 and "scanner" in commands.values()
+    shared = ("STREAMPROC_GATEWAY_DPOP_NONCE_SECRET_FILE", "STREAMPROC_GATEWAY_PUBLIC_BASE_URL")
+    assert len({tuple(g["environment"][k] for k in shared) for g in gateways}) == 1
+    assert all(g["secrets"] == ["dpop-nonce"] for g in gateways) and "dpop-nonce" in doc["secrets"]

@@ -27,6 +27,7 @@ REQUIRED = {
     "StreamprocTenantBacklog",
     "StreamprocRoleDown",
     "StreamprocProjectorStalled",
+    "StreamprocPlannerRecoveryFailing",
 }
 SEVERITIES = {"critical", "warning"}
 DURATION = re.compile(r"^\d+[smhd]$")

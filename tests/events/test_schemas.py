@@ -12,6 +12,7 @@ from streamproc.bus.streams import definitions
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import encode
 from streamproc.events.schemas import DIALECT, render, schema_for, write_all
+from streamproc.gateway.replay import default_bucket_definition
 
 from .test_envelope import make
 
@@ -70,7 +71,10 @@ def test_render_is_deterministic_sorted_json():
 # ---------------------------------------------------------------- stream configs
 
 
-@pytest.mark.parametrize("d", definitions("scheduler", 1), ids=lambda d: d["name"])
+OPERATOR_DEFINITIONS = [*definitions("scheduler", 1), default_bucket_definition("scheduler", 1)]
+
+
+@pytest.mark.parametrize("d", OPERATOR_DEFINITIONS, ids=lambda d: d["name"])
 def test_committed_stream_definitions_equal_code(d):
     path = STREAMS_DIR / f"{d['name']}.json"
     assert path.exists(), f"{path.relative_to(ROOT)} is missing; run `make schemas`"
@@ -81,7 +85,7 @@ def test_committed_stream_definitions_equal_code(d):
 
 def test_no_stale_committed_stream_definitions():
     committed = {p.stem for p in STREAMS_DIR.glob("*.json")}
-    assert committed == {d["name"] for d in definitions("scheduler", 1)}
+    assert committed == {d["name"] for d in OPERATOR_DEFINITIONS}
 
 
 # ---------------------------------------------------------------- samples vs. schemas

@@ -12,6 +12,8 @@ from streamproc import roles
 from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import connect
 from streamproc.bus.server import EmbeddedNats
+from streamproc.bus.ttlkv import stream_name
+from streamproc.gateway.replay import bucket_name
 from tests.gateway.harness import Harness, default_settings, start, stop
 
 
@@ -29,7 +31,7 @@ async def gw(tmp_path: Path, nats_server: EmbeddedNats, prefix: str) -> AsyncIte
 async def drop_streams(url: str, prefix: str) -> None:
     nc = await connect(url)
     try:
-        for name in streams.stream_names(prefix):
+        for name in (*streams.stream_names(prefix), stream_name(bucket_name(prefix))):
             with contextlib.suppress(jsapi.JsApiError):
                 await jsapi.request(nc, f"STREAM.DELETE.{name}")
     finally:

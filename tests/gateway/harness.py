@@ -19,12 +19,13 @@ from streamproc import roles
 from streamproc.app import System
 from streamproc.bus import jsapi
 from streamproc.bus.server import free_port
+from streamproc.bus.services import Served
 from streamproc.config import Settings
 from streamproc.gateway import jwt
 from streamproc.gateway.dpop import access_token_hash
-from streamproc.gateway.preview import ImpactPreview
 from streamproc.gateway.role import make_mount
 from streamproc.gateway.settings import GatewaySettings
+from streamproc.planner.service import ImpactIndex, serve_previews
 from streamproc.reactor import RoleSpec
 from streamproc.readmodel import READ_MODEL
 
@@ -155,6 +156,7 @@ class Harness:
         self.system = system
         self.session = session
         self.url = system.http_url
+        self.planner: Served | None = None
 
     @property
     def gateway(self) -> Any:
@@ -197,22 +199,34 @@ async def start(
     nats_url: str,
     prefix: str,
     settings: GatewaySettings,
-    impact: ImpactPreview | None = None,
+    *,
+    node_id: str = "gw-test",
+    also: tuple[str, ...] = (),
+    impact: ImpactIndex | None = None,
 ) -> Harness:
-    roles.ROLES["gateway-test"] = RoleSpec(list(READ_MODEL), routes=make_mount(settings, impact))
+    """A gateway (and the roles ``also``, e.g. the planner) in one System; a second call
+    with another ``tmp`` and ``node_id`` is a second replica. With ``impact``, a planner
+    preview service answering from that index runs beside it (on NATS, like a planner's)."""
+    roles.ROLES["gateway-test"] = RoleSpec(list(READ_MODEL), routes=make_mount(settings))
     s = Settings(
         data_dir=tmp / "data",
         nats_url=nats_url,
         prefix=prefix,
         http_port=free_port(),
-        node_id="gw-test",
+        node_id=node_id,
     )
-    system = System(s, ["gateway-test"])
+    system = System(s, ["gateway-test", *also])
     await system.start()
-    return Harness(system, aiohttp.ClientSession())
+    h = Harness(system, aiohttp.ClientSession())
+    if impact is not None:
+        assert system.nc is not None
+        h.planner = await serve_previews(system.nc, prefix, impact)
+    return h
 
 
 async def stop(h: Harness) -> None:
+    if h.planner is not None:
+        await h.planner.stop()
     await h.session.close()
     nc = h.system.nc
     names = h.system.settings.events_stream

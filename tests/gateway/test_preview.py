@@ -1,4 +1,5 @@
-"""Impact preview: 503 without an index; with one, the caller's tenant only; publishes nothing."""
+"""Impact preview over NATS: 503 with Retry-After when no planner answers; with one, the
+caller's tenant only; the planner's 400s pass through; publishes nothing."""
 
 from __future__ import annotations
 
@@ -55,11 +56,13 @@ INDEX = {
 }
 
 
-async def test_without_an_index_the_route_answers_503(gw: Harness) -> None:
+async def test_without_a_planner_the_route_answers_503_with_retry_after(gw: Harness) -> None:
     seq = await gw.last_seq()
-    status, problem, _ = await gw.call("POST", URL, tok=token(), json={"productKeys": ["a"]})
-    assert status == 503
-    assert problem["detail"] == "the impact index is not available in this process"
+    status, problem, headers = await gw.call("POST", URL, tok=token(), json={"productKeys": ["a"]})
+    assert status == 503 and headers["Retry-After"] == "5"
+    assert problem["type"].endswith("planner-unavailable")
+    assert "no planner answered the impact preview" in problem["detail"]
+    assert headers["Content-Type"].startswith("application/problem+json")
     assert await gw.last_seq() == seq
 
 

@@ -55,7 +55,7 @@ async def test_create_refusals_publish_nothing(gw: Harness) -> None:
         ({**NEW, "surprise": 1}, 400, "$.surprise"),
         ({**NEW, "selection": {"scope": "everything"}}, 400, "$.selection.scope"),
         ({**NEW, "id": "has spaces"}, 400, "$.id"),
-        ({"cron": "* * * * *", "timezone": "UTC"}, 400, "$"),
+        ({"cron": "* * * * *", "timezone": "UTC"}, 400, "$.name"),
         ({**NEW, "name": 7}, 400, "$.name"),
     ]
     for body, status, field in cases:

@@ -1,4 +1,4 @@
-"""Pure pieces: JOSE parsing, thumbprints, replay cache, decoding caps, settings, token CLI."""
+"""Pure pieces: JOSE parsing, thumbprints, decoding caps, settings, token CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from nacl.signing import SigningKey
 from streamproc.gateway import jwt, settings, tokens_cli
 from streamproc.gateway.hardening import decode_content, field_of
 from streamproc.gateway.problems import ProblemError
-from streamproc.gateway.replay import ReplayCache, ReplayCacheFull
 
 
 def test_b64url_is_strict_and_thumbprint_matches_rfc_8037_example() -> None:
@@ -42,19 +41,6 @@ def test_parse_refuses_other_algorithms_before_anything_else() -> None:
         jwt.parse(f"{head}.{body}.{jwt.b64url(b'x')}")
     with pytest.raises(jwt.JwtError, match="too long"):
         jwt.parse("a" * 9000)
-
-
-def test_replay_cache_expires_and_fails_closed_when_full() -> None:
-    now = [1000.0]
-    cache = ReplayCache(3, clock=lambda: now[0])
-    assert cache.add("a", 1010) and not cache.add("a", 1010)
-    assert cache.add("b", 1005) and cache.add("c", 1020)
-    with pytest.raises(ReplayCacheFull):
-        cache.add("d", 1030)
-    now[0] = 1006  # "b" expired: room again
-    assert cache.add("d", 1030) and len(cache) == 3
-    cache.discard("a")
-    assert cache.add("a", 1040)
 
 
 def test_decoding_caps_and_errors() -> None:

@@ -52,7 +52,7 @@ def test_coalescing_properties(
     for g in groups:
         first = g.exports[0]
         assert g.due_ms >= max(e.ms for e in g.exports), "never due before a member's stamp"
-        if end is None or first.ms > end:  # quiet: the leading edge, due at once, alone
+        if end is None or first.ms > end or not debounce:  # the leading edge: at once, alone
             assert g.due_ms == first.ms and {e.ms for e in g.exports} == {first.ms}
         else:  # within an open window: due when it closes, nothing stamped after it
             assert g.due_ms == end and all(e.ms <= end for e in g.exports)
@@ -84,6 +84,8 @@ def test_a_window_left_open_by_an_earlier_run() -> None:
     assert shape(got) == [(["a", "b"], 40_000), (["c"], 70_000)]
     # closed by then: the next export is planned at once
     assert shape(coalesce([rec("a", 40_001)], D, 10_000)) == [(["a"], 40_001)]
-    # with no debounce every export is a run of its own (same millisecond: together)
+    # with no debounce every export is a run of its own (same millisecond: together), also
+    # one stamped before the last run was requested
     got = coalesce([rec("a", 5), rec("b", 5), rec("c", 6)], 0, None)
     assert shape(got) == [(["a", "b"], 5), (["c"], 6)]
+    assert shape(coalesce([rec("a", 5), rec("c", 6)], 0, 10)) == [(["a"], 5), (["c"], 6)]

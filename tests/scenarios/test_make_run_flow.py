@@ -19,8 +19,14 @@ async def test_feedser_export_becomes_deltas_through_the_real_planner(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
     async with feedser_run(nats_server, prefix, tmp_path, monkeypatch) as flow:
         assert "gateway answered 202" in capsys.readouterr().out
+        # the exporter's state is in the data directory, wherever it was run from
+        assert (flow.settings.data_dir / "feedser-export.json").is_file()
+        assert list(elsewhere.iterdir()) == []
         msgs = flow.notify
         deltas = [m for m in msgs if str(m["subject"]).endswith(".rescan.delta")]
         affected = {m["data"]["imageDigest"] for m in deltas}  # type: ignore[index]

@@ -7,6 +7,7 @@ const ACTIVE = new Set(["requested", "planned", "queued", "running"]);
 const SCHEDULE_PAGE = 50;
 const RUN_PAGE = 100;
 const DELTA_PAGE = 50;
+const IMAGE_PAGE = 50;
 
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
@@ -15,6 +16,7 @@ const state = {
   timers: [],
   schedules: { cursors: [null], page: 0, paused: "", deleted: false },
   runs: { state: "", trigger: "", auto: true },
+  images: { cursors: [null], page: 0, repository: "", namespace: "" },
 };
 
 // ----------------------------------------------------------------------------- helpers
@@ -126,6 +128,7 @@ function scopes(claims) {
 }
 
 const isAdmin = () => scopes(state.claims).has("scheduler.admin");
+const canWriteImages = () => isAdmin() || scopes(state.claims).has("scheduler.images.write");
 
 function signOut(message) {
   state.token = "";
@@ -989,6 +992,120 @@ async function viewRun(view, gen, id) {
   }
 }
 
+// ----------------------------------------------------------------------------- images
+
+function usageCell(img) {
+  return img.usageKnown
+    ? h("span", { class: "usage known", title: "usedPurls marked the purls in use" }, `known · ${n(img.usedPurlCount)} used`)
+    : h("span", { class: "usage unknown muted", title: "no usage information in the SBOM (no usedPurls)" }, "unknown");
+}
+
+async function deleteImage(img, after = () => render()) {
+  if (!(await confirmModal("Remove image", `Remove ${img.digest} (${img.repository}) from the index? Exports no longer re-evaluate it until its SBOM is indexed again.`, "Remove"))) return;
+  let removed = false;
+  try {
+    await api("DELETE", `/images/${encodeURIComponent(img.digest)}`, { query: { wait: "true" } });
+    toast(`Removed ${short(img.digest, 23)}`);
+    removed = true;
+  } catch (e) {
+    showBanner(describe(e));
+  }
+  after(removed);
+}
+
+async function viewImages(view, gen) {
+  const st = state.images;
+  const table = h("div", { class: "table-wrap" }, h("p", { class: "muted" }, "Loading…"));
+  const pager = h("div", { class: "pager" });
+  const repo = h("input", { id: "images-repository", placeholder: "repository", value: st.repository, "aria-label": "Repository" });
+  const ns = h("input", { id: "images-namespace", placeholder: "namespace", value: st.namespace, "aria-label": "Namespace" });
+  const apply = (ev) => {
+    ev.preventDefault();
+    st.repository = repo.value.trim();
+    st.namespace = ns.value.trim();
+    st.cursors = [null];
+    st.page = 0;
+    render();
+  };
+  put(view,
+    h(
+      "form",
+      { class: "toolbar", onsubmit: apply },
+      h("h1", {}, "Images"),
+      h("span", { class: "spacer" }),
+      repo,
+      ns,
+      h("button", { type: "submit", class: "ghost", id: "images-filter" }, "Filter"),
+      h("button", { type: "button", class: "ghost", onclick: () => render() }, "Refresh"),
+    ),
+    table,
+    pager,
+  );
+  let page;
+  try {
+    ({ doc: page } = await api("GET", "/images", { query: { limit: IMAGE_PAGE, cursor: st.cursors[st.page], repository: st.repository, namespace: st.namespace } }));
+  } catch (e) {
+    if (gen === state.generation) put(table, errorBox(e));
+    return;
+  }
+  if (gen !== state.generation) return;
+  const writer = canWriteImages();
+  if (!page.items.length) {
+    put(table, h("p", { class: "empty" }, st.page ? "No more images." : "No images indexed yet: PUT an SBOM to /api/v1/scheduler/images/<digest> (docs/api.md)."));
+  } else {
+    const rows = page.items.map((img) =>
+      h(
+        "tr",
+        { "data-digest": img.digest },
+        h("td", { "data-label": "Image" }, h("a", { href: `#/images/${encodeURIComponent(img.digest)}`, class: "mono", title: img.digest }, short(img.digest, 23)), h("div", {}, `${img.registry}/${img.repository}`)),
+        h("td", { "data-label": "Tags" }, img.tags.length ? img.tags.map((t) => badge(t, "tag")) : h("span", { class: "muted" }, "—")),
+        h("td", { "data-label": "Namespace" }, img.namespace || h("span", { class: "muted" }, "—")),
+        h("td", { "data-label": "Purls", class: "num purls" }, n(img.purlCount)),
+        h("td", { "data-label": "Product keys", class: "num keys" }, n(img.productKeyCount)),
+        h("td", { "data-label": "Usage" }, usageCell(img)),
+        h("td", { "data-label": "Indexed" }, fmtLocal(img.indexedAt)),
+        h("td", { class: "row-actions" }, writer && h("button", { type: "button", class: "ghost danger", "data-action": "remove", onclick: () => deleteImage(img) }, "Remove")),
+      ),
+    );
+    put(table, h("table", { class: "grid images", id: "images-table" }, h("thead", {}, h("tr", {}, ["Image", "Tags", "Namespace", "Purls", "Product keys", "Usage", "Indexed", ""].map((t) => h("th", {}, t)))), h("tbody", {}, rows)));
+  }
+  put(pager,
+    h("button", { type: "button", class: "ghost", disabled: st.page === 0, onclick: () => { st.page -= 1; render(); } }, "← Previous"),
+    h("span", { class: "muted" }, `page ${st.page + 1} · ${page.items.length} shown`),
+    h("button", { type: "button", class: "ghost", id: "images-next", disabled: !page.nextCursor, onclick: () => { st.cursors[st.page + 1] = page.nextCursor; st.page += 1; render(); } }, "Next →"),
+  );
+}
+
+async function viewImage(view, gen, digest) {
+  let img;
+  try {
+    ({ doc: img } = await api("GET", `/images/${encodeURIComponent(digest)}`));
+  } catch (e) {
+    if (gen === state.generation) put(view, h("a", { href: "#/images" }, "← Images"), errorBox(e));
+    return;
+  }
+  if (gen !== state.generation) return;
+  const labels = Object.entries(img.labels || {});
+  const facts = [
+    ["Digest", h("code", { class: "wrap" }, img.digest)],
+    ["Repository", `${img.registry}/${img.repository}`],
+    ["Namespace", img.namespace || "—"],
+    ["Tags", img.tags.length ? img.tags.map((t) => badge(t, "tag")) : "—"],
+    ["Labels", labels.length ? labels.map(([k, v]) => `${k}=${v}`).join(", ") : "—"],
+    ["Purls", n(img.purlCount)],
+    ["Product keys", n(img.productKeyCount)],
+    ["Usage", usageCell(img)],
+    ["Content", h("code", { class: "wrap", id: "image-content" }, img.contentDigest)],
+    ["Indexed", `${fmtLocal(img.indexedAt)} · HLC ${img.indexedHlc}`],
+    ["Event", h("code", { class: "wrap" }, `${img.eventId} (seq ${img.version})`)],
+  ];
+  put(view,
+    h("a", { href: "#/images" }, "← Images"),
+    h("div", { class: "toolbar" }, h("h1", { class: "mono", title: img.digest }, `Image ${short(img.digest, 23)}`), h("span", { class: "spacer" }), canWriteImages() ? h("button", { type: "button", class: "danger", id: "remove-image", onclick: () => deleteImage(img, (removed) => { if (removed) location.hash = "#/images"; }) }, "Remove") : null),
+    h("section", { class: "card" }, h("dl", { class: "facts", id: "image-facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]))),
+  );
+}
+
 // ----------------------------------------------------------------------------- preview
 
 async function estimateFromHistory() {
@@ -1092,7 +1209,7 @@ function viewAudit(view, gen) {
       );
     } catch (e) {
       if (gen === state.generation) {
-        put(result, errorBox(e.status === 404 ? new ApiError(404, { detail: `no audit chain for tenant ${tenant} yet (nothing audited, or no auditor behind this gateway)` }) : e));
+        put(result, errorBox(e.status === 404 ? new ApiError(404, { detail: `no audit chain for tenant ${tenant} yet (nothing audited so far)` }) : e));
       }
     } finally {
       btn.disabled = false;
@@ -1128,6 +1245,8 @@ async function render() {
     else if (parts[0] === "schedules") await viewSchedules(view, gen);
     else if (parts[0] === "runs" && parts[1]) await viewRun(view, gen, parts[1]);
     else if (parts[0] === "runs") await viewRuns(view, gen);
+    else if (parts[0] === "images" && parts[1]) await viewImage(view, gen, parts[1]);
+    else if (parts[0] === "images") await viewImages(view, gen);
     else if (parts[0] === "audit") viewAudit(view, gen);
     else put(view, h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/schedules" }, "Back to schedules")));
   } catch (e) {

@@ -1,0 +1,76 @@
+"""The gateway's questions to the roles that hold the state, over NATS
+(:mod:`streamproc.queries`): one code path whether the planner and auditor run in this
+process (``up``) or on other machines.
+
+An answer from the service is passed through (its 4xx become the same problem here); a
+service that cannot answer (5xx) is 503 or 502; nobody answering — no instance runs, or none
+within the deadline — is 503 with ``Retry-After``. Never a 500.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from nats.aio.client import Client
+
+from streamproc.bus import services
+from streamproc.bus.services import ServiceFailure, ServiceUnavailable
+from streamproc.gateway.models import PreviewRequest, PreviewResult
+from streamproc.gateway.problems import ProblemError
+from streamproc.queries import (
+    AUDITOR,
+    PLANNER,
+    PREVIEW,
+    VERIFY,
+    ChainVerification,
+    PreviewQuery,
+    VerifyQuery,
+)
+
+RETRY_AFTER_S = 5
+_encode = msgspec.json.Encoder().encode
+_preview = msgspec.json.Decoder(PreviewResult)
+_verification = msgspec.json.Decoder(ChainVerification)
+
+
+class Remote:
+    def __init__(
+        self, nc: Client, prefix: str, *, preview_timeout_s: float, verify_timeout_s: float
+    ) -> None:
+        self.nc = nc
+        self.prefix = prefix
+        self.preview_timeout_s = preview_timeout_s
+        self.verify_timeout_s = verify_timeout_s
+
+    async def preview(self, tenant: str, request: PreviewRequest) -> PreviewResult:
+        body = _encode(PreviewQuery(tenant=tenant, request=request))
+        data = await self._ask(PLANNER, PREVIEW, body, self.preview_timeout_s, "impact preview")
+        return _preview.decode(data)
+
+    async def verify(self, tenant: str, log_view: bool) -> ChainVerification:
+        body = _encode(VerifyQuery(tenant=tenant, log_view=log_view))
+        data = await self._ask(AUDITOR, VERIFY, body, self.verify_timeout_s, "chain verification")
+        return _verification.decode(data)
+
+    async def _ask(
+        self, service: str, endpoint: str, body: bytes, timeout: float, what: str
+    ) -> bytes:
+        subject = services.subject(self.prefix, service, endpoint)
+        try:
+            return await services.call(self.nc, subject, body, timeout)
+        except ServiceUnavailable as exc:
+            raise ProblemError(
+                503,
+                f"{service}-unavailable",
+                f"no {service} answered the {what} ({exc}); retry",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            ) from None
+        except ServiceFailure as exc:
+            if 400 <= exc.status < 500:
+                raise ProblemError(exc.status, exc.slug, exc.detail, field=exc.field) from None
+            if exc.status == 503:
+                raise ProblemError(
+                    503, exc.slug, exc.detail, headers={"Retry-After": str(RETRY_AFTER_S)}
+                ) from None
+            raise ProblemError(
+                502, "service-error", f"the {service} failed to answer the {what}: {exc.detail}"
+            ) from None

@@ -1,0 +1,65 @@
+"""Audit chain verification for the caller's tenant, answered by an auditor over NATS
+(:mod:`streamproc.audit.service`). A broken chain is a 200 with ``"verified": false``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from streamproc.gateway.auth import READ, Principal
+from streamproc.gateway.operations import Operation, Param
+from streamproc.gateway.problems import ProblemError
+from streamproc.gateway.writes import json_response
+from streamproc.ids import InvalidTenant, validate_tenant
+from streamproc.queries import ChainVerification
+
+if TYPE_CHECKING:
+    from streamproc.gateway.app import Gateway
+
+_TRUE = ("1", "true", "yes")
+
+
+async def verify_chain(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
+    assert who is not None
+    tenant = request.query.get("tenantId", "")
+    try:
+        validate_tenant(tenant)
+    except InvalidTenant as exc:
+        raise ProblemError(400, "invalid-tenant", str(exc), field="tenantId") from None
+    if tenant != who.tenant:  # as for every other resource of another tenant: it is not there
+        raise ProblemError(404, "not-found", f"no audit chain for tenant {tenant!r}")
+    log_view = request.query.get("logView", "").lower() in _TRUE
+    return json_response(await gw.remote.verify(tenant, log_view))
+
+
+OPERATIONS = [
+    Operation(
+        "GET",
+        "/chain/verify",
+        verify_chain,
+        "verifyChain",
+        "Verify the caller's audit hash chain and its signed snapshots",
+        "audit",
+        READ,
+        params=(
+            Param(
+                "tenantId",
+                "query",
+                {"type": "string"},
+                "the caller's own tenant (another tenant's chain is 404)",
+                required=True,
+            ),
+            Param(
+                "logView",
+                "query",
+                {"type": "boolean", "default": False},
+                "also compare the HLC-ordered log view with the chain (slower)",
+            ),
+        ),
+        responses={200: (ChainVerification, "the verification (a broken chain too)")},
+        errors=(404, 502, 503),
+        description="Answered by an auditor over NATS; 503 (`Retry-After`) when no auditor "
+        "answers within `gateway.verify_timeout_s`.",
+    ),
+]

@@ -1,0 +1,135 @@
+"""Feed registrations: each (tenant, kind) consumer's reported position, shared by every
+gateway replica in the JetStream KV bucket ``<prefix>_feed`` and kept for the lease.
+
+A registration is what the consumer last reported with ``POST …/consumer-checkpoint``:
+the epoch and sequence of its durable checkpoint, who reported it, and how far past it the
+feed could *vouch* that no message of that tenant and kind existed (``vouched``: no message
+on the subject in ``(seq, vouched]``, checked against the stream leader when it was
+reported). The bucket's ``max_age`` is the lease (``notify.feed_lease_s``, default 24 h): a
+registration nobody renews disappears, and with it the feed's word for that range — as the
+consumer contract says, a stopped consumer can outlive that protection.
+
+Only the configured consumer identities (``notify.feed_consumers``: token ``sub`` values)
+or a caller with the write scope (``scheduler.admin``) may report; readers may not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from streamproc.bus import jsapi
+from streamproc.bus.fastclient import FastClient
+from streamproc.config import ConfigError, environment
+
+LEASE_ENV = "STREAMPROC_FEED_LEASE_S"
+CONSUMERS_ENV = "STREAMPROC_FEED_CONSUMERS"
+DEFAULT_LEASE_S = 86_400.0
+MIN_LEASE_S = 3.0
+DEFAULT_CONSUMERS = ("streamproc-notify",)
+KV_FAILURES = (nats.errors.Error, TimeoutError, OSError)
+"""What a KV call fails with while NATS or the bucket's stream is unavailable."""
+
+
+class FeedSettings(msgspec.Struct, frozen=True, kw_only=True):
+    lease_s: float = DEFAULT_LEASE_S
+    consumers: tuple[str, ...] = DEFAULT_CONSUMERS
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> FeedSettings:
+    """``STREAMPROC_FEED_LEASE_S`` and ``STREAMPROC_FEED_CONSUMERS`` (comma-separated)."""
+    env = environment() if env is None else env
+    raw = (env.get(LEASE_ENV) or "").strip()
+    lease = DEFAULT_LEASE_S
+    if raw:
+        try:
+            lease = float(raw)
+        except ValueError:
+            lease = -1.0
+        if not MIN_LEASE_S <= lease <= 366 * 86_400:
+            raise ConfigError(f"{LEASE_ENV}={raw!r}: seconds, at least {MIN_LEASE_S:g}")
+    names = env.get(CONSUMERS_ENV)
+    consumers = DEFAULT_CONSUMERS
+    if names is not None and names.strip():
+        consumers = tuple(n.strip() for n in names.split(",") if n.strip())
+    return FeedSettings(lease_s=lease, consumers=consumers)
+
+
+class Registration(msgspec.Struct, kw_only=True):
+    consumer: str
+    epoch: str
+    seq: int
+    vouched: int
+    reported_ms: int
+
+
+def bucket_name(prefix: str) -> str:
+    return f"{prefix}_feed"
+
+
+class RegistryUnavailable(RuntimeError):
+    """The registration bucket cannot be read or written now (NATS, an election)."""
+
+
+_decode = msgspec.json.Decoder(Registration).decode
+
+
+class Registrations:
+    """The bucket, opened (created, or its lease updated) on first use."""
+
+    def __init__(self, nc: FastClient, prefix: str, events_stream: str, lease_s: float) -> None:
+        self.nc = nc
+        self.prefix = prefix
+        self.events_stream = events_stream
+        self.lease_s = lease_s
+        self._kv: KeyValue | None = None
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is not None:
+            return self._kv
+        js = self.nc.jetstream()
+        name = bucket_name(self.prefix)
+        try:
+            kv = await js.key_value(name)
+        except nats.js.errors.BucketNotFoundError:
+            replicas = await jsapi.stream_replicas(self.nc, self.events_stream)
+            try:
+                kv = await js.create_key_value(
+                    bucket=name, history=1, ttl=self.lease_s, replicas=replicas,
+                    description="streamproc Notify feed registrations (consumer positions)",
+                )  # fmt: skip
+            except nats.js.errors.Error:  # another replica created it first
+                kv = await js.key_value(name)
+        info = await jsapi.stream_info(self.nc, f"KV_{name}")
+        lease_ns = int(self.lease_s * 1e9)
+        if info is not None and info.config.get("max_age") != lease_ns:
+            await jsapi.request(
+                self.nc, f"STREAM.UPDATE.KV_{name}", {**info.config, "max_age": lease_ns}
+            )
+        self._kv = kv
+        return kv
+
+    @staticmethod
+    def key(tenant: str, kind: str) -> str:
+        return f"{tenant}.{kind}"
+
+    async def get(self, tenant: str, kind: str) -> Registration | None:
+        try:
+            kv = await self._bucket()
+            entry = await kv.get(self.key(tenant, kind))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        except (jsapi.JsApiError, *KV_FAILURES) as exc:
+            raise RegistryUnavailable(f"feed registrations: {exc or type(exc).__name__}") from exc
+        return _decode(entry.value) if entry.value else None
+
+    async def put(self, tenant: str, kind: str, reg: Registration) -> None:
+        try:
+            kv = await self._bucket()
+            await kv.put(self.key(tenant, kind), msgspec.json.encode(reg))
+        except (jsapi.JsApiError, *KV_FAILURES) as exc:
+            raise RegistryUnavailable(f"feed registrations: {exc or type(exc).__name__}") from exc
