@@ -38,9 +38,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from streamproc.app import run_roles
-    from streamproc.roles import ROLES
+    from streamproc.roles import DEMO_ONLY, ROLES
 
-    return _run(run_roles(_settings(args), list(ROLES), demo=args.demo))
+    roles = [r for r in ROLES if args.demo or r not in DEMO_ONLY]
+    return _run(run_roles(_settings(args), roles, demo=args.demo))
 
 
 def cmd_role(args: argparse.Namespace) -> int:

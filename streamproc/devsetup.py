@@ -4,8 +4,7 @@ Production gateways take their issuers and webhook secrets from ``STREAMPROC_GAT
 and answer 401 until they are configured. For a newcomer's first run this writes, once, under
 the data directory: a development token issuer key, a Feedser webhook secret, and a gateway
 configuration that trusts them for tenant ``demo`` (bearer or DPoP tokens), and points the
-process at it — unless a gateway configuration is already given. The planner's debounce is
-shortened to 2 s so an export turns into deltas within seconds.
+process at it — unless a gateway configuration is already given.
 """
 
 from __future__ import annotations
@@ -91,11 +90,7 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
     }
     _write_private(config, json.dumps(gateway, indent=2) + "\n")
     os.environ["STREAMPROC_GATEWAY_CONFIG"] = str(config)
-    # A newcomer should see an export become deltas in seconds, not after the 30 s window
-    # (unless the environment or the config file says otherwise).
     env = environment()
-    if "STREAMPROC_PLANNER_DEBOUNCE_S" not in env:
-        os.environ["STREAMPROC_PLANNER_DEBOUNCE_S"] = "2"
     if "STREAMPROC_FEEDSER_SECRET" not in env:
         os.environ["STREAMPROC_FEEDSER_SECRET"] = secret_file.read_text().strip()
     return DevAuth(key_file, config)

@@ -12,6 +12,7 @@ from streamproc.projection import Projection
 from streamproc.projections.activity import Activity
 from streamproc.reactor import RoleSpec
 from streamproc.runner.role import RUNNER
+from streamproc.scanner.images import SCANNER
 
 ROLES: dict[str, RoleSpec] = {
     "activity": RoleSpec([Activity]),
@@ -19,7 +20,10 @@ ROLES: dict[str, RoleSpec] = {
     "planner": PLANNER,
     "runner": RUNNER,
     "auditor": AUDITOR,
+    "scanner": SCANNER,
 }
+DEMO_ONLY = frozenset({"scanner"})
+"""Roles ``streamproc up`` runs only with ``--demo``: the reference scanner's catalog."""
 
 
 def spec_for(role: str) -> RoleSpec:

@@ -72,7 +72,7 @@ async def feedser_run(
         data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=free_port()
     )
     prepare_dev_auth(settings)
-    system = System(settings, ["gateway", "planner", "runner"])
+    system = System(settings, ["gateway", "planner", "runner", "scanner"])
     await system.start()
     demo = None
     try:

@@ -38,7 +38,7 @@ OPERATIONAL = {
     "scheduler_segments_dead_lettered": ("counter", {"tenant"}),
     "streamproc_replay_applied_sequence": ("gauge", {"role"}),
 }
-ROLES = ("gateway", "planner", "runner")
+ROLES = ("gateway", "planner", "runner", "scanner")
 
 
 def total(name: str, **labels: str) -> float:

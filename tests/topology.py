@@ -95,8 +95,9 @@ async def split_layout(tmp: Path, url: str, prefix: str) -> AsyncIterator[Layout
     scanner = RoleProcess(
         "scanner",
         ["scanner", "--port", str(port), "--osv", str(osv_dir), "--kev", str(DATA / "kev.json"),
-         "--debian-sources", str(DATA / "osv" / "debian-sources.json"),
-         "--sboms", str(DATA / "sboms"), "--latency-ms", "250"],
+         "--debian-sources", str(DATA / "osv" / "debian-sources.json"), "--nats-url", url,
+         "--prefix", prefix, "--data-dir", str(tmp / "scanner"), "--node-id", "scanner",
+         "--latency-ms", "250"],
         env, tmp / "logs" / "scanner.log",
     )  # fmt: skip
     scanner_url = f"http://127.0.0.1:{port}"

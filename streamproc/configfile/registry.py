@@ -155,8 +155,9 @@ KEYS: tuple[Key, ...] = (
        "OTLP/HTTP endpoint (with `otel.exporter = \"otlp\"`)"),
     # ------------------------------------------------------------------ planner
     _k("planner.debounce_s", "STREAMPROC_PLANNER_DEBOUNCE_S", "float", 30.0,
-       "exports of one tenant and source within this window of the first become one run "
-       "(0: each plans on its own)", minimum=0),
+       "an export after a quiet spell plans at once; those of one tenant and source arriving "
+       "within this window after a run become one run when it closes (0: each plans on its "
+       "own)", minimum=0),
     _k("planner.segment_size", "STREAMPROC_PLANNER_SEGMENT_SIZE", "int", 500,
        "most images per segment", minimum=1, maximum=10000),
     _k("planner.default_rate", "STREAMPROC_PLANNER_DEFAULT_RATE", "int", 50,
@@ -166,7 +167,8 @@ KEYS: tuple[Key, ...] = (
     _k("planner.default_max_jobs", "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "int", 50000,
        "images per run without `limits.maxJobs`", minimum=1),
     _k("planner.usage_only", "STREAMPROC_PLANNER_USAGE_ONLY", "bool", True,
-       "event-driven resolution counts only packages used by an entrypoint"),
+       "event-driven resolution counts only packages used by an entrypoint, in images whose "
+       "usage is known (images without usage data count every package they contain)"),
     _k("planner.spill_delay_s", "STREAMPROC_PLANNER_SPILL_DELAY_S", "float", 300.0,
        "a run's surplus over `maxJobs` is planned as a continuation run this much later",
        minimum=0),

@@ -205,6 +205,10 @@ class ImageIndexed(Payload, kw_only=True):
     tags: list[Str] = []
     labels: dict[Str, Annotated[str, Meta(max_length=1024)]] = {}
     components: Annotated[list[Component], Meta(max_length=MAX_KEYS)] = []
+    usage_known: bool | None = None
+    """True: the producer knows which components the entrypoint uses (the ``used`` flags,
+    possibly all false); false: it does not, and the image counts as using every component.
+    Absent (events from before this field): known when any component is used."""
 
 
 class ImageRemoved(Payload, kw_only=True):

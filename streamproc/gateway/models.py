@@ -212,6 +212,9 @@ class PreviewResult(Response, kw_only=True):
     unmatched: list[str]
     """Keys that match no image of the tenant (at most 100 shown)."""
     unmatched_count: int
+    usage_unknown: int = 0
+    """How many of the ``count`` images have no usage data: they count as using every
+    component they contain, also with ``usageOnly``."""
 
 
 # ------------------------------------------------------------------ images
@@ -241,7 +244,8 @@ class ImagePut(Request, kw_only=True):
     tags: list[Str] = []
     labels: dict[Str, Annotated[str, Meta(max_length=1024)]] = {}
     used_purls: Annotated[list[Str], Meta(max_length=MAX_KEYS)] | None = None
-    """Purls of the SBOM that the image's entrypoint uses (usage information)."""
+    """Purls of the SBOM that the image's entrypoint uses (usage information). Given, even
+    empty, the image's usage is known; absent, every package of the SBOM counts."""
     sbom: SbomDocument
 
 
@@ -257,7 +261,8 @@ class ImageView(Response, kw_only=True):
     product_key_count: int
     used_purl_count: int
     usage_known: bool
-    """The image's event carries usage information: some purl is marked used (usedPurls)."""
+    """The image's event carries usage information (``usedPurls`` was given); without it
+    the image counts as using every package it contains."""
     content_digest: str
     """sha256:<hex> of the indexed content: equal for the same SBOM and metadata."""
     indexed_at: str

@@ -56,9 +56,10 @@ def cmd_add(args: argparse.Namespace) -> int:
             print(f"{args.image} of {args.tenant} is already indexed with this content")
             return EXIT_OK
         eid, seq = out
+        usage = "usage unknown" if used is None else f"{used} used"
         print(
             f"published image.indexed for {args.image} of {args.tenant}: {purls} purls "
-            f"({used} used), {products} product keys; event {eid}, sequence {seq}"
+            f"({usage}), {products} product keys; event {eid}, sequence {seq}"
         )
         return EXIT_OK
 
@@ -122,6 +123,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     doc = {
         "stateDir": str(path),
         "images": s.images,
+        "usageKnownImages": s.usage_known,
         "tenants": s.tenants,
         "productKeys": s.product_keys,
         "purls": s.purls,
@@ -141,7 +143,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return EXIT_OK
     mb = 1024 * 1024
     print(f"impact index in {path}")
-    print(f"  images          {s.images:,}")
+    print(f"  images          {s.images:,} ({s.usage_known:,} with usage data)")
     print(f"  tenants         {s.tenants:,}")
     print(f"  product keys    {s.product_keys:,}")
     print(f"  purls           {s.purls:,}")

@@ -72,6 +72,7 @@ class Ingest(IndexState):
             namespace=rec.namespace,
             tags=rec.tags,
             labels=rec.labels,
+            usage_known=rec.usage_known,
         )
 
     def index_components(
@@ -87,10 +88,12 @@ class Ingest(IndexState):
         namespace: str = "",
         tags: Iterable[str] = (),
         labels: Mapping[str, str] | None = None,
+        usage_known: bool | None = None,
     ) -> int:
         """Index one image from aligned purls / product keys / used flags (raises PurlError,
         TooManyKeysError or ImageError, before changing anything). ``pks`` is only read for
-        purls new to the image's chunk, so it may be a lazy sequence."""
+        purls new to the image's chunk, so it may be a lazy sequence. ``usage_known``
+        None means: known when any component is used (events from before the flag)."""
         n = len(purls)
         check_key_count(n)
         if len(pks) != n or len(used) != n:
@@ -130,12 +133,13 @@ class Ingest(IndexState):
         _merge(self._pending, chunk, gids)
         tag_list = sorted(set(tags))
         label_map = dict(labels or {})
-        for key in K.owner_keys(tenant, registry, repo, namespace, tag_list, label_map):
+        known = True in used if usage_known is None else usage_known
+        for key in K.owner_keys(tenant, registry, repo, namespace, tag_list, label_map, known):
             self._owner_add(key, iid)
         if stripped is not None:
             self._prune(stripped[0], stripped[1], chunk)
         rec = ImageRecord(
-            tenant, digest, registry, repo, namespace, tag_list, label_map, list(gids)
+            tenant, digest, registry, repo, namespace, tag_list, label_map, list(gids), known
         )
         self._records[iid] = encode_record(rec)
         self._dirty_records.add(iid)
@@ -256,7 +260,7 @@ class Ingest(IndexState):
                     _discard(m, iid)
         _merge(self._dirty_chunks, chunk, K.bitmap(old.gids))
         owners = K.owner_keys(
-            old.tenant, old.registry, old.repo, old.namespace, old.tags, old.labels
+            old.tenant, old.registry, old.repo, old.namespace, old.tags, old.labels, old.usage_known
         )
         for key in owners:
             bm = self._owner(key)

@@ -18,7 +18,7 @@ Column families and values::
                                           roaring bytes of larger sets; c = contains,
                                           u = used by the entrypoint
     impact_owners  <kind><tenant>[\\0<v>]  roaring bytes; kind t=tenant n=namespace r=repo
-                                          l=label "k=v" g=tag
+                                          l=label "k=v" g=tag u=usage known (no value)
     impact_images  <image id u32>         msgpack ImageRecord (owners + sorted gids)
     impact_names   p<product key>         gid u32 + its chunk numbers, u16 each (resident:
                                           the product directory; a cold load is plain gets)
@@ -72,7 +72,10 @@ OWNER_NAMESPACE = b"n"
 OWNER_REPO = b"r"
 OWNER_LABEL = b"l"
 OWNER_TAG = b"g"
-OWNER_KINDS = (OWNER_TENANT, OWNER_NAMESPACE, OWNER_REPO, OWNER_LABEL, OWNER_TAG)
+OWNER_USAGE = b"u"
+"""The tenant's images whose producer knows which components the entrypoint uses: usage
+narrows only these; every other image counts as using everything it contains."""
+OWNER_KINDS = (OWNER_TENANT, OWNER_NAMESPACE, OWNER_REPO, OWNER_LABEL, OWNER_TAG, OWNER_USAGE)
 SEP = "\x00"
 
 # -- logical names (independent of the physical layout) ----------------------------------
@@ -93,6 +96,7 @@ class ImageLike(Protocol):
     purls: list[str]
     product_keys: list[str]
     used: list[bool]
+    usage_known: bool
 
 
 def u32(n: int) -> bytes:
@@ -141,9 +145,12 @@ def owner_keys(
     namespace: str,
     tags: Iterable[str],
     labels: dict[str, str],
+    usage_known: bool = False,
 ) -> list[bytes]:
     """Owner-bitmap keys (physical) that hold an image with these owners, sorted."""
     out = {OWNER_TENANT + tenant.encode()}
+    if usage_known:
+        out.add(OWNER_USAGE + tenant.encode())
     if namespace:
         out.add(OWNER_NAMESPACE + scoped(tenant, namespace).encode())
     out.update(OWNER_REPO + scoped(tenant, r).encode() for r in repo_names(registry, repo))
@@ -155,7 +162,9 @@ def owner_keys(
 def image_bitmap_names(rec: ImageLike) -> dict[bytes, set[str]]:
     """Every logical bitmap (prefix -> names) that holds this image's id."""
     owners: set[str] = set()
-    for key in owner_keys(rec.tenant, rec.registry, rec.repo, rec.namespace, rec.tags, rec.labels):
+    for key in owner_keys(
+        rec.tenant, rec.registry, rec.repo, rec.namespace, rec.tags, rec.labels, rec.usage_known
+    ):
         owners.add(key[:1].decode() + ":" + key[1:].decode())
     return {
         CONTAINS_PRODUCT: set(rec.product_keys),

@@ -213,4 +213,5 @@ class Persistence(IndexState):
             purls=order,
             product_keys=[rows[p][0] for p in order],
             used=[rows[p][1] for p in order],
+            usage_known=rec.usage_known,
         )

@@ -100,9 +100,11 @@ class ImpactProjection(Projection):
         {"image.indexed", "image.removed", "export.feedser"}
     )
     families: ClassVar[tuple[str, ...]] = K.FAMILIES
-    version: ClassVar[int] = 3
-    """3: small members as lists, big ones as roaring, never run-optimised (2: 65,536-id
-    chunks, 8-id lists; 1: 8,192-id chunks); older state directories must be replayed."""
+    version: ClassVar[int] = 4
+    """4: image records say whether usage is known, with a usage-known owner bitmap per
+    tenant (3: small members as lists, big ones as roaring, never run-optimised; 2:
+    65,536-id chunks, 8-id lists; 1: 8,192-id chunks); older state directories must be
+    replayed."""
 
     def __init__(
         self, *, max_bytes: int | bool | None = True, warm_on_start: bool | None = None
@@ -204,6 +206,7 @@ class ImpactProjection(Projection):
             namespace=p.namespace or "",
             tags=p.tags,
             labels=p.labels,
+            usage_known=p.usage_known,
         )
 
     def _advisories(self, p: FeedserExport) -> None:

@@ -126,14 +126,16 @@ def image_payload(
             Component(purl=p, product_key=k, used=u)
             for p, k, u in zip(rec.purls, rec.product_keys, rec.used, strict=True)
         ],
+        usage_known=rec.usage_known,
     )
     # msgspec validates on decode only: round-trip to apply the schema's limits
     msgspec.json.decode(msgspec.json.encode(payload), type=ImageIndexed)
     return payload
 
 
-def build_payload(args: argparse.Namespace) -> tuple[Any, int, int]:
-    """The validated ``image.indexed`` payload, its purl count and used count."""
+def build_payload(args: argparse.Namespace) -> tuple[Any, int, int | None]:
+    """The validated ``image.indexed`` payload, its purl count and used count (None when
+    the image's usage is unknown)."""
     from streamproc.events.payloads import MAX_KEYS
     from streamproc.ids import InvalidTenant, validate_tenant
     from streamproc.impact.purls import PurlError
@@ -175,7 +177,7 @@ def build_payload(args: argparse.Namespace) -> tuple[Any, int, int]:
     except msgspec.ValidationError as exc:
         raise UsageError(f"image.indexed payload refused: {exc}; nothing published") from None
     comps = payload.components
-    return payload, len(comps), sum(c.used for c in comps)
+    return payload, len(comps), sum(c.used for c in comps) if payload.usage_known else None
 
 
 async def _last_on_subject(nc: Any, stream: str, subject: str) -> tuple[int, bytes | None]:

@@ -25,6 +25,11 @@ from streamproc.impact.state import IndexState, gc_paused
 
 _is_none = partial(is_, None)
 
+Usage = bool | BitMap
+"""How a query is answered: False on the contains side, True on the used side, or (a
+bitmap: the tenant's usage-known images) on the used side within it and the contains side
+elsewhere."""
+
 
 class Queries(IndexState):
     def resolve_by_purls(
@@ -32,21 +37,24 @@ class Queries(IndexState):
     ) -> ImpactSet:
         """Images in scope containing (or using) any key: product keys or exact purls.
 
-        Keys found in none of the tenant's images come back in ``unmatched`` (as given);
-        an unparseable key raises PurlError; more than MAX_KEYS_PER_QUERY raise.
+        With ``usage_only`` an image counts when its entrypoint uses a key, or when its
+        usage is not known and it contains the key. Keys found in none of the tenant's
+        images come back in ``unmatched`` (as given); an unparseable key raises PurlError;
+        more than MAX_KEYS_PER_QUERY raise.
         """
         if isinstance(keys, str):
             raise TypeError("keys must be a collection of purls, not one string")
         check_key_count(len(keys))
         keys = keys if isinstance(keys, list) else list(keys)
         self._settle()
-        found, result = self._answer(keys, usage_only, self._mask(selector))
+        usage = self._usage(selector.tenant, usage_only)
+        found, result = self._answer(keys, usage, self._mask(selector))
         hit = self._hit_test(selector.tenant)
 
         def unmatched() -> list[str]:
             per_key = found
             if per_key is None or None in per_key:
-                per_key = self._per_key(keys, usage_only)
+                per_key = self._per_key(keys, usage)
             if hit is None:  # the tenant owns every image: only absent keys are unmatched
                 return list(dict.fromkeys(k for k, bm in zip(keys, per_key, strict=True) if not bm))
             return list(
@@ -55,8 +63,9 @@ class Queries(IndexState):
                 )
             )
 
+        unknown = self._unknown_count(selector, result)
         self._evict()
-        return ImpactSet(result, unmatched, self._digest_of)
+        return ImpactSet(result, unmatched, self._digest_of, unknown)
 
     def resolve_by_vulns(
         self, vuln_ids: Collection[str], usage_only: bool, selector: Selector
@@ -69,13 +78,14 @@ class Queries(IndexState):
         vulns = list(dict.fromkeys(vuln_ids))
         per_vuln = [sorted(self._vulns.get(v, ())) for v in vulns]
         all_keys = list(dict.fromkeys(k for ks in per_vuln for k in ks))
-        found_list, result = self._answer(all_keys, usage_only, self._mask(selector))
+        usage = self._usage(selector.tenant, usage_only)
+        found_list, result = self._answer(all_keys, usage, self._mask(selector))
         hit = self._hit_test(selector.tenant) or (lambda bm: True)
 
         def unmatched() -> list[str]:
             per_key = found_list
             if per_key is None or None in per_key:
-                per_key = self._per_key(all_keys, usage_only)
+                per_key = self._per_key(all_keys, usage)
             found = dict(zip(all_keys, per_key, strict=True))
             return [
                 v
@@ -83,31 +93,69 @@ class Queries(IndexState):
                 if not any((bm := found[k]) and hit(bm) for k in ks)
             ]
 
+        unknown = self._unknown_count(selector, result)
         self._evict()
-        return ImpactSet(result, unmatched, self._digest_of)
+        return ImpactSet(result, unmatched, self._digest_of, unknown)
 
     def resolve_all(self, selector: Selector) -> ImpactSet:
         """Every image the selector admits."""
         mask = self._mask(selector)
+        unknown = self._unknown_count(selector, mask)
         self._evict()
-        return ImpactSet(mask, [], self._digest_of)
+        return ImpactSet(mask, [], self._digest_of, unknown)
+
+    # -- usage -----------------------------------------------------------------------------
+    def _usage(self, tenant: str, usage_only: bool) -> Usage:
+        """Which side answers for the tenant: contains (no ``usage_only``, or no image of
+        the tenant has usage data), used (every one has), or both — used within the
+        usage-known images, contains within the rest. Decided per tenant, so the answer
+        and ``unmatched`` always agree."""
+        if not usage_only:
+            return False
+        known = self._owner(K.OWNER_USAGE + tenant.encode())
+        if not known:
+            return False
+        tb = self._owner(K.OWNER_TENANT + tenant.encode())
+        if tb is not None and len(known) == len(tb):  # known is a subset of the tenant's
+            return True
+        return known
+
+    def _unknown_count(self, selector: Selector, result: BitMap) -> Callable[[], int]:
+        """How many of ``result`` have no usage data (computed when first asked for)."""
+        known = self._owner(K.OWNER_USAGE + selector.tenant.encode())
+        if not known:
+            return result.__len__
+        return partial(result.difference_cardinality, known)
 
     # -- lookups ---------------------------------------------------------------------------
     def _answer(
+        self, keys: list[str], usage: Usage, mask: BitMap
+    ) -> tuple[list[BitMap | None] | None, BitMap]:
+        """(per-key bitmaps or None if not looked up, the union of the keys within mask),
+        on the side ``usage`` says; both sides answer their part of the mask separately."""
+        if not mask:
+            return None, BitMap()
+        if isinstance(usage, bool):
+            return self._answer_side(keys, usage, mask)
+        parts = [
+            self._answer_side(keys, side, part)[1]
+            for side, part in ((True, mask & usage), (False, mask - usage))
+            if part
+        ]
+        return None, union(parts)
+
+    def _answer_side(
         self, keys: list[str], usage_only: bool, mask: BitMap
     ) -> tuple[list[BitMap | None] | None, BitMap]:
-        """(per-key bitmaps or None if not looked up, the union of the keys within mask).
-
-        The biggest products among the keys are tried first, before looking up the rest:
+        """The biggest products among the keys are tried first, before looking up the rest:
         those in 1% of the images, then those in 0.1%. They usually cover every image in
         scope already, and then the other ~10,000 dict lookups (~1 µs each here, all cache
         misses) are not needed for the answer."""
         first: list[BitMap] = []
-        if mask:
-            for tier in (self._popular, self._common):
-                first = self._tier_of(tier, keys, usage_only)
-                if first and covers(first, mask):
-                    return None, mask
+        for tier in (self._popular, self._common):
+            first = self._tier_of(tier, keys, usage_only)
+            if first and covers(first, mask):
+                return None, mask
         found, hits = self._lookup(keys, usage_only)
         return found, union_within(hits, mask, first)
 
@@ -155,10 +203,19 @@ class Queries(IndexState):
         self._mark_recent(keys)
         return found, hits
 
-    def _per_key(self, keys: list[str], usage_only: bool) -> list[BitMap | None]:
+    def _per_key(self, keys: list[str], usage: Usage) -> list[BitMap | None]:
         """Every key's bitmap (what ``unmatched`` needs, after the answer itself skipped
-        lookups or loaded cold products in bulk); trims the cache like a query."""
-        found = self._lookup(keys, usage_only, bulk=False)[0]
+        lookups or loaded cold products in bulk); trims the cache like a query. Both sides:
+        a key's used images plus the images containing it whose usage is not known."""
+        if isinstance(usage, bool):
+            found = self._lookup(keys, usage, bulk=False)[0]
+        else:
+            used = self._lookup(keys, True, bulk=False)[0]
+            contains = self._lookup(keys, False, bulk=False)[0]
+            found = [
+                None if c is None else (c - usage) | u if u else c - usage
+                for c, u in zip(contains, used, strict=True)
+            ]
         self._evict()
         return found
 

@@ -24,7 +24,10 @@ class ImageError(ValueError):
 
 
 class IndexedImage(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
-    """An image as indexed: already normalised; purls/productKeys/used align."""
+    """An image as indexed: already normalised; purls/productKeys/used align.
+
+    ``usage_known`` says whether ``used`` is usage data at all: without it the image counts
+    as using every component it contains (usage unknown is not unused)."""
 
     tenant: str
     digest: str
@@ -36,6 +39,7 @@ class IndexedImage(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
     purls: list[str] = []
     product_keys: list[str] = []
     used: list[bool] = []
+    usage_known: bool = False
 
     def __post_init__(self) -> None:
         if not self.tenant or SEP in self.tenant:
@@ -47,7 +51,8 @@ class IndexedImage(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
 
 
 class ImageRecord(msgspec.Struct, array_like=True, frozen=True):
-    """Stored per image id: its owners and its product groups (sorted group ids)."""
+    """Stored per image id: its owners, its product groups (sorted group ids) and whether
+    its usage is known (it is then in the tenant's usage-known owner bitmap)."""
 
     tenant: str
     digest: str
@@ -57,6 +62,7 @@ class ImageRecord(msgspec.Struct, array_like=True, frozen=True):
     tags: list[str]
     labels: dict[str, str]
     gids: list[int]
+    usage_known: bool
 
 
 _record_enc = msgspec.msgpack.Encoder(order="deterministic")
@@ -86,6 +92,8 @@ def build_image(
     """Normalise raw scanner output into an :class:`IndexedImage` (raises PurlError).
 
     Duplicate purls collapse into one entry whose ``used`` flag is the OR of theirs.
+    ``used`` is usage data: given (even all false), the image's usage is known; None, it
+    is not, and the image counts as using everything it contains.
     """
     raw = list(purls)
     flags = [False] * len(raw) if used is None else list(used)
@@ -106,4 +114,5 @@ def build_image(
         purls=order,
         product_keys=[merged[p][0] for p in order],
         used=[merged[p][1] for p in order],
+        usage_known=used is not None,
     )

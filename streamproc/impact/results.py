@@ -1,9 +1,10 @@
 """Query results and the unions that produce them.
 
 An :class:`ImpactSet` is a bitmap of image ids plus what the caller may ask of it (count,
-digests, a sample, the keys that matched nothing). ``unmatched`` is computed on first
-access: for a 10,000-key query in a multi-tenant index it costs one intersection test per
-key (~3 ms), which a planner that only needs the images should not pay.
+digests, a sample, the keys that matched nothing, how many have no usage data).
+``unmatched`` is computed on first access: for a 10,000-key query in a multi-tenant index
+it costs one intersection test per key (~3 ms), which a planner that only needs the images
+should not pay.
 """
 
 from __future__ import annotations
@@ -19,17 +20,19 @@ __all__ = ["ImpactSet", "covers", "union", "union_within"]
 class ImpactSet:
     """Result of a query. ``digests()``/``sample()`` are valid until the next mutation."""
 
-    __slots__ = ("_digest_of", "_unmatched", "bitmap")
+    __slots__ = ("_digest_of", "_unknown", "_unmatched", "bitmap")
 
     def __init__(
         self,
         bitmap: BitMap,
         unmatched: list[str] | Callable[[], list[str]],
         digest_of: Callable[[int], str],
+        usage_unknown: int | Callable[[], int] = 0,
     ) -> None:
         self.bitmap = bitmap
         self._unmatched = unmatched
         self._digest_of = digest_of
+        self._unknown = usage_unknown
 
     @property
     def unmatched(self) -> list[str]:
@@ -41,6 +44,14 @@ class ImpactSet:
     @property
     def count(self) -> int:
         return len(self.bitmap)
+
+    @property
+    def usage_unknown(self) -> int:
+        """How many of the images have no usage data (each counts as using everything it
+        contains)."""
+        if callable(self._unknown):
+            self._unknown = self._unknown()
+        return self._unknown
 
     def digests(self) -> list[str]:
         return [self._digest_of(i) for i in self.bitmap]

@@ -20,6 +20,8 @@ __all__ = ["IndexStats", "index_stats", "logical_bitmaps"]
 @dataclass
 class IndexStats:
     images: int = 0
+    usage_known: int = 0
+    """Images whose usage is known (usage narrows only these)."""
     tenants: int = 0
     product_keys: int = 0
     purls: int = 0
@@ -68,6 +70,8 @@ def index_stats(store: Store) -> IndexStats:
         s.owner_bitmaps += 1
         s.owner_bytes += len(raw)
         s.tenants += key[:1] == K.OWNER_TENANT
+        if key[:1] == K.OWNER_USAGE:
+            s.usage_known += len(BitMap.deserialize(raw))
     for _, raw in store.scan(K.IMAGES_CF):
         s.record_bytes += len(raw)
     return s

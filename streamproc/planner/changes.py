@@ -115,23 +115,34 @@ class ExportGroup:
         return max(self.exports, key=lambda e: (e.ms, e.export_id))
 
 
-def coalesce(pending: Sequence[ExportRecord], debounce_ms: int) -> list[ExportGroup]:
-    """Group pending exports of one tenant and source by HLC time.
+def coalesce(
+    pending: Sequence[ExportRecord], debounce_ms: int, window_ms: int | None = None
+) -> list[ExportGroup]:
+    """Group pending exports of one tenant and source by HLC time, leading edge first.
 
-    Ordered by (HLC physical ms, export id), the first export opens a window of
-    ``debounce_ms``; every export stamped within it joins; the next one opens the next
-    window. A group is due when its window has closed (``due_ms``).
+    ``window_ms`` is the HLC ms of the latest run requested for this tenant and source (None
+    if none was). Ordered by (HLC ms, export id): an export stamped after the window that
+    run opened (``window_ms + debounce_ms``) has closed finds the system quiet and is due at
+    once, with any others of the same millisecond (the leading edge). The exports stamped
+    within an open window coalesce into one group, due when the window closes; the run
+    requested then opens the next window. So a quiet system plans an export immediately,
+    and a storm becomes one run per window. With no window (0) every export is due at once,
+    on its own (those of one millisecond together), however late it arrives.
     """
     ordered = sorted(pending, key=lambda e: (e.ms, e.export_id))
     groups: list[ExportGroup] = []
-    i = 0
-    while i < len(ordered):
+    end = None if window_ms is None else window_ms + debounce_ms
+    i, n = 0, len(ordered)
+    while i < n:
         first = ordered[i]
-        end = first.ms + debounce_ms
+        if end is None or first.ms > end or not debounce_ms:  # quiet (or no window): now
+            due, last = first.ms, first.ms
+        else:  # within the open window: together, when it closes
+            due, last = end, end
         j = i + 1
-        while j < len(ordered) and ordered[j].ms <= end:
+        while j < n and ordered[j].ms <= last:
             j += 1
-        members = tuple(ordered[i:j])
-        groups.append(ExportGroup(first.tenant, first.source, members, first.ms, end))
+        groups.append(ExportGroup(first.tenant, first.source, tuple(ordered[i:j]), first.ms, due))
+        end = due + debounce_ms  # the run requested at ``due`` opens the next window
         i = j
     return groups

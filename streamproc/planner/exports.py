@@ -3,8 +3,9 @@ which export, the per-tenant cursors, and the KEV/critical flags of vulns.
 
 A storm of deliveries of one export id folds once: later copies are rejected as
 ``duplicate_export``. An export is *pending* until a ``run.requested`` naming it is folded
-(the run claims it); when that run's ``run.planned`` is folded, the cursors advance in the
-same batch, and once a run chain spills nothing more the export's keys are released.
+(the run claims it, and its HLC time opens the source's next coalescing window); when that
+run's ``run.planned`` is folded, the cursors advance in the same batch, and once a run chain
+spills nothing more the export's keys are released.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class PlannerExports(Projection):
         {"export.feedser", "export.vexer", "run.requested", "run.planned", "run.cancel_requested"}
     )
     families: ClassVar[tuple[str, ...]] = (EXPORTS_CF, CLAIMS_CF, CURSORS_CF, VULNS_CF)
+    version: ClassVar[int] = 2
+    """2: cursors hold when each source's latest coalescing window opened."""
 
     def __init__(self) -> None:
         self.pending: dict[tuple[str, r.Source], dict[str, r.ExportRecord]] = {}
@@ -83,7 +86,7 @@ class PlannerExports(Projection):
         if kind == "export.feedser" or kind == "export.vexer":
             self._export(tx, event)
         elif kind == "run.requested":
-            self._claim(tx, event.tenant, event.payload)
+            self._claim(tx, event.tenant, event.payload, r.physical_ms(event.hlc))
         elif kind == "run.planned":
             self._planned(tx, event.tenant, event.payload)
         else:
@@ -129,7 +132,7 @@ class PlannerExports(Projection):
         table.put(k, r.encode(rec))
         self.pending.setdefault((t, source), {})[pl.export_id] = rec
 
-    def _claim(self, tx: Tx, tenant: str, req: p.RunRequested) -> None:
+    def _claim(self, tx: Tx, tenant: str, req: p.RunRequested, at_ms: int) -> None:
         refs = _refs(req)
         if not refs:
             return
@@ -138,6 +141,7 @@ class PlannerExports(Projection):
         ck = r.key(tenant, req.run_id)
         if claims.get(ck) is not None:
             return  # a repeated request of the same run claims nothing new
+        opened: set[r.Source] = set()
         for source, export_id in refs:
             k = r.key(tenant, source, export_id)
             raw = table.get(k)
@@ -146,12 +150,26 @@ class PlannerExports(Projection):
             rec = r.decode_export(raw)
             if rec.run_id is None:
                 table.put(k, r.encode(msgspec.structs.replace(rec, run_id=req.run_id)))
+                opened.add(source)
                 group = self.pending.get((tenant, source))
                 if group is not None:
                     group.pop(export_id, None)
                     if not group:
                         del self.pending[(tenant, source)]
         claims.put(ck, r.encode([f"{s}\x00{x}" for s, x in refs]))
+        self._open_windows(tx, tenant, opened, at_ms)
+
+    def _open_windows(self, tx: Tx, tenant: str, sources: set[r.Source], at_ms: int) -> None:
+        """A run that claimed exports of a source opens its next coalescing window."""
+        cur = self.cursor(tenant)
+        new = cur
+        for source in sorted(sources):
+            if at_ms > (new.window_ms(source) or 0):
+                field = "feedser_window_ms" if source == "feedser" else "vexer_window_ms"
+                new = msgspec.structs.replace(new, **{field: at_ms})
+        if new != cur:
+            tx.table(CURSORS_CF).put(tenant.encode(), r.encode(new))
+            self.cursors[tenant] = new
 
     def _claimed(self, claims: Table, tenant: str, run_id: str) -> list[tuple[r.Source, str]]:
         raw = claims.get(r.key(tenant, run_id))

@@ -4,7 +4,9 @@ publishes ``run.planned``, its ``segment.enqueued`` events and the work items, i
 What is due, all read from the committed projections:
 
 - ``run.requested`` events not yet planned (manual, cron, replans after a crash);
-- export groups whose debounce window (by the exports' HLC times) has closed — the planner
+- export groups that are due (:func:`~streamproc.planner.changes.coalesce`, by the
+  exports' HLC times): the first export of a quiet tenant and source at once, the exports
+  that arrive within the debounce window after a run together when it closes — the planner
   originates their ``run.requested`` (id ``derive_id("run", tenant, *export ids)``);
 - spill backlogs whose next window has come — a continuation run from the next image on.
 
@@ -122,8 +124,13 @@ class PlannerReactor(Reactor):
         self.inflight: dict[tuple[str, str], float] = {}
         """Runs published but whose ``run.planned`` has not folded back yet."""
         self._inflight_exports: dict[tuple[str, str], set[str]] = {}
+        self._inflight_windows: dict[tuple[str, str], tuple[str, int]] = {}
+        """Per in-flight group run, its source and HLC ms: the window it opens, until its
+        ``run.requested`` is folded and the cursor says so."""
         self._warned = False
         self.planned = 0
+        self.passes = 0
+        """Completed passes (tests wait on it to know the planner has looked)."""
         self._backlog_tenants: set[str] = set()
         self.recovered = False
         """Whether the restart check (:mod:`.recovery`) has succeeded in this term."""
@@ -150,6 +157,7 @@ class PlannerReactor(Reactor):
             with tracing.span("plan", tenant=d.tenant, run_id=d.run_id):
                 await self._plan(ctx, state, source, d)
         self._gauge(state)
+        self.passes += 1
 
     async def _recover(self, ctx: RoleContext, state: PlannerState, source: ImpactSource) -> None:
         """The restart check (:mod:`.recovery`), retried with backoff while it fails."""
@@ -195,7 +203,11 @@ class PlannerReactor(Reactor):
         for k, since in list(self.inflight.items()):
             if state.runs.is_settled(*k) or now - since > INFLIGHT_RETRY_S:
                 del self.inflight[k]
-                self._inflight_exports.pop(k, None)
+                self._forget(k)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self._inflight_exports.pop(key, None)
+        self._inflight_windows.pop(key, None)
 
     def _due(self, state: PlannerState, ctx: RoleContext) -> list[Due]:
         now = self.wall()
@@ -209,9 +221,14 @@ class PlannerReactor(Reactor):
         claimed = {
             x for k, ids in self._inflight_exports.items() for x in ids if k in self.inflight
         }
+        opened: dict[tuple[str, str], int] = {}
+        for (tenant, _), (source, at) in self._inflight_windows.items():
+            opened[(tenant, source)] = max(at, opened.get((tenant, source), at))
         for (tenant, source), pending in state.exports.pending.items():
             waiting = [e for e in pending.values() if f"{source}/{e.export_id}" not in claimed]
-            for g in coalesce(waiting, self.cfg.debounce_ms):
+            windows = (state.exports.cursor(tenant).window_ms(source), opened.get((tenant, source)))
+            window = max((w for w in windows if w is not None), default=None)
+            for g in coalesce(waiting, self.cfg.debounce_ms, window):
                 if g.due_ms <= now and (tenant, g.run_id) not in self.inflight:
                     out.append(
                         Due(tenant, g.run_id, pacing.PRIORITY_BASE[source], g.start_ms, group=g)
@@ -321,8 +338,9 @@ class PlannerReactor(Reactor):
         )
         key = (d.tenant, d.run_id)
         self.inflight[key] = time.monotonic()
-        if d.group is not None:
+        if d.group is not None and originated is not None:
             self._inflight_exports[key] = {f"{d.group.source}/{x}" for x in d.group.export_ids}
+            self._inflight_windows[key] = (d.group.source, originated.timestamp.physical)
         try:
             with tracing.span(
                 "enqueue", tenant=d.tenant, run_id=d.run_id, segments=len(events.segments)
@@ -334,7 +352,7 @@ class PlannerReactor(Reactor):
             log.warning("planner: run %s of %s not published: %s", d.run_id, d.tenant, exc)
             metrics.PLANNER_ERRORS.labels("publish").inc()
             self.inflight.pop(key, None)
-            self._inflight_exports.pop(key, None)
+            self._forget(key)
             return
         self.planned += 1
         metrics.RUNS_PLANNED.labels(cause.trigger, str(plan.degraded).lower()).inc()

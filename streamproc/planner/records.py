@@ -79,12 +79,20 @@ class ExportRecord(msgspec.Struct, kw_only=True):
 
 
 class Cursor(msgspec.Struct, kw_only=True):
-    """The latest export of each source that a planned run covers (``impact_cursors``)."""
+    """The latest export of each source that a planned run covers (``impact_cursors``), and
+    when each source's latest coalescing window opened."""
 
     feedser_last_export_id: str | None = None
     feedser_ms: int = 0
     vexer_last_export_id: str | None = None
     vexer_ms: int = 0
+    feedser_window_ms: int | None = None
+    """HLC ms of the latest ``run.requested`` that claimed Feedser exports: the exports
+    stamped within the debounce after it coalesce into the next run (None: none yet)."""
+    vexer_window_ms: int | None = None
+
+    def window_ms(self, source: Source) -> int | None:
+        return self.feedser_window_ms if source == "feedser" else self.vexer_window_ms
 
 
 class RunRecord(msgspec.Struct, kw_only=True):

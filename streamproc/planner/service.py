@@ -32,6 +32,9 @@ class ImpactResult(Protocol):
     @property
     def unmatched(self) -> list[str]: ...
 
+    @property
+    def usage_unknown(self) -> int: ...
+
     def sample(self, n: int) -> list[str]: ...
 
 
@@ -76,6 +79,7 @@ def preview(index: ImpactIndex, query: PreviewQuery) -> PreviewResult:
         sample=result.sample(body.sample_size),
         unmatched=unmatched[:MAX_UNMATCHED_SHOWN],
         unmatched_count=len(unmatched),
+        usage_unknown=result.usage_unknown,
     )
 
 

@@ -181,9 +181,13 @@ class ScannerClient:
             return r.status, await r.read(), r.headers.get("Retry-After")
 
     async def report(
-        self, digest: str, key: str, policy_revision: str | None = None
+        self, digest: str, key: str, policy_revision: str | None = None, tenant: str | None = None
     ) -> tuple[ScanReport, float, int]:
+        """The image's report; ``tenant`` says whose image it is (a scanner that keeps SBOMs
+        per tenant needs it)."""
         body: dict[str, Any] = {"imageDigest": digest}
+        if tenant:
+            body["tenant"] = tenant
         if policy_revision:
             body["policyRevision"] = policy_revision
         doc, elapsed, retries = await self._call("POST", "/reports", body, key)

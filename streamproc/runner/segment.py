@@ -288,7 +288,7 @@ class SegmentRunner:
                 if seg.mode == "content-refresh":
                     target, extra = await self.client.refresh(digest, key)
                     out.retries += extra
-                report, elapsed, retries = await self.client.report(target, key)
+                report, elapsed, retries = await self.client.report(target, key, tenant=tenant)
         except ImageFailed as exc:
             out.failed += 1
             verdict = p.VerdictRecorded(

@@ -1,9 +1,12 @@
 """The reference scanner's image catalog and reports.
 
-Images are stored by digest; their SBOMs by content (``sbomKey`` = sha256 of the sorted
-purls), so many digests can share one SBOM (the nightly benchmark registers 50,000 digests
-over four real SBOMs). Findings are computed once per (SBOM, advisory revision) and cached:
-the match is deterministic, so a report is a pure function of the image and the advisories.
+Images come from the event log: every image the index knows, by (tenant, digest), folded
+into the scanner's own state (:mod:`.images`). Images can also be registered by hand
+(``POST /sboms``, ``POST /images``: a digest, an SBOM, optionally a tag and an attestation,
+in memory only) to simulate what the log does not carry: a tag that moved, an attestation.
+SBOMs are stored by content (``sbomKey`` = sha256 of the sorted purls), so many digests
+share one. Findings are computed once per (SBOM, advisory revision) and cached: the match
+is deterministic, so a report is a pure function of the image and the advisories.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import msgspec
 
 from streamproc.impact.sbom import parse_sbom
 from streamproc.scanner.advisories import SEVERITY_RANK, AdvisoryDb
+from streamproc.scanner.images import IndexedImages, sbom_key
 
 
 class ReportFinding(msgspec.Struct, kw_only=True, rename="camel"):
@@ -70,6 +74,8 @@ class Catalog:
     sboms: dict[str, list[str]] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)
     """image ref (``registry/repo:tag``) → the digest it currently points at."""
+    indexed: IndexedImages | None = None
+    """The images folded from the event log (None: registered images only)."""
     _findings: OrderedDict[tuple[str, str], list[ReportFinding]] = field(
         default_factory=OrderedDict
     )
@@ -77,7 +83,7 @@ class Catalog:
     def add_sbom(self, document: bytes | str) -> tuple[str, int]:
         """Store an SBOM by content; returns (sbomKey, number of purls)."""
         purls = sorted(parse_sbom(document).purls)
-        key = "sha256:" + hashlib.sha256("\n".join(purls).encode()).hexdigest()
+        key = sbom_key(purls)
         self.sboms[key] = purls
         return key, len(purls)
 
@@ -96,13 +102,28 @@ class Catalog:
             self.refs[ref] = digest
         return img
 
+    def sbom_of(self, digest: str, tenant: str | None = None) -> str | None:
+        """The SBOM key of an image: as the log has it, else as registered."""
+        key = self.indexed.sbom_of(tenant, digest) if self.indexed is not None else None
+        if key is None and (img := self.images.get(digest)) is not None:
+            key = img.sbom_key
+        return key
+
+    def _purls(self, key: str) -> list[str]:
+        purls = self.sboms.get(key)
+        if purls is None and self.indexed is not None:
+            purls = self.indexed.purls(key)
+        if purls is None:
+            raise KeyError(f"unknown sbomKey {key}")
+        return purls
+
     def findings(self, sbom_key: str) -> list[ReportFinding]:
         ck = (sbom_key, self.db.revision)
         hit = self._findings.get(ck)
         if hit is not None:
             return hit
         out: dict[tuple[str, str], ReportFinding] = {}
-        for m in self.db.match(self.sboms[sbom_key]):
+        for m in self.db.match(self._purls(sbom_key)):
             adv = m.advisory
             out[(m.purl, adv.id)] = ReportFinding(
                 purl=m.purl,
@@ -121,11 +142,14 @@ class Catalog:
             self._findings.popitem(last=False)
         return result
 
-    def report(self, digest: str, policy_revision: str | None = None) -> Report | None:
-        img = self.images.get(digest)
-        if img is None:
+    def report(
+        self, digest: str, policy_revision: str | None = None, tenant: str | None = None
+    ) -> Report | None:
+        key = self.sbom_of(digest, tenant)
+        if key is None:
             return None
-        findings = self.findings(img.sbom_key)
+        img = self.images.get(digest)
+        findings = self.findings(key)
         summary = Summary()
         for f in findings:
             setattr(summary, f.severity, getattr(summary, f.severity) + 1)
@@ -136,9 +160,9 @@ class Catalog:
             report_id=rid,
             advisories_revision=rev,
             policy_revision=policy_revision,
-            sbom_key=img.sbom_key,
+            sbom_key=key,
             findings=findings,
             summary=summary,
             report_url=f"{self.base_url}/reports/{digest}?revision={rev}",
-            attestation=img.attestation,
+            attestation=img.attestation if img is not None and img.sbom_key == key else None,
         )

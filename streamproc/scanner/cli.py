@@ -22,13 +22,19 @@ def register(
     subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
     common: Callable[[argparse.ArgumentParser], None],
 ) -> None:
-    p = subparsers.add_parser("scanner", help="run the reference scanner on 127.0.0.1")
+    p = subparsers.add_parser(
+        "scanner",
+        help="run the reference scanner on 127.0.0.1",
+        description="The reference scanner: knows every image the index knows (it folds "
+        "image.indexed/image.removed from the event log into DATA/state/scanner) and answers "
+        "POST /reports. Connects to --nats-url (NATS_URL, default nats://127.0.0.1:4222).",
+    )
+    common(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8490)
     p.add_argument("--osv", type=Path, help="directory of OSV JSON advisories")
     p.add_argument("--kev", type=Path, help="CISA KEV catalog JSON")
     p.add_argument("--debian-sources", type=Path, help="Debian binary→source package map")
-    p.add_argument("--sboms", type=Path, help="directory of SBOMs to register at start")
     p.add_argument("--latency-ms", type=float, default=0.0, help="simulated latency per call")
     p.add_argument("--jitter-ms", type=float, default=0.0)
     p.set_defaults(fn=cmd_scanner)
@@ -55,31 +61,47 @@ def register(
 
 
 def cmd_scanner(args: argparse.Namespace) -> int:
+    import msgspec
     import uvloop
 
-    from streamproc.scanner.faults import FaultConfig
-    from streamproc.scanner.service import start_scanner
+    from streamproc.cli import _settings
+    from streamproc.role_cli import DEFAULT_NATS_URL
+
+    settings = _settings(args)
+    if not settings.nats_url:  # like a role process: never an embedded server of its own
+        settings = msgspec.structs.replace(settings, nats_url=DEFAULT_NATS_URL)
 
     async def main() -> int:
-        from streamproc.app import install_stop_signals
+        from streamproc.app import System, install_stop_signals
+        from streamproc.scanner.faults import FaultConfig
+        from streamproc.scanner.images import IndexedImages
+        from streamproc.scanner.service import start_scanner
 
-        svc = await start_scanner(
-            host=args.host,
-            port=args.port,
-            osv_dir=args.osv,
-            kev_file=args.kev,
-            sources=args.debian_sources,
-            sbom_dir=args.sboms,
-            faults=FaultConfig(latency_ms=args.latency_ms, jitter_ms=args.jitter_ms),
-        )
-        db = svc.catalog.db
-        print(f"reference scanner on {svc.url}: {len(db.advisories)} advisories, "
-              f"{len(db.kev)} KEV ids, {len(svc.catalog.images)} images", flush=True)  # fmt: skip
-        stop = asyncio.Event()
-        install_stop_signals(stop)
-        await stop.wait()
-        await svc.close()
-        return 0
+        system = System(settings, ["scanner"], http=False)
+        svc = None
+        try:
+            await system.start()
+            svc = await start_scanner(
+                host=args.host,
+                port=args.port,
+                osv_dir=args.osv,
+                kev_file=args.kev,
+                sources=args.debian_sources,
+                images=IndexedImages.of(system),
+                faults=FaultConfig(latency_ms=args.latency_ms, jitter_ms=args.jitter_ms),
+            )
+            db = svc.catalog.db
+            print(f"reference scanner on {svc.url}: {len(db.advisories)} advisories, "
+                  f"{len(db.kev)} KEV ids; images from {settings.events_stream} on "
+                  f"{settings.nats_url}, state in {settings.state_dir('scanner')}",
+                  flush=True)  # fmt: skip
+            stop = asyncio.Event()
+            install_stop_signals(stop)
+            return await system.wait(stop)
+        finally:
+            if svc is not None:
+                await svc.close()
+            await system.close()
 
     return int(uvloop.run(main()))
 

@@ -2,7 +2,9 @@
 catalog of the real SBOMs in ``tests/data/sboms`` indexed for tenant ``demo``, a schedule
 subscribed to Feedser exports, and a printed guide of commands to try.
 
-Hook it into ``streamproc up`` after ``system.start()``:
+The catalog is published as ``image.indexed`` events like any other SBOM: the scanner
+learns the images from the log (its ``scanner`` role, which ``up --demo`` runs), so nothing
+is registered with it separately. Hook it into ``streamproc up`` after ``system.start()``:
 
     from streamproc.scanner.demo import seed_demo
     demo = await seed_demo(system)          # ... and on shutdown: await demo.close()
@@ -24,6 +26,7 @@ from streamproc.events.envelope import new_event
 from streamproc.ids import derive_id
 from streamproc.impact.purls import normalize_image_purls
 from streamproc.impact.sbom import parse_sbom
+from streamproc.scanner.images import IndexedImages
 from streamproc.scanner.service import ScannerService, start_scanner
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
@@ -45,15 +48,17 @@ class Demo:
 
 
 def _image_event(tenant: str, name: str, raw: bytes) -> tuple[str, Any]:
+    """The SBOM as ``image.indexed``, as ``streamproc index add`` makes it: a standard SBOM
+    says nothing about which packages the entrypoint uses, so usage is unknown."""
     digest = "sha256:" + hashlib.sha256(raw).hexdigest()
     comps = [
-        p.Component(purl=n.purl, product_key=n.product_key, used=True)
+        p.Component(purl=n.purl, product_key=n.product_key)
         for n in normalize_image_purls(parse_sbom(raw).purls)
     ]
     repo = name.split(".")[0]
     payload = p.ImageIndexed(
         digest=digest, registry="demo.local", repository=repo, namespace="demo",
-        tags=["latest"], components=comps,
+        tags=["latest"], components=comps, usage_known=False,
     )  # fmt: skip
     return digest, payload
 
@@ -67,7 +72,8 @@ async def seed_demo(
     sbom_dir: Path = DATA / "sboms",
 ) -> Demo:
     """Seed the catalog and print the guide; starts the reference scanner unless
-    ``scanner_url`` (or ``STREAMPROC_SCANNER_URL``) names one."""
+    ``scanner_url`` (or ``STREAMPROC_SCANNER_URL``) names one. The scanner reads its images
+    from the ``scanner`` role, which ``system`` must then host."""
     settings = system.settings
     osv_dir = settings.data_dir / "demo" / "osv"
     osv_dir.mkdir(parents=True, exist_ok=True)
@@ -79,9 +85,11 @@ async def seed_demo(
     url = scanner_url or environment().get("STREAMPROC_SCANNER_URL")
     svc: ScannerService | None = None
     if not url:
+        if "scanner" not in system.roles:
+            raise ValueError("the demo's scanner reads images from the 'scanner' role: host it")
         svc = await start_scanner(
             port=scanner_port, osv_dir=osv_dir, kev_file=DATA / "kev.json",
-            sources=osv_dir.parent / "debian-sources.json", sbom_dir=sbom_dir,
+            sources=osv_dir.parent / "debian-sources.json", images=IndexedImages.of(system),
         )  # fmt: skip
         url = svc.url
     images: dict[str, str] = {}
@@ -112,18 +120,24 @@ def render_guide(gateway: str, scanner: str, osv_dir: Path, tenant: str, setting
     sources = osv_dir.parent / "debian-sources.json"
     new = f"{data}/osv/GHSA-cx63-2mw6-8hw5.json {data}/osv/DSA-5514-1.json"
     lines = [
-        f"  -- demo: tenant {tenant!r}, {sboms} real SBOMs indexed, scanner at {scanner}",
+        f"  -- demo: tenant {tenant!r}, {sboms} real SBOMs indexed, scanner at {scanner}"
+        " (it learns images from the event log)",
         "  Try it (in another terminal):",
         "",
         "  # 1. follow the deltas Notify would receive",
         f"  streamproc notify tail --nats-url {nats} --tenant {tenant} \\",
         "      --kind rescan.delta --kind run.summary",
         "",
-        "  # 2. new advisories land (setuptools CVE-2024-6345, glibc CVE-2023-4911) ...",
+        "  # 2. index an SBOM of your own too (CycloneDX or SPDX JSON; the scanner learns it",
+        "  #    from the log; without --used-purls every package it lists counts)",
+        f"  streamproc index add --nats-url {nats} --tenant {tenant} \\",
+        "      --image sha256:<64 hex> --repo my/app --sbom my-app.cdx.json",
+        "",
+        "  # 3. new advisories land (setuptools CVE-2024-6345, glibc CVE-2023-4911) ...",
         f"  cp {new} {osv_dir}/",
         f"  curl -s -X POST {scanner}/advisories/reload",
         "",
-        "  # 3. ... and the advisory aggregator tells the scheduler (signed Feedser webhook)",
+        "  # 4. ... and the advisory aggregator tells the scheduler (signed Feedser webhook)",
         f"  streamproc feedser export --osv {osv_dir} --kev {data}/kev.json \\",
         f"      --debian-sources {sources} --url {gateway} \\",
         '      --secret "$STREAMPROC_FEEDSER_SECRET"',

@@ -1,6 +1,8 @@
 """``streamproc scanner``: the reference scanner backend as an aiohttp service on loopback.
 
-Endpoints: ``POST /reports {imageDigest, policyRevision?}`` (analysis-only),
+It knows every image the index knows (folded from the event log, :mod:`.images`), plus any
+registered by hand. Endpoints: ``POST /reports {imageDigest, tenant?, policyRevision?}``
+(analysis-only),
 ``POST /scans {imageRef}`` + ``GET /scans/{id}`` (content refresh), ``GET /resolve?ref=``
 (tag → digest), ``POST /sboms`` / ``POST /images`` (catalog), ``GET /reports/{digest}``,
 ``POST /advisories`` / ``DELETE /advisories/{id}`` / ``POST /advisories/reload``, and
@@ -12,8 +14,6 @@ client retry after a lost response is not a second evaluation.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -27,13 +27,18 @@ from streamproc.impact.sbom import SbomError
 from streamproc.scanner.advisories import AdvisoryDb, AdvisoryError, parse_advisory
 from streamproc.scanner.catalog import Attestation, Catalog
 from streamproc.scanner.faults import FaultConfig, Faults
+from streamproc.scanner.images import IndexedImages
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
+CATCH_UP_S = 2.0
+"""How long a report for an unknown image waits for the catalog to fold the log's head."""
 _enc = msgspec.json.Encoder()
 
 
 class ReportRequest(msgspec.Struct, kw_only=True, rename="camel"):
     image_digest: str
+    tenant: str | None = None
+    """Whose image (the runner sends it); without it, any tenant's with that digest."""
     policy_revision: str | None = None
 
 
@@ -90,8 +95,9 @@ class ScannerService:
         osv_dir: Path | None = None,
         kev_file: Path | None = None,
         sources: Path | None = None,
+        images: IndexedImages | None = None,
     ) -> None:
-        self.catalog = Catalog(db)
+        self.catalog = Catalog(db, indexed=images)
         self.faults = faults or Faults()
         self.scan_s = scan_s
         self.osv_dir, self.kev_file, self.sources = osv_dir, kev_file, sources
@@ -187,7 +193,10 @@ class ScannerService:
             req = msgspec.json.decode(await request.read(), type=ReportRequest)
         except msgspec.DecodeError as exc:
             return _error(400, f"invalid request: {exc}")
-        report = self.catalog.report(req.image_digest, req.policy_revision)
+        report = self.catalog.report(req.image_digest, req.policy_revision, req.tenant)
+        if report is None and self.catalog.indexed is not None:
+            await self.catalog.indexed.catch_up(CATCH_UP_S)  # indexed a moment ago?
+            report = self.catalog.report(req.image_digest, req.policy_revision, req.tenant)
         if report is None:
             self.stats["notFound"] += 1
             return _error(404, f"no SBOM for image {req.image_digest}")
@@ -199,7 +208,8 @@ class ScannerService:
         return web.Response(body=body, content_type="application/json")
 
     async def get_report(self, request: web.Request) -> web.Response:
-        report = self.catalog.report(request.match_info["digest"])
+        digest, tenant = request.match_info["digest"], request.query.get("tenant")
+        report = self.catalog.report(digest, request.query.get("policyRevision"), tenant)
         if report is None:
             return _error(404, "unknown image")
         return _json(report)
@@ -264,10 +274,13 @@ class ScannerService:
         return _json({"registered": len(up.images)}, 201)
 
     async def get_image(self, request: web.Request) -> web.Response:
-        img = self.catalog.images.get(request.match_info["digest"])
-        if img is None:
+        digest = request.match_info["digest"]
+        key = self.catalog.sbom_of(digest, request.query.get("tenant"))
+        if key is None:
             return _error(404, "unknown image")
-        return _json({"digest": img.digest, "sbomKey": img.sbom_key, "ref": img.ref})
+        img = self.catalog.images.get(digest)  # a registered image may carry a tag
+        ref = img.ref if img is not None and img.sbom_key == key else None
+        return _json({"digest": digest, "sbomKey": key, "ref": ref})
 
     async def post_advisory(self, request: web.Request) -> web.Response:
         """Add or replace one OSV record (what a Feedser export would bring in)."""
@@ -309,7 +322,9 @@ class ScannerService:
         return _json(
             {
                 **self.stats,
-                "images": len(self.catalog.images),
+                "images": len(self.catalog.images)
+                + (self.catalog.indexed.count() if self.catalog.indexed is not None else 0),
+                "registeredImages": len(self.catalog.images),
                 "advisories": len(self.catalog.db.advisories),
                 "revision": self.catalog.db.revision,
                 "distinctKeys": len(evals),
@@ -322,23 +337,6 @@ class ScannerService:
         return _json({"status": "ok", "revision": self.catalog.db.revision})
 
 
-def sbom_digest(document: bytes) -> str:
-    return "sha256:" + hashlib.sha256(document).hexdigest()
-
-
-def load_sbom_dir(service: ScannerService, directory: Path) -> list[tuple[str, str, Path]]:
-    """Register every ``*.json`` SBOM in ``directory`` under its file's sha256 digest."""
-    out = []
-    for path in sorted(directory.glob("*.json")):
-        raw = path.read_bytes()
-        with contextlib.suppress(SbomError):
-            key, _ = service.catalog.add_sbom(raw)
-            digest = sbom_digest(raw)
-            service.catalog.add_image(digest, key, f"demo.local/{path.name.split('.')[0]}:latest")
-            out.append((digest, key, path))
-    return out
-
-
 async def start_scanner(
     *,
     host: str = "127.0.0.1",
@@ -346,14 +344,15 @@ async def start_scanner(
     osv_dir: Path | None = None,
     kev_file: Path | None = None,
     sources: Path | None = None,
-    sbom_dir: Path | None = None,
+    images: IndexedImages | None = None,
     faults: FaultConfig | None = None,
 ) -> ScannerService:
-    """Start the reference scanner in this event loop; ``.url`` says where, ``.close()`` stops."""
+    """Start the reference scanner in this event loop; ``.url`` says where, ``.close()`` stops.
+    ``images``: the catalog folded from the log (:meth:`IndexedImages.of` a System hosting
+    the ``scanner`` role); without it the scanner knows registered images only."""
     db = await asyncio.to_thread(AdvisoryDb.load, osv_dir, kev_file, sources)
     svc = ScannerService(
-        db, faults=Faults(faults), osv_dir=osv_dir, kev_file=kev_file, sources=sources
-    )
-    if sbom_dir is not None:
-        load_sbom_dir(svc, sbom_dir)
+        db, faults=Faults(faults), osv_dir=osv_dir, kev_file=kev_file, sources=sources,
+        images=images,
+    )  # fmt: skip
     return await svc.start(host, port)

@@ -81,7 +81,8 @@ async def test_restart_every_process_and_a_nats_node_at_once(
         "scanner",
         ["scanner", "--port", str(scanner_port), "--osv", str(DATA / "osv"),
          "--kev", str(DATA / "kev.json"), "--debian-sources",
-         str(DATA / "osv" / "debian-sources.json"), "--sboms", str(DATA / "sboms")],
+         str(DATA / "osv" / "debian-sources.json"), "--nats-url", cluster.url,
+         "--prefix", prefix, "--data-dir", str(tmp_path / "scanner"), "--node-id", "scanner"],
         env, tmp_path / "logs" / "scanner.log",
     )  # fmt: skip
     system = Installation(tmp_path, cluster.url, prefix, env)

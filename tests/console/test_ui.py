@@ -183,7 +183,7 @@ async def test_console_end_to_end(
     dev = prepare_dev_auth(settings)
     assert dev.issuer_key is not None
     secret = os.environ["STREAMPROC_FEEDSER_SECRET"]
-    system = System(settings, ["gateway", "planner", "runner", "auditor"])
+    system = System(settings, ["gateway", "planner", "runner", "auditor", "scanner"])
     await system.start()
     monkeypatch.delenv("STREAMPROC_SCANNER_URL")  # the runner has it; seed_demo starts it
     demo = await seed_demo(system, scanner_port=scanner_port)

@@ -20,6 +20,7 @@ class Result:
     count: int
     digests: list[str]
     unmatched: list[str]
+    usage_unknown: int = 0
 
     def sample(self, n: int) -> list[str]:
         return self.digests[:n]
@@ -41,7 +42,7 @@ class FakeIndex:
         mine = self.images.get(selector.tenant, {})
         hit = sorted(d for d, ks in mine.items() if ks & set(keys))
         unmatched = [k for k in keys if not any(k in ks for ks in mine.values())]
-        return Result(len(hit), hit, unmatched)
+        return Result(len(hit), hit, unmatched, usage_unknown=len(hit) // 2)
 
     def resolve_all(self, selector: Selector) -> Result:
         self.calls.append(("all", selector))
@@ -85,6 +86,7 @@ async def test_preview_with_an_index(
         assert status == 200, res
         assert res["count"] == 30 and len(res["sample"]) == 3
         assert res["unmatched"] == ["pkg:npm/left-pad"] and res["unmatchedCount"] == 1
+        assert res["usageUnknown"] == 15
         kind, sel = index.calls[-1]
         assert kind == "purls" and sel.tenant == "acme" and sel.namespaces == ["prod"]
         assert sel.include_tags == ["v*"]

@@ -44,6 +44,7 @@ def indexed(
     repo: str = "app",
     tags: list[str] | None = None,
     labels: dict[str, str] | None = None,
+    usage_known: bool | None = None,
 ) -> Envelope:
     payload = ImageIndexed(
         digest=digest(i),
@@ -53,6 +54,7 @@ def indexed(
         tags=tags or [],
         labels=labels or {},
         components=[Component(purl=p, product_key=k, used=u) for p, k, u in comps],
+        usage_known=usage_known,
     )
     return new_event("image.indexed", tenant, payload, f"{next(_hlc)}:0:test")
 
@@ -95,7 +97,7 @@ class Model:
             if tenant != sel.tenant or not self.in_scope(img, sel):
                 continue
             for c in img.components:
-                if usage_only and not c.used:
+                if not self.counts(img, c, usage_only):
                     continue
                 if any(
                     (w.purl == w.product_key and c.product_key == w.product_key) or c.purl == w.purl
@@ -104,6 +106,15 @@ class Model:
                     out.add(d)
                     break
         return out
+
+    @staticmethod
+    def counts(img: ImageIndexed, c: Component, usage_only: bool) -> bool:
+        """Does the component count for a query? With ``usage_only`` only if used, unless
+        the image has no usage data (then all do)."""
+        known = img.usage_known
+        if known is None:  # events without the flag: known when anything is used
+            known = any(x.used for x in img.components)
+        return c.used or not usage_only or not known
 
     @staticmethod
     def in_scope(img: ImageIndexed, sel: Selector) -> bool:
@@ -155,6 +166,7 @@ def random_events(seed: int, n: int, *, tenants: int = 3, products: int = 40) ->
                     repo=rnd.choice(["app", "lib/db"]),
                     tags=rnd.sample(["prod-1", "prod-2", "dev"], rnd.randrange(3)),
                     labels={"team": rnd.choice("ab")} if rnd.random() < 0.5 else {},
+                    usage_known=rnd.choice([None, None, True, False]),
                 )
             )
     return out

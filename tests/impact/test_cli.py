@@ -69,6 +69,7 @@ async def test_add_remove_stats_with_real_sboms(
                 "--sbom", str(SBOMS / name), *extra, *nats)  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert "published image.indexed" in r.stdout
+        assert ("(3 used)" if i == 2 else "(usage unknown)") in r.stdout
     head = await _head(nc, stream)
     assert head == 3
 
@@ -104,12 +105,12 @@ async def test_add_remove_stats_with_real_sboms(
     assert r.returncode == 0, r.stderr
     stats = json.loads(r.stdout)
     purls = {normalize_purl(p) for name in FILES for p in read_sbom(SBOMS / name).purls}
-    assert stats["images"] == 3 and stats["tenants"] == 1
+    assert stats["images"] == 3 and stats["tenants"] == 1 and stats["usageKnownImages"] == 1
     assert stats["productKeys"] == len({n.product_key for n in purls})
     assert stats["purls"] == len({n.purl for n in purls})
     assert stats["bitmapBytes"] > 0 and stats["warm"] is None
     r = cli("stats", "--state-dir", str(state))
-    assert r.returncode == 0 and "images          3" in r.stdout
+    assert r.returncode == 0 and "images          3 (1 with usage data)" in r.stdout
 
     store = RocksStore(state, read_only=True)
     try:
@@ -118,8 +119,14 @@ async def test_add_remove_stats_with_real_sboms(
         sel = Selector(tenant="acme", namespaces=["prod"], repos=["ghcr.io/acme/app"])
         r2 = proj.resolve_by_purls(["pkg:pypi/msgspec"], False, sel)
         assert sorted(r2.digests()) == sorted([digest(1), digest(2)])
+        # image 2 says what its entrypoint uses; image 1 has no usage data: all of it counts
         first = normalize_purl(python_purls[0]).purl
-        assert proj.resolve_by_purls([first], True, sel).digests() == [digest(2)]
+        got = proj.resolve_by_purls([first], True, sel)
+        assert sorted(got.digests()) == sorted([digest(1), digest(2)])
+        assert got.usage_unknown == 1
+        unused = normalize_purl(python_purls[-1]).purl
+        assert proj.resolve_by_purls([unused], False, sel).digests() == [digest(2)]
+        assert proj.resolve_by_purls([unused], True, sel).count == 0
         assert proj.resolve_all(Selector(tenant="acme", include_tags=["v1"])).count == 1
     finally:
         store.close()

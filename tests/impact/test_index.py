@@ -62,10 +62,12 @@ QUERY_KEYS = [
 ]
 
 
-def image(tenant: str, digest: str, purls: list[tuple[str, bool]], **kw: object) -> IndexedImage:
-    return build_image(
-        tenant=tenant, digest=digest, purls=[p for p, _ in purls], used=[u for _, u in purls], **kw
-    )  # type: ignore[arg-type]
+def image(
+    tenant: str, digest: str, purls: list[tuple[str, bool]], known: bool = True, **kw: object
+) -> IndexedImage:
+    """``known``: the used flags are usage data; else the image has none (all count)."""
+    used = [u for _, u in purls] if known else None
+    return build_image(tenant=tenant, digest=digest, purls=[p for p, _ in purls], used=used, **kw)  # type: ignore[arg-type]
 
 
 images = st.builds(
@@ -73,6 +75,7 @@ images = st.builds(
     tenant=st.sampled_from(TENANTS),
     digest=st.sampled_from(DIGESTS),
     purls=st.lists(st.tuples(st.sampled_from(RAW_PURLS), st.booleans()), max_size=5),
+    known=st.booleans(),
     registry=st.sampled_from(REGISTRIES),
     repo=st.sampled_from(["", *REPOS]),
     namespace=st.sampled_from(["", *NAMESPACES]),
@@ -108,7 +111,8 @@ def matches(rec: IndexedImage, key: str, usage_only: bool) -> bool:
     n = norm(key)
     field = rec.product_keys if n.purl == n.product_key else rec.purls
     target = n.product_key if n.purl == n.product_key else n.purl
-    return any(f == target and (u or not usage_only) for f, u in zip(field, rec.used, strict=True))
+    narrow = usage_only and rec.usage_known  # usage unknown: every component counts
+    return any(f == target and (u or not narrow) for f, u in zip(field, rec.used, strict=True))
 
 
 def expected_bitmaps(model: dict[tuple[str, str], IndexedImage], ix: ImpactIndex) -> dict:
@@ -225,6 +229,8 @@ class IndexMachine(RuleBasedStateMachine):
             matches(r, k, usage) for k in keys)}  # fmt: skip
         assert set(got.digests()) == hits
         assert got.count == len(hits)
+        unknown = {d for (t, d), r in self.model.items() if t == sel.tenant and not r.usage_known}
+        assert got.usage_unknown == len(hits & unknown)
         mine = [r for r in self.model.values() if r.tenant == sel.tenant]
         unmatched = [k for k in keys if not any(matches(r, k, usage) for r in mine)]
         assert got.unmatched == list(dict.fromkeys(unmatched))
@@ -296,6 +302,14 @@ def test_reindex_leaves_nothing_stale() -> None:
         b"o:t:t1",
         b"o:g:t1\x00prod-1",
         b"o:l:t1\x00team=a",
+        b"o:u:t1",
+    }
+    ix.index_image(image("t1", "d", [(RAW_PURLS[3], True)], known=False, tags=["prod-1"]))
+    assert {k for k, _ in ix.iter_bitmaps()} == {
+        b"c:p:pkg:pypi/django",
+        b"c:e:pkg:pypi/django@4.2",
+        b"o:t:t1",
+        b"o:g:t1\x00prod-1",
     }
     assert ix.resolve_all(sel(include_tags=["dev"])).count == 0
     assert ix.remove_image("t1", "d")
@@ -476,3 +490,34 @@ def test_union_within_equals_plain_union(n: int) -> None:
     everything = BitMap.union(*bms) if n > 1 else BitMap(bms[0] if bms else [])
     for mask in (BitMap(), BitMap(range(600)), BitMap(range(0, 600, 7)), BitMap([599, 10_000])):
         assert _union_within(bms, mask.copy()) == everything & mask
+
+
+def test_usage_unknown_is_not_unused() -> None:
+    """Usage narrows only images that have usage data; the others count as using every
+    component, also for ``unmatched`` and the vuln path, and are counted."""
+    ix = ImpactIndex()
+    openssl, django = RAW_PURLS[0], RAW_PURLS[3]
+    ix.index_image(image("t1", "known", [(openssl, True), (django, False)]))
+    ix.index_image(image("t1", "unknown", [(openssl, False), (django, False)], known=False))
+    ix.index_image(image("t1", "uses-nothing", [(django, False)]))  # known: nothing used
+    ix.index_image(image("t2", "other", [(django, False)], known=False))
+    ix.add_vuln_keys("CVE-D", ["pkg:pypi/django"])
+
+    r = ix.resolve_by_purls(["pkg:pypi/django", "pkg:npm/none"], usage_only=True, selector=sel())
+    assert r.digests() == ["unknown"] and r.usage_unknown == 1
+    assert r.unmatched == ["pkg:npm/none"]
+    r = ix.resolve_by_purls(["pkg:deb/debian/openssl"], usage_only=True, selector=sel())
+    assert sorted(r.digests()) == ["known", "unknown"] and r.usage_unknown == 1
+    r = ix.resolve_by_purls(["pkg:pypi/django"], usage_only=False, selector=sel())
+    assert r.count == 3 and r.usage_unknown == 1
+    assert ix.resolve_by_vulns(["CVE-D"], usage_only=True, selector=sel()).digests() == ["unknown"]
+    assert ix.resolve_all(sel()).usage_unknown == 1
+
+    # a tenant with no usage data at all: usage_only changes nothing
+    t2 = Selector(tenant="t2")
+    r = ix.resolve_by_purls(["pkg:pypi/django"], usage_only=True, selector=t2)
+    assert r.digests() == ["other"] and r.usage_unknown == 1 and r.unmatched == []
+    # the tenant's only unknown image gets usage data: it is narrowed like the others
+    ix.index_image(image("t1", "unknown", [(openssl, False), (django, False)]))
+    r = ix.resolve_by_purls(["pkg:pypi/django"], usage_only=True, selector=sel())
+    assert r.count == 0 and r.unmatched == ["pkg:pypi/django"] and r.usage_unknown == 0

@@ -3,6 +3,7 @@ segments (in the event log and the work queue), storms, spill-over, manual runs.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,57 @@ async def test_the_role_plans_from_the_impact_projection_it_hosts(
         3: sorted(f"sha256:{n:064x}" for n in range(40) if n % 4 == 1),  # KEV advisory
         5: sorted(f"sha256:{n:064x}" for n in range(40) if n % 4 == 2),
     }
+
+
+async def test_default_settings_plan_a_quiet_export_at_once_and_coalesce_a_burst(
+    nc: FastClient,
+    publisher: Publisher,
+    prefix: str,
+    stream_names: tuple[str, str, str],
+    state_dir: Path,
+    index: ImpactIndex,
+) -> None:
+    """The default 30 s window: the first export after a quiet spell is planned at once;
+    the exports that arrive within the window after it become one more run when it closes
+    (the planner's clock is moved past it instead of waiting 30 s)."""
+    events, _, _ = stream_names
+    cfg = PlannerSettings()
+    assert cfg.debounce_s == 30
+    ahead = [0]
+    planner = await PlannerProcess(
+        nc, publisher, prefix, state_dir, StaticSource(index), cfg,
+        wall=lambda: wall_ms() + ahead[0],
+    ).start()  # fmt: skip
+    reactor = planner.reactors[0]
+    try:
+        await publisher.publish_event(
+            ev("schedule.created", created("s1", subscriptions=["feedser"]))
+        )
+        sent = time.monotonic()
+        await publisher.publish_event(
+            ev("export.feedser", p.FeedserExport(export_id="b-0", changed_product_keys=KEYS))
+        )
+        lead = export_run_id("t1", ["b-0"])
+        await wait_until(lambda: _settled(planner, lead), what="the first export planned")
+        assert time.monotonic() - sent < 5, "planned at once, not after the 30 s window"
+
+        burst = [p.FeedserExport(export_id=f"b-{i}", changed_product_keys=KEYS[:i])
+                 for i in range(1, 9)]  # fmt: skip
+        await publisher.publish_events([ev("export.feedser", x) for x in burst])
+        assert planner.proj is not None
+        await planner.proj.wait_for((await _info(nc, events)).state.last_seq, 10)
+        looked = reactor.passes  # type: ignore[attr-defined]
+        await wait_until(lambda: reactor.passes >= looked + 2, what="two planner passes")  # type: ignore[attr-defined]
+        assert len(await events_of(nc, events, "run.requested")) == 1, "the window is open"
+
+        ahead[0] = 31_000  # the window closes
+        rest = export_run_id("t1", [x.export_id for x in burst])
+        await wait_until(lambda: _settled(planner, rest), what="the coalesced run planned")
+    finally:
+        await planner.stop()
+    reqs = await events_of(nc, events, "run.requested")
+    assert [r.payload.reason.feedser_export_ids for r in reqs] == [
+        ["b-0"], sorted(x.export_id for x in burst)
+    ]  # fmt: skip
+    assert [r.id for r in reqs] == [lead, rest]
+    assert len(await events_of(nc, events, "run.planned")) == 2

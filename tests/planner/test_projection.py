@@ -126,6 +126,11 @@ def test_claim_plan_cursor_and_release_in_the_same_batch() -> None:
     assert ("t1", "feedser") not in st.exports.pending
     assert [r.run_id for r in st.runs.pending.values()] == [run]
     assert st.exports.cursor("t1").feedser_last_export_id is None
+    # the claim opens the source's next coalescing window, at the request's HLC time
+    assert st.exports.cursor("t1").window_ms("feedser") == T0 + 10
+    assert st.exports.cursor("t1").window_ms("vexer") is None
+    log.fold(event("run.requested", req, ms=T0 + 20))  # a repeat claims nothing
+    assert log.state.exports.cursor("t1").window_ms("feedser") == T0 + 10
     log.fold(event("run.planned", planned(run), ms=T0 + 11))
     st = log.state
     assert st.runs.pending == {} and st.runs.is_settled("t1", run)
@@ -226,10 +231,19 @@ def test_coalescing_by_hlc_time_is_order_independent() -> None:
         rec("e4", 1_000 + 30_001),
     ]
     groups = coalesce(exports, 30_000)
-    assert [g.export_ids for g in groups] == [["e1", "e2", "e3"], ["e4"]]
-    assert groups[0].due_ms == 31_000 and groups[0].latest.export_id == "e3"
-    assert groups[0].run_id == export_run_id("t1", ["e3", "e2", "e1"])
-    assert [g.export_ids for g in coalesce(exports[::-1], 30_000)] == [["e1", "e2", "e3"], ["e4"]]
+    # e1 finds the system quiet: at once; e2, e3 within its window: when it closes (31,000);
+    # e4 within the window that run opens
+    assert [g.export_ids for g in groups] == [["e1"], ["e2", "e3"], ["e4"]]
+    assert [g.due_ms for g in groups] == [1_000, 31_000, 61_000]
+    assert groups[1].latest.export_id == "e3"
+    assert groups[1].run_id == export_run_id("t1", ["e3", "e2"])
+    assert [g.export_ids for g in coalesce(exports[::-1], 30_000)] == [
+        ["e1"], ["e2", "e3"], ["e4"]
+    ]  # fmt: skip
     assert [g.export_ids for g in coalesce(exports, 0)] == [["e1"], ["e2"], ["e3"], ["e4"]]
     same_ms = [rec("b", 5), rec("a", 5)]
     assert [g.export_ids for g in coalesce(same_ms, 0)] == [["a", "b"]]
+    # a run requested at 20,000 left its window open until 50,000
+    assert [(g.export_ids, g.due_ms) for g in coalesce(exports, 30_000, 20_000)] == [
+        (["e1", "e2", "e3", "e4"], 50_000)
+    ]

@@ -5,35 +5,65 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+import pytest
 
+from streamproc.app import System
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.server import EmbeddedNats
-from streamproc.runner.settings import RunnerSettings
+from streamproc.config import Settings
 from streamproc.scanner.demo import seed_demo
-from tests.runner.harness import events, start_runner
+from tests.helpers import eventually
+from tests.runner.harness import events
 
 
-async def test_seed_demo_starts_a_scanner_indexes_real_sboms_and_prints_a_guide(
+async def test_seed_demo_indexes_real_sboms_the_scanner_learns_from_the_log(
     nats_server: EmbeddedNats,
     nc: FastClient,
     prefix: str,
     stream_names: tuple[str, str, str],
     tmp_path: Path,
-    monkeypatch: object,
 ) -> None:
-    system = await start_runner(tmp_path, nats_server.url, prefix, RunnerSettings())
+    settings = Settings(data_dir=tmp_path, nats_url=nats_server.url, prefix=prefix, node_id="t")
+    system = System(settings, ["scanner"], http=False)
+    await system.start()
     demo = await seed_demo(system, scanner_url=None, scanner_port=0)
     try:
         assert demo.scanner is not None and "curl" in demo.guide and "feedser export" in demo.guide
-        async with aiohttp.ClientSession() as s:
-            stats = await (await s.get(f"{demo.scanner_url}/admin/stats")).json()
-        assert stats["images"] == 4 and stats["advisories"] == 3
         indexed = await events(nc, stream_names[0], "image.indexed")
         assert {e.payload.digest for e in indexed} == set(demo.images)
         assert all(e.tenant == "demo" and e.payload.components for e in indexed)
+        assert all(e.payload.usage_known is False for e in indexed), "real SBOMs: unknown"
+        async with aiohttp.ClientSession() as s:
+
+            async def knows_all() -> bool:
+                stats = await (await s.get(f"{demo.scanner_url}/admin/stats")).json()
+                return bool(stats["images"] == 4 and stats["registeredImages"] == 0)
+
+            await eventually(knows_all, what="the scanner folded the demo images")
+            for digest in demo.images:  # by image digest and tenant, nothing uploaded
+                body = {"imageDigest": digest, "tenant": "demo"}
+                async with s.post(f"{demo.scanner_url}/reports", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    assert (await r.json())["imageDigest"] == digest
+            body = {"imageDigest": next(iter(demo.images)), "tenant": "other"}
+            async with s.post(f"{demo.scanner_url}/reports", json=body) as r:
+                assert r.status == 404, "another tenant's image is not this tenant's"
         again = await seed_demo(system, scanner_url=demo.scanner_url)
         assert again.scanner is None
         assert len(await events(nc, stream_names[0], "image.indexed")) == 4, "seeded once"
     finally:
         await demo.close()
+        await system.close()
+
+
+async def test_the_demo_scanner_needs_the_scanner_role(
+    nats_server: EmbeddedNats, prefix: str, stream_names: tuple[str, str, str], tmp_path: Path
+) -> None:
+    settings = Settings(data_dir=tmp_path, nats_url=nats_server.url, prefix=prefix, node_id="t")
+    system = System(settings, ["activity"], http=False)
+    await system.start()
+    try:
+        with pytest.raises(ValueError, match="'scanner' role"):
+            await seed_demo(system, scanner_url=None, scanner_port=0)
+    finally:
         await system.close()
