@@ -179,6 +179,6 @@ def _unavailable(exc: BucketUnavailable) -> ProblemError:
     return ProblemError(
         503,
         "replay-check-unavailable",
-        "the replay check could not be made (NATS did not answer); retry",
+        "the replay check could not be made (NATS did not answer); retrying is safe",
         headers={"Retry-After": "1"},
     )
