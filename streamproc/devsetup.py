@@ -9,9 +9,12 @@ process at it — unless a gateway configuration is already given.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import shutil
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,18 @@ from streamproc.gateway import jwt
 
 DEMO_TENANT = "demo"
 DEV_ISSUER = "https://authority.dev.local"
+
+
+def cli_command() -> str:
+    """This ``streamproc`` as the guide shows it: ``.venv/bin/streamproc`` in the checkout
+    ``make run`` runs from, plain ``streamproc`` when it is the one on PATH."""
+    exe = Path(sys.argv[0]).resolve()
+    if exe.name != "streamproc":  # python -m, a test runner
+        return ".venv/bin/streamproc"
+    with contextlib.suppress(ValueError):
+        return str(exe.relative_to(Path.cwd()))
+    on_path = shutil.which("streamproc")
+    return "streamproc" if on_path and Path(on_path).resolve() == exe else str(exe)
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -45,7 +60,7 @@ class DevAuth:
             [
                 "",
                 f"  -- development auth (written to {self.config}):",
-                f"  TOKEN=$(.venv/bin/streamproc token issue --key {self.issuer_key} \\",
+                f"  TOKEN=$({cli_command()} token issue --key {self.issuer_key} \\",
                 f"      --tenant {DEMO_TENANT} --scope 'scheduler.admin')",
                 f'  curl -s -H "Authorization: Bearer $TOKEN" {api}/schedules',
                 f'  curl -s -H "Authorization: Bearer $TOKEN" {api}/runs',

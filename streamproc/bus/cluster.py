@@ -24,7 +24,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from streamproc.bus import jsapi
-from streamproc.bus.server import MAX_PAYLOAD, NatsServerError, find_binary, free_port
+from streamproc.bus.server import MAX_PAYLOAD, NatsServerError, find_binary, free_port, spawn
 
 CLUSTER_NAME = "streamproc"
 DEPLOY_PORTS = (4222, 6222, 8222)
@@ -114,7 +114,7 @@ class ClusterNode:
             raise NatsServerError(f"node {self.name} is already running (pid {self.pid})")
         with open(self.log_path, "ab") as log:
             self._mark = log.tell()
-            self.proc = subprocess.Popen(
+            self.proc = spawn(
                 [self.binary, "-c", str(self.conf_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -210,7 +210,11 @@ KEYS: tuple[Key, ...] = (
     _k("runner.call_budget_s", "STREAMPROC_RUNNER_CALL_BUDGET_S", "float", 60.0,
        "time one image may spend retrying before the segment attempt fails"),
     _k("scanner.url", "STREAMPROC_SCANNER_URL", "str", "http://127.0.0.1:8490",
-       "scanner base URL (`streamproc up --demo` starts the reference scanner when unset)"),
+       "scanner base URL (unset: `streamproc up --demo` starts the reference scanner on "
+       "`scanner.port`)"),
+    _k("scanner.port", "STREAMPROC_SCANNER_PORT", "int", 8490,
+       "loopback port of the reference scanner `streamproc up --demo` starts when "
+       "`scanner.url` is unset (the runners then call it there)", minimum=1, maximum=65535),
     # ------------------------------------------------------------------ audit
     _k("audit.batch_size", "STREAMPROC_AUDIT_BATCH_SIZE", "int", 1000,
        "chain entries per signed batch snapshot", minimum=1, maximum=100000),
