@@ -50,6 +50,11 @@ def test_the_documented_gateway_toml_validates(
         r"Example \(`gateway.toml`\):\n\n```toml\n(.*?)```", API_MD.read_text(), re.S
     )
     assert example, "the gateway.toml example of docs/api.md"
+    as_written = tmp_path / "as-written.toml"  # its secret and TLS files are not here
+    as_written.write_text(example.group(1))
+    code, _, err = run(capsys, "config", "check", str(as_written))
+    assert code == 2 and "cannot read secret file /run/secrets/dpop-nonce" in err
+    assert "tls: [Errno 2] TLS cert_file not found: '/etc/streamproc/tls/server.pem'" in err
     secrets, tls = tmp_path / "secrets", tmp_path / "tls"
     secrets.mkdir()
     tls.mkdir()
