@@ -121,11 +121,18 @@ def cmd_streams_export(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from streamproc.replay import partial_warning, rebuild, swap_in
-    from streamproc.state.store import StateLocked
+    from streamproc.state.store import RocksStore, StateLocked
 
     s = _settings(args)
     live = s.state_dir(args.role)
     fresh = live.with_name(f"{live.name}.replay")
+    busy = f"; stop the {args.role} role and run replay again"
+    try:  # the role must be stopped: said now, not after the whole replay
+        if live.exists():
+            RocksStore(live).close()
+    except StateLocked as exc:
+        print(f"streamproc: {exc}{busy}", file=sys.stderr)
+        return EXIT_USAGE
 
     if args.metrics_port is not None:
         # Replay progress (streamproc_replay_applied_sequence) for Prometheus while it runs.
@@ -152,11 +159,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             )
         try:
             swap_in(fresh, live)
-        except StateLocked as exc:
-            print(
-                f"streamproc: {exc}; stop the {args.role} role and run replay again",
-                file=sys.stderr,
-            )
+        except StateLocked as exc:  # started meanwhile
+            print(f"streamproc: {exc}{busy}", file=sys.stderr)
             return EXIT_USAGE
         print(
             f"replayed {summary.events} events of {s.events_stream} into {live} in "

@@ -297,8 +297,11 @@ def resolve(
         lock = StoreLock.try_acquire(store)
         owner = None if lock else read_owner(store)
         alive = owner is not None and any(map(pid_alive, [owner.pid, *owner.server_pids]))
-        orphan = owner is not None and not pid_alive(owner.pid)
-        orphan = orphan and any(holds_store(p, store) for p in owner.server_pids)  # type: ignore[union-attr]
+        orphan = (
+            owner is not None
+            and not pid_alive(owner.pid)
+            and any(holds_store(p, store) for p in owner.server_pids)
+        )
         step = next_step(
             locked=lock is not None,
             owner=owner,
