@@ -106,6 +106,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 130
         return 0
+    from nats.errors import ConnectionClosedError
+
+    from streamproc.bus.pull import ConsumerGone
     from streamproc.notify.consumer import ConsumerConflict
 
     try:  # --nats-url, else the data directory's running server (or a temporary one)
@@ -114,6 +117,11 @@ def cmd_tail(args: argparse.Namespace) -> int:
         print(f"streamproc: notify tail: {exc}: pass another --durable, or --reset to take "
               "the name over", file=sys.stderr)  # fmt: skip
         return 2
+    except (ConsumerGone, ConnectionClosedError) as exc:  # the server stopped (make run did)
+        print(f"streamproc: notify tail: NATS went away ({exc or type(exc).__name__}); run "
+              "it again once the server is back: it resumes after the last message it printed",
+              file=sys.stderr)  # fmt: skip
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -4,6 +4,7 @@ the code; messages round-trip."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
 from streamproc.notify.schemas import TYPES
 from streamproc.notify.schemas import render as render_schema
+from tests.helpers import eventually
 from tests.notify.test_feed import delta, publish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,10 +71,12 @@ async def test_a_durable_that_follows_other_subjects_is_refused_not_refiltered(
     assert info["config"]["filter_subject"] == f"{prefix}.notify.acme.rescan.delta", "untouched"
 
 
+TAIL = [sys.executable, "-m", "streamproc.cli"]
+
+
 def tail(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streamproc.cli", "notify", "tail", "--nats-url", url,
-         "--prefix", prefix, "--once", *args],
+        [*TAIL, "notify", "tail", "--nats-url", url, "--prefix", prefix, "--once", *args],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
@@ -119,3 +123,30 @@ def test_committed_schemas_match_the_code_and_validate_messages() -> None:
     )
     assert nm.decode(nm.encode(summary)) == summary
     assert "run.summary" in render(summary)
+
+
+async def test_notify_tail_says_so_when_the_server_goes_away(tmp_path: Path) -> None:
+    from streamproc.bus import streams
+    from streamproc.bus.connect import connect
+    from streamproc.bus.server import free_port
+
+    server = EmbeddedNats(tmp_path / "nats", port=free_port()).start()
+    try:
+        nc = await connect(server.url)
+        await streams.apply(nc, streams.definitions("scheduler"))
+        argv = [*TAIL, "notify", "tail", "--nats-url", server.url]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        async def following() -> bool:
+            with contextlib.suppress(jsapi.JsApiError):
+                await jsapi.request(nc, "CONSUMER.INFO.SCHEDULER_NOTIFY.notify-tail")
+                return True
+            return False
+
+        await eventually(following, 30, "the tail follows the Notify stream")
+        await nc.close()
+    finally:
+        server.stop()  # what stopping `make run` does to a tail beside it
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert "NATS went away" in err and "resumes after the last message it printed" in err
