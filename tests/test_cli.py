@@ -81,6 +81,23 @@ def test_streams_apply_against_an_unreachable_server_fails_clearly() -> None:
     assert "cannot connect to NATS at nats://127.0.0.1:1" in r.stderr
 
 
+def test_output_into_a_closed_pipe_ends_quietly() -> None:
+    """`streamproc config show | head -1`: the reader has gone; no BrokenPipe traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE, as after head's exit
+    try:
+        show = subprocess.run(
+            [sys.executable, "-m", "streamproc.cli", "config", "show"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "NATS_URL": ""},
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert show.returncode == 141 and b"Traceback" not in show.stderr, show.stderr.decode()
+
+
 def test_unknown_role_and_bad_prefix_are_refused(tmp_path: Path) -> None:
     r = cli("replay", "--role", "nope", "--data-dir", str(tmp_path))
     assert r.returncode == 2

@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 from aiohttp import web
@@ -36,6 +36,7 @@ from aiohttp import web
 from streamproc.bus import direct, jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.streams import stream_names
+from streamproc.gateway.problems import ProblemError, render
 from streamproc.notify import messages as nm
 from streamproc.notify.registrations import (
     FeedSettings,
@@ -120,17 +121,14 @@ _checkpoint = msgspec.json.Decoder(CheckpointBody)
 _meta = msgspec.json.Decoder(_Meta)
 
 
-class FeedProblem(Exception):
-    def __init__(self, status: int, title: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status, self.title, self.detail, self.extra = status, title, detail, extra
+class FeedProblem(ProblemError):
+    """The API's one problem shape (``urn:streamproc:problem:<slug>``), rendered here because
+    the feed answers outside the gateway's error middleware."""
 
     def response(self) -> web.Response:
-        body = {"type": "about:blank", "title": self.title, "status": self.status,
-                "detail": self.detail, **self.extra}  # fmt: skip
-        headers = {"Retry-After": str(RETRY_AFTER_S)} if self.status == 503 else None
-        return web.Response(body=_enc.encode(body), status=self.status, headers=headers,
-                            content_type="application/problem+json")  # fmt: skip
+        if self.status == 503:
+            self.headers = [("Retry-After", str(RETRY_AFTER_S))]
+        return render(self)
 
 
 def _unavailable(exc: Exception) -> FeedProblem:
