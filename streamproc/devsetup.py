@@ -76,7 +76,11 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
     key_doc = json.loads(key_file.read_text())
     gateway = {
         "issuers": [
-            {"issuer": DEV_ISSUER, "keys": [{"kid": key_doc["kid"], "public_key": key_doc["x"]}]}
+            {
+                "issuer": DEV_ISSUER,
+                "tenants": [DEMO_TENANT],
+                "keys": [{"kid": key_doc["kid"], "public_key": key_doc["x"]}],
+            }
         ],
         "required_modes": ["bearer", "dpop"],
         "webhooks": [
