@@ -32,6 +32,8 @@ from nats.micro import add_service
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER, Request
 from nats.micro.service import Service
 
+from streamproc.ids import ascii_int
+
 log = logging.getLogger(__name__)
 VERSION = "1.0.0"
 """Of every streamproc service; a new field is optional on both sides, so it stays."""
@@ -162,5 +164,5 @@ async def call(nc: Client, subject: str, body: bytes, timeout: float) -> bytes:
         problem = msgspec.json.decode(msg.data, type=_Problem)
     except msgspec.DecodeError:
         problem = _Problem("service-error", headers.get(ERROR_HEADER, ""))
-    status = int(code) if code.isdigit() else 500
+    status = ascii_int(code, 3) or 500
     raise ServiceFailure(status, problem.slug, problem.detail, problem.field)

@@ -104,7 +104,9 @@ class Authenticator:
             raise  # unreachable; keeps type checkers content
         if jwt.media_type(c.header.typ) not in self.token_types:
             wanted = " or ".join(sorted(t for t in self.token_types if t))
-            self._fail(f"token typ must be {wanted} (an access token), not {c.header.typ!r}", scheme)
+            self._fail(
+                f"token typ must be {wanted} (an access token), not {c.header.typ!r}", scheme
+            )
         entry = self.keys.get(c.header.kid or "")
         if entry is None:
             self._fail("unknown signing key (kid)", scheme)

@@ -237,8 +237,11 @@ async def test_an_issuer_speaks_only_for_its_own_tenants(two_issuers: Harness) -
     assert status == 200 and body["items"] == []
     status, _, _ = await gw.call("GET", LIST, tok=token("team-blue"))
     assert status == 200
-    for tok, tenant, iss in ((token("globex"), "globex", ISSUER), (other("team-a"), "team-a",
-                             OTHER_ISSUER), (token("teamx"), "teamx", ISSUER)):  # fmt: skip
+    for tok, tenant, iss in (
+        (token("globex"), "globex", ISSUER),
+        (other("team-a"), "team-a", OTHER_ISSUER),
+        (token("teamx"), "teamx", ISSUER),
+    ):
         status, body, _ = await gw.call("GET", LIST, tok=tok)
         assert status == 401 and body["detail"] == f"issuer {iss} may not speak for tenant {tenant}"
 
@@ -260,8 +263,17 @@ def appended(tok: str, junk: str) -> str:
         (lambda: token(typ="dpop+jwt"), "typ must be at+jwt"),
         (lambda: token(exp=None), "exp"),
     ],
-    ids=["junk", "padding", "10-years", "a-day-and-more", "no-iat", "no-typ", "typ-JWT",
-         "typ-dpop", "no-exp"],  # fmt: skip
+    ids=[
+        "junk",
+        "padding",
+        "10-years",
+        "a-day-and-more",
+        "no-iat",
+        "no-typ",
+        "typ-JWT",
+        "typ-dpop",
+        "no-exp",
+    ],
 )
 async def test_lenient_or_unbounded_tokens_are_401(gw: Harness, make: object, why: str) -> None:
     assert callable(make)
@@ -290,13 +302,24 @@ async def test_deeply_nested_jose_json_is_401_not_500(gw: Harness) -> None:
     tok = token(scopes="scheduler.read", cnf={"jkt": dpop_jkt()})
     auth = {"Authorization": f"DPoP {tok}"}
     jwk = json.dumps(jwt.okp_jwk(DPOP_KEY.verify_key))[:-1] + ',"ext":' + deep(1500) + "}"
-    claims = json.dumps({"jti": "j1", "htm": "GET", "htu": url, "iat": int(time.time()),
-                         "ath": access_token_hash(tok)})  # fmt: skip
+    claims = json.dumps(
+        {
+            "jti": "j1",
+            "htm": "GET",
+            "htu": url,
+            "iat": int(time.time()),
+            "ath": access_token_hash(tok),
+        }
+    )
     for head, payload in (
         ('{"alg":"EdDSA","typ":"dpop+jwt","jwk":' + jwk + "}", claims),
-        (json.dumps({"alg": "EdDSA", "typ": "dpop+jwt", "jwk": jwt.okp_jwk(DPOP_KEY.verify_key)}),
-         claims[:-1] + ',"x":' + deep(1500) + "}"),
-    ):  # fmt: skip
+        (
+            json.dumps(
+                {"alg": "EdDSA", "typ": "dpop+jwt", "jwk": jwt.okp_jwk(DPOP_KEY.verify_key)}
+            ),
+            claims[:-1] + ',"x":' + deep(1500) + "}",
+        ),
+    ):
         h, p = jwt.b64url(head.encode()), jwt.b64url(payload.encode())
         proof = f"{h}.{p}.{jwt.b64url(DPOP_KEY.sign(f'{h}.{p}'.encode()).signature)}"
         status, body, _ = await gw.call("GET", LIST, headers={**auth, "DPoP": proof})

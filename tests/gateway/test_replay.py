@@ -173,9 +173,11 @@ async def test_a_thousand_wrong_key_proofs_with_one_bound_token_touch_no_one_els
 
         async def forged(i: int) -> tuple[int, str]:
             proof = dpop_proof("GET", url, stolen, key=SigningKey(i.to_bytes(32, "big")))
-            status, body, _ = await gw.call("GET", f"{BASE}/schedules",
-                                            headers={"Authorization": f"DPoP {stolen}",
-                                                     "DPoP": proof})  # fmt: skip
+            status, body, _ = await gw.call(
+                "GET",
+                f"{BASE}/schedules",
+                headers={"Authorization": f"DPoP {stolen}", "DPoP": proof},
+            )
             return status, body["detail"]
 
         for start_at in range(1000, 2000, 50):
@@ -191,9 +193,11 @@ async def test_a_thousand_wrong_key_proofs_with_one_bound_token_touch_no_one_els
             tok = token(tenant, scopes="scheduler.read", cnf={"jkt": dpop_jkt(key)})
             for _ in range(3):
                 proof = dpop_proof("GET", url, tok, key=key)
-                status, body, _ = await gw.call("GET", f"{BASE}/schedules",
-                                                headers={"Authorization": f"DPoP {tok}",
-                                                         "DPoP": proof})  # fmt: skip
+                status, body, _ = await gw.call(
+                    "GET",
+                    f"{BASE}/schedules",
+                    headers={"Authorization": f"DPoP {tok}", "DPoP": proof},
+                )
                 assert status == 200, (tenant, body)
     finally:
         await stop(gw)

@@ -166,25 +166,46 @@ def test_an_issuer_must_say_which_tenants_it_speaks_for() -> None:
         settings.load({}, document={"issuers": [{"issuer": "https://a", "keys": [key]}]})
     assert "issuer https://a: `tenants` is required" in str(missing.value)
     assert "see docs/security.md" in str(missing.value) and "$.issuers[0]" in str(missing.value)
-    for tenants, why in (([], "is empty"), (["Acme"], "neither"), (["a*b"], "neither"),
-                         (["*x"], "neither")):  # fmt: skip
+    for tenants, why in (
+        ([], "is empty"),
+        (["Acme"], "neither"),
+        (["a*b"], "neither"),
+        (["*x"], "neither"),
+    ):
         with pytest.raises(settings.GatewayConfigError, match=why):
-            settings.load({}, document={"issuers": [{"issuer": "i", "keys": [key],
-                                                      "tenants": tenants}]})  # fmt: skip
+            settings.load(
+                {}, document={"issuers": [{"issuer": "i", "keys": [key], "tenants": tenants}]}
+            )
     with pytest.raises(settings.GatewayConfigError, match="`tenants` is required"):
-        settings.load({"STREAMPROC_GATEWAY_ISSUER": "https://a",
-                       "STREAMPROC_GATEWAY_ISSUER_KEY": "k1=" + "A" * 43}, document={})  # fmt: skip
-    issuer = settings.Issuer(issuer="i", keys=[settings.IssuerKey(**key)],
-                             tenants=["acme", "team-*"])  # fmt: skip
+        settings.load(
+            {
+                "STREAMPROC_GATEWAY_ISSUER": "https://a",
+                "STREAMPROC_GATEWAY_ISSUER_KEY": "k1=" + "A" * 43,
+            },
+            document={},
+        )
+    issuer = settings.Issuer(
+        issuer="i", keys=[settings.IssuerKey(**key)], tenants=["acme", "team-*"]
+    )
     assert [issuer.speaks_for(t) for t in ("acme", "acme2", "team-a", "team-", "teamx")] == [
-        True, False, True, True, False]  # fmt: skip
+        True,
+        False,
+        True,
+        True,
+        False,
+    ]
     anyone = msgspec.structs.replace(issuer, tenants=["*"])
     assert anyone.speaks_for("whoever")
 
 
 def test_token_types_and_lifetime_settings() -> None:
-    s = settings.load({"STREAMPROC_GATEWAY_TOKEN_TYPES": "at+jwt, JWT",
-                       "STREAMPROC_GATEWAY_MAX_TOKEN_LIFETIME_S": "3600"}, document={})  # fmt: skip
+    s = settings.load(
+        {
+            "STREAMPROC_GATEWAY_TOKEN_TYPES": "at+jwt, JWT",
+            "STREAMPROC_GATEWAY_MAX_TOKEN_LIFETIME_S": "3600",
+        },
+        document={},
+    )
     assert (s.token_types, s.max_token_lifetime_s) == (["at+jwt", "JWT"], 3600)
     with pytest.raises(settings.GatewayConfigError, match="not an access token"):
         settings.load({"STREAMPROC_GATEWAY_TOKEN_TYPES": "application/dpop+jwt"}, document={})
