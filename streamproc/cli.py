@@ -41,7 +41,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     from streamproc.roles import DEMO_ONLY, ROLES
 
     roles = [r for r in ROLES if args.demo or r not in DEMO_ONLY]
-    return _run(run_roles(_settings(args), roles, demo=args.demo))
+    settings = _settings(args)
+    if args.demo:
+        from streamproc.devsetup import refuse_exposed_demo
+
+        refuse_exposed_demo(settings)
+    return _run(run_roles(settings, roles, demo=args.demo))
 
 
 def cmd_role(args: argparse.Namespace) -> int:
