@@ -18,6 +18,10 @@ from streamproc.configfile import cli as config_cli
 from streamproc.configfile.cli import add_config_flag
 
 EXIT_USAGE = 2
+OPS_PORT_HELP = (
+    "serve /metrics on this port of STREAMPROC_OPS_HOST (127.0.0.1), never on the API's "
+    "(default: STREAMPROC_OPS_PORT; unset: no metrics)"
+)
 EXIT_DRIFT = 3
 
 
@@ -27,6 +31,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "nats_url": getattr(args, "nats_url", None),
         "nats_port": getattr(args, "nats_port", None),
         "http_port": getattr(args, "http_port", None),
+        "ops_port": getattr(args, "ops_port", None),
         "prefix": getattr(args, "prefix", None),
         "node_id": getattr(args, "node_id", None),
     }
@@ -230,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="run every role on an embedded NATS server and ./data")
     _common(p)
     p.add_argument("--nats-port", type=int, help="embedded NATS port (default 4222)")
-    p.add_argument("--http-port", type=int, help="ops HTTP port (default 8480)")
+    p.add_argument("--http-port", type=int, help="API and health port (default 8480)")
+    p.add_argument("--ops-port", type=int, help=OPS_PORT_HELP)
     p.add_argument(
         "--demo",
         action="store_true",

@@ -38,7 +38,10 @@ def is_loopback(host: str) -> bool:
 
 def refuse_exposed_demo(settings: Settings) -> None:
     """:class:`ConfigError` unless every listener of ``up --demo`` is on loopback."""
-    for name, host in (("STREAMPROC_HTTP_HOST", settings.http_host),):
+    hosts = [("STREAMPROC_HTTP_HOST", settings.http_host)]
+    if settings.ops_port is not None:
+        hosts.append(("STREAMPROC_OPS_HOST", settings.ops_host))
+    for name, host in hosts:
         if not is_loopback(host):
             raise ConfigError(
                 f"--demo listens on loopback only (it trusts a development token issuer and "

@@ -44,3 +44,6 @@ def test_loopback_addresses_pass() -> None:
         refuse_exposed_demo(Settings(http_host=host, node_id="n"))
     with pytest.raises(ConfigError, match=r"STREAMPROC_HTTP_HOST=0\.0\.0\.0:"):
         refuse_exposed_demo(Settings(http_host="0.0.0.0", node_id="n"))
+    refuse_exposed_demo(Settings(ops_host="0.0.0.0", node_id="n"))  # no ops listener
+    with pytest.raises(ConfigError, match=r"STREAMPROC_OPS_HOST=0\.0\.0\.0:"):
+        refuse_exposed_demo(Settings(ops_host="0.0.0.0", ops_port=8479, node_id="n"))

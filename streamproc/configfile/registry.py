@@ -122,6 +122,13 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ http
     _k("http.host", "STREAMPROC_HTTP_HOST", "str", "127.0.0.1", "address the HTTP server binds"),
     _k("http.port", "STREAMPROC_HTTP_PORT", "int", 8480, "HTTP port", **_PORT),
+    _k("http.ops_host", "STREAMPROC_OPS_HOST", "str", "127.0.0.1",
+       "address the ops listener binds (`/metrics`, `/healthz`, `/readyz` of a process that "
+       "serves the API)"),
+    _k("http.ops_port", "STREAMPROC_OPS_PORT", "int", None,
+       "ops listener port of a process that serves the API (`up`, `gateway`): its metrics name "
+       "tenants, so they are served only here, never on the API port; other roles serve them "
+       "on `http.port`", default_text="none: such a process serves no metrics", **_PORT),
     _k("http.max_body", "STREAMPROC_HTTP_MAX_BODY", "int", 10 * 1024 * 1024,
        "request bodies above this many bytes are refused with 413", minimum=1024),
     # ------------------------------------------------------------------ hlc, projector
