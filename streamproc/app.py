@@ -394,8 +394,9 @@ async def run_roles(
         for role in roles:
             print(f"  state        {settings.state_dir(role)}", flush=True)
         if system.http_url:
-            for path in ("healthz", "readyz", "metrics"):
-                base = system.ops_url if system.serves_api and path == "metrics" else system.http_url
+            metrics = system.ops_url if system.serves_api else system.http_url
+            for path, base in (("healthz", system.http_url), ("readyz", system.http_url),
+                               ("metrics", metrics)):  # fmt: skip
                 url = f"{base}/{path}" if base else "off (--ops-port PORT: on a loopback listener)"
                 print(f"  {path:<12} {url}", flush=True)
             if "gateway" in roles:
