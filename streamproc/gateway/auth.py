@@ -104,9 +104,8 @@ class Authenticator:
             raise  # unreachable; keeps type checkers content
         if jwt.media_type(c.header.typ) not in self.token_types:
             wanted = " or ".join(sorted(t for t in self.token_types if t))
-            self._fail(
-                f"token typ must be {wanted} (an access token), not {c.header.typ!r}", scheme
-            )
+            found = f"not {c.header.typ!r}" if c.header.typ is not None else "it has none"
+            self._fail(f"token typ must be {wanted} (an access token); {found}", scheme)
         entry = self.keys.get(c.header.kid or "")
         if entry is None:
             self._fail("unknown signing key (kid)", scheme)
@@ -151,7 +150,7 @@ class Authenticator:
         lifetime = self.s.max_token_lifetime_s
         if claims.exp - claims.iat > lifetime:
             self._fail(
-                f"token lifetime (exp - iat) of {claims.exp - claims.iat:g} s exceeds the "
+                f"token lifetime (exp - iat) of {claims.exp - claims.iat:.0f} s exceeds the "
                 f"maximum of {lifetime} s",
                 scheme,
             )
