@@ -116,10 +116,24 @@ def test_token_cli_keygen_issue_and_proof(
         assert args.fn(args) == 0
         return capsys.readouterr().out
 
-    out = run("token", "keygen", "--out", str(tmp_path / "issuer.json"), "--kid", "dev")
+    out = run(
+        "token",
+        "keygen",
+        "--out",
+        str(tmp_path / "issuer.json"),
+        "--kid",
+        "dev",
+        "--tenant",
+        "acme",
+        "--tenant",
+        "team-*",
+    )
     assert oct((tmp_path / "issuer.json").stat().st_mode)[-3:] == "600"
     snippet = json.loads(out[out.index("{") :])
-    run("token", "keygen", "--out", str(tmp_path / "client.json"))
+    assert msgspec.convert(snippet, settings.Issuer).tenants == ["acme", "team-*"]
+    assert "may speak for acme, team-*" in out
+    out = run("token", "keygen", "--out", str(tmp_path / "client.json"))
+    assert json.loads(out[out.index("{") :])["tenants"] == ["*"]
     tok = run(
         "token",
         "issue",
