@@ -73,7 +73,9 @@ class Authenticator:
     ) -> list[tuple[str, str]]:
         params = ""
         if error:
-            safe = description.replace('"', "'").replace("\\", "/")
+            # RFC 6750 §3: printable ASCII without '"' and '\\'
+            ascii_only = description.encode("ascii", "backslashreplace").decode()
+            safe = ascii_only.replace('"', "'").replace("\\", "/")
             params = f', error="{error}", error_description="{safe}"'
         out = []
         if self.modes & {"bearer", "mtls"}:
@@ -104,7 +106,7 @@ class Authenticator:
             raise  # unreachable; keeps type checkers content
         if jwt.media_type(c.header.typ) not in self.token_types:
             wanted = " or ".join(sorted(t for t in self.token_types if t))
-            found = f"not {c.header.typ!r}" if c.header.typ is not None else "it has none"
+            found = f"not {c.header.typ[:40]!r}" if c.header.typ is not None else "it has none"
             self._fail(f"token typ must be {wanted} (an access token); {found}", scheme)
         entry = self.keys.get(c.header.kid or "")
         if entry is None:

@@ -325,3 +325,10 @@ async def test_deeply_nested_jose_json_is_401_not_500(gw: Harness) -> None:
         status, body, _ = await gw.call("GET", LIST, headers={**auth, "DPoP": proof})
         assert status == 401 and body["reason"] == "invalid_dpop_proof", body
         assert "nested deeper than 16 levels" in body["detail"]
+
+
+async def test_what_a_refusal_echoes_stays_printable_ascii_and_short(gw: Harness) -> None:
+    status, body, headers = await gw.call("GET", LIST, tok=token(typ="\u20ac\r\nX-Evil: 1" * 50))
+    assert status == 401 and "X-Evil" not in headers and "typ must be" in body["detail"]
+    challenge = headers.getall("WWW-Authenticate")[0]
+    assert challenge.isascii() and challenge.isprintable() and len(challenge) < 300, challenge
