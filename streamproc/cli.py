@@ -19,6 +19,10 @@ from streamproc.configfile import cli as config_cli
 from streamproc.configfile.cli import add_config_flag
 
 EXIT_USAGE = 2
+OPS_PORT_HELP = (
+    "serve /metrics on this port of STREAMPROC_OPS_HOST (127.0.0.1), never on the API's "
+    "(default: STREAMPROC_OPS_PORT; unset: no metrics)"
+)
 EXIT_DRIFT = 3
 
 
@@ -28,6 +32,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "nats_url": getattr(args, "nats_url", None),
         "nats_port": getattr(args, "nats_port", None),
         "http_port": getattr(args, "http_port", None),
+        "ops_port": getattr(args, "ops_port", None),
         "prefix": getattr(args, "prefix", None),
         "node_id": getattr(args, "node_id", None),
     }
@@ -42,7 +47,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     from streamproc.roles import DEMO_ONLY, ROLES
 
     roles = [r for r in ROLES if args.demo or r not in DEMO_ONLY]
-    return _run(run_roles(_settings(args), roles, demo=args.demo))
+    settings = _settings(args)
+    if args.demo:
+        from streamproc.devsetup import refuse_exposed_demo
+
+        refuse_exposed_demo(settings)
+    return _run(run_roles(settings, roles, demo=args.demo))
 
 
 def cmd_role(args: argparse.Namespace) -> int:
@@ -230,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="run every role on an embedded NATS server and ./data")
     _common(p)
     p.add_argument("--nats-port", type=int, help="embedded NATS port (default 4222)")
-    p.add_argument("--http-port", type=int, help="ops HTTP port (default 8480)")
+    p.add_argument("--http-port", type=int, help="API and health port (default 8480)")
+    p.add_argument("--ops-port", type=int, help=OPS_PORT_HELP)
     p.add_argument(
         "--demo",
         action="store_true",

@@ -27,7 +27,7 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def test_up_starts_everything_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    nats_port, http_port = free_port(), free_port()
+    nats_port, http_port, ops_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -40,6 +40,8 @@ def test_up_starts_everything_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
             str(nats_port),
             "--http-port",
             str(http_port),
+            "--ops-port",
+            str(ops_port),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -56,6 +58,7 @@ def test_up_starts_everything_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
     out = "".join(lines)
     assert f"nats://127.0.0.1:{nats_port}" in out
     assert f"http://127.0.0.1:{http_port}/readyz" in out
+    assert f"metrics      http://127.0.0.1:{ops_port}/metrics" in out, "not on the API port"
     proc.send_signal(signal.SIGINT)
     rest, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err

@@ -37,6 +37,7 @@ from streamproc.bus import direct, jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.streams import stream_names
 from streamproc.gateway.problems import ProblemError, render
+from streamproc.ids import ascii_int
 from streamproc.notify import messages as nm
 from streamproc.notify.registrations import (
     FeedSettings,
@@ -192,13 +193,10 @@ class Feed:
         caller = await self._caller(request)
         kind = self._kind(request)
         q = request.query
-        try:
-            after = int(q.get("afterSeq", "0"))
-            limit = int(q.get("limit", str(DEFAULT_LIMIT)))
-        except ValueError:
-            raise FeedProblem(400, "invalid-parameter", "afterSeq and limit are integers") from None
-        if after < 0:
-            raise FeedProblem(400, "invalid-parameter", "afterSeq must be >= 0")
+        after = ascii_int(q.get("afterSeq", "0"))
+        limit = ascii_int(q.get("limit", str(DEFAULT_LIMIT)))
+        if after is None or limit is None:
+            raise FeedProblem(400, "invalid-parameter", "afterSeq and limit are integers >= 0")
         if not 1 <= limit <= MAX_LIMIT:
             raise FeedProblem(400, "invalid-parameter", f"limit must be 1..{MAX_LIMIT}")
         subject = nm.subject(self.prefix, caller.tenant, kind)

@@ -144,7 +144,15 @@ async def test_events_pages_in_order_for_the_callers_tenant_and_kind_only(
             empty = await r.json()
         assert (empty["head"], empty["retentionHorizon"], empty["events"]) == (0, 0, [])
         assert empty["complete"]
-        for bad in ({"limit": "0"}, {"limit": "501"}, {"afterSeq": "-1"}, {"limit": "x"}):
+        for bad in (
+            {"limit": "0"},
+            {"limit": "501"},
+            {"afterSeq": "-1"},
+            {"limit": "x"},
+            {"afterSeq": "\u00b2"},
+            {"afterSeq": "\u0663"},
+            {"limit": " 5"},
+        ):
             async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=bad) as r:
                 assert r.status == 400, bad
         async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params={"afterSeq": "15"}) as r:
