@@ -442,9 +442,8 @@ async def test_images_page(
             assert await page.locator("#images-table tbody tr").count() == 3
             await page.fill("#images-namespace", "prod")
             await page.click("#images-filter")
-            await page.wait_for_function(
-                "document.querySelectorAll('#images-table tbody tr').length === 1"
-            )
+            # A locator wait, not wait_for_function: the console's CSP forbids eval.
+            await pw_api.expect(page.locator("#images-table tbody tr")).to_have_count(1)
             await row.locator("a").click()
             await page.wait_for_selector("#image-facts")
             assert (await page.text_content("#image-content") or "").startswith("sha256:")
