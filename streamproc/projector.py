@@ -15,7 +15,7 @@ from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import ConsumerGone, PullLoop, RawMessage
-from streamproc.projection import Folder, Projection
+from streamproc.projection import Folded, Folder, Projection
 from streamproc.state.keys import Checkpoint
 from streamproc.state.store import Store
 
@@ -27,6 +27,31 @@ DURABLE_IDLE_NS = 24 * 3600 * 1_000_000_000
 start recreates its own from the checkpoint anyway)."""
 CONSUMER_RECOVERY_S = 60.0
 """How long a projector keeps recreating a consumer that keeps vanishing before it stops."""
+
+
+def report(role: str, folded: Folded, *, log_each: bool = True) -> None:
+    """Count a committed batch's outcome, and log each rejected or quarantined event once
+    (at warning, with its id and reasons). Outside the fold: folds stay pure."""
+    by_event = folded.rejected_events()
+    metrics.EVENTS_APPLIED.labels(role, "applied").inc(folded.applied)
+    if by_event:
+        metrics.EVENTS_APPLIED.labels(role, "rejected").inc(len(by_event))
+    if folded.quarantined:
+        metrics.EVENTS_APPLIED.labels(role, "quarantined").inc(len(folded.quarantined))
+    for r in folded.rejected:
+        metrics.REJECTED.labels(r.projection, r.reason).inc()
+    for q in folded.quarantined:
+        metrics.QUARANTINED.labels(role, q.reason).inc()
+    if not log_each:
+        return
+    for seq, rs in by_event.items():
+        why = "; ".join(f"{r.projection}: {r.reason}" + (f" ({r.detail})" if r.detail else "")
+                        for r in rs)  # fmt: skip
+        log.warning("%s: event %s (%s, sequence %d) rejected by %s", role, rs[0].event_id,
+                    rs[0].kind, seq, why)  # fmt: skip
+    for q in folded.quarantined:
+        log.warning("%s: message at sequence %d on %s quarantined: %s%s", role, q.seq,
+                    q.subject, q.reason, f" ({q.detail[:300]})" if q.detail else "")  # fmt: skip
 
 
 class PositionError(RuntimeError):
@@ -93,11 +118,13 @@ class Projector:
         durable: bool = True,
         consumer: str | None = None,
         subjects: str | None = None,
+        log_rejections: bool = True,
     ) -> None:
         """``consumer`` names the durable consumer (default ``proj_<role>``): each process
         hosting a role needs its own, as every start replaces it from its checkpoint.
         ``subjects``: the event log's subject prefix, to check each event's subject
-        (:class:`Folder`)."""
+        (:class:`Folder`). ``log_rejections``: log each rejected or quarantined event
+        (a rebuild from sequence 1 counts them instead)."""
         self.nc = nc
         self.store = store
         self.stream = stream
@@ -105,6 +132,7 @@ class Projector:
         self.batch = batch
         self.durable = durable
         self.folder = Folder(store, projections, role, subjects)
+        self.log_rejections = log_rejections
         self.consumer = consumer or f"proj_{role}".replace(".", "_")
         self.epoch = ""
         self.applied = 0
@@ -218,11 +246,11 @@ class Projector:
             expected += 1
         if items:
             last = items[-1][0]
-            self.folder.apply(items, Checkpoint(self.stream, self.epoch, last))
+            folded = self.folder.apply(items, Checkpoint(self.stream, self.epoch, last))
             self.applied = last
             self.head = max(self.head, last)
             metrics.LAST_APPLIED_SEQ.labels(self.role).set(last)
-            metrics.EVENTS_APPLIED.labels(self.role, "applied").inc(len(items))
+            report(self.role, folded, log_each=self.log_rejections)
             metrics.BATCH_SECONDS.labels(self.role).observe(time.perf_counter() - t0)
             self.committed.set()
             self._wake()
