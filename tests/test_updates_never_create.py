@@ -118,9 +118,7 @@ BOOKKEEPING = {"rm_runs": {(retention.EXPIRY_CF, retention.CLOCK_KEY)}}
 
 
 def state(store: MemoryStore) -> dict[tuple[str, bytes], bytes]:
-    return {
-        (cf, k): v for cf in store.families() if cf != keys.META_CF for k, v in store.scan(cf)
-    }
+    return {(cf, k): v for cf in store.families() if cf != keys.META_CF for k, v in store.scan(cf)}
 
 
 def fold(store: MemoryStore, proj: Projection, *msgs: tuple[int, str, bytes]) -> Folded:
