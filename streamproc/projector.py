@@ -184,12 +184,16 @@ class Projector:
         if self.durable:
             config["durable_name"] = self.consumer
             config["inactive_threshold"] = DURABLE_IDLE_NS  # removes retired instances' ones
-            await jsapi.delete_consumer(self.nc, self.stream, self.consumer)
+            await jsapi.with_retries(
+                lambda: jsapi.delete_consumer(self.nc, self.stream, self.consumer), 20.0
+            )
         else:
             self.consumer = f"{self.consumer}_{int(time.time() * 1000)}"
             config["name"] = self.consumer
             config["inactive_threshold"] = 30 * 1_000_000_000
-        await jsapi.create_consumer(self.nc, self.stream, config)
+        # A stream created a moment ago (or in an election) may not answer at once: the same
+        # create again is harmless (the same config).
+        await jsapi.with_retries(lambda: jsapi.create_consumer(self.nc, self.stream, config), 20.0)
         self._config = config
         self._ack = ack
         self._pull = await PullLoop(self.nc, self.stream, self.consumer, batch=self.batch).start()
