@@ -172,6 +172,11 @@ class ClusterNode:
         doc = self.monitor("/healthz") if self.running else None
         return doc is not None and doc.get("status") == "ok"
 
+    def routed_to(self) -> set[str]:
+        """The servers this node has a route to (by name)."""
+        doc = self.monitor("/routez") if self.running else None
+        return {str(r.get("remote_name")) for r in (doc or {}).get("routes") or []}
+
 
 class NatsCluster:
     """``n`` JetStream nodes named n1…nN under ``base_dir`` on ``host``.
@@ -286,12 +291,19 @@ class NatsCluster:
         return None
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
-        """Until every running node answers ``/healthz`` ok (JetStream current) and a
-        meta leader is elected."""
+        """Until every running node answers ``/healthz`` ok (JetStream current), has a route
+        to every other running node (so each announces all of them to its clients: what
+        replica detection counts) and a meta leader is elected. A quorum alone elects the
+        leader while the last route may still be forming."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             running = [n for n in self.nodes if n.running]
-            if running and all(n.healthy() for n in running) and self.meta_leader():
+            names = {n.name for n in running}
+            if (
+                running
+                and all(n.healthy() and n.routed_to() >= names - {n.name} for n in running)
+                and self.meta_leader()
+            ):
                 return
             time.sleep(0.1)
         bad = [n.name for n in self.nodes if n.running and not n.healthy()]

@@ -21,6 +21,7 @@ from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.server import NatsServerError
 from streamproc.config import ConfigError
+from tests.helpers import eventually
 
 
 @pytest.fixture
@@ -41,7 +42,9 @@ async def test_auto_replicas_make_r3_streams_and_never_demote_them(
     assert cluster.meta_leader() in {n.name for n in cluster.nodes}
     nc = await connect(cluster.nodes[0].url)
     try:
-        assert cluster_size(nc) == 3
+        # The full mesh is up (NatsCluster.start waits for it); the connected server's
+        # announcement of its peers reaches the client as an async INFO.
+        await eventually(lambda: cluster_size(nc) == 3, what="3 servers announced")
         results = await streams.apply(nc, streams.definitions(prefix, streams.AUTO))
         assert {r.action for r in results} == {"created"}
         names = streams.stream_names(prefix)
