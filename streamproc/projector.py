@@ -45,13 +45,28 @@ def report(role: str, folded: Folded, *, log_each: bool = True) -> None:
     if not log_each:
         return
     for seq, rs in by_event.items():
-        why = "; ".join(f"{r.projection}: {r.reason}" + (f" ({r.detail})" if r.detail else "")
-                        for r in rs)  # fmt: skip
-        log.warning("%s: event %s (%s, sequence %d) rejected by %s", role, rs[0].event_id,
-                    rs[0].kind, seq, why)  # fmt: skip
+        why = "; ".join(
+            f"{r.projection}: {r.reason}" + (f" ({r.detail[:300]})" if r.detail else "") for r in rs
+        )
+        first = rs[0]
+        log.warning(
+            "%s: event %s (%s, sequence %d) rejected by %s",
+            role,
+            first.event_id,
+            first.kind,
+            seq,
+            why,
+        )
     for q in folded.quarantined:
-        log.warning("%s: message at sequence %d on %s quarantined: %s%s", role, q.seq,
-                    q.subject, q.reason, f" ({q.detail[:300]})" if q.detail else "")  # fmt: skip
+        detail = f" ({q.detail[:300]})" if q.detail else ""
+        log.warning(
+            "%s: message at sequence %d on %s quarantined: %s%s",
+            role,
+            q.seq,
+            q.subject,
+            q.reason,
+            detail,
+        )
 
 
 class PositionError(RuntimeError):
