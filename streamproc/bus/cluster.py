@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import subprocess
 import time
@@ -26,7 +27,11 @@ from nats.aio.client import Client
 from streamproc.bus import jsapi
 from streamproc.bus.server import MAX_PAYLOAD, NatsServerError, find_binary, free_port
 
+log = logging.getLogger(__name__)
+
 CLUSTER_NAME = "streamproc"
+PORT_TAKEN = "address already in use"
+PORT_ATTEMPTS = 3
 DEPLOY_PORTS = (4222, 6222, 8222)
 """First client, route and monitoring port of ``deploy/nats/cluster`` (node i adds i)."""
 
@@ -201,15 +206,21 @@ class NatsCluster:
             raise ValueError("a cluster needs at least one node")
         self.base_dir = Path(base_dir)
         self.host = host
+        self.fixed_ports = ports
         binary = binary or find_binary()
-        self.nodes: list[ClusterNode] = []
-        for i in range(n):
-            if ports is None:
-                np = NodePorts(free_port(host), free_port(host), free_port(host))
-            else:
-                np = NodePorts(ports[0] + i, ports[1] + i, ports[2] + i)
-            node = ClusterNode(f"n{i + 1}", self.base_dir, host, np, binary, pass_fds)
-            self.nodes.append(node)
+        self.nodes = [
+            ClusterNode(f"n{i + 1}", self.base_dir, host, self._ports(i), binary, pass_fds)
+            for i in range(n)
+        ]
+        self._write_configs()
+
+    def _ports(self, i: int) -> NodePorts:
+        p = self.fixed_ports
+        if p is None:
+            return NodePorts(free_port(self.host), free_port(self.host), free_port(self.host))
+        return NodePorts(p[0] + i, p[1] + i, p[2] + i)
+
+    def _write_configs(self) -> None:
         routes = [node.ports.route for node in self.nodes]
         for node in self.nodes:
             node.write_config(routes)
@@ -232,19 +243,34 @@ class NatsCluster:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, timeout: float = 30.0) -> NatsCluster:
-        """Start every node not running and wait until the cluster is healthy."""
+        """Start every node not running and wait until the cluster is healthy.
+
+        With free ports picked for it, a port another process took in the meantime (a
+        free port is only free until someone binds it) makes the whole cluster start again
+        on fresh ones, a few times."""
         deadline = time.monotonic() + timeout
-        started = [node for node in self.nodes if not node.running]
-        try:
-            for node in started:
-                node.launch()
-            for node in started:
-                node.wait_ready(deadline)
-            self.wait_healthy(max(0.1, deadline - time.monotonic()))
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(PORT_ATTEMPTS):
+            started = [node for node in self.nodes if not node.running]
+            try:
+                for node in started:
+                    node.launch()
+                for node in started:
+                    node.wait_ready(deadline)
+                self.wait_healthy(max(0.1, deadline - time.monotonic()))
+                return self
+            except NatsServerError as exc:
+                self.stop()
+                fresh = len(started) == len(self.nodes) and self.fixed_ports is None
+                if not (fresh and PORT_TAKEN in str(exc)) or attempt + 1 == PORT_ATTEMPTS:
+                    raise
+                log.warning("cluster start: %s; again on other ports", exc)
+                for i, node in enumerate(self.nodes):
+                    node.ports = self._ports(i)
+                self._write_configs()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def start_node(self, name: str, timeout: float = 20.0) -> ClusterNode:
         """(Re)start one node and wait until it listens (not until it has caught up)."""
