@@ -25,12 +25,17 @@ from typing import Any
 from nats.aio.client import Client
 
 from streamproc.bus import jsapi
-from streamproc.bus.server import MAX_PAYLOAD, NatsServerError, find_binary, free_port
+from streamproc.bus.server import (
+    MAX_PAYLOAD,
+    PORT_TAKEN,
+    NatsServerError,
+    find_binary,
+    free_port,
+)
 
 log = logging.getLogger(__name__)
 
 CLUSTER_NAME = "streamproc"
-PORT_TAKEN = "address already in use"
 PORT_ATTEMPTS = 3
 DEPLOY_PORTS = (4222, 6222, 8222)
 """First client, route and monitoring port of ``deploy/nats/cluster`` (node i adds i)."""

@@ -59,6 +59,11 @@ def find_binary() -> str:
     )
 
 
+PORT_TAKEN = "address already in use"
+"""What nats-server's log says when its port was taken: a free port is only free until
+someone binds it."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
