@@ -14,7 +14,7 @@ from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.projection import Folded, Folder, Projection
 from streamproc.readmodel import retention
 from streamproc.roles import ROLES
-from streamproc.samples import digest
+from streamproc.samples import digest, sample_payload
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 
@@ -25,7 +25,6 @@ KNOWN_SEGMENT = "seg-known"
 
 def payload(kind: str, run: str = RUN, segment: str = SEGMENT) -> p.Payload:
     """A payload of ``kind`` that names every entity it can: all of them unknown."""
-    link = "ab" * 32
     return {
         "schedule.created": lambda: p.ScheduleCreated(
             schedule_id=SCHEDULE, name="n", cron="0 2 * * *", timezone="UTC"
@@ -68,20 +67,7 @@ def payload(kind: str, run: str = RUN, segment: str = SEGMENT) -> p.Payload:
         "verdict.recorded": lambda: p.VerdictRecorded(
             run_id=run, segment_id=segment, digest=digest(1)
         ),
-        "audit.snapshot": lambda: p.AuditSnapshot(
-            from_chain_link=link,
-            to_chain_link=link,
-            from_position=0,
-            to_position=0,
-            entry_count=1,
-            merkle_root=link,
-            snapshot_hlc="1767225600000:0:n1",
-            envelope=p.DsseEnvelope(
-                payloadType="application/json",
-                payload="e30=",
-                signatures=[p.DsseSignature(sig="AA==")],
-            ),
-        ),
+        "audit.snapshot": lambda: sample_payload("audit.snapshot", 0),  # on no entry
     }[kind]()
 
 
@@ -125,11 +111,14 @@ def fold(store: MemoryStore, proj: Projection, *msgs: tuple[int, str, bytes]) ->
     return Folder(store, [proj]).apply(list(msgs), keys.Checkpoint("S", "e", msgs[-1][0]))
 
 
-@pytest.mark.parametrize(
-    ("cls", "kind"),
-    [(c, k) for c in PROJECTIONS for k in sorted(c.updates())],
-    ids=lambda x: x if isinstance(x, str) else x.name,
-)
+def over(cases: list[tuple[type[Projection], str]]) -> pytest.MarkDecorator:
+    """Parametrize over (projection, kind) cases, named ``<projection>-<kind>``."""
+    return pytest.mark.parametrize(
+        ("cls", "kind"), cases, ids=lambda x: x if isinstance(x, str) else x.name
+    )
+
+
+@over([(c, k) for c in PROJECTIONS for k in sorted(c.updates())])
 def test_an_update_of_an_unknown_entity_is_rejected_and_changes_nothing(
     cls: type[Projection], kind: str
 ) -> None:
@@ -144,11 +133,7 @@ def test_an_update_of_an_unknown_entity_is_rejected_and_changes_nothing(
     assert again.rejections == {cls.name: {want: 1}}
 
 
-@pytest.mark.parametrize(
-    ("cls", "kind"),
-    [(c, k) for c in PROJECTIONS for k in sorted(c.observes)],
-    ids=lambda x: x if isinstance(x, str) else x.name,
-)
+@over([(c, k) for c in PROJECTIONS for k in sorted(c.observes)])
 def test_an_observed_kind_creates_nothing(cls: type[Projection], kind: str) -> None:
     store = MemoryStore()
     proj = FACTORIES[cls.name]()
@@ -160,11 +145,7 @@ def test_an_observed_kind_creates_nothing(cls: type[Projection], kind: str) -> N
 SEGMENT_KINDS = ("segment.started", "segment.completed", "segment.failed", "verdict.recorded")
 
 
-@pytest.mark.parametrize(
-    ("cls", "kind"),
-    [(c, k) for c in PROJECTIONS for k in SEGMENT_KINDS if k in c.updates()],
-    ids=lambda x: x if isinstance(x, str) else x.name,
-)
+@over([(c, k) for c in PROJECTIONS for k in SEGMENT_KINDS if k in c.updates()])
 def test_an_event_of_a_segment_the_plan_does_not_list_is_rejected(
     cls: type[Projection], kind: str
 ) -> None:
