@@ -30,7 +30,7 @@ from streamproc.bus.services import Served
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.leadership import Leadership
-from streamproc.ops_http import add_ops_routes
+from streamproc.ops_http import add_ops_routes, ops_app
 from streamproc.projection import Projection
 from streamproc.projector import Projector
 from streamproc.reactor import Reactor, RoleContext, RoleSpec
@@ -65,6 +65,9 @@ class System:
         self.tasks: list[asyncio.Task[None]] = []
         self.runner: web.AppRunner | None = None
         self.http_url = ""
+        self.ops_runner: web.AppRunner | None = None
+        self.ops_url = ""
+        """The ops listener (``/metrics``) of a process that serves the API, if configured."""
         self.publisher: Publisher | None = None
         self.contexts: dict[str, RoleContext] = {}
         self.clock: HybridLogicalClock | None = None
@@ -75,6 +78,8 @@ class System:
         """The NATS services of the roles here, once each has caught up."""
         self._serving: list[asyncio.Task[None]] = []
         self._sock: socket.socket | None = None
+        self._ops_sock: socket.socket | None = None
+        self.serves_api = any(spec_for(r).routes is not None for r in self.roles)
 
     @property
     def nats_url(self) -> str:
@@ -93,6 +98,8 @@ class System:
             self.stores.append(RocksStore(s.state_dir(role)))
         if self.http:  # a taken port is refused now, before NATS, consumers and leases
             self._sock = listen(s.http_host, s.http_port)
+            if self.serves_api and s.ops_port is not None:
+                self._ops_sock = listen(s.ops_host, s.ops_port)
         if not s.nats_url:
             self.server = EmbeddedNats(
                 s.nats_dir, host=s.nats_host, port=s.nats_port, lock=self.store_lock
@@ -163,7 +170,7 @@ class System:
             app = web.Application(
                 client_max_size=s.http_max_body, handler_args={"auto_decompress": False}
             )
-            add_ops_routes(app, self.ready)
+            add_ops_routes(app, self.ready, metrics=not self.serves_api)
             for role, ctx in self.contexts.items():
                 hook = spec_for(role).routes
                 if hook is not None:
@@ -173,6 +180,11 @@ class System:
             assert self._sock is not None
             await web.SockSite(self.runner, self._sock).start()
             self.http_url = f"http://{s.http_host}:{self._sock.getsockname()[1]}"
+            if self._ops_sock is not None:
+                self.ops_runner = web.AppRunner(ops_app(self.ready), access_log=None)
+                await self.ops_runner.setup()
+                await web.SockSite(self.ops_runner, self._ops_sock).start()
+                self.ops_url = f"http://{_url_host(s.ops_host)}:{self._ops_sock.getsockname()[1]}"
         await self.heartbeat.start()  # `streamproc status` sees this instance from now on
 
     async def ready(self) -> tuple[bool, dict[str, object]]:
@@ -227,9 +239,13 @@ class System:
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
-        if self._sock is not None:  # also when start failed before serving on it
-            self._sock.close()
-            self._sock = None
+        if self.ops_runner is not None:
+            await self.ops_runner.cleanup()
+            self.ops_runner = None
+        for sock in (self._sock, self._ops_sock):  # also when start failed before serving
+            if sock is not None:
+                sock.close()
+        self._sock = self._ops_sock = None
         for t in self._serving:  # then leave the services' queue groups
             t.cancel()
             with contextlib.suppress(BaseException):
@@ -273,6 +289,10 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         reason = (exc.strerror or str(exc)).split(" (while attempting")[0]
         raise ListenError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from None
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def projector_consumer(role: str, node_id: str, state_dir: Path) -> str:
@@ -376,8 +396,11 @@ async def run_roles(
         for role in roles:
             print(f"  state        {settings.state_dir(role)}", flush=True)
         if system.http_url:
-            for path in ("healthz", "readyz", "metrics"):
-                print(f"  {path:<12} {system.http_url}/{path}", flush=True)
+            metrics = system.ops_url if system.serves_api else system.http_url
+            for path, base in (("healthz", system.http_url), ("readyz", system.http_url),
+                               ("metrics", metrics)):  # fmt: skip
+                url = f"{base}/{path}" if base else "off (--ops-port PORT: on a loopback listener)"
+                print(f"  {path:<12} {url}", flush=True)
             if "gateway" in roles:
                 print(f"  API          {system.http_url}/api/v1/scheduler", flush=True)
         if demo:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,10 @@ from streamproc.configfile import cli as config_cli
 from streamproc.configfile.cli import add_config_flag
 
 EXIT_USAGE = 2
+OPS_PORT_HELP = (
+    "serve /metrics on this port of STREAMPROC_OPS_HOST (127.0.0.1), never on the API's "
+    "(default: STREAMPROC_OPS_PORT; unset: no metrics)"
+)
 EXIT_DRIFT = 3
 
 
@@ -27,6 +32,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "nats_url": getattr(args, "nats_url", None),
         "nats_port": getattr(args, "nats_port", None),
         "http_port": getattr(args, "http_port", None),
+        "ops_port": getattr(args, "ops_port", None),
         "prefix": getattr(args, "prefix", None),
         "node_id": getattr(args, "node_id", None),
     }
@@ -41,7 +47,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     from streamproc.roles import DEMO_ONLY, ROLES
 
     roles = [r for r in ROLES if args.demo or r not in DEMO_ONLY]
-    return _run(run_roles(_settings(args), roles, demo=args.demo))
+    settings = _settings(args)
+    if args.demo:
+        from streamproc.devsetup import refuse_exposed_demo
+
+        refuse_exposed_demo(settings)
+    return _run(run_roles(settings, roles, demo=args.demo))
 
 
 def cmd_role(args: argparse.Namespace) -> int:
@@ -122,11 +133,18 @@ def cmd_streams_export(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from streamproc.projection import describe_rejections
     from streamproc.replay import partial_warning, rebuild, swap_in
-    from streamproc.state.store import StateLocked
+    from streamproc.state.store import RocksStore, StateLocked
 
     s = _settings(args)
     live = s.state_dir(args.role)
     fresh = live.with_name(f"{live.name}.replay")
+    busy = f"; stop the {args.role} role and run replay again"
+    try:  # the role must be stopped: said now, not after the whole replay
+        if live.exists():
+            RocksStore(live).close()
+    except StateLocked as exc:
+        print(f"streamproc: {exc}{busy}", file=sys.stderr)
+        return EXIT_USAGE
 
     if args.metrics_port is not None:
         # Replay progress (streamproc_replay_applied_sequence) for Prometheus while it runs.
@@ -153,11 +171,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             )
         try:
             swap_in(fresh, live)
-        except StateLocked as exc:
-            print(
-                f"streamproc: {exc}; stop the {args.role} role and run replay again",
-                file=sys.stderr,
-            )
+        except StateLocked as exc:  # started meanwhile
+            print(f"streamproc: {exc}{busy}", file=sys.stderr)
             return EXIT_USAGE
         print(
             f"replayed {summary.events} events of {s.events_stream} into {live} in "
@@ -228,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="run every role on an embedded NATS server and ./data")
     _common(p)
     p.add_argument("--nats-port", type=int, help="embedded NATS port (default 4222)")
-    p.add_argument("--http-port", type=int, help="ops HTTP port (default 8480)")
+    p.add_argument("--http-port", type=int, help="API and health port (default 8480)")
+    p.add_argument("--ops-port", type=int, help=OPS_PORT_HELP)
     p.add_argument(
         "--demo",
         action="store_true",
@@ -361,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`streamproc config show | head`): stop quietly, as cat does;
+        # stdout goes to /dev/null so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # SIGPIPE
 
 
 if __name__ == "__main__":

@@ -69,6 +69,10 @@ class Settings(msgspec.Struct, kw_only=True):
     nats_port: int = 4222
     http_host: str = "127.0.0.1"
     http_port: int = 8480
+    ops_host: str = "127.0.0.1"
+    ops_port: int | None = None
+    """The ops listener of a process that serves the API (``/metrics``, which names tenants,
+    is never served on the API's port); ``None``: none, and no metrics from such a process."""
     prefix: str = "scheduler"
     node_id: str = msgspec.field(default_factory=default_node_id)
     max_clock_skew_ms: int = 5_000
@@ -93,6 +97,8 @@ class Settings(msgspec.Struct, kw_only=True):
             raise ConfigError(f"HLC reserve {self.hlc_reserve_ms} ms: between 1 and 1000")
         if self.batch < 1 or self.batch > 10_000:
             raise ConfigError(f"batch {self.batch}: between 1 and 10000")
+        if self.ops_port is not None and not 0 <= self.ops_port <= 65535:
+            raise ConfigError(f"ops port {self.ops_port}: between 0 and 65535")
 
     @property
     def events_stream(self) -> str:
@@ -120,6 +126,8 @@ ENV = {
     "nats_port": "STREAMPROC_NATS_PORT",
     "http_host": "STREAMPROC_HTTP_HOST",
     "http_port": "STREAMPROC_HTTP_PORT",
+    "ops_host": "STREAMPROC_OPS_HOST",
+    "ops_port": "STREAMPROC_OPS_PORT",
     "prefix": "STREAMPROC_PREFIX",
     "node_id": "STREAMPROC_NODE_ID",
     "max_clock_skew_ms": "STREAMPROC_MAX_CLOCK_SKEW_MS",

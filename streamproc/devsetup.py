@@ -4,25 +4,65 @@ Production gateways take their issuers and webhook secrets from ``STREAMPROC_GAT
 and answer 401 until they are configured. For a newcomer's first run this writes, once, under
 the data directory: a development token issuer key, a Feedser webhook secret, and a gateway
 configuration that trusts them for tenant ``demo`` (bearer or DPoP tokens), and points the
-process at it — unless a gateway configuration is already given.
+process at it — unless a gateway configuration is already given. A demo listens on loopback
+only: its issuer's private key sits in the data directory and it accepts bearer tokens.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
 import secrets
+import shutil
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from nacl.signing import SigningKey
 
-from streamproc.config import Settings, environment, file_document
+from streamproc.config import ConfigError, Settings, environment, file_document
 from streamproc.gateway import jwt
 
 DEMO_TENANT = "demo"
 DEV_ISSUER = "https://authority.dev.local"
+
+
+def cli_command() -> str:
+    """This ``streamproc`` as the guide shows it: ``.venv/bin/streamproc`` in the checkout
+    ``make run`` runs from, plain ``streamproc`` when it is the one on PATH."""
+    exe = Path(sys.argv[0]).resolve()
+    if exe.name != "streamproc":  # python -m, a test runner
+        return ".venv/bin/streamproc"
+    with contextlib.suppress(ValueError):
+        return str(exe.relative_to(Path.cwd()))
+    on_path = shutil.which("streamproc")
+    return "streamproc" if on_path and Path(on_path).resolve() == exe else str(exe)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+
+
+def refuse_exposed_demo(settings: Settings) -> None:
+    """:class:`ConfigError` unless every listener of ``up --demo`` is on loopback."""
+    hosts = [("STREAMPROC_HTTP_HOST", settings.http_host)]
+    if settings.ops_port is not None:
+        hosts.append(("STREAMPROC_OPS_HOST", settings.ops_host))
+    for name, host in hosts:
+        if not is_loopback(host):
+            raise ConfigError(
+                f"--demo listens on loopback only (it trusts a development token issuer and "
+                f"bearer tokens), not {name}={host}: unset it, or run without --demo with a "
+                f"gateway configuration of your own"
+            )
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -45,7 +85,7 @@ class DevAuth:
             [
                 "",
                 f"  -- development auth (written to {self.config}):",
-                f"  TOKEN=$(.venv/bin/streamproc token issue --key {self.issuer_key} \\",
+                f"  TOKEN=$({cli_command()} token issue --key {self.issuer_key} \\",
                 f"      --tenant {DEMO_TENANT} --scope 'scheduler.admin')",
                 f'  curl -s -H "Authorization: Bearer $TOKEN" {api}/schedules',
                 f'  curl -s -H "Authorization: Bearer $TOKEN" {api}/runs',
@@ -76,7 +116,11 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
     key_doc = json.loads(key_file.read_text())
     gateway = {
         "issuers": [
-            {"issuer": DEV_ISSUER, "keys": [{"kid": key_doc["kid"], "public_key": key_doc["x"]}]}
+            {
+                "issuer": DEV_ISSUER,
+                "tenants": [DEMO_TENANT],
+                "keys": [{"kid": key_doc["kid"], "public_key": key_doc["x"]}],
+            }
         ],
         "required_modes": ["bearer", "dpop"],
         "webhooks": [

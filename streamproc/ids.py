@@ -1,4 +1,5 @@
-"""Identifiers: tenant ids, deterministic event ids, UUIDv7, subject-safe tokens.
+"""Identifiers: tenant ids, deterministic event ids, UUIDv7, subject-safe tokens, and
+numbers read from untrusted text (ASCII digits only).
 
 Every id that a process derives from a cause goes through :func:`derive_id`, so a crash and
 redo produces the same id and JetStream's ``Nats-Msg-Id`` de-duplication absorbs the repeat.
@@ -26,6 +27,15 @@ def validate_tenant(tenant: object) -> str:
             f"invalid tenant id {tenant!r}: use 1-128 lowercase ASCII letters, digits, '-' or '_'"
         )
     return tenant
+
+
+def ascii_int(text: str, max_digits: int = 19) -> int | None:
+    """``text`` as a non-negative integer if it is 1..``max_digits`` ASCII digits, else None.
+    ``str.isdigit`` alone also says yes to ``²`` (which ``int`` refuses) and to other
+    scripts' digits (which ``int`` reads); ``int`` alone takes signs, spaces and ``_``."""
+    if 0 < len(text) <= max_digits and text.isascii() and text.isdigit():
+        return int(text)
+    return None
 
 
 def derive_id(*parts: str | int) -> str:

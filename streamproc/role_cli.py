@@ -3,8 +3,9 @@ shares: one role per process, against a NATS server that is already running.
 
 Each process connects to ``--nats-url`` (``NATS_URL``, default ``nats://127.0.0.1:4222``;
 never an embedded server), keeps its state under ``--data-dir`` (locked while it runs) and
-serves ``/healthz``, ``/readyz`` and ``/metrics`` — the gateway also its API — on
-``--http-host`` (127.0.0.1) and a port of its own, so the four fit on one machine.
+serves ``/healthz``, ``/readyz`` and ``/metrics`` on ``--http-host`` (127.0.0.1) and a port of
+its own, so the four fit on one machine. The gateway serves its API there instead of
+``/metrics``, which it serves only on its ops listener (``--ops-port``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def add_process_options(p: argparse.ArgumentParser, common: Common, role: str) -
         type=http_port,
         help=f"HTTP port (default {DEFAULT_PORTS[role]}, or STREAMPROC_HTTP_PORT)",
     )
+    if role == "gateway":
+        from streamproc.cli import OPS_PORT_HELP
+
+        p.add_argument("--ops-port", type=http_port, help=OPS_PORT_HELP)
 
 
 def process_settings(args: argparse.Namespace, role: str) -> Settings:

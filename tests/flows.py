@@ -69,7 +69,11 @@ async def feedser_run(
     scanner_port = free_port()
     monkeypatch.setenv("STREAMPROC_SCANNER_URL", f"http://127.0.0.1:{scanner_port}")
     settings = Settings(
-        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=free_port()
+        data_dir=tmp_path / "data",
+        nats_url=nats_server.url,
+        prefix=prefix,
+        http_port=free_port(),
+        ops_port=free_port(),
     )
     prepare_dev_auth(settings)
     system = System(settings, ["gateway", "planner", "runner", "scanner"])

@@ -27,7 +27,7 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def test_up_starts_everything_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    nats_port, http_port = free_port(), free_port()
+    nats_port, http_port, ops_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -40,6 +40,8 @@ def test_up_starts_everything_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
             str(nats_port),
             "--http-port",
             str(http_port),
+            "--ops-port",
+            str(ops_port),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -56,6 +58,7 @@ def test_up_starts_everything_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
     out = "".join(lines)
     assert f"nats://127.0.0.1:{nats_port}" in out
     assert f"http://127.0.0.1:{http_port}/readyz" in out
+    assert f"metrics      http://127.0.0.1:{ops_port}/metrics" in out, "not on the API port"
     proc.send_signal(signal.SIGINT)
     rest, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
@@ -79,6 +82,23 @@ def test_streams_apply_against_an_unreachable_server_fails_clearly() -> None:
     r = cli("streams", "apply", "--nats-url", "nats://127.0.0.1:1", timeout=30)
     assert r.returncode == 2
     assert "cannot connect to NATS at nats://127.0.0.1:1" in r.stderr
+
+
+def test_output_into_a_closed_pipe_ends_quietly() -> None:
+    """`streamproc config show | head -1`: the reader has gone; no BrokenPipe traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE, as after head's exit
+    try:
+        show = subprocess.run(
+            [sys.executable, "-m", "streamproc.cli", "config", "show"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "NATS_URL": ""},
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert show.returncode == 141 and b"Traceback" not in show.stderr, show.stderr.decode()
 
 
 def test_unknown_role_and_bad_prefix_are_refused(tmp_path: Path) -> None:

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamproc.ids import InvalidTenant, derive_id, subject_token, uuid7, validate_tenant
+from streamproc.ids import (
+    InvalidTenant,
+    ascii_int,
+    derive_id,
+    subject_token,
+    uuid7,
+    validate_tenant,
+)
 
 # ---------------------------------------------------------------- tenants
 
@@ -176,3 +183,25 @@ def test_subject_token_distinguishes_unsafe_ids():
 
 def test_subject_token_hashes_trailing_newline():
     assert "\n" not in subject_token("abc\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0", 0),
+        ("007", 7),
+        ("1234567890123456789", 1234567890123456789),
+        ("", None),
+        ("\u00b2", None),
+        ("1\u00b2", None),
+        ("\u0663", None),
+        ("\uff11", None),
+        ("+1", None),
+        ("-1", None),
+        (" 1", None),
+        ("1_0", None),
+        ("12345678901234567890", None),
+    ],
+)
+def test_ascii_int_reads_ascii_digits_only(text, value):
+    assert ascii_int(text) == value

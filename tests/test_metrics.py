@@ -104,7 +104,7 @@ async def test_metrics_after_an_end_to_end_run(
             await p.wait_for(ack.seq)
         assert system.heartbeat is not None
         await system.heartbeat.beat()  # the lag gauge is refreshed with each heartbeat
-        async with aiohttp.ClientSession() as s, s.get(f"{system.http_url}/metrics") as r:
+        async with aiohttp.ClientSession() as s, s.get(f"{system.ops_url}/metrics") as r:
             assert r.status == 200
             text = await r.text()
 

@@ -1,5 +1,6 @@
 """Replay when the log's beginning is gone (retention or purge): refused by default, a
-partial rebuild on request that says so and that the live projector can carry on from."""
+partial rebuild on request that says so and that the live projector can carry on from; a
+role that still runs is said at once, not after the whole replay."""
 
 from __future__ import annotations
 
@@ -87,6 +88,14 @@ async def test_replay_command_warns_and_flags_a_partial_rebuild(
     assert "replayed 20 events" in partial.stdout
     assert "PARTIAL from sequence 11; digest " in partial.stdout
     assert (tmp_path / "state" / "activity" / "CURRENT").exists()
+
+    held = RocksStore(tmp_path / "state" / "activity")  # the role runs (`make run`)
+    try:
+        busy = cli("replay", "--role", "activity", "--quiet", "--allow-partial", *common)
+    finally:
+        held.close()
+    assert busy.returncode == 2 and "stop the activity role and run replay again" in busy.stderr
+    assert not (tmp_path / "state" / "activity.replay").exists(), "refused before replaying"
 
 
 async def test_replay_serves_its_progress_on_a_metrics_port(

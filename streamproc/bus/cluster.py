@@ -31,6 +31,7 @@ from streamproc.bus.server import (
     NatsServerError,
     find_binary,
     free_port,
+    spawn,
 )
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ class ClusterNode:
             raise NatsServerError(f"node {self.name} is already running (pid {self.pid})")
         with open(self.log_path, "ab") as log:
             self._mark = log.tell()
-            self.proc = subprocess.Popen(
+            self.proc = spawn(
                 [self.binary, "-c", str(self.conf_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -4,7 +4,10 @@ Two nats-servers on one JetStream store lose acknowledged messages, so whoever s
 server on a store first takes an exclusive ``flock`` on ``<store>/owner.lock`` and writes
 ``<store>/owner.json``: where the server answers, which process started it and when. The
 lock is handed on to the nats-server child, so it lasts while either of them runs, and the
-kernel drops it once both are gone — SIGKILL included. A clean stop removes the file.
+kernel drops it once both are gone — SIGKILL included. A clean stop removes the file. The
+child stops with its parent (:func:`streamproc.bus.server.spawn`); a server that outlived
+its owner all the same (started by an older build) is stopped by the next ``up`` on its
+store — it holds that store's lock, so it is ours to stop — rather than blocking it.
 
 A one-shot command reads the file and connects to the owner; it starts a temporary server
 (taking the lock first) only when nobody holds the store. The decision is :func:`next_step`,
@@ -19,6 +22,7 @@ import datetime
 import enum
 import fcntl
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -65,20 +69,32 @@ class Step(enum.Enum):
     """The holder is starting, or is a temporary server: wait for it."""
     REFUSE = "refuse"
     """Held, and not ours to use or to replace."""
+    STOP = "stop"
+    """Held by a server whose owner died: stop it, then wait for the store."""
 
 
 # ---------------------------------------------------------------------- pure
 
 
 def next_step(
-    *, locked: bool, owner: Owner | None, alive: bool, serving: bool, waited: float, patience: float
+    *,
+    locked: bool,
+    owner: Owner | None,
+    alive: bool,
+    serving: bool,
+    waited: float,
+    patience: float,
+    orphan: bool = False,
 ) -> Step:
     """What to do about a store: ``locked`` — we just took its lock; ``owner`` — the file's
     record, ``alive`` — whether a process it names still runs (else it is a dead owner's
     leftover, and whoever holds the lock has not written yet); ``serving`` — the caller wants
-    to run its own server (``up``, ``nats``), not connect."""
+    to run its own server (``up``, ``nats``), not connect; ``orphan`` — the owner process is
+    gone and the server it started still holds the store."""
     if locked:
         return Step.START
+    if orphan and serving:
+        return Step.STOP if waited < patience else Step.REFUSE
     settled = owner is not None and alive and owner.ready and not owner.temporary
     if settled:
         return Step.REFUSE if serving else Step.CONNECT
@@ -169,6 +185,39 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def holds_store(pid: int, store: Path) -> bool:
+    """Whether process ``pid`` has this store's lock file open (Linux ``/proc``): the one
+    check that a pid named in ``owner.json`` is still that store's server, pids being reused."""
+    try:
+        lock = os.stat(store / LOCK_FILE)
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (lock.st_dev, lock.st_ino):
+            return True
+    return False
+
+
+def stop_orphans(store: Path, owner: Owner, note: Callable[[str], None]) -> list[int]:
+    """SIGTERM (nats-server's clean stop: JetStream flushes its store) to the servers a dead
+    owner left holding ``store``; the pids signalled."""
+    pids = [p for p in owner.server_pids if pid_alive(p) and holds_store(p, store)]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    if pids:
+        note(
+            f"stopping the nats-server (pid {', '.join(map(str, pids))}) that `streamproc "
+            f"{owner.command}` (pid {owner.pid}, no longer running) left on {store}"
+        )
+    return pids
+
+
 def read_owner(store: Path) -> Owner | None:
     try:
         return decode((store / OWNER_FILE).read_bytes())
@@ -243,10 +292,16 @@ def resolve(
     note = note or (lambda text: print(f"streamproc: {text}", file=sys.stderr, flush=True))
     start = time.monotonic()
     noted = False
+    stopped: set[int] = set()
     while True:
         lock = StoreLock.try_acquire(store)
         owner = None if lock else read_owner(store)
         alive = owner is not None and any(map(pid_alive, [owner.pid, *owner.server_pids]))
+        orphan = (
+            owner is not None
+            and not pid_alive(owner.pid)
+            and any(holds_store(p, store) for p in owner.server_pids)
+        )
         step = next_step(
             locked=lock is not None,
             owner=owner,
@@ -254,6 +309,7 @@ def resolve(
             serving=serving,
             waited=time.monotonic() - start,
             patience=patience,
+            orphan=orphan,
         )
         if step is Step.START:
             assert lock is not None
@@ -268,6 +324,14 @@ def resolve(
             return owner
         if step is Step.REFUSE:
             raise StoreBusy(busy_message(store, owner if alive else None, pid_alive))
+        if step is Step.STOP:
+            assert owner is not None
+            if not set(owner.server_pids) <= stopped:
+                stopped.update(owner.server_pids)
+                stop_orphans(store, owner, note)
+                noted = True
+            time.sleep(0.05)
+            continue
         if not noted:
             note(waiting_message(store, owner if alive else None, pid_alive))
             noted = True

@@ -2,21 +2,27 @@
 
 Used by ``streamproc up`` / ``nats``, by one-shot commands when nobody runs a server on the
 data directory, and by the test fixtures; production points ``--nats-url`` at a cluster
-instead. A server only starts on a store it owns (:mod:`streamproc.bus.owner`).
+instead. A server only starts on a store it owns (:mod:`streamproc.bus.owner`), and ends with the
+process that started it (:func:`spawn`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from streamproc.bus.owner import StoreLock
@@ -62,6 +68,47 @@ def find_binary() -> str:
 PORT_TAKEN = "address already in use"
 """What nats-server's log says when its port was taken: a free port is only free until
 someone binds it."""
+
+
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option (linux/prctl.h): the signal a process gets when its parent goes."""
+
+_spawner: ThreadPoolExecutor | None = None
+_spawner_guard = threading.Lock()
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """What the server's child runs before ``exec`` on Linux: have the kernel send it SIGTERM
+    (nats-server's clean stop) when its parent dies — SIGKILL included — and end at once if
+    the parent is already gone. ``None`` where ``prctl`` is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
+    except (OSError, AttributeError):
+        return None
+    term = int(signal.SIGTERM)
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, term)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+def spawn(args: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """Start a server process that stops when this process dies, however it dies: a server
+    left running after ``kill -9`` of ``streamproc up`` would keep the store's lock and the
+    port, and the next ``up`` could not start. The kernel signals the child when the
+    *thread* that forked it ends, so every server is forked by one thread that lives as long
+    as the process (callers start servers from short-lived executor threads)."""
+    global _spawner
+    with _spawner_guard:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(1, thread_name_prefix="nats-spawner")
+    preexec = _die_with_parent(os.getpid())
+    return _spawner.submit(subprocess.Popen, list(args), preexec_fn=preexec, **popen).result()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -129,11 +176,9 @@ class EmbeddedNats:
             args += ["-m", str(self.monitor_port)]
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child process
         try:
-            # The server holds the store's lock too: should this process die, the lock
-            # lasts as long as the server it left behind (no second server on its store).
-            self.proc = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, pass_fds=(self.lock.fd,)
-            )
+            # The server holds the store's lock too: while it runs — until it has stopped,
+            # also when this process died first — no second server starts on its store.
+            self.proc = spawn(args, stdout=log, stderr=subprocess.STDOUT, pass_fds=(self.lock.fd,))
         finally:
             log.close()
         self.lock.update(server_pids=[self.proc.pid])

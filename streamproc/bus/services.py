@@ -14,7 +14,9 @@ share the process's connection.
 
 A nats-py subscription runs its callback one message at a time; the handler here starts a
 task per request (at most ``concurrency`` at once, the next request waits for a slot), so a
-long question does not hold up the short ones behind it.
+long question does not hold up the short ones behind it. An error answer never carries an
+exception's text (paths, internals): a handler's own :class:`ServiceFailure` says what the
+caller may know, anything else is logged here and answered as a bare 500.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.micro import add_service
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER, Request
 from nats.micro.service import Service
+
+from streamproc.ids import ascii_int
 
 log = logging.getLogger(__name__)
 VERSION = "1.0.0"
@@ -73,17 +77,27 @@ def subject(prefix: str, service: str, endpoint: str) -> str:
 
 
 class Served:
-    """A running service: :meth:`stop` leaves the queue group, then ends answers in flight."""
+    """A running service: :meth:`stop` leaves the queue group, then ends answers in flight
+    (and runs the service's own ``on_stop``)."""
 
-    def __init__(self, service: Service, running: set[asyncio.Task[None]]) -> None:
+    def __init__(
+        self,
+        service: Service,
+        running: set[asyncio.Task[None]],
+        on_stop: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.service = service
         self._running = running
+        self._on_stop = on_stop
 
     async def stop(self) -> None:
         await self.service.stop()
         for task in list(self._running):
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
+        if self._on_stop is not None:
+            on_stop, self._on_stop = self._on_stop, None
+            await on_stop()
 
 
 async def serve(
@@ -95,6 +109,7 @@ async def serve(
     description: str,
     metadata: Mapping[str, str] | None = None,
     concurrency: int = 8,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> Served:
     """Start the service with its endpoints in the queue group of its name."""
     name = service_name(prefix, service)
@@ -117,10 +132,11 @@ async def serve(
                 except ServiceFailure as exc:
                     body = msgspec.json.encode(_Problem(exc.slug, exc.detail, exc.field))
                     await req.respond_error(str(exc.status), exc.detail, data=body)
-                except Exception as exc:  # a bug: say so, keep serving
+                except Exception:  # a bug: log it, say only that, keep serving
                     log.exception("%s.%s failed", name, endpoint)
-                    body = msgspec.json.encode(_Problem("internal", repr(exc)))
-                    await req.respond_error("500", f"{endpoint} failed: {exc!r}", data=body)
+                    detail = f"{endpoint} failed (the service's log says why)"
+                    body = msgspec.json.encode(_Problem("internal", detail))
+                    await req.respond_error("500", detail, data=body)
                 else:
                     await req.respond(data)
             except Exception as exc:  # the connection went away: the caller's deadline passes
@@ -142,7 +158,7 @@ async def serve(
             subject=subject(prefix, service, endpoint),
             handler=wrap(endpoint, handler),
         )
-    return Served(svc, running)
+    return Served(svc, running, on_stop)
 
 
 async def call(nc: Client, subject: str, body: bytes, timeout: float) -> bytes:
@@ -151,9 +167,9 @@ async def call(nc: Client, subject: str, body: bytes, timeout: float) -> bytes:
     try:
         msg = await nc.request(subject, body, timeout=timeout)
     except NoRespondersError:
-        raise ServiceUnavailable(f"no instance serves {subject}") from None
+        raise ServiceUnavailable("no instance runs") from None
     except NatsTimeout:
-        raise ServiceUnavailable(f"no answer on {subject} within {timeout:g} s") from None
+        raise ServiceUnavailable(f"none answered within {timeout:g} s") from None
     headers = msg.headers or {}
     code = headers.get(ERROR_CODE_HEADER)
     if code is None:
@@ -162,5 +178,5 @@ async def call(nc: Client, subject: str, body: bytes, timeout: float) -> bytes:
         problem = msgspec.json.decode(msg.data, type=_Problem)
     except msgspec.DecodeError:
         problem = _Problem("service-error", headers.get(ERROR_HEADER, ""))
-    status = int(code) if code.isdigit() else 500
+    status = ascii_int(code, 3) or 500
     raise ServiceFailure(status, problem.slug, problem.detail, problem.field)

@@ -14,6 +14,7 @@ from nats.aio.client import Client
 
 from streamproc.bus import jsapi
 from streamproc.bus.cluster import cluster_size
+from streamproc.ids import ascii_int
 
 NS = 1_000_000_000
 HOUR = 3600 * NS
@@ -64,9 +65,10 @@ def configured_events_retention() -> EventsRetention:
         (EVENTS_MAX_BYTES_ENV, MAX_MSG_SIZE, 2**63 - 1, "a whole number of bytes >= 8388608"),
     ):
         raw = (env.get(var) or "0").strip()
-        if not raw.isdigit() or not (int(raw) == 0 or low <= int(raw) <= high):
+        value = ascii_int(raw)
+        if value is None or not (value == 0 or low <= value <= high):
             raise ConfigError(f"{var}={raw!r}: 0 (no limit) or {want}")
-        values.append(int(raw))
+        values.append(value)
     return EventsRetention(*values)
 
 
@@ -172,9 +174,10 @@ def configured_replicas() -> int:
     from streamproc.config import ConfigError, environment  # config imports this module
 
     raw = (environment().get(REPLICAS_ENV) or "0").strip()
-    if not raw.isdigit() or int(raw) > 5:
+    value = ascii_int(raw)
+    if value is None or value > 5:
         raise ConfigError(f"{REPLICAS_ENV}={raw!r}: 0 (auto: 3 on a cluster of 3+) or 1..5")
-    return int(raw)
+    return value
 
 
 async def detected_replicas(nc: Client, wait: float = 2.0) -> int:

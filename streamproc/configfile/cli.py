@@ -184,8 +184,9 @@ def _gateway_summary(document: Mapping[str, Any] | None, env: Mapping[str, str])
     except GatewayConfigError:
         return "(not loadable)"
     sources = ", ".join(f"{w.name} ({w.kind} → {', '.join(w.tenants)})" for w in s.webhooks)
+    issuers = ", ".join(f"{i.issuer} → {', '.join(i.tenants or ())}" for i in s.issuers)
     parts = [
-        f"{len(s.issuers)} issuer(s) ({', '.join(i.issuer for i in s.issuers) or '-'})",
+        f"{len(s.issuers)} issuer(s) ({issuers or '-'})",
         f"{len(s.webhooks)} webhook source(s) ({sources or '-'})",
         f"modes {', '.join(s.required_modes)}",
     ]

@@ -122,6 +122,13 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ http
     _k("http.host", "STREAMPROC_HTTP_HOST", "str", "127.0.0.1", "address the HTTP server binds"),
     _k("http.port", "STREAMPROC_HTTP_PORT", "int", 8480, "HTTP port", **_PORT),
+    _k("http.ops_host", "STREAMPROC_OPS_HOST", "str", "127.0.0.1",
+       "address the ops listener binds (`/metrics`, `/healthz`, `/readyz` of a process that "
+       "serves the API)"),
+    _k("http.ops_port", "STREAMPROC_OPS_PORT", "int", None,
+       "ops listener port of a process that serves the API (`up`, `gateway`): its metrics name "
+       "tenants, so they are served only here, never on the API port; other roles serve them "
+       "on `http.port`", default_text="none: such a process serves no metrics", **_PORT),
     _k("http.max_body", "STREAMPROC_HTTP_MAX_BODY", "int", 10 * 1024 * 1024,
        "request bodies above this many bytes are refused with 413", minimum=1024),
     # ------------------------------------------------------------------ hlc, projector
@@ -210,7 +217,11 @@ KEYS: tuple[Key, ...] = (
     _k("runner.call_budget_s", "STREAMPROC_RUNNER_CALL_BUDGET_S", "float", 60.0,
        "time one image may spend retrying before the segment attempt fails"),
     _k("scanner.url", "STREAMPROC_SCANNER_URL", "str", "http://127.0.0.1:8490",
-       "scanner base URL (`streamproc up --demo` starts the reference scanner when unset)"),
+       "scanner base URL (unset: `streamproc up --demo` starts the reference scanner on "
+       "`scanner.port`)"),
+    _k("scanner.port", "STREAMPROC_SCANNER_PORT", "int", 8490,
+       "loopback port of the reference scanner `streamproc up --demo` starts when "
+       "`scanner.url` is unset (the runners then call it there)", minimum=1, maximum=65535),
     # ------------------------------------------------------------------ audit
     _k("audit.batch_size", "STREAMPROC_AUDIT_BATCH_SIZE", "int", 1000,
        "chain entries per signed batch snapshot", minimum=1, maximum=100000),
@@ -247,6 +258,12 @@ KEYS: tuple[Key, ...] = (
        choices=("bearer", "dpop", "mtls")),
     _k("gateway.leeway_s", "STREAMPROC_GATEWAY_LEEWAY_S", "int", 30,
        "clock leeway for token times", minimum=0, maximum=300),
+    _k("gateway.max_token_lifetime_s", "STREAMPROC_GATEWAY_MAX_TOKEN_LIFETIME_S", "int", 86400,
+       "longest accepted `exp - iat` of an access token (tokens without `iat` are refused)",
+       minimum=60, maximum=30 * 86400),
+    _k("gateway.token_types", "STREAMPROC_GATEWAY_TOKEN_TYPES", "list[str]", ["at+jwt"],
+       "accepted access-token `typ` values (RFC 9068 `at+jwt`; `JWT` only for an issuer that "
+       "cannot say `at+jwt`)"),
     _k("gateway.public_base_url", "STREAMPROC_GATEWAY_PUBLIC_BASE_URL", "str", None,
        "external origin (`https://host[:port]`) for DPoP `htu` behind a proxy",
        default_text="the request's own"),
@@ -277,6 +294,9 @@ KEYS: tuple[Key, ...] = (
        "one more token issuer (`iss`), with `gateway.issuer_key`", default_text="none"),
     _k("gateway.issuer_key", "STREAMPROC_GATEWAY_ISSUER_KEY", "str", None,
        "`kid=PUBLIC_KEY` (Ed25519, base64url) of `gateway.issuer`", default_text="none"),
+    _k("gateway.issuer_tenants", "STREAMPROC_GATEWAY_ISSUER_TENANTS", "list[str]", None,
+       "the tenants `gateway.issuer` may speak for: tenant ids, `prefix*` patterns or `*` "
+       "(required with `gateway.issuer`)", default_text="none"),
     _k("gateway.dpop.require_nonce", "STREAMPROC_GATEWAY_DPOP_REQUIRE_NONCE", "bool", True,
        "DPoP proofs must carry a server nonce"),
     _k("gateway.dpop.nonce_secret", "STREAMPROC_GATEWAY_DPOP_NONCE_SECRET", "str", None,
@@ -303,7 +323,8 @@ KEYS: tuple[Key, ...] = (
 DOCUMENTS: tuple[Document, ...] = (
     Document(
         "gateway.issuers",
-        "token issuers: `[[gateway.issuers]]` with `issuer` and `keys = [{ kid, public_key }]`",
+        "token issuers: `[[gateway.issuers]]` with `issuer`, `tenants` (ids, `prefix*` "
+        "patterns or `*`: whom its tokens may speak for) and `keys = [{ kid, public_key }]`",
         "STREAMPROC_GATEWAY_CONFIG",
     ),
     Document(

@@ -1,5 +1,7 @@
 """Authenticating API callers: Ed25519 JWTs from configured issuers, bound to the sender by
-DPoP or an mTLS certificate as configured, with tenant and scopes from the token.
+DPoP or an mTLS certificate as configured, with tenant and scopes from the token. A token is
+an access token (``typ`` ``at+jwt``) with a bounded lifetime, for a tenant its issuer may
+speak for: an issuer trusted for one customer cannot mint its way into another's data.
 
 401 means "who are you?" (no, bad, expired or unbound token; bad proof) and carries
 ``WWW-Authenticate``; 403 means "not allowed" (a missing scope).
@@ -20,7 +22,7 @@ from streamproc.gateway import jwt
 from streamproc.gateway.dpop import DpopError, DpopVerifier
 from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.replay import ReplayGuard
-from streamproc.gateway.settings import GatewaySettings, resolve_ref
+from streamproc.gateway.settings import GatewaySettings, Issuer, resolve_ref
 from streamproc.gateway.tls import peer_cert_der, x5t_s256
 from streamproc.ids import TENANT_RE
 
@@ -42,11 +44,11 @@ class Principal(NamedTuple):
 _claims_dec = msgspec.json.Decoder(jwt.Claims)
 
 
-def issuer_keys(s: GatewaySettings) -> dict[str, tuple[str, VerifyKey]]:
+def issuer_keys(s: GatewaySettings) -> dict[str, tuple[Issuer, VerifyKey]]:
     """Every configured token signing key by ``kid``: (issuer, key); raises for a key that
     cannot be read or decoded."""
     return {
-        k.kid: (iss.issuer, VerifyKey(jwt.decode_key(resolve_ref(k.public_key))))
+        k.kid: (iss, VerifyKey(jwt.decode_key(resolve_ref(k.public_key))))
         for iss in s.issuers
         for k in iss.keys
     }
@@ -60,8 +62,9 @@ class Authenticator:
         self._clock = clock
         self.modes = frozenset(s.required_modes)
         self.keys = issuer_keys(s)
+        self.token_types = frozenset(jwt.media_type(t) for t in s.token_types)
+        self._verified: dict[str, tuple[Issuer, jwt.Claims]] = {}
         self.dpop = DpopVerifier(s.dpop, replay, clock)
-        self._verified: dict[str, jwt.Claims] = {}
 
     # ------------------------------------------------------------------ challenges
 
@@ -70,7 +73,9 @@ class Authenticator:
     ) -> list[tuple[str, str]]:
         params = ""
         if error:
-            safe = description.replace('"', "'").replace("\\", "/")
+            # RFC 6750 §3: printable ASCII without '"' and '\\'
+            ascii_only = description.encode("ascii", "backslashreplace").decode()
+            safe = ascii_only.replace('"', "'").replace("\\", "/")
             params = f', error="{error}", error_description="{safe}"'
         out = []
         if self.modes & {"bearer", "mtls"}:
@@ -89,15 +94,20 @@ class Authenticator:
 
     # ------------------------------------------------------------------ tokens
 
-    def _claims(self, token: str, scheme: str) -> jwt.Claims:
-        claims = self._verified.get(token)
-        if claims is not None:
-            return claims
+    def _claims(self, token: str, scheme: str) -> tuple[Issuer, jwt.Claims]:
+        """The issuer and claims of a token whose form and signature check out (cached)."""
+        verified = self._verified.get(token)
+        if verified is not None:
+            return verified
         try:
             c = jwt.parse(token)
         except jwt.JwtError as exc:
             self._fail(f"malformed token: {exc}", scheme)
             raise  # unreachable; keeps type checkers content
+        if jwt.media_type(c.header.typ) not in self.token_types:
+            wanted = " or ".join(sorted(t for t in self.token_types if t))
+            found = f"not {c.header.typ[:40]!r}" if c.header.typ is not None else "it has none"
+            self._fail(f"token typ must be {wanted} (an access token); {found}", scheme)
         entry = self.keys.get(c.header.kid or "")
         if entry is None:
             self._fail("unknown signing key (kid)", scheme)
@@ -110,12 +120,12 @@ class Authenticator:
         except msgspec.DecodeError as exc:
             self._fail(f"token claims: {exc}", scheme)
             raise
-        if claims.iss != issuer:
+        if claims.iss != issuer.issuer:
             self._fail("token issuer does not match its signing key", scheme)
         if len(self._verified) >= _CACHE_MAX:
             self._verified.clear()
-        self._verified[token] = claims
-        return claims
+        self._verified[token] = (issuer, claims)
+        return issuer, claims
 
     async def authenticate(self, request: web.Request, scope: str) -> Principal:
         """The caller, or ProblemError 401/403 with the right challenge."""
@@ -131,11 +141,21 @@ class Authenticator:
             self._fail(
                 "Authorization must be 'Bearer <token>' or 'DPoP <token>'", None, "invalid_request"
             )
-        claims = self._claims(token, scheme)
+        issuer, claims = self._claims(token, scheme)
         now = self._clock()
         leeway = self.s.leeway_s
         if now > claims.exp + leeway:
             self._fail("token expired", scheme)
+        if claims.iat is None:
+            self._fail("token has no iat claim (its lifetime cannot be bounded)", scheme)
+        assert claims.iat is not None
+        lifetime = self.s.max_token_lifetime_s
+        if claims.exp - claims.iat > lifetime:
+            self._fail(
+                f"token lifetime (exp - iat) of {claims.exp - claims.iat:.0f} s exceeds the "
+                f"maximum of {lifetime} s",
+                scheme,
+            )
         if claims.nbf is not None and now + leeway < claims.nbf:
             self._fail("token not yet valid (nbf)", scheme)
         if claims.iat is not None and now + leeway < claims.iat:
@@ -146,6 +166,8 @@ class Authenticator:
         if not claims.tenant or not TENANT_RE.match(claims.tenant):
             self._fail("token has no valid tenant claim", scheme)
         assert claims.tenant is not None
+        if not issuer.speaks_for(claims.tenant):
+            self._fail(f"issuer {issuer.issuer} may not speak for tenant {claims.tenant}", scheme)
         mode = await self._binding(request, claims, token, scheme)
         scopes = frozenset((claims.scope or "").split()) | frozenset(claims.scp or ())
         if ADMIN in scopes:

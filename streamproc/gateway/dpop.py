@@ -98,7 +98,7 @@ class DpopVerifier:
     def _nonce_ok(self, nonce: str) -> bool:
         try:
             raw = jwt.b64url_decode(nonce)
-        except (jwt.JwtError, UnicodeEncodeError):
+        except jwt.JwtError:
             return False
         if len(raw) != 24:
             return False
@@ -166,7 +166,7 @@ def _public_jwk(jwk: dict[str, Any] | None) -> tuple[VerifyKey, str]:
         raise DpopError("invalid_dpop_proof", "jwk must not contain the private key")
     try:
         raw = jwt.b64url_decode(jwk["x"])
-    except (jwt.JwtError, UnicodeEncodeError):
+    except jwt.JwtError:
         raise DpopError("invalid_dpop_proof", "jwk x is not base64url") from None
     if len(raw) != 32:
         raise DpopError("invalid_dpop_proof", "jwk x must be 32 bytes")

@@ -2,7 +2,10 @@
 
 Every other ``alg`` — ``none`` included — is refused before any key is touched, ``crit``
 extensions are refused, and the signature is checked with pynacl (libsodium) over the exact
-``header.payload`` bytes as received.
+``header.payload`` bytes as received. Nothing is decoded leniently: every segment must be
+canonical unpadded base64url (so one token has exactly one spelling), and the header and the
+payload are refused unread if their JSON nests deeper than :data:`MAX_JSON_DEPTH` (a
+recursive decoder would otherwise fail with ``RecursionError`` on a few kilobytes).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -19,6 +23,12 @@ from nacl.signing import SigningKey, VerifyKey
 
 MAX_TOKEN = 8192
 ALG = "EdDSA"
+MAX_JSON_DEPTH = 16
+"""JOSE headers and claims are flat (a ``jwk`` or ``cnf`` object is depth 2); real issuers'
+structured claims stay well inside this."""
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+_ESCAPE = re.compile(rb"\\.", re.S)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
 
 
 class JwtError(ValueError):
@@ -26,15 +36,16 @@ class JwtError(ValueError):
 
 
 def b64url_decode(s: str | bytes) -> bytes:
-    """Unpadded base64url as JOSE uses it; anything else is an error, not a best effort."""
-    if isinstance(s, str):
-        s = s.encode("ascii", "strict")
-    if b"=" in s or b"+" in s or b"/" in s:
-        raise JwtError("not base64url")
-    try:
-        return base64.urlsafe_b64decode(s + b"=" * (-len(s) % 4))
-    except (binascii.Error, ValueError):
-        raise JwtError("not base64url") from None
+    """Unpadded base64url as JOSE uses it (RFC 7515 §2): only the alphabet, no padding, and
+    canonical (the spare bits of the last character zero); anything else is an error."""
+    if isinstance(s, bytes):
+        s = s.decode("latin-1")
+    if not _B64URL.fullmatch(s) or len(s) % 4 == 1:
+        raise JwtError("not base64url (unpadded, characters A-Z a-z 0-9 - _ only)")
+    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    if b64url(raw) != s:
+        raise JwtError("not canonical base64url (the last character's spare bits are set)")
+    return raw
 
 
 def b64url(data: bytes) -> str:
@@ -56,6 +67,39 @@ def decode_key(text: str) -> bytes:
         if len(raw) == 32:
             return raw
     raise ValueError("an Ed25519 key is 32 bytes (base64url, base64 or hex)")
+
+
+def json_depth(data: bytes) -> int:
+    """How deeply ``data``'s arrays and objects nest, counted without decoding it (brackets
+    inside strings do not count). Linear in ``len(data)``."""
+    depth = deepest = 0
+    in_string = False
+    for c in _ESCAPE.sub(b"", data).translate(None, _NOT_STRUCTURE):
+        if c == 0x22:  # "
+            in_string = not in_string
+        elif in_string:
+            continue
+        elif c in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _shallow(data: bytes, what: str) -> bytes:
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise JwtError(f"{what} JSON is nested deeper than {MAX_JSON_DEPTH} levels")
+    return data
+
+
+def media_type(typ: str | None) -> str | None:
+    """A ``typ`` value as compared (RFC 7515 §4.1.9): case-insensitive, ``application/``
+    implied when no other ``/`` appears."""
+    if typ is None:
+        return None
+    t = typ.strip().lower()
+    return t.removeprefix("application/") if t.count("/") == 1 else t
 
 
 class Header(msgspec.Struct, kw_only=True):
@@ -96,25 +140,24 @@ class Compact(msgspec.Struct, frozen=True):
 
 
 def parse(token: str) -> Compact:
-    """Split and decode a compact JWS; checks ``alg``/``crit`` but not the signature."""
+    """Split and decode a compact JWS; checks ``alg``/``crit``, the encoding and the JSON
+    depth, but not the signature."""
     if len(token) > MAX_TOKEN:
         raise JwtError("token too long")
     parts = token.split(".")
     if len(parts) != 3:
         raise JwtError("not a compact JWS (three base64url parts)")
+    raw_header = _shallow(b64url_decode(parts[0]), "header")
     try:
-        header = _header_dec.decode(b64url_decode(parts[0]))
-    except (msgspec.DecodeError, UnicodeEncodeError):
+        header = _header_dec.decode(raw_header)
+    except msgspec.DecodeError:
         raise JwtError("malformed JOSE header") from None
     if header.alg != ALG:
         raise JwtError(f"alg {header.alg!r} is not accepted (EdDSA only)")
     if header.crit:
         raise JwtError("critical header extensions are not supported")
-    try:
-        payload = b64url_decode(parts[1])
-        signature = b64url_decode(parts[2])
-    except UnicodeEncodeError:
-        raise JwtError("not base64url") from None
+    payload = _shallow(b64url_decode(parts[1]), "payload")
+    signature = b64url_decode(parts[2])
     if len(signature) != 64:
         raise JwtError("an Ed25519 signature is 64 bytes")
     return Compact(header, payload, f"{parts[0]}.{parts[1]}".encode("ascii"), signature)

@@ -46,6 +46,8 @@ class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
     count: int | None = None
     limit: int | None = None
     current_version: int | None = msgspec.field(default=None, name="currentVersion")
+    epoch: str | None = None
+    """The stream's epoch, on a Notify feed ``epoch-mismatch``."""
 
 
 class ProblemError(Exception):

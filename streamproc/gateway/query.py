@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from streamproc.gateway.problems import ProblemError
+from streamproc.ids import ascii_int
 from streamproc.readmodel.keys import CursorError
 
 T = TypeVar("T")
@@ -20,11 +21,12 @@ def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -
     raw = request.query.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not lo <= int(raw) <= hi:
+    value = ascii_int(raw)
+    if value is None or not lo <= value <= hi:
         raise ProblemError(
             400, "invalid-parameter", f"{name} must be an integer {lo}..{hi}", field=f"query.{name}"
         )
-    return int(raw)
+    return value
 
 
 def paged(request: web.Request, listing: Callable[..., T], *args: Any, **filters: Any) -> T:
@@ -77,9 +79,9 @@ def if_match(request: web.Request) -> int | None:
         return ANY
     if v.startswith("W/"):
         raise ProblemError(412, "stale-version", "weak entity tags never match If-Match")
-    v = v.strip('"')
-    if not v.isdigit() or len(v) > 19:
+    version = ascii_int(v.strip('"'))
+    if version is None:
         raise ProblemError(
             400, "invalid-precondition", 'If-Match must be a version such as "42"', field="If-Match"
         )
-    return int(v)
+    return version

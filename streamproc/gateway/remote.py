@@ -2,12 +2,15 @@
 (:mod:`streamproc.queries`): one code path whether the planner and auditor run in this
 process (``up``) or on other machines.
 
-An answer from the service is passed through (its 4xx become the same problem here); a
-service that cannot answer (5xx) is 503 or 502; nobody answering — no instance runs, or none
-within the deadline — is 503 with ``Retry-After``. Never a 500.
+An answer about the question is passed through (the service's 4xx become the same problem
+here; 429 with ``Retry-After``); a service that cannot answer (5xx) is 503 or 502 in the
+gateway's own words, so no internals reach the caller; nobody answering — no instance runs,
+or none within the deadline — is 503 with ``Retry-After``. Never a 500.
 """
 
 from __future__ import annotations
+
+import re
 
 import msgspec
 from nats.aio.client import Client
@@ -27,6 +30,7 @@ from streamproc.queries import (
 )
 
 RETRY_AFTER_S = 5
+_SLUG = re.compile(r"[a-z][a-z-]{0,63}")
 _encode = msgspec.json.Encoder().encode
 _preview = msgspec.json.Decoder(PreviewResult)
 _verification = msgspec.json.Decoder(ChainVerification)
@@ -65,12 +69,18 @@ class Remote:
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             ) from None
         except ServiceFailure as exc:
-            if 400 <= exc.status < 500:
-                raise ProblemError(exc.status, exc.slug, exc.detail, field=exc.field) from None
-            if exc.status == 503:
+            retry = {"Retry-After": str(RETRY_AFTER_S)}
+            if 400 <= exc.status < 500:  # about the question: the service's own words
+                headers = retry if exc.status == 429 else None
                 raise ProblemError(
-                    503, exc.slug, exc.detail, headers={"Retry-After": str(RETRY_AFTER_S)}
+                    exc.status, exc.slug, exc.detail, field=exc.field, headers=headers
+                ) from None
+            # The service's trouble: said in our words, whatever its answer carried.
+            if exc.status == 503:
+                slug = exc.slug if _SLUG.fullmatch(exc.slug) else f"{service}-unavailable"
+                raise ProblemError(
+                    503, slug, f"the {service} cannot answer the {what} now; retry", headers=retry
                 ) from None
             raise ProblemError(
-                502, "service-error", f"the {service} failed to answer the {what}: {exc.detail}"
+                502, "service-error", f"the {service} failed to answer the {what} (see its log)"
             ) from None

@@ -58,8 +58,9 @@ OPERATIONS = [
             ),
         ),
         responses={200: (ChainVerification, "the verification (a broken chain too)")},
-        errors=(404, 502, 503),
-        description="Answered by an auditor over NATS; 503 (`Retry-After`) when no auditor "
+        errors=(404, 429, 502, 503),
+        description="Answered by an auditor over NATS; 429 when four of the tenant's verifications "
+        "wait already, 503 (`Retry-After`) when the auditor is busy or no auditor "
         "answers within `gateway.verify_timeout_s`.",
     ),
 ]

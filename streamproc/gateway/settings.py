@@ -39,6 +39,33 @@ class IssuerKey(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class Issuer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     issuer: Annotated[str, Meta(min_length=1)]
     keys: Annotated[list[IssuerKey], Meta(min_length=1)]
+    tenants: list[str] | None = None
+    """The tenants this issuer's tokens may speak for: tenant ids, ``prefix*`` patterns, or
+    ``*`` for every tenant. Required (``None`` only so the refusal can say what to add): a
+    token naming any other tenant is refused with 401."""
+
+    def __post_init__(self) -> None:
+        if self.tenants is None:
+            raise ValueError(
+                f"issuer {self.issuer}: `tenants` is required: the tenants its tokens may "
+                'speak for (tenant ids, "prefix*" patterns, or "*" for every tenant); '
+                "see docs/security.md"
+            )
+        if not self.tenants:
+            raise ValueError(f"issuer {self.issuer}: `tenants` is empty (no token would pass)")
+        for t in self.tenants:
+            if t != "*" and not TENANT_RE.match(t.removesuffix("*")):
+                raise ValueError(
+                    f"issuer {self.issuer}: tenant {t!r} is neither a tenant id, a "
+                    '"prefix*" pattern nor "*"'
+                )
+
+    def speaks_for(self, tenant: str) -> bool:
+        """Whether a token of this issuer may name ``tenant``."""
+        return any(
+            t == tenant or (t.endswith("*") and tenant.startswith(t[:-1]))
+            for t in self.tenants or ()
+        )
 
 
 class Dpop(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -101,6 +128,13 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     )
     """Accepted ways to present a token; ``bearer`` admits unbound tokens (development)."""
     leeway_s: Annotated[int, Meta(ge=0, le=300)] = 30
+    max_token_lifetime_s: Annotated[int, Meta(ge=60, le=30 * 86400)] = 86400
+    """Longest accepted ``exp - iat`` of an access token; tokens without ``iat`` are refused."""
+    token_types: Annotated[list[str], Meta(min_length=1)] = msgspec.field(
+        default_factory=lambda: ["at+jwt"]
+    )
+    """Accepted access-token ``typ`` values (RFC 9068: ``at+jwt``; add ``JWT`` only for an
+    issuer that cannot say ``at+jwt``). Compared as media types, case-insensitively."""
     public_base_url: str | None = None
     """External origin (``https://host[:port]``) for DPoP ``htu`` behind a proxy."""
     dpop: Dpop = msgspec.field(default_factory=Dpop)
@@ -133,6 +167,8 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         kids = [k.kid for i in self.issuers for k in i.keys]
         if len(set(kids)) != len(kids):
             raise ValueError("issuer key ids (kid) must be unique across issuers")
+        if "dpop+jwt" in {t.lower().removeprefix("application/") for t in self.token_types}:
+            raise ValueError("token_types: a DPoP proof (dpop+jwt) is not an access token")
 
 
 def resolve_ref(value: str) -> str:
@@ -165,6 +201,7 @@ _SCALARS = {
     "REPLAY_PER_CLIENT": "replay_per_client",
     "PREVIEW_TIMEOUT_S": "preview_timeout_s",
     "VERIFY_TIMEOUT_S": "verify_timeout_s",
+    "MAX_TOKEN_LIFETIME_S": "max_token_lifetime_s",
 }
 _DPOP_SCALARS = {
     "DPOP_NONCE_SECRET": "nonce_secret",
@@ -202,8 +239,9 @@ def load(
     for suffix, field in _SCALARS.items():
         if env.get(ENV_PREFIX + suffix):
             raw[field] = env[ENV_PREFIX + suffix]
-    if env.get(ENV_PREFIX + "REQUIRED_MODES"):
-        raw["required_modes"] = [m.strip() for m in env[ENV_PREFIX + "REQUIRED_MODES"].split(",")]
+    for suffix, field in (("REQUIRED_MODES", "required_modes"), ("TOKEN_TYPES", "token_types")):
+        if env.get(ENV_PREFIX + suffix):
+            raw[field] = _listed(env[ENV_PREFIX + suffix])
     dpop = dict(raw.get("dpop") or {})  # type: ignore[call-overload]
     for suffix, field in _DPOP_SCALARS.items():
         if env.get(ENV_PREFIX + suffix):
@@ -215,11 +253,20 @@ def load(
     if env.get(ENV_PREFIX + "ISSUER") and env.get(ENV_PREFIX + "ISSUER_KEY"):
         kid, _, key = env[ENV_PREFIX + "ISSUER_KEY"].partition("=")
         issuers = list(raw.get("issuers") or [])  # type: ignore[call-overload]
-        issuers.append(
-            {"issuer": env[ENV_PREFIX + "ISSUER"], "keys": [{"kid": kid, "public_key": key}]}
-        )
+        issuer: dict[str, object] = {
+            "issuer": env[ENV_PREFIX + "ISSUER"],
+            "keys": [{"kid": kid, "public_key": key}],
+        }
+        if env.get(ENV_PREFIX + "ISSUER_TENANTS"):
+            issuer["tenants"] = _listed(env[ENV_PREFIX + "ISSUER_TENANTS"])
+        issuers.append(issuer)
         raw["issuers"] = issuers
     try:
         return msgspec.convert(raw, GatewaySettings, strict=False)
     except msgspec.ValidationError as exc:
         raise GatewayConfigError(f"gateway configuration: {exc}") from None
+
+
+def _listed(text: str) -> list[str]:
+    """A comma-separated environment value."""
+    return [v.strip() for v in text.split(",") if v.strip()]

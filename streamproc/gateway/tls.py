@@ -3,7 +3,9 @@ says (RFC 8705 thumbprint, subject names, issuer)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import ssl
 from typing import Any
 
@@ -17,8 +19,12 @@ def server_context(cfg: Tls, extra_cas: list[str] | None = None) -> ssl.SSLConte
     """Server-side TLS; client certificates are requested (and verified) when CAs are set."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
     cas = [*cfg.client_ca_files, *(extra_cas or [])]
+    files = [("cert_file", cfg.cert_file), ("key_file", cfg.key_file), *(("CA", c) for c in cas)]
+    for what, path in files:  # ssl's own error names no file
+        if not os.path.isfile(path):
+            raise FileNotFoundError(errno.ENOENT, f"TLS {what} not found", path)
+    ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
     if cas:
         for ca in dict.fromkeys(cas):
             ctx.load_verify_locations(ca)

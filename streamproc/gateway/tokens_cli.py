@@ -47,10 +47,16 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
-    snippet = {"issuer": args.issuer, "keys": [{"kid": kid, "public_key": public["x"]}]}
+    tenants = args.tenant or ["*"]
+    snippet = {
+        "issuer": args.issuer,
+        "tenants": tenants,
+        "keys": [{"kid": kid, "public_key": public["x"]}],
+    }
     print(f"wrote {out} (private; keep it secret)")
     print(f"jkt (for --jkt / DPoP binding): {jwt.jwk_thumbprint(public)}")
-    print("gateway config (issuers entry):")
+    where = "every tenant" if tenants == ["*"] else ", ".join(tenants)
+    print(f"gateway config (issuers entry; its tokens may speak for {where}):")
     print(json.dumps(snippet, indent=2))
     return 0
 
@@ -112,6 +118,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--kid", help="key id (default: random)")
     p.add_argument("--issuer", default=DEFAULT_ISSUER, help="iss of tokens signed with it")
+    p.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        help="a tenant (or prefix* pattern) the printed issuers entry may speak for "
+        "(repeatable; default *: every tenant)",
+    )
     p.add_argument("--force", action="store_true")
     p.set_defaults(fn=cmd_keygen)
 
@@ -127,7 +140,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--audience", default="scheduler")
     p.add_argument("--issuer", help="default: the key file's iss")
     p.add_argument("--sub", default="dev", help="subject (who)")
-    p.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds")
+    p.add_argument(
+        "--ttl", type=int, default=3600, help="lifetime in seconds (gateways accept at most 86400)"
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--jkt", help="bind to a DPoP key thumbprint (cnf.jkt)")
     g.add_argument("--dpop-key", help="bind to this DPoP key file")

@@ -36,6 +36,7 @@ from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.replay import Replayed, ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, WebhookSource, resolve_ref
 from streamproc.gateway.tls import ca_subjects, names_of, peer_cert_der, peer_cert_info
+from streamproc.ids import ascii_int
 
 SIGNATURE = "X-Scheduler-Signature"
 TIMESTAMP = "X-Scheduler-Timestamp"
@@ -138,7 +139,7 @@ class WebhookVerifier:
         h = request.headers
         ts_text = h.get(TIMESTAMP, "")
         delivery = h.get(DELIVERY, "")
-        if not ts_text.isdigit() or len(ts_text) > 12:
+        if ascii_int(ts_text, 12) is None:
             raise ProblemError(401, "bad-signature", f"{TIMESTAMP} must be Unix seconds")
         if not _DELIVERY_RE.match(delivery):
             raise ProblemError(

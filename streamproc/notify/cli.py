@@ -10,9 +10,13 @@ import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streamproc.config import Settings, environment, load
 from streamproc.notify import messages as nm
+
+if TYPE_CHECKING:
+    from streamproc.notify.consumer import NotifyConsumer
 
 EXIT_FAIL_CLOSED = 3
 
@@ -26,7 +30,11 @@ def register(
     p = nsub.add_parser("tail", help="print deltas as they arrive; resumes where it left off")
     common(p)
     p.add_argument("--tenant", help="one tenant (default: all tenants; NATS only)")
-    p.add_argument("--durable", default="notify-tail", help="durable consumer / checkpoint name")
+    p.add_argument(
+        "--durable",
+        help="durable consumer / checkpoint name (default notify-tail, or notify-tail-TENANT-KINDS "
+        "for another selection; tails with one name share its messages)",
+    )
     p.add_argument(
         "--kind", action="append", choices=nm.KINDS,
         help="message kinds (repeatable; default rescan.delta)",
@@ -34,6 +42,10 @@ def register(
     p.add_argument("--http", metavar="URL", help="follow the gateway's HTTP feed instead of NATS")
     p.add_argument("--token", help="bearer token for --http (default $STREAMPROC_TOKEN)")
     p.add_argument("--state", help="checkpoint file for --http (default DATA/notify/NAME.json)")
+    p.add_argument(
+        "--reset", action="store_true",
+        help="delete the durable consumer first: start over from the oldest message (NATS only)",
+    )  # fmt: skip
     p.add_argument("--once", action="store_true", help="stop once caught up")
     p.add_argument("--json", action="store_true", help="print the raw JSON messages")
     p.set_defaults(fn=cmd_tail)
@@ -70,10 +82,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
     if args.http:
         from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
 
-        if len(kinds) != 1:
-            print("streamproc: --http follows one --kind", file=sys.stderr)
+        if len(kinds) != 1 or args.reset:
+            print("streamproc: --http follows one --kind; to start over remove its --state file",
+                  file=sys.stderr)  # fmt: skip
             return 2
-        state = Path(args.state or settings.data_dir / "notify" / f"{args.durable}.json")
+        name = args.durable or "notify-tail"
+        state = Path(args.state or settings.data_dir / "notify" / f"{name}.json")
         tail = HttpTail(
             args.http, state, kind=kinds[0],
             token=args.token or environment().get("STREAMPROC_TOKEN"), out=show,
@@ -92,8 +106,22 @@ def cmd_tail(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 130
         return 0
+    from nats.errors import ConnectionClosedError
+
+    from streamproc.bus.pull import ConsumerGone
+    from streamproc.notify.consumer import ConsumerConflict
+
     try:  # --nats-url, else the data directory's running server (or a temporary one)
         return int(uvloop.run(_tail_nats(settings, args, kinds, show)))
+    except ConsumerConflict as exc:
+        print(f"streamproc: notify tail: {exc}: pass another --durable, or --reset to take "
+              "the name over", file=sys.stderr)  # fmt: skip
+        return 2
+    except (ConsumerGone, ConnectionClosedError) as exc:  # the server stopped (make run did)
+        print(f"streamproc: notify tail: NATS went away ({exc or type(exc).__name__}); run "
+              "it again once the server is back: it resumes after the last message it printed",
+              file=sys.stderr)  # fmt: skip
+        return 1
     except KeyboardInterrupt:
         return 130
 
@@ -104,21 +132,30 @@ async def _tail_nats(
     kinds: list[str],
     show: Callable[[nm.AnyMessage, int], None],
 ) -> int:
+    from streamproc.bus import jsapi
     from streamproc.bus.session import nats_session
-    from streamproc.notify.consumer import NotifyConsumer
+    from streamproc.bus.streams import stream_names
+    from streamproc.notify.consumer import NotifyConsumer, default_durable
 
     prefix = settings.prefix
-    async with (
-        nats_session(settings, name="streamproc-notify-tail") as nc,
-        NotifyConsumer(
-            nc, durable=args.durable, prefix=prefix, tenant=args.tenant, kinds=kinds
-        ) as feed,
-    ):
-        while True:
-            batch = await feed.fetch(timeout=1.0)
-            if not batch and args.once:
-                return 0
-            for msg, seq, reply in batch:
-                show(msg, seq)
-                await feed.ack(reply)  # after printing: a restart resumes after it
-            await asyncio.sleep(0)
+    durable = args.durable or default_durable(args.tenant, kinds)
+    async with nats_session(settings, name="streamproc-notify-tail") as nc:
+        if args.reset:
+            await jsapi.delete_consumer(nc, stream_names(prefix)[2], durable)
+        async with NotifyConsumer(
+            nc, durable=durable, prefix=prefix, tenant=args.tenant, kinds=kinds
+        ) as feed:
+            return await _follow(feed, args.once, show)
+
+
+async def _follow(
+    feed: NotifyConsumer, once: bool, show: Callable[[nm.AnyMessage, int], None]
+) -> int:
+    while True:
+        batch = await feed.fetch(timeout=1.0)
+        if not batch and once:
+            return 0
+        for msg, seq, reply in batch:
+            show(msg, seq)
+            await feed.ack(reply)  # after printing: a restart resumes after it
+        await asyncio.sleep(0)

@@ -23,6 +23,19 @@ from streamproc.notify import messages as nm
 NS = 1_000_000_000
 
 
+class ConsumerConflict(ValueError):
+    """The durable consumer exists and follows other subjects: reusing it would change
+    what its other reader gets (JetStream updates the filter in place)."""
+
+
+def default_durable(tenant: str | None, kinds: Sequence[str]) -> str:
+    """``notify-tail`` for every tenant's deltas; another selection gets a name of its own,
+    so tails that follow different things never share one consumer."""
+    if tenant is None and list(kinds) == ["rescan.delta"]:
+        return "notify-tail"
+    return "-".join(["notify-tail", tenant or "all", *sorted({k.replace(".", "-") for k in kinds})])
+
+
 class NotifyConsumer:
     def __init__(
         self,
@@ -47,6 +60,22 @@ class NotifyConsumer:
         self._pull: PullLoop | None = None
 
     async def start(self) -> NotifyConsumer:
+        """Create the durable consumer, or resume it; :class:`ConsumerConflict` when it
+        exists with other subjects."""
+        try:
+            info = await jsapi.request(self.nc, f"CONSUMER.INFO.{self.stream}.{self.durable}")
+        except jsapi.JsApiError as exc:
+            if exc.err_code != jsapi.CONSUMER_NOT_FOUND:
+                raise
+        else:
+            cfg = info.get("config", {})
+            have = sorted(cfg.get("filter_subjects") or [cfg.get("filter_subject") or ">"])
+            if have != sorted(self.subjects):
+                raise ConsumerConflict(
+                    f"the durable consumer {self.durable!r} on {self.stream} follows "
+                    f"{', '.join(have)}, not {', '.join(sorted(self.subjects))} (another "
+                    "reader may be using it)"
+                )
         config: dict[str, Any] = {
             "durable_name": self.durable,
             "ack_policy": "explicit",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 from aiohttp import web
@@ -36,6 +36,8 @@ from aiohttp import web
 from streamproc.bus import direct, jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.streams import stream_names
+from streamproc.gateway.problems import ProblemError, render
+from streamproc.ids import ascii_int
 from streamproc.notify import messages as nm
 from streamproc.notify.registrations import (
     FeedSettings,
@@ -120,17 +122,14 @@ _checkpoint = msgspec.json.Decoder(CheckpointBody)
 _meta = msgspec.json.Decoder(_Meta)
 
 
-class FeedProblem(Exception):
-    def __init__(self, status: int, title: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status, self.title, self.detail, self.extra = status, title, detail, extra
+class FeedProblem(ProblemError):
+    """The API's one problem shape (``urn:streamproc:problem:<slug>``), rendered here because
+    the feed answers outside the gateway's error middleware."""
 
     def response(self) -> web.Response:
-        body = {"type": "about:blank", "title": self.title, "status": self.status,
-                "detail": self.detail, **self.extra}  # fmt: skip
-        headers = {"Retry-After": str(RETRY_AFTER_S)} if self.status == 503 else None
-        return web.Response(body=_enc.encode(body), status=self.status, headers=headers,
-                            content_type="application/problem+json")  # fmt: skip
+        if self.status == 503:
+            self.headers = [("Retry-After", str(RETRY_AFTER_S))]
+        return render(self)
 
 
 def _unavailable(exc: Exception) -> FeedProblem:
@@ -194,13 +193,10 @@ class Feed:
         caller = await self._caller(request)
         kind = self._kind(request)
         q = request.query
-        try:
-            after = int(q.get("afterSeq", "0"))
-            limit = int(q.get("limit", str(DEFAULT_LIMIT)))
-        except ValueError:
-            raise FeedProblem(400, "invalid-parameter", "afterSeq and limit are integers") from None
-        if after < 0:
-            raise FeedProblem(400, "invalid-parameter", "afterSeq must be >= 0")
+        after = ascii_int(q.get("afterSeq", "0"))
+        limit = ascii_int(q.get("limit", str(DEFAULT_LIMIT)))
+        if after is None or limit is None:
+            raise FeedProblem(400, "invalid-parameter", "afterSeq and limit are integers >= 0")
         if not 1 <= limit <= MAX_LIMIT:
             raise FeedProblem(400, "invalid-parameter", f"limit must be 1..{MAX_LIMIT}")
         subject = nm.subject(self.prefix, caller.tenant, kind)

@@ -125,7 +125,7 @@ class HttpTail:
         status, doc = await self._call(s, "GET", f"{self.base}/events", params=params)
         if status == 404:
             raise FeedClosed(f"stream missing while a checkpoint exists (seq {cp.seq})")
-        if status == 409 and doc.get("title") == "retention-gap":
+        if status == 409 and str(doc.get("type", "")).endswith(":retention-gap"):
             raise FeedClosed(f"retention gap after checkpoint {cp.seq}: {doc.get('detail')}. "
                              f"Not skipping ahead.")  # fmt: skip
         if status == 409:

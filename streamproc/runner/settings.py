@@ -1,4 +1,5 @@
-"""Runner settings: defaults, then ``STREAMPROC_RUNNER_*`` / ``STREAMPROC_SCANNER_URL``."""
+"""Runner settings: defaults, then ``STREAMPROC_RUNNER_*`` / ``STREAMPROC_SCANNER_URL`` (or
+``STREAMPROC_SCANNER_PORT``: the loopback reference scanner ``up --demo`` starts)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ def load(
     """Runner settings from ``env`` (default: :func:`environment`), then ``overrides``."""
     env = environment() if env is None else env
     raw: dict[str, object] = {k: env[v] for k, v in ENV.items() if env.get(v)}
+    if "scanner_url" not in raw and env.get("STREAMPROC_SCANNER_PORT"):
+        raw["scanner_url"] = f"http://127.0.0.1:{env['STREAMPROC_SCANNER_PORT']}"  # up --demo's
     if env.get("STREAMPROC_RUNNER_RETRY_BACKOFF_S"):
         raw["retry_backoff_s"] = env["STREAMPROC_RUNNER_RETRY_BACKOFF_S"].split(",")
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})

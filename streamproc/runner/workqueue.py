@@ -23,6 +23,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
+from streamproc.ids import ascii_int
 from streamproc.runner.settings import RunnerSettings
 
 log = logging.getLogger(__name__)
@@ -87,9 +88,8 @@ class WorkQueue:
 
     def _parse(self, subject: str) -> tuple[str, int] | None:
         parts = subject.split(".")
-        if len(parts) != 5 or parts[3] != "segment" or not parts[4].isdigit():
-            return None
-        return parts[2], int(parts[4])
+        priority = ascii_int(parts[4]) if len(parts) == 5 and parts[3] == "segment" else None
+        return None if priority is None else (parts[2], priority)
 
     async def _on_work(self, msg: Any) -> None:
         """A work item was published: make sure its consumer exists and wake the dispatcher."""

@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from streamproc.config import environment
 from streamproc.configfile.cli import add_config_flag
@@ -107,6 +108,8 @@ def cmd_scanner(args: argparse.Namespace) -> int:
 
 
 def cmd_feedser_export(args: argparse.Namespace) -> int:
+    import aiohttp
+
     from streamproc.config import load
     from streamproc.scanner.advisories import AdvisoryDb
     from streamproc.scanner.feedser import (
@@ -114,6 +117,7 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
         load_state,
         next_state,
         post_export,
+        sending_state,
         signed_headers,
     )
 
@@ -131,16 +135,32 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
         return 0
     secret = args.secret or environment().get("STREAMPROC_FEEDSER_SECRET")
     seed = args.ed25519_seed_file.read_bytes()[:32] if args.ed25519_seed_file else None
+    if not secret and not seed:
+        print("streamproc: nothing to sign the export with: pass --secret (or set "
+              "STREAMPROC_FEEDSER_SECRET; `make run` prints it) or --ed25519-seed-file",
+              file=sys.stderr)  # fmt: skip
+        return 2
 
     def headers(raw: bytes, delivery: str) -> dict[str, str]:
         return signed_headers(raw, delivery, secret=secret, ed25519_seed=seed, source=args.source)
 
-    status, answer = asyncio.run(post_export(args.url, body, headers))
+    def save(doc: dict[str, Any]) -> None:
+        state_path.parent.mkdir(parents=True, exist_ok=True)
+        state_path.write_text(json.dumps(doc, indent=1) + "\n")
+
+    save(sending_state(state, body))  # a retry sends this very body
+    try:
+        status, answer = asyncio.run(post_export(args.url, body, headers))
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        why = str(exc) or type(exc).__name__
+        print(f"streamproc: the gateway at {args.url} did not answer ({why}); run this again "
+              "to send the same export", file=sys.stderr)  # fmt: skip
+        return 1
     shown = answer if isinstance(answer, str) else json.dumps(answer)
     print(f"gateway answered {status}: {shown}")
     if status >= 300:
-        print("streamproc: export not accepted; state unchanged", file=sys.stderr)
+        print("streamproc: export not accepted; run this again to send the same export",
+              file=sys.stderr)  # fmt: skip
         return 1
-    state_path.parent.mkdir(parents=True, exist_ok=True)
-    state_path.write_text(json.dumps(next_state(db, body), indent=1) + "\n")
+    save(next_state(db, body))
     return 0

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from streamproc.bus.publisher import WrongExpectedSequence
-from streamproc.config import environment
+from streamproc.config import ConfigError, environment
+from streamproc.devsetup import cli_command
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.ids import derive_id
@@ -63,17 +64,25 @@ def _image_event(tenant: str, name: str, raw: bytes) -> tuple[str, Any]:
     return digest, payload
 
 
+def load_scanner_port() -> int:
+    raw = environment().get("STREAMPROC_SCANNER_PORT") or "8490"
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ConfigError(f"STREAMPROC_SCANNER_PORT: {raw!r} is not a port number")
+    return int(raw)
+
+
 async def seed_demo(
     system: Any,
     *,
     tenant: str = "demo",
     scanner_url: str | None = None,
-    scanner_port: int = 8490,
+    scanner_port: int | None = None,
     sbom_dir: Path = DATA / "sboms",
 ) -> Demo:
-    """Seed the catalog and print the guide; starts the reference scanner unless
-    ``scanner_url`` (or ``STREAMPROC_SCANNER_URL``) names one. The scanner reads its images
-    from the ``scanner`` role, which ``system`` must then host."""
+    """Seed the catalog and print the guide; starts the reference scanner (on
+    ``scanner_port``, else ``STREAMPROC_SCANNER_PORT``, else 8490) unless ``scanner_url`` (or
+    ``STREAMPROC_SCANNER_URL``) names one. The scanner reads its images from the ``scanner``
+    role, which ``system`` must then host."""
     settings = system.settings
     osv_dir = settings.data_dir / "demo" / "osv"
     osv_dir.mkdir(parents=True, exist_ok=True)
@@ -87,6 +96,8 @@ async def seed_demo(
     if not url:
         if "scanner" not in system.roles:
             raise ValueError("the demo's scanner reads images from the 'scanner' role: host it")
+        if scanner_port is None:
+            scanner_port = load_scanner_port()
         svc = await start_scanner(
             port=scanner_port, osv_dir=osv_dir, kev_file=DATA / "kev.json",
             sources=osv_dir.parent / "debian-sources.json", images=IndexedImages.of(system),
@@ -113,9 +124,22 @@ async def seed_demo(
     return Demo(svc, url, osv_dir, images, guide)
 
 
+def where_flags(settings: Any) -> tuple[str, str]:
+    """What a command in another terminal needs to reach this system, and the data
+    directory flag alone: nothing for the default data directory (the commands find its
+    server there), else that directory or the external server, and a non-default prefix."""
+    data = "" if Path(settings.data_dir) == Path("data") else f" --data-dir {settings.data_dir}"
+    flags = f" --nats-url {settings.nats_url}" if settings.nats_url else data
+    if settings.prefix != "scheduler":
+        flags += f" --prefix {settings.prefix}"
+    return flags, data
+
+
 def render_guide(gateway: str, scanner: str, osv_dir: Path, tenant: str, settings: Any) -> str:
     data = DATA
-    nats = settings.nats_url or f"nats://127.0.0.1:{settings.nats_port}"
+    cli = cli_command()
+    at, data_dir = where_flags(settings)
+    generator = str(Path(cli).with_name("cyclonedx-py")) if "/" in cli else "cyclonedx-py"
     sboms = len(list((data / "sboms").glob("*.json")))
     sources = osv_dir.parent / "debian-sources.json"
     new = f"{data}/osv/GHSA-cx63-2mw6-8hw5.json {data}/osv/DSA-5514-1.json"
@@ -125,20 +149,23 @@ def render_guide(gateway: str, scanner: str, osv_dir: Path, tenant: str, setting
         "  Try it (in another terminal):",
         "",
         "  # 1. follow the deltas Notify would receive",
-        f"  streamproc notify tail --nats-url {nats} --tenant {tenant} \\",
+        f"  {cli} notify tail{at} --tenant {tenant} \\",
         "      --kind rescan.delta --kind run.summary",
         "",
-        "  # 2. index an SBOM of your own too (CycloneDX or SPDX JSON; the scanner learns it",
-        "  #    from the log; without --used-purls every package it lists counts)",
-        f"  streamproc index add --nats-url {nats} --tenant {tenant} \\",
-        "      --image sha256:<64 hex> --repo my/app --sbom my-app.cdx.json",
+        "  # 2. index an SBOM of your own too (CycloneDX or SPDX JSON; here: this environment's,",
+        "  #    by cyclonedx-py; the scanner learns it from the log; without --used-purls every",
+        "  #    package it lists counts)",
+        f"  {generator} environment -o my-app.cdx.json",
+        f"  {cli} index add{at} --tenant {tenant} --repo my/app --sbom my-app.cdx.json \\",
+        "      --image \"sha256:$(sha256sum my-app.cdx.json | cut -d' ' -f1)\"",
         "",
         "  # 3. new advisories land (setuptools CVE-2024-6345, glibc CVE-2023-4911) ...",
         f"  cp {new} {osv_dir}/",
         f"  curl -s -X POST {scanner}/advisories/reload",
         "",
-        "  # 4. ... and the advisory aggregator tells the scheduler (signed Feedser webhook)",
-        f"  streamproc feedser export --osv {osv_dir} --kev {data}/kev.json \\",
+        "  # 4. ... and the advisory aggregator tells the scheduler (signed Feedser webhook;",
+        "  #    STREAMPROC_FEEDSER_SECRET exported as above)",
+        f"  {cli} feedser export{data_dir} --osv {osv_dir} --kev {data}/kev.json \\",
         f"      --debian-sources {sources} --url {gateway} \\",
         '      --secret "$STREAMPROC_FEEDSER_SECRET"',
         "",

@@ -5,7 +5,9 @@ A state file remembers each advisory's content digest from the last successful e
 only new or changed OSV records go out: their product keys (version-less purls, Debian source
 packages expanded to their binary packages), the KEV ids among them, and one entry per
 advisory (vulnId, productKeys, severity, kev). The export id is derived from the content,
-so re-sending the same change is recognised by the gateway as the same export. The body is
+and the body being sent is kept in the state file as ``pending`` until the gateway accepts
+it, so a retry after a refusal or a lost answer sends the very same body again (its
+``window`` included), which the gateway recognises as the same export. The body is
 signed ``sha256=HMAC(secret, timestamp + "." + body)`` (or Ed25519), the gateway's scheme.
 """
 
@@ -34,7 +36,8 @@ def load_state(path: Path | None) -> dict[str, Any]:
 def build_export(
     db: AdvisoryDb, state: dict[str, Any], now: float | None = None
 ) -> dict[str, Any] | None:
-    """The webhook body for what changed since ``state``, or None when nothing did."""
+    """The webhook body for what changed since ``state``, or None when nothing did: the
+    state's ``pending`` body when it is that same change (sent, never accepted)."""
     known: dict[str, str] = state.get("advisories", {})
     changed = [a for a in sorted(db.advisories.values(), key=lambda a: a.id)
                if known.get(a.id) != a.digest]  # fmt: skip
@@ -54,9 +57,13 @@ def build_export(
         entries.append(
             {"vulnId": a.id, "productKeys": product_keys, "severity": a.severity, "kev": a.kev}
         )
+    export_id = "osv-" + h.hexdigest()[:24]
+    pending = state.get("pending")
+    if isinstance(pending, dict) and pending.get("exportId") == export_id:
+        return pending
     to = datetime.fromtimestamp(now if now is not None else time.time(), UTC)
     body: dict[str, Any] = {
-        "exportId": "osv-" + h.hexdigest()[:24],
+        "exportId": export_id,
         "changedProductKeys": sorted(keys),
         "kev": sorted(kev),
         "advisories": entries,
@@ -65,7 +72,13 @@ def build_export(
     return body
 
 
+def sending_state(state: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """What the state file says while ``body`` is on its way: unchanged, and ``pending``."""
+    return {**state, "pending": body}
+
+
 def next_state(db: AdvisoryDb, body: dict[str, Any]) -> dict[str, Any]:
+    """Once the gateway accepted ``body``: every advisory as exported, nothing pending."""
     return {
         "advisories": {a.id: a.digest for a in db.advisories.values()},
         "exportedAt": body["window"]["to"],

@@ -5,6 +5,8 @@ and no route on the auditor's own port (never a 500)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,16 +14,20 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from streamproc import metrics
 from streamproc.app import System
 from streamproc.audit.dsse import Keyring
-from streamproc.audit.service import serve_verification
+from streamproc.audit.service import Verifications, serve_verification
 from streamproc.bus import services
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.bus.services import ServiceFailure
 from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
-from streamproc.queries import AUDITOR, VERIFY
+from streamproc.gateway.problems import ProblemError
+from streamproc.gateway.remote import Remote
+from streamproc.queries import AUDITOR, VERIFY, ChainVerification
 from tests.bus.test_services import discover
 from tests.cluster.processes import gateway_config
 from tests.gateway.harness import token
@@ -149,5 +155,141 @@ async def test_an_auditor_without_state_answers_503(
         with pytest.raises(services.ServiceFailure) as bad:
             await services.call(nc, subject, b'{"tenant":"a b"}', 5)
         assert bad.value.status == 400
+    finally:
+        await served.stop()
+
+
+# ---------------------------------------------------------------------- bounded verification
+
+
+class Chains:
+    """A stand-in for the blocking verification: records who ran, when, and how many at
+    once; each run blocks until released (a real thread, as the service runs it)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, bool]] = []
+        self.running = 0
+        self.most = 0
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, tenant: str, log_view: bool) -> ChainVerification:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        self.runs.append((tenant, log_view))
+        self.gate.wait(10)
+        self.running -= 1
+        return ChainVerification(tenant=tenant, ok=True, entries=len(self.runs),
+                                 head_chain_link=None, head_hlc=None, snapshots=0,
+                                 snapshotted=0)  # fmt: skip
+
+
+async def test_one_verification_at_a_time_and_identical_questions_share_one() -> None:
+    chains = Chains()
+    v = Verifications(chains, cooldown=0)
+    try:
+        chains.gate.clear()
+        first = asyncio.create_task(v.ask("acme", False))
+        await eventually(lambda: chains.runs, 5, "the first verification runs")
+        # Arriving while it runs: they wait for one more verification, started after them.
+        later = [asyncio.create_task(v.ask("acme", False)) for _ in range(3)]
+        other = asyncio.create_task(v.ask("globex", False))
+        await asyncio.sleep(0.05)
+        chains.gate.set()
+        reports = await asyncio.gather(first, *later, other)
+        assert chains.runs == [("acme", False), ("acme", False), ("globex", False)]
+        assert chains.most == 1, "never two at once"
+        assert [r.entries for r in reports[1:4]] == [2, 2, 2], "the three shared the second"
+    finally:
+        await v.close()
+
+
+async def test_a_tenant_waits_out_its_cooldown_and_others_go_first() -> None:
+    chains = Chains()
+    now = [100.0]
+    v = Verifications(chains, cooldown=4, clock=lambda: now[0])
+    try:
+        chains.gate.clear()
+        first = asyncio.create_task(v.ask("acme", False))
+        await eventually(lambda: chains.runs, 5, "the first verification runs")
+        now[0] += 2.0  # it takes 2 s: acme's next may start 8 s after it ended
+        chains.gate.set()
+        await first
+        again = asyncio.create_task(v.ask("acme", False))
+        other = asyncio.create_task(v.ask("globex", False))
+        await other
+        assert chains.runs == [("acme", False), ("globex", False)] and not again.done()
+        now[0] += 8.0
+        v.wake()
+        await again
+        assert chains.runs[-1] == ("acme", False)
+    finally:
+        await v.close()
+
+
+async def test_waiting_is_bounded_per_tenant_and_in_all() -> None:
+    chains = Chains()
+    v = Verifications(chains, cooldown=0, per_tenant=2, waiting=3)
+    try:
+        chains.gate.clear()
+        held = [asyncio.create_task(v.ask("acme", False)),
+                asyncio.create_task(v.ask("acme", True))]  # fmt: skip
+        await asyncio.sleep(0.05)
+        with pytest.raises(ServiceFailure) as quota:
+            await v.ask("acme", False)
+        assert quota.value.status == 429 and quota.value.slug == "verify-quota"
+        held.append(asyncio.create_task(v.ask("globex", False)))
+        await asyncio.sleep(0.05)
+        with pytest.raises(ServiceFailure) as busy:
+            await v.ask("initech", False)
+        assert busy.value.status == 503 and busy.value.slug == "busy"
+        chains.gate.set()
+        await asyncio.gather(*held)
+        assert (await v.ask("initech", False)).tenant == "initech", "room again"
+    finally:
+        await v.close()
+
+
+async def test_many_verify_requests_through_a_gateway_run_few_verifications(
+    split: tuple[System, System],
+) -> None:
+    auditor, gateway = split
+    await audit_something(auditor, "acme")
+    ran = metrics.CHAIN_VERIFICATIONS.labels("acme")
+    before = ran._value.get()
+    answers = await asyncio.gather(*(get(gateway.http_url, "acme") for _ in range(4)))
+    assert [s for s, _, _ in answers] == [200] * 4
+    assert all(b["verified"] and b["entries"] == 3 for _, b, _ in answers)
+    assert ran._value.get() - before <= 2, "joined, not one whole-chain pass each"
+    answers = await asyncio.gather(*(get(gateway.http_url, "acme") for _ in range(12)))
+    statuses = [s for s, _, _ in answers]
+    assert set(statuses) <= {200, 429} and statuses.count(200) >= 4, statuses
+    for status, body, headers in answers:
+        if status == 429:  # more than four of this tenant's questions waiting
+            assert body["type"].endswith("verify-quota") and headers["Retry-After"] == "5"
+
+
+async def test_no_error_body_shows_the_state_directory(
+    nc: FastClient, prefix: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "secret-state-dir" / "auditor"
+    served = await serve_verification(nc, prefix, state, Keyring)
+    subject = services.subject(prefix, AUDITOR, VERIFY)
+    remote = Remote(nc, prefix, preview_timeout_s=5, verify_timeout_s=5)
+    try:
+        with pytest.raises(services.ServiceFailure) as missing:
+            await services.call(nc, subject, b'{"tenant":"acme"}', 5)
+        assert missing.value.status == 503 and "secret-state-dir" not in missing.value.detail
+        state.mkdir(parents=True)
+        (state / "CURRENT").write_text("MANIFEST-000009\n")  # RocksDB fails to open it: 500
+        with pytest.raises(services.ServiceFailure) as broken:
+            await services.call(nc, subject, b'{"tenant":"acme"}', 5)
+        assert broken.value.status == 500
+        assert "secret-state-dir" not in broken.value.detail, broken.value.detail
+        with pytest.raises(ProblemError) as answered:
+            await remote.verify("acme", False)
+        problem = answered.value
+        assert problem.status == 502 and "secret-state-dir" not in problem.detail
+        assert "Error" not in problem.detail, "no exception names either"
     finally:
         await served.stop()

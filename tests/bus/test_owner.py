@@ -1,9 +1,14 @@
-"""One owner per NATS store: the decision (pure), the lock and owner file, and the embedded
-server holding the store for as long as it runs."""
+"""One owner per NATS store: the decision (pure), the lock and owner file, the embedded
+server holding the store for as long as it runs — and no longer than the process that
+started it — and a server left behind by a dead owner stopped by the next ``up``."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -11,7 +16,8 @@ import pytest
 
 from streamproc.bus import owner as o
 from streamproc.bus.connect import connect
-from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.bus.server import EmbeddedNats, find_binary, free_port, server_config
+from tests.helpers import eventually
 
 
 def rec(**changes: object) -> o.Owner:
@@ -54,6 +60,16 @@ def test_next_step(
         locked=locked, owner=owner, alive=alive, serving=serving, waited=waited, patience=30
     )
     assert got is step
+
+
+def test_a_server_whose_owner_died_is_stopped_by_up_and_used_by_commands() -> None:
+    step = functools.partial(
+        o.next_step, locked=False, owner=rec(), alive=True, patience=30, orphan=True
+    )
+    assert step(serving=True, waited=0.0) is o.Step.STOP
+    assert step(serving=True, waited=31.0) is o.Step.REFUSE, "it would not stop"
+    assert step(serving=False, waited=0.0) is o.Step.CONNECT
+    assert step(locked=True, serving=True, waited=0.0) is o.Step.START, "it is gone"
 
 
 def test_messages_name_the_process_its_url_and_what_to_do() -> None:
@@ -168,3 +184,112 @@ def test_a_server_that_fails_to_start_gives_the_store_up(tmp_path: Path) -> None
     lock = o.StoreLock.try_acquire(tmp_path)
     assert lock is not None
     lock.release()
+
+
+def dead_pid() -> int:
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
+
+
+def orphaned(
+    store: Path, argv: list[str], named: list[int] | None = None
+) -> subprocess.Popen[bytes]:
+    """``argv`` started holding the store's lock (plainly: no parent-death signal, as an
+    older build started its server), then its owner gone; owner.json names ``named`` (default:
+    that process) as the owner's server."""
+    lock = o.StoreLock.try_acquire(store)
+    assert lock is not None
+    log = open(store / "nats-server.log", "wb")  # noqa: SIM115 - handed to the child
+    with log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, pass_fds=(lock.fd,))
+    lock.publish(o.Owner(url="nats://127.0.0.1:1", pid=dead_pid(), command="up", node="old",
+                         started=o.now_text(), ready=True,
+                         server_pids=[proc.pid] if named is None else named))  # fmt: skip
+    os.close(lock.fd)  # the owner dies; its server keeps the lock
+    lock.fd = -1
+    return proc
+
+
+async def test_up_stops_the_server_a_dead_owner_left_on_its_store(tmp_path: Path) -> None:
+    store = tmp_path / "nats"
+    store.mkdir()
+    conf = store / "nats-server.conf"
+    conf.write_text(server_config(store, "127.0.0.1", free_port(), "old"))
+    server = orphaned(store, [find_binary(), "-c", str(conf)])
+    try:
+        ready = lambda: "Server is ready" in (store / "nats-server.log").read_text()  # noqa: E731
+        await eventually(ready, 20, "the left-behind server serves")
+        assert o.holds_store(server.pid, store)
+        left = o.read_owner(store)
+        assert left is not None
+        notes: list[str] = []
+        taken = await asyncio.to_thread(
+            o.resolve, store, command="up", node="n", serving=True, patience=20,
+            note=notes.append,
+        )  # fmt: skip
+        assert isinstance(taken, o.StoreLock), "the store is ours now"
+        assert server.wait(10) == 0, "nats-server stopped cleanly on SIGTERM"
+        assert notes == [
+            f"stopping the nats-server (pid {server.pid}) that `streamproc up` (pid {left.pid}, "
+            f"no longer running) left on {store}"
+        ]
+        taken.release()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def test_a_pid_that_does_not_hold_the_store_is_never_signalled(tmp_path: Path) -> None:
+    stranger = subprocess.Popen(["sleep", "60"])  # the owner file names it: a reused pid
+    holder = orphaned(tmp_path, ["sleep", "60"], named=[stranger.pid])
+    try:
+        assert o.holds_store(holder.pid, tmp_path) and not o.holds_store(stranger.pid, tmp_path)
+        with pytest.raises(o.StoreBusy, match="in use by"):
+            o.resolve(tmp_path, command="up", node="n", serving=True, patience=0.3)
+        assert stranger.poll() is None and holder.poll() is None
+    finally:
+        for proc in (stranger, holder):
+            proc.kill()
+            proc.wait()
+
+
+STARTER = """
+import sys, threading, time
+from pathlib import Path
+from streamproc.bus.server import EmbeddedNats
+srv = EmbeddedNats(Path(sys.argv[1]), port=int(sys.argv[2]))
+starter = threading.Thread(target=srv.start)  # a thread that ends right after
+starter.start()
+starter.join()
+print(srv.proc.pid, srv.url, flush=True)
+time.sleep(600)
+"""
+
+
+async def test_the_server_stops_when_the_process_that_started_it_is_killed(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "nats"
+    parent = subprocess.Popen([sys.executable, "-c", STARTER, str(store), str(free_port())],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert parent.stdout is not None
+        pid, url = parent.stdout.readline().split()
+        nc = await connect(url)  # it outlived the thread that started it
+        await nc.close()
+        assert o.holds_store(int(pid), store)
+    finally:
+        parent.kill()  # SIGKILL: no clean-up of its own
+        parent.wait()
+
+    def free() -> bool:
+        lock = o.StoreLock.try_acquire(store)
+        if lock is not None:
+            lock.release()
+        return lock is not None
+
+    await eventually(free, 15, "the server gave the store up", every=0.1)
+    log = (store / "nats-server.log").read_text()
+    assert 'Trapped "terminated" signal' in log and "Server Exiting" in log, log[-1000:]

@@ -39,6 +39,7 @@ def gateway_config(directory: Path, tenants: tuple[str, ...] = ("acme",), **extr
         "issuers": [
             {
                 "issuer": ISSUER,
+                "tenants": ["*"],
                 "keys": [{"kid": "k1", "public_key": jwt.b64url(bytes(ISSUER_KEY.verify_key))}],
             }
         ],

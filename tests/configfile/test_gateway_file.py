@@ -35,7 +35,7 @@ def test_the_file_up_demo_writes_validates(
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         f"ok: {dev.config} (a gateway file, for gateway.config / STREAMPROC_GATEWAY_CONFIG)",
-        "  # gateway: 1 issuer(s) (https://authority.dev.local); 1 webhook source(s) "
+        "  # gateway: 1 issuer(s) (https://authority.dev.local → demo); 1 webhook source(s) "
         "(feedser (feedser → demo)); modes bearer, dpop",
     ]
 
@@ -50,6 +50,11 @@ def test_the_documented_gateway_toml_validates(
         r"Example \(`gateway.toml`\):\n\n```toml\n(.*?)```", API_MD.read_text(), re.S
     )
     assert example, "the gateway.toml example of docs/api.md"
+    as_written = tmp_path / "as-written.toml"  # its secret and TLS files are not here
+    as_written.write_text(example.group(1))
+    code, _, err = run(capsys, "config", "check", str(as_written))
+    assert code == 2 and "cannot read secret file /run/secrets/dpop-nonce" in err
+    assert "tls: [Errno 2] TLS cert_file not found: '/etc/streamproc/tls/server.pem'" in err
     secrets, tls = tmp_path / "secrets", tmp_path / "tls"
     secrets.mkdir()
     tls.mkdir()
@@ -66,7 +71,7 @@ def test_the_documented_gateway_toml_validates(
     code, out, err = run(capsys, "config", "check", str(gateway))
     assert (code, err) == (0, "")
     assert "2 webhook source(s) (feedser (feedser → acme, globex), vexer (vexer → acme))" in out
-    assert "1 issuer(s) (https://authority.internal)" in out
+    assert "1 issuer(s) (https://authority.internal → acme, globex)" in out
     assert "TLS listener 0.0.0.0:8443" in out
 
 

@@ -194,6 +194,7 @@ required_modes = ["bearer"]
 nonce_ttl_s = 120
 [[gateway.issuers]]
 issuer = "https://authority.test"
+tenants = ["acme"]
 keys = [{ kid = "k1", public_key = "%s" }]
 [[gateway.webhooks]]
 name = "feedser"

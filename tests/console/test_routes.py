@@ -47,7 +47,12 @@ async def test_index_is_served_with_strict_headers(client: TestClient, path: str
 
 @pytest.mark.parametrize(
     ("name", "ctype"),
-    [("app.js", "javascript"), ("cron.js", "javascript"), ("app.css", "text/css")],
+    [
+        ("app.js", "javascript"),
+        ("cron.js", "javascript"),
+        ("links.js", "javascript"),
+        ("app.css", "text/css"),
+    ],
 )
 async def test_assets_are_served_with_their_types(
     client: TestClient, name: str, ctype: str

@@ -45,6 +45,7 @@ def default_settings(tmp: Path, **over: Any) -> GatewaySettings:
         "issuers": [
             {
                 "issuer": ISSUER,
+                "tenants": ["*"],
                 "keys": [{"kid": "k1", "public_key": jwt.b64url(bytes(ISSUER_KEY.verify_key))}],
             }
         ],
@@ -77,6 +78,7 @@ def token(
     key: SigningKey = ISSUER_KEY,
     kid: str = "k1",
     ttl: int = 600,
+    typ: str | None = "at+jwt",
     **claims: Any,
 ) -> str:
     now = int(time.time())
@@ -92,7 +94,7 @@ def token(
     }
     body.update(claims)
     body = {k: v for k, v in body.items() if v is not None}
-    return jwt.sign(body, key, {"kid": kid, "typ": "at+jwt"})
+    return jwt.sign(body, key, {"kid": kid, **({"typ": typ} if typ else {})})
 
 
 def dpop_proof(

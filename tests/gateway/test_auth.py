@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,13 @@ from nacl.signing import SigningKey
 
 from streamproc.bus.server import EmbeddedNats
 from streamproc.gateway import jwt
+from streamproc.gateway.dpop import access_token_hash
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (
     BASE,
     DPOP_KEY,
     ISSUER,
+    ISSUER_KEY,
     OTHER_KEY,
     Harness,
     default_settings,
@@ -179,3 +182,153 @@ async def test_sender_constraint_can_be_required(
     finally:
         await stop(h)
         await drop_streams(nats_server.url, prefix)
+
+
+# ---------------------------------------------------------------------- hostile tokens
+
+OTHER_ISSUER = "https://other-authority.test"
+
+
+@pytest.fixture
+async def two_issuers(
+    tmp_path: Path, nats_server: EmbeddedNats, prefix: str
+) -> AsyncIterator[Harness]:
+    """The test issuer may speak for ``acme`` and ``team-*``; a second one for ``globex``."""
+    issuers = [
+        {
+            "issuer": ISSUER,
+            "tenants": ["acme", "team-*"],
+            "keys": [{"kid": "k1", "public_key": jwt.b64url(bytes(ISSUER_KEY.verify_key))}],
+        },
+        {
+            "issuer": OTHER_ISSUER,
+            "tenants": ["globex"],
+            "keys": [{"kid": "o1", "public_key": jwt.b64url(bytes(OTHER_KEY.verify_key))}],
+        },
+    ]
+    h = await start(tmp_path, nats_server.url, prefix, default_settings(tmp_path, issuers=issuers))
+    try:
+        yield h
+    finally:
+        await stop(h)
+        await drop_streams(nats_server.url, prefix)
+
+
+def other(tenant: str, **claims: object) -> str:
+    return token(tenant, key=OTHER_KEY, kid="o1", iss=OTHER_ISSUER, **claims)
+
+
+async def test_an_issuer_speaks_only_for_its_own_tenants(two_issuers: Harness) -> None:
+    gw = two_issuers
+    created = {"id": "acme-only", "name": "n", "cron": "0 2 * * *", "timezone": "UTC"}
+    status, body, _ = await gw.call("POST", LIST + "?wait=true", tok=token("acme"), json=created)
+    assert status == 201, body
+    seq = await gw.last_seq()
+    # The attack: the second issuer mints a token for acme and reads acme's schedules.
+    for path in (LIST, f"{LIST}/acme-only", f"{BASE}/runs"):
+        status, body, headers = await gw.call("GET", path, tok=other("acme"))
+        assert status == 401, (path, body)
+        assert body["detail"] == f"issuer {OTHER_ISSUER} may not speak for tenant acme"
+        assert 'error="invalid_token"' in " ".join(headers.getall("WWW-Authenticate"))
+    status, body, _ = await gw.call("POST", LIST, tok=other("acme"), json={**created, "id": "x"})
+    assert status == 401 and await gw.last_seq() == seq
+    # Each issuer keeps its own tenants, patterns included.
+    status, body, _ = await gw.call("GET", LIST, tok=other("globex"))
+    assert status == 200 and body["items"] == []
+    status, _, _ = await gw.call("GET", LIST, tok=token("team-blue"))
+    assert status == 200
+    for tok, tenant, iss in (
+        (token("globex"), "globex", ISSUER),
+        (other("team-a"), "team-a", OTHER_ISSUER),
+        (token("teamx"), "teamx", ISSUER),
+    ):
+        status, body, _ = await gw.call("GET", LIST, tok=tok)
+        assert status == 401 and body["detail"] == f"issuer {iss} may not speak for tenant {tenant}"
+
+
+def appended(tok: str, junk: str) -> str:
+    return tok + junk
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda: appended(token(), "$$$$"), "not base64url"),
+        (lambda: appended(token(), "=="), "not base64url"),
+        (lambda: token(ttl=10 * 365 * 86400), "exceeds the maximum of 86400 s"),
+        (lambda: token(ttl=86400 + 31), "exceeds the maximum of 86400 s"),
+        (lambda: token(iat=None), "no iat"),
+        (lambda: token(typ=None), "typ must be at+jwt"),
+        (lambda: token(typ="JWT"), "typ must be at+jwt"),
+        (lambda: token(typ="dpop+jwt"), "typ must be at+jwt"),
+        (lambda: token(exp=None), "exp"),
+    ],
+    ids=[
+        "junk",
+        "padding",
+        "10-years",
+        "a-day-and-more",
+        "no-iat",
+        "no-typ",
+        "typ-JWT",
+        "typ-dpop",
+        "no-exp",
+    ],
+)
+async def test_lenient_or_unbounded_tokens_are_401(gw: Harness, make: object, why: str) -> None:
+    assert callable(make)
+    status, body, _ = await gw.call("GET", LIST, tok=make())
+    assert status == 401, body
+    assert why in body["detail"], body
+
+
+async def test_the_longest_lifetime_and_every_spelling_of_at_jwt_pass(gw: Harness) -> None:
+    for tok in (token(ttl=86400), token(typ="application/at+jwt"), token(typ="AT+JWT")):
+        status, body, _ = await gw.call("GET", LIST, tok=tok)
+        assert status == 200, body
+
+
+def deep(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+async def test_deeply_nested_jose_json_is_401_not_500(gw: Harness) -> None:
+    """No token needed for the header; a proof's jwk and claims are the client's own."""
+    url = gw.url + LIST
+    header = jwt.b64url(('{"alg":"EdDSA","kid":"k1","x":' + deep(2500) + "}").encode())
+    forged = f"{header}.{jwt.b64url(b'{}')}.{jwt.b64url(bytes(64))}"
+    status, body, _ = await gw.call("GET", LIST, tok=forged)
+    assert status == 401 and "nested deeper than 16 levels" in body["detail"], body
+    tok = token(scopes="scheduler.read", cnf={"jkt": dpop_jkt()})
+    auth = {"Authorization": f"DPoP {tok}"}
+    jwk = json.dumps(jwt.okp_jwk(DPOP_KEY.verify_key))[:-1] + ',"ext":' + deep(1500) + "}"
+    claims = json.dumps(
+        {
+            "jti": "j1",
+            "htm": "GET",
+            "htu": url,
+            "iat": int(time.time()),
+            "ath": access_token_hash(tok),
+        }
+    )
+    for head, payload in (
+        ('{"alg":"EdDSA","typ":"dpop+jwt","jwk":' + jwk + "}", claims),
+        (
+            json.dumps(
+                {"alg": "EdDSA", "typ": "dpop+jwt", "jwk": jwt.okp_jwk(DPOP_KEY.verify_key)}
+            ),
+            claims[:-1] + ',"x":' + deep(1500) + "}",
+        ),
+    ):
+        h, p = jwt.b64url(head.encode()), jwt.b64url(payload.encode())
+        proof = f"{h}.{p}.{jwt.b64url(DPOP_KEY.sign(f'{h}.{p}'.encode()).signature)}"
+        status, body, _ = await gw.call("GET", LIST, headers={**auth, "DPoP": proof})
+        assert status == 401 and body["reason"] == "invalid_dpop_proof", body
+        assert "nested deeper than 16 levels" in body["detail"]
+
+
+async def test_what_a_refusal_echoes_stays_printable_ascii_and_short(gw: Harness) -> None:
+    status, body, headers = await gw.call("GET", LIST, tok=token(typ="\u20ac\r\nX-Evil: 1" * 50))
+    assert status == 401 and "X-Evil" not in headers and "typ must be" in body["detail"]
+    challenge = headers.getall("WWW-Authenticate")[0]
+    assert challenge.isascii() and challenge.isprintable() and len(challenge) < 300, challenge

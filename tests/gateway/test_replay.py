@@ -6,6 +6,7 @@ than its share; a proof signed with the wrong key leaves nothing behind."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,12 +14,15 @@ import msgspec
 import pytest
 from nacl.signing import SigningKey
 
+from streamproc.bus import jsapi
 from streamproc.bus.server import EmbeddedNats
+from streamproc.bus.ttlkv import stream_name
 from streamproc.gateway.problems import ProblemError
-from streamproc.gateway.replay import ClientShare
+from streamproc.gateway.replay import ClientShare, bucket_name
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (
     BASE,
+    DPOP_KEY,
     VEXER_KEYS,
     Harness,
     default_settings,
@@ -153,3 +157,48 @@ async def test_a_proof_with_the_wrong_key_leaves_nothing_behind(
     good = dpop_proof("GET", ORIGIN + f"{BASE}/schedules", tok, nonce=nonce, jti="same-jti")
     status, body, _ = await two.call("GET", f"{BASE}/schedules", headers={**auth, "DPoP": good})
     assert status == 200, body
+
+
+async def test_a_thousand_wrong_key_proofs_with_one_bound_token_touch_no_one_else(
+    tmp_path: Path, nats_server: EmbeddedNats, prefix: str
+) -> None:
+    """The attack of a stolen DPoP-bound token: proofs signed with keys of the thief's
+    choosing, each with a fresh jti. None of them may be remembered, so the bucket (here at
+    its smallest, 1,000 ids) stays empty and every other client works as before."""
+    over = {"replay_cache_size": 1000, "replay_per_client": 10, "dpop": {"require_nonce": False}}
+    gw = await start(tmp_path, nats_server.url, prefix, default_settings(tmp_path, **over))
+    url = gw.url + f"{BASE}/schedules"
+    try:
+        stolen = token("acme", scopes="scheduler.read", cnf={"jkt": dpop_jkt()})
+
+        async def forged(i: int) -> tuple[int, str]:
+            proof = dpop_proof("GET", url, stolen, key=SigningKey(i.to_bytes(32, "big")))
+            status, body, _ = await gw.call(
+                "GET",
+                f"{BASE}/schedules",
+                headers={"Authorization": f"DPoP {stolen}", "DPoP": proof},
+            )
+            return status, body["detail"]
+
+        for start_at in range(1000, 2000, 50):
+            answers = await asyncio.gather(*(forged(i) for i in range(start_at, start_at + 50)))
+            assert set(answers) == {
+                (401, "the DPoP proof key is not the key the token is bound to")
+            }
+        assert gw.system.nc is not None
+        info = await jsapi.stream_info(gw.system.nc, stream_name(bucket_name(prefix)))
+        assert info is not None and info.state.messages == 0, "nothing was remembered"
+        # Every other DPoP client, of this tenant or another, as before; the key's owner too.
+        for tenant, key in (("globex", SigningKey(b"\x0a" * 32)), ("acme", DPOP_KEY)):
+            tok = token(tenant, scopes="scheduler.read", cnf={"jkt": dpop_jkt(key)})
+            for _ in range(3):
+                proof = dpop_proof("GET", url, tok, key=key)
+                status, body, _ = await gw.call(
+                    "GET",
+                    f"{BASE}/schedules",
+                    headers={"Authorization": f"DPoP {tok}", "DPoP": proof},
+                )
+                assert status == 200, (tenant, body)
+    finally:
+        await stop(gw)
+        await drop_streams(nats_server.url, prefix)

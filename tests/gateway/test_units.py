@@ -7,6 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 import zstandard
 from nacl.signing import SigningKey
@@ -81,9 +82,11 @@ def test_settings_from_toml_file_env_and_secret_references(
             "STREAMPROC_GATEWAY_LEEWAY_S": "5",
             "STREAMPROC_GATEWAY_ISSUER": "https://a",
             "STREAMPROC_GATEWAY_ISSUER_KEY": "k1=" + "A" * 43,
+            "STREAMPROC_GATEWAY_ISSUER_TENANTS": "acme, team-*",
         }
     )
     assert s.required_modes == ["dpop"] and s.leeway_s == 5 and s.issuers[0].keys[0].kid == "k1"
+    assert s.issuers[0].tenants == ["acme", "team-*"]
     assert [settings.resolve_ref(x) for x in s.webhooks[0].hmac_secrets] == ["s3cret", "other"]
     for bad, why in [
         ('[[webhooks]]\nname="f"\nkind="feedser"\ntenants=[]\nhmac_secrets=["x"]\n', "length"),
@@ -113,10 +116,24 @@ def test_token_cli_keygen_issue_and_proof(
         assert args.fn(args) == 0
         return capsys.readouterr().out
 
-    out = run("token", "keygen", "--out", str(tmp_path / "issuer.json"), "--kid", "dev")
+    out = run(
+        "token",
+        "keygen",
+        "--out",
+        str(tmp_path / "issuer.json"),
+        "--kid",
+        "dev",
+        "--tenant",
+        "acme",
+        "--tenant",
+        "team-*",
+    )
     assert oct((tmp_path / "issuer.json").stat().st_mode)[-3:] == "600"
     snippet = json.loads(out[out.index("{") :])
-    run("token", "keygen", "--out", str(tmp_path / "client.json"))
+    assert msgspec.convert(snippet, settings.Issuer).tenants == ["acme", "team-*"]
+    assert "may speak for acme, team-*" in out
+    out = run("token", "keygen", "--out", str(tmp_path / "client.json"))
+    assert json.loads(out[out.index("{") :])["tenants"] == ["*"]
     tok = run(
         "token",
         "issue",
@@ -155,3 +172,56 @@ def test_token_cli_keygen_issue_and_proof(
         and jwt.jwk_thumbprint(p.header.jwk or {}) == claims["cnf"]["jkt"]
     )
     assert json.loads(p.payload)["htm"] == "GET"
+
+
+def test_an_issuer_must_say_which_tenants_it_speaks_for() -> None:
+    key = {"kid": "k1", "public_key": "A" * 43}
+    with pytest.raises(settings.GatewayConfigError) as missing:
+        settings.load({}, document={"issuers": [{"issuer": "https://a", "keys": [key]}]})
+    assert "issuer https://a: `tenants` is required" in str(missing.value)
+    assert "see docs/security.md" in str(missing.value) and "$.issuers[0]" in str(missing.value)
+    for tenants, why in (
+        ([], "is empty"),
+        (["Acme"], "neither"),
+        (["a*b"], "neither"),
+        (["*x"], "neither"),
+    ):
+        with pytest.raises(settings.GatewayConfigError, match=why):
+            settings.load(
+                {}, document={"issuers": [{"issuer": "i", "keys": [key], "tenants": tenants}]}
+            )
+    with pytest.raises(settings.GatewayConfigError, match="`tenants` is required"):
+        settings.load(
+            {
+                "STREAMPROC_GATEWAY_ISSUER": "https://a",
+                "STREAMPROC_GATEWAY_ISSUER_KEY": "k1=" + "A" * 43,
+            },
+            document={},
+        )
+    issuer = settings.Issuer(
+        issuer="i", keys=[settings.IssuerKey(**key)], tenants=["acme", "team-*"]
+    )
+    assert [issuer.speaks_for(t) for t in ("acme", "acme2", "team-a", "team-", "teamx")] == [
+        True,
+        False,
+        True,
+        True,
+        False,
+    ]
+    anyone = msgspec.structs.replace(issuer, tenants=["*"])
+    assert anyone.speaks_for("whoever")
+
+
+def test_token_types_and_lifetime_settings() -> None:
+    s = settings.load(
+        {
+            "STREAMPROC_GATEWAY_TOKEN_TYPES": "at+jwt, JWT",
+            "STREAMPROC_GATEWAY_MAX_TOKEN_LIFETIME_S": "3600",
+        },
+        document={},
+    )
+    assert (s.token_types, s.max_token_lifetime_s) == (["at+jwt", "JWT"], 3600)
+    with pytest.raises(settings.GatewayConfigError, match="not an access token"):
+        settings.load({"STREAMPROC_GATEWAY_TOKEN_TYPES": "application/dpop+jwt"}, document={})
+    with pytest.raises(settings.GatewayConfigError, match=">= 60"):
+        settings.load({"STREAMPROC_GATEWAY_MAX_TOKEN_LIFETIME_S": "5"}, document={})

@@ -1,20 +1,24 @@
 """The Notify-side consumer (Python API and ``streamproc notify tail``) resumes where it left
-off; the committed JSON Schemas match the code; messages round-trip."""
+off, and never re-filters a durable another reader follows; the committed JSON Schemas match
+the code; messages round-trip."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
 
 import jsonschema
 import msgspec
+import pytest
 
+from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.notify import messages as nm
-from streamproc.notify.consumer import NotifyConsumer, render
+from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
 from streamproc.notify.schemas import TYPES
 from streamproc.notify.schemas import render as render_schema
 from tests.helpers import eventually
@@ -61,28 +65,58 @@ async def received(
     return out
 
 
+def test_the_default_durable_names_the_selection() -> None:
+    assert default_durable(None, ["rescan.delta"]) == "notify-tail"
+    assert default_durable("demo", ["run.summary", "rescan.delta"]) == (
+        "notify-tail-demo-rescan-delta-run-summary"
+    )
+    assert default_durable(None, ["report.ready"]) == "notify-tail-all-report-ready"
+
+
+async def test_a_durable_that_follows_other_subjects_is_refused_not_refiltered(
+    nc: FastClient, prefix: str, stream_names: tuple[str, str, str]
+) -> None:
+    async with NotifyConsumer(nc, durable="shared", prefix=prefix, tenant="acme"):
+        pass
+    followed = r"'shared' on \S+ follows \S+\.acme\.rescan\.delta, not"
+    with pytest.raises(ConsumerConflict, match=followed):
+        await NotifyConsumer(nc, durable="shared", prefix=prefix, tenant="globex").start()
+    info = await jsapi.request(nc, f"CONSUMER.INFO.{stream_names[2]}.shared")
+    assert info["config"]["filter_subject"] == f"{prefix}.notify.acme.rescan.delta", "untouched"
+
+
+TAIL = [sys.executable, "-m", "streamproc.cli"]
+
+
+def tail(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TAIL, "notify", "tail", "--nats-url", url, "--prefix", prefix, "--once", *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
 async def test_notify_tail_cli_prints_and_resumes(
     nats_server: EmbeddedNats, publisher: Publisher, prefix: str, stream_names: tuple[str, str, str]
 ) -> None:
-    def tail() -> list[str]:
-        out = subprocess.run(
-            [sys.executable, "-c", "from streamproc.notify.cli import register; "
-             "import argparse, sys; from streamproc.cli import _common; "
-             "p = argparse.ArgumentParser(); s = p.add_subparsers(); register(s, _common); "
-             "a = p.parse_args(sys.argv[1:]); sys.exit(a.fn(a))",
-             "notify", "tail", "--nats-url", nats_server.url, "--prefix", prefix,
-             "--tenant", "acme", "--durable", "cli", "--once"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+    def lines(*args: str) -> list[str]:
+        out = tail(nats_server.url, prefix, *args)
         assert out.returncode == 0, out.stderr
         return out.stdout.splitlines()
 
     await publish(publisher, prefix, [delta("acme", 0), delta("acme", 1), delta("globex", 2)])
-    first = tail()
+    first = lines("--tenant", "acme", "--durable", "cli")
     assert len(first) == 2 and "rescan.delta" in first[0] and "+1 high" in first[0]
     await publish(publisher, prefix, [delta("acme", 7)])
-    second = tail()
+    second = lines("--tenant", "acme", "--durable", "cli")
     assert len(second) == 1 and "sha256:000000000000" in second[0]
+    # Tails of other selections have consumers of their own: each sees all of its messages.
+    assert len(lines()) == 4 and len(lines("--tenant", "globex")) == 1
+    refused = tail(nats_server.url, prefix, "--tenant", "globex", "--durable", "cli")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "'cli' on" in refused.stderr and "pass another --durable, or --reset" in refused.stderr
+    assert lines("--tenant", "acme", "--durable", "cli") == [], "its reader's position is kept"
+    taken = lines("--tenant", "globex", "--durable", "cli", "--reset")
+    assert len(taken) == 1 and "globex" in taken[0]
 
 
 def test_committed_schemas_match_the_code_and_validate_messages() -> None:
@@ -103,3 +137,30 @@ def test_committed_schemas_match_the_code_and_validate_messages() -> None:
     )
     assert nm.decode(nm.encode(summary)) == summary
     assert "run.summary" in render(summary)
+
+
+async def test_notify_tail_says_so_when_the_server_goes_away(tmp_path: Path) -> None:
+    from streamproc.bus import streams
+    from streamproc.bus.connect import connect
+    from streamproc.bus.server import free_port
+
+    server = EmbeddedNats(tmp_path / "nats", port=free_port()).start()
+    try:
+        nc = await connect(server.url)
+        await streams.apply(nc, streams.definitions("scheduler"))
+        argv = [*TAIL, "notify", "tail", "--nats-url", server.url]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        async def following() -> bool:
+            with contextlib.suppress(jsapi.JsApiError):
+                await jsapi.request(nc, "CONSUMER.INFO.SCHEDULER_NOTIFY.notify-tail")
+                return True
+            return False
+
+        await eventually(following, 30, "the tail follows the Notify stream")
+        await nc.close()
+    finally:
+        server.stop()  # what stopping `make run` does to a tail beside it
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert "NATS went away" in err and "resumes after the last message it printed" in err

@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 from streamproc.bus import jsapi, streams
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
+from streamproc.gateway.problems import PROBLEM_TYPE
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_http import add_feed_routes
 from streamproc.notify.http_tail import FeedClosed, FeedUnavailable, HttpTail, load_checkpoint
@@ -143,14 +144,22 @@ async def test_events_pages_in_order_for_the_callers_tenant_and_kind_only(
             empty = await r.json()
         assert (empty["head"], empty["retentionHorizon"], empty["events"]) == (0, 0, [])
         assert empty["complete"]
-        for bad in ({"limit": "0"}, {"limit": "501"}, {"afterSeq": "-1"}, {"limit": "x"}):
+        for bad in (
+            {"limit": "0"},
+            {"limit": "501"},
+            {"afterSeq": "-1"},
+            {"limit": "x"},
+            {"afterSeq": "\u00b2"},
+            {"afterSeq": "\u0663"},
+            {"limit": " 5"},
+        ):
             async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=bad) as r:
                 assert r.status == 400, bad
         async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params={"afterSeq": "15"}) as r:
             assert r.status == 409 and "14" not in (await r.json())["detail"]
         params = {"streamEpoch": "1999-01-01T00:00:00Z"}
         async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=params) as r:
-            assert r.status == 409 and (await r.json())["title"] == "epoch-mismatch"
+            assert r.status == 409 and (await r.json())["type"] == PROBLEM_TYPE + "epoch-mismatch"
         async with s.get(f"{feed_url}{BASE}/nonsense/events") as r:
             assert r.status == 404 and r.content_type == "application/problem+json"
     await spy.unsubscribe()
@@ -169,7 +178,9 @@ async def test_checkpoints_need_the_consumer_identity_and_are_shared_by_every_ga
     await publish(publisher, prefix, [delta("acme", i) for i in range(3)])
     url = f"{BASE}/rescan.delta/consumer-checkpoint"
     async with session(READER) as s, s.post(one + url, json={"streamEpoch": None}) as r:
-        assert r.status == 403 and (await r.json())["title"] == "not-the-feed-consumer"
+        assert (
+            r.status == 403 and (await r.json())["type"] == PROBLEM_TYPE + "not-the-feed-consumer"
+        )
     async with session(CONSUMER) as s:
         async with s.post(one + url, json={"streamEpoch": None, "seq": None}) as r:
             reg = await r.json()
@@ -217,7 +228,7 @@ async def test_a_transient_jetstream_failure_is_a_503_and_the_tail_keeps_its_che
         async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=params) as r:
             doc = await r.json()
         assert r.status == 503 and r.headers["Retry-After"] == "1"
-        assert doc["title"] == "feed-unavailable" and "complete" not in doc
+        assert doc["type"] == PROBLEM_TYPE + "feed-unavailable" and "complete" not in doc
     with pytest.raises(FeedUnavailable, match="503"):
         await tail.run(once=True)
     cp = load_checkpoint(state)
@@ -317,4 +328,4 @@ async def test_a_quiet_tenant_is_vouched_for_while_its_registration_lives(
     async with session(READER) as s:
         params = {"afterSeq": "7"}
         async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=params) as r:
-            assert r.status == 409 and (await r.json())["title"] == "retention-gap"
+            assert r.status == 409 and (await r.json())["type"] == PROBLEM_TYPE + "retention-gap"

@@ -10,8 +10,8 @@ import pytest
 from streamproc.app import System
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.server import EmbeddedNats
-from streamproc.config import Settings
-from streamproc.scanner.demo import seed_demo
+from streamproc.config import ConfigError, Settings
+from streamproc.scanner.demo import load_scanner_port, seed_demo
 from tests.helpers import eventually
 from tests.runner.harness import events
 
@@ -67,3 +67,13 @@ async def test_the_demo_scanner_needs_the_scanner_role(
             await seed_demo(system, scanner_url=None, scanner_port=0)
     finally:
         await system.close()
+
+
+def test_up_demos_scanner_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMPROC_SCANNER_PORT", raising=False)
+    assert load_scanner_port() == 8490
+    monkeypatch.setenv("STREAMPROC_SCANNER_PORT", "9123")
+    assert load_scanner_port() == 9123
+    monkeypatch.setenv("STREAMPROC_SCANNER_PORT", "http")
+    with pytest.raises(ConfigError, match="STREAMPROC_SCANNER_PORT: 'http' is not a port"):
+        load_scanner_port()

@@ -13,7 +13,13 @@ from streamproc.bus.server import EmbeddedNats
 from streamproc.runner.scanner_client import ImageFailed, ScannerClient, ScannerUnavailable
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.faults import FaultConfig
-from streamproc.scanner.feedser import build_export, next_state, post_export, signed_headers
+from streamproc.scanner.feedser import (
+    build_export,
+    next_state,
+    post_export,
+    sending_state,
+    signed_headers,
+)
 from tests.runner.harness import DATA, digest_of, events, register_images, scanner
 
 PY = digest_of("py")
@@ -108,11 +114,12 @@ async def test_feedser_export_of_changed_advisories_reaches_the_gateway(
         "GHSA-cx63-2mw6-8hw5"
     ]
 
+    def good(raw: bytes, delivery: str) -> dict[str, str]:
+        return signed_headers(raw, delivery, secret=HMAC_SECRET)
+
     h = await start(tmp_path, nats_server.url, prefix, default_settings(tmp_path))
     try:
-        status, answer = await post_export(
-            h.url, body, lambda raw, d: signed_headers(raw, d, secret=HMAC_SECRET)
-        )
+        status, answer = await post_export(h.url, body, good)
         assert status == 202, answer
         assert {e["tenant"] for e in answer["events"]} == {"acme", "globex"}
         exports = await events(h.system.nc, h.system.settings.events_stream, "export.feedser")
@@ -120,6 +127,17 @@ async def test_feedser_export_of_changed_advisories_reaches_the_gateway(
         assert exports[0].payload.kev == ["CVE-2023-4911"]
         bad, _ = await post_export(h.url, body, lambda raw, d: signed_headers(raw, d, secret="no"))
         assert bad == 401
+        # Sent, refused or never answered: run again later, the same body goes out (window
+        # included), and the gateway knows it; a new window would be another body: 409.
+        later = time.time() + 120
+        retry = build_export(db, sending_state({"advisories": {}}, body), now=later)
+        assert retry == body
+        status, answer = await post_export(h.url, retry, good)
+        assert status == 200 and answer["duplicate"], answer
+        rebuilt = build_export(db, {"advisories": {}}, now=later)
+        assert rebuilt is not None and rebuilt["exportId"] == body["exportId"]
+        conflict, _ = await post_export(h.url, rebuilt, good)
+        assert conflict == 409
     finally:
         await stop(h)
         await drop_streams(nats_server.url, prefix)

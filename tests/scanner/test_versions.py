@@ -86,6 +86,8 @@ def test_severities_kev_and_real_sbom_matches() -> None:
     assert adv["GHSA-r9hx-vwmv-q579"].severity == "high"  # CVSS 3.1 7.5
     assert adv["GHSA-5rjg-fvgr-3xxf"].severity == "high"  # CVSS 4.0 vector
     assert adv["GHSA-5h86-8mv2-jq9f"].severity == "medium"  # CVSS 3.1 5.9
+    assert adv["GHSA-8q59-q68h-6hv4"].severity == "critical"  # CVSS 3.1 9.8 (PyYAML)
+    assert adv["GHSA-j8r2-6x86-q33q"].severity == "medium"  # CVSS 3.1 6.1, scope changed
     assert adv["DSA-5514-1"].kev and adv["DSA-5514-1"].severity == "high"  # KEV, no CVSS
     assert not adv["GHSA-cx63-2mw6-8hw5"].kev
     assert severity_of({"database_specific": {"severity": "CRITICAL"}}, False) == "critical"

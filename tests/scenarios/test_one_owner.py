@@ -1,6 +1,7 @@
 """One owner per data directory's NATS store, as an operator meets it: `streamproc up` runs,
 and the one-shot commands beside it — with nothing but the data directory — reach it instead
-of starting a second server on its store; a second `up` is refused and says who has it."""
+of starting a second server on its store; a second `up` is refused and says who has it; and
+after `kill -9` of `up`, its server does not linger: the next `up` starts, with the data."""
 
 from __future__ import annotations
 
@@ -41,14 +42,11 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-@pytest.fixture
-def running_up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path, str]]:
-    """`streamproc up` on a temporary data directory: (process, data dir, its NATS URL)."""
-    data = tmp_path / "data"
-    nats_port, http_port = free_port(), free_port()
+def start_up(data: Path, nats_port: int) -> subprocess.Popen[str]:
+    """`streamproc up` on ``data``, once it says it runs."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamproc.cli", "up", "--data-dir", str(data),
-         "--nats-port", str(nats_port), "--http-port", str(http_port)],
+         "--nats-port", str(nats_port), "--http-port", str(free_port())],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
     )  # fmt: skip
     assert proc.stdout is not None
@@ -60,6 +58,15 @@ def running_up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path, st
             break
         out += line
     assert "Press Ctrl-C" in out, out
+    return proc
+
+
+@pytest.fixture
+def running_up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path, str]]:
+    """`streamproc up` on a temporary data directory: (process, data dir, its NATS URL)."""
+    data = tmp_path / "data"
+    nats_port = free_port()
+    proc = start_up(data, nats_port)
     try:
         yield proc, data, f"nats://127.0.0.1:{nats_port}"
     finally:
@@ -118,6 +125,41 @@ async def test_commands_beside_a_running_up_reach_it_and_a_second_up_is_refused(
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "stopped cleanly" in out
     assert o.read_owner(data / "nats") is None, "a clean stop removes the owner file"
+
+
+async def test_after_kill_9_of_up_its_server_goes_too_and_up_starts_again(
+    running_up: tuple[subprocess.Popen[str], Path, str],
+) -> None:
+    proc, data, url = running_up
+    added = cli("index", "add", "--data-dir", str(data), "--tenant", "t1", "--image", IMAGE,
+                "--repo", "registry.local/team/app", "--sbom", str(SBOM))  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    seq = int(added.stdout.rsplit("sequence ", 1)[1].split()[0])
+    record = o.read_owner(data / "nats")
+    assert record is not None and len(record.server_pids) == 1
+    proc.kill()  # SIGKILL: `up` cleans nothing up
+    proc.wait()
+
+    def store_free() -> bool:  # the server stopped by itself (its parent died)
+        lock = o.StoreLock.try_acquire(data / "nats")
+        if lock is not None:
+            lock.release()
+        return lock is not None
+
+    await eventually(store_free, 15, "the server of the killed up let the store go", every=0.1)
+    assert 'Trapped "terminated" signal' in (data / "nats" / "nats-server.log").read_text()
+    again = start_up(data, int(url.rsplit(":", 1)[1]))  # the same port: nothing holds it
+    try:
+        nc = await connect(url)
+        try:  # the acknowledged event is there
+            msg = await jsapi.request(nc, "STREAM.MSG.GET.SCHEDULER", {"seq": seq})
+            assert decode(base64.b64decode(msg["message"]["data"])).kind == "image.indexed"
+        finally:
+            await nc.close()
+    finally:
+        again.send_signal(signal.SIGINT)
+        out, _ = again.communicate(timeout=30)
+    assert again.returncode == 0 and "stopped cleanly" in out
 
 
 def test_a_stale_owner_file_without_a_holder_gets_a_temporary_server(tmp_path: Path) -> None:

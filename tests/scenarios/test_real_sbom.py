@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,19 +23,7 @@ from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.scanner.demo import DATA, seed_demo
 from tests.flows import stream_messages
-
-GENERATOR = [sys.executable, "-m", "cyclonedx_py", "environment"]
-
-
-def generated_sbom(tmp: Path) -> Path:
-    """A fresh venv (pip and setuptools 65.x from ensurepip: setuptools < 70 is affected by
-    GHSA-cx63-2mw6-8hw5) and its SBOM as cyclonedx-py writes it."""
-    env = tmp / "app-venv"
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=120)
-    out = tmp / "app.cdx.json"
-    subprocess.run([*GENERATOR, str(env / "bin" / "python"), "-o", str(out)], check=True,
-                   timeout=120, capture_output=True)  # fmt: skip
-    return out
+from tests.scenarios.sboms import generated_sbom, has_usage_data, purls
 
 
 async def test_a_generated_sbom_without_usage_data_is_impacted_and_scanned(
@@ -50,11 +35,9 @@ async def test_a_generated_sbom_without_usage_data_is_impacted_and_scanned(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     sbom = await asyncio.to_thread(generated_sbom, tmp_path)
-    doc = json.loads(sbom.read_text())
-    purls = [c["purl"] for c in doc["components"]]
-    setuptools = next(p for p in purls if p.startswith("pkg:pypi/setuptools@"))
+    setuptools = next(p for p in purls(sbom) if p.startswith("pkg:pypi/setuptools@"))
     assert int(setuptools.split("@")[1].split(".")[0]) < 70, setuptools
-    assert not any("scope" in c for c in doc["components"]), "no usage data in the SBOM"
+    assert not has_usage_data(sbom), "no usage data in the SBOM"
 
     for name in ("STREAMPROC_GATEWAY_CONFIG", "STREAMPROC_FEEDSER_SECRET",
                  "STREAMPROC_PLANNER_DEBOUNCE_S", "STREAMPROC_PLANNER_USAGE_ONLY"):  # fmt: skip

@@ -1,5 +1,6 @@
 // streamproc operator console: plain DOM, the public REST API only, no build step.
 import { CronError, CronUnsupported, nextFireTimes, parseCron, validTimeZone } from "./cron.js";
+import { externalHref, safeHref } from "./links.js";
 
 const BASE = "/api/v1/scheduler";
 const TOKEN_KEY = "streamproc.console.token";
@@ -25,6 +26,7 @@ function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
+    if (k === "href" && !safeHref(v)) continue; // never a javascript:, data: … link
     if (k === "class") el.className = v;
     else if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
     else if (v === true) el.setAttribute(k, "");
@@ -884,7 +886,7 @@ function deltaRow(d) {
     h(
       "td",
       { "data-label": "Top findings" },
-      h("ul", { class: "findings" }, d.topFindings.slice(0, 3).map((f) => h("li", {}, badge(f.severity), " ", f.link ? h("a", { href: f.link, rel: "noreferrer noopener", target: "_blank" }, f.vulnId) : f.vulnId, h("span", { class: "muted" }, ` ${short(f.purl, 40)}`)))),
+      h("ul", { class: "findings" }, d.topFindings.slice(0, 3).map((f) => h("li", {}, badge(f.severity), " ", externalHref(f.link) ? h("a", { href: externalHref(f.link), rel: "noreferrer noopener", target: "_blank" }, f.vulnId) : f.vulnId, h("span", { class: "muted" }, ` ${short(f.purl, 40)}`)))),
     ),
   );
 }
