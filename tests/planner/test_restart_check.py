@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nats.js.errors import KeyWrongLastSequenceError
 from prometheus_client import REGISTRY
 
 from streamproc import status
@@ -25,7 +24,6 @@ from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Settings
 from streamproc.events.envelope import new_event
-from streamproc.lease import Lease
 from streamproc.planner.changes import export_run_id
 from streamproc.runner.settings import RunnerSettings
 from tests.planner.harness import count, events_of, read_stream
@@ -38,6 +36,7 @@ from tests.role_helpers import (
     readyz,
     start_role,
     stop,
+    take_lease,
     wait_for,
     wait_ready,
 )
@@ -200,7 +199,7 @@ async def test_a_failing_restart_check_is_not_ready_backs_off_and_recovers(
         # Another instance takes the lease: the ended term's failing check is not this
         # standby's to report — neither in /readyz nor in the gauge.
         lease = systems[0].leaders["planner"].lease
-        await wait_for(lambda: _steal(lease), 10, "the lease taken by another holder")
+        await wait_for(lambda: take_lease(lease), 10, "the lease taken by another holder")
         await wait_for(lambda: _ready(ports[1]), 10, "a standby without the problem")
         assert (await readyz(ports[1]) or {})["lease"] == {"planner": "standby"}
         assert metric("scheduler_planner_recovery_failing") == 0
@@ -219,16 +218,6 @@ async def test_a_failing_restart_check_is_not_ready_backs_off_and_recovers(
             await system.close()
         await drop_status_bucket(nc, prefix)
         await drop_lease_bucket(nc, prefix)
-
-
-async def _steal(lease: Lease) -> bool:
-    """Put another holder into the lease key, as after an expiry we slept through (the
-    holder renews meanwhile: try again with its new revision)."""
-    try:
-        await lease.kv.update(lease.key, b"elsewhere/1/ff", last=lease.revision)
-    except KeyWrongLastSequenceError:
-        return False
-    return True
 
 
 async def _ready(port: int) -> bool:
