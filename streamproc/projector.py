@@ -30,8 +30,9 @@ CONSUMER_RECOVERY_S = 60.0
 
 
 def report(role: str, folded: Folded, *, log_each: bool = True) -> None:
-    """Count a committed batch's outcome, and log each rejected or quarantined event once
-    (at warning, with its id and reasons). Outside the fold: folds stay pure."""
+    """Count a committed batch's outcome (with what its folds tallied), and log each rejected
+    or quarantined event once (at warning, with its id and reasons). Outside the fold: folds
+    stay pure, and a batch that did not commit counts nothing."""
     by_event = folded.rejected_events()
     metrics.EVENTS_APPLIED.labels(role, "applied").inc(folded.applied)
     if by_event:
@@ -42,6 +43,8 @@ def report(role: str, folded: Folded, *, log_each: bool = True) -> None:
         metrics.REJECTED.labels(r.projection, r.reason).inc()
     for q in folded.quarantined:
         metrics.QUARANTINED.labels(role, q.reason).inc()
+    for (counter, labels), n in folded.counts.items():
+        counter.labels(*labels).inc(n)
     if not log_each:
         return
     for seq, rs in by_event.items():
