@@ -44,8 +44,10 @@ def kinds_of(payload: type[Payload]) -> frozenset[str]:
     return frozenset(k for k, s in KINDS.items() if s.payload is payload)
 
 
-PAYLOAD_TYPES: tuple[type[Payload], ...] = tuple(dict.fromkeys(s.payload for s in KINDS.values()))
-"""Every payload type in the catalog, in catalog order (a handler of all kinds names these)."""
+def payloads_of(kinds: Iterable[str]) -> tuple[type[Payload], ...]:
+    """The payload types of ``kinds``, each once: for a handler that folds any of them alike
+    (``@folds(*payloads_of(kinds), kinds=kinds)``, its payload annotated ``Payload``)."""
+    return tuple(dict.fromkeys(KINDS[k].payload for k in sorted(kinds)))
 
 
 def folds(*payloads: type[Payload], kinds: Iterable[str] = ()) -> Callable[[H], H]:
