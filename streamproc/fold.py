@@ -96,6 +96,7 @@ def _payload_annotation(owner: str, fn: Handler) -> Any:
 def handlers_of(cls: type) -> dict[str, Handler]:
     """The class's handlers by kind (its own and inherited), checked against the catalog."""
     table: dict[str, Handler] = {}
+    by: dict[str, str] = {}
     owner = cls.__name__
     seen: set[str] = set()
     for klass in cls.__mro__:
@@ -107,10 +108,9 @@ def handlers_of(cls: type) -> dict[str, Handler]:
             if mark is None:
                 continue
             for kind in _kinds(owner, attr, fn, *mark):
-                other = table.get(kind)
-                if other is not None and other is not fn:
-                    raise TypeError(f"{owner}: {kind} has two folds, {other.__name__} and {attr}")
-                table[kind] = fn
+                if kind in table:
+                    raise TypeError(f"{owner}: {kind} has two folds, {by[kind]} and {attr}")
+                table[kind], by[kind] = fn, attr
     return table
 
 

@@ -128,7 +128,7 @@ class Projection:
     (``kinds``) are theirs, set when the class is created. A projection that declares
     ``kinds`` and overrides :meth:`fold` instead is the *untyped adapter*: it dispatches
     itself (only ``impact``, whose ingest path is redesigned on its own; its kinds are still
-    checked against the catalog). ``tests/test_fold_registry.py`` holds every role's
+    checked against the catalog). ``tests/test_fold.py`` holds every role's
     projections to this.
 
     Updates never create (DESIGN.md principle 1). Of the kinds a projection folds, only

@@ -4,7 +4,6 @@ not fit the catalog, and what folds tally is counted once, after the batch commi
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
@@ -100,112 +99,71 @@ def test_kinds_sharing_a_payload_type_reach_their_own_handler_with_the_typed_pay
     assert proj.seen == [("resumed", "schedule.resumed", sc), ("paused", "schedule.paused", sc)]
 
 
-def _define(body: Callable[[], type]) -> None:
-    body()
+@folds(p.Window)  # a nested Struct, not the payload of any kind
+def on_window(self: Projection, tx: Tx, e: Envelope, w: p.Window) -> None: ...
 
 
-def _not_in_catalog() -> type:
-    class Bad(Projection):
-        name: ClassVar[str] = "bad"
-
-        @folds(p.Window)  # a nested Struct, not the payload of any kind
-        def _w(self, tx: Tx, e: Envelope, w: p.Window) -> None: ...
-
-    return Bad
+@folds(p.RunRequested)
+def on_request(self: Projection, tx: Tx, e: Envelope, r: p.RunRequested) -> None: ...
 
 
-def _wrong_annotation() -> type:
-    class Bad(Projection):
-        name: ClassVar[str] = "bad"
-
-        @folds(p.RunRequested)
-        def _r(self, tx: Tx, e: Envelope, r: p.RunPlanned) -> None: ...
-
-    return Bad
+@folds(p.RunRequested)
+def on_request_again(self: Projection, tx: Tx, e: Envelope, r: p.RunRequested) -> None: ...
 
 
-def _kind_of_another_type() -> type:
-    class Bad(Projection):
-        name: ClassVar[str] = "bad"
-
-        @folds(p.ScheduleStateChange, kinds=("schedule.updated",))
-        def _s(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None: ...
-
-    return Bad
+@folds(p.RunRequested)
+def on_request_as_plan(self: Projection, tx: Tx, e: Envelope, r: p.RunPlanned) -> None: ...
 
 
-def _two_handlers() -> type:
-    class Bad(Projection):
-        name: ClassVar[str] = "bad"
-
-        @folds(p.RunRequested)
-        def _a(self, tx: Tx, e: Envelope, r: p.RunRequested) -> None: ...
-
-        @folds(p.RunRequested)
-        def _b(self, tx: Tx, e: Envelope, r: p.RunRequested) -> None: ...
-
-    return Bad
+@folds(p.ScheduleStateChange, kinds=("schedule.updated",))
+def on_update_as_pause(self: Projection, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None: ...
 
 
-def _claims_without_handler() -> type:
-    class Bad(Projection):
-        name: ClassVar[str] = "bad"
-        creates: ClassVar[frozenset[str]] = frozenset({"run.planned"})
-
-        @folds(p.RunRequested)
-        def _r(self, tx: Tx, e: Envelope, r: p.RunRequested) -> None: ...
-
-    return Bad
+def own_fold(self: Projection, tx: Tx, event: Envelope) -> None: ...
 
 
-def _kinds_declared_beside_handlers() -> type:
-    class Bad(Projection):
-        name: ClassVar[str] = "bad"
-        kinds: ClassVar[frozenset[str]] = frozenset({"run.requested"})
-
-        @folds(p.RunRequested)
-        def _r(self, tx: Tx, e: Envelope, r: p.RunRequested) -> None: ...
-
-    return Bad
-
-
-def _adapter_outside_catalog() -> type:
-    class Bad(Projection):
-        name: ClassVar[str] = "bad"
-        kinds: ClassVar[frozenset[str]] = frozenset({"run.exploded"})
-
-        def fold(self, tx: Tx, event: Envelope) -> None: ...
-
-    return Bad
-
-
-def _kinds_without_any_fold() -> type:
-    class Bad(Projection):
-        name: ClassVar[str] = "bad"
-        kinds: ClassVar[frozenset[str]] = frozenset({"run.requested"})
-
-    return Bad
+def define(**body: object) -> type:
+    """A projection class with these attributes (handlers, kinds, creates, fold)."""
+    return type("Bad", (Projection,), {"name": "bad", **body})
 
 
 @pytest.mark.parametrize(
     ("body", "match"),
     [
-        (_not_in_catalog, "Window is not the payload of a kind in the event catalog"),
-        (_wrong_annotation, "annotated .*RunPlanned.*, not RunRequested"),
-        (_kind_of_another_type, r"\['schedule.updated'\] do not carry ScheduleStateChange"),
-        (_two_handlers, "run.requested has two folds, _a and _b"),
-        (_claims_without_handler, r"stray \['run.planned'\]"),
-        (_kinds_declared_beside_handlers, "neither declares kinds"),
-        (_adapter_outside_catalog, r"\['run.exploded'\] are not in the event catalog"),
-        (_kinds_without_any_fold, r"no fold for \['run.requested'\]"),
+        ({"_w": on_window}, "Window is not the payload of a kind in the event catalog"),
+        ({"_r": on_request_as_plan}, "annotated .*RunPlanned.*, not RunRequested"),
+        ({"_s": on_update_as_pause}, r"\['schedule.updated'\] do not carry ScheduleStateChange"),
+        ({"_a": on_request, "_b": on_request_again}, "run.requested has two folds, _a and _b"),
+        (
+            {"_r": on_request, "creates": frozenset({"run.planned"})},
+            r"stray \['run.planned'\]",
+        ),
+        ({"_r": on_request, "kinds": frozenset({"run.requested"})}, "neither declares kinds"),
+        ({"_r": on_request, "fold": own_fold}, "nor overrides fold"),
+        (
+            {"kinds": frozenset({"run.exploded"}), "fold": own_fold},
+            r"\['run.exploded'\] are not in the event catalog",
+        ),
+        ({"kinds": frozenset({"run.requested"})}, r"no fold for \['run.requested'\]"),
     ],
-    ids=lambda x: x.__name__.strip("_") if callable(x) else "",
+    ids=[
+        "not-in-catalog",
+        "wrong-annotation",
+        "kind-of-another-type",
+        "two-handlers",
+        "claim-without-handler",
+        "kinds-beside-handlers",
+        "fold-beside-handlers",
+        "adapter-outside-catalog",
+        "kinds-without-fold",
+    ],
 )
 def test_registration_refuses_what_does_not_fit_the_catalog(
-    body: Callable[[], type], match: str
+    body: dict[str, object], match: str
 ) -> None:
     with pytest.raises(TypeError, match=match):
-        _define(body)
+        define(**body)
+    assert define(_r=on_request).kinds == {"run.requested"}  # the same, well formed
 
 
 def test_payload_helpers_follow_the_catalog() -> None:
