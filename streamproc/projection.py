@@ -117,7 +117,7 @@ class Tx:
             if prev is _MISSING:
                 pending.pop(key, None)
             else:
-                pending[key] = prev  # type: ignore[assignment]
+                pending[key] = prev
         self.undo.clear()
 
 

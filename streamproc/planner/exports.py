@@ -177,8 +177,8 @@ class PlannerExports(Projection):
         return out
 
     @folds(p.RunPlanned)
-    def _planned(self, tx: Tx, e: Envelope, pl: p.RunPlanned) -> None:
-        tenant = e.tenant
+    def _planned(self, tx: Tx, event: Envelope, pl: p.RunPlanned) -> None:
+        tenant = event.tenant
         table = tx.table(EXPORTS_CF)
         refs = self._claimed(tx.table(CLAIMS_CF), tenant, pl.run_id)
         if not refs:

@@ -4,7 +4,7 @@ export is recognised long after JetStream's duplicate window has passed."""
 from __future__ import annotations
 
 import hashlib
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import msgspec
 
@@ -35,7 +35,9 @@ class Exports(Projection):
 
     @folds(FeedserExport, VexerExport)
     def _export(self, tx: Tx, event: Envelope, payload: FeedserExport | VexerExport) -> None:
-        kind = "feedser" if isinstance(payload, FeedserExport) else "vexer"
+        kind: Literal["feedser", "vexer"] = (
+            "feedser" if isinstance(payload, FeedserExport) else "vexer"
+        )
         table = tx.table(CF)
         k = export_key(event.tenant, kind, payload.export_id)
         if table.get(k) is not None:
