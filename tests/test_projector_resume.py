@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from streamproc.bus.ack import is_ack, stream_seq
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.pull import PullLoop
@@ -27,9 +28,8 @@ def lose_once(monkeypatch: pytest.MonkeyPatch, lost: set[int]) -> list[int]:
     original = PullLoop._on_msg
 
     def on_msg(self: PullLoop, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
-        if reply.startswith(b"$JS.ACK."):
-            tokens = reply.split(b".")
-            seq = int(tokens[5] if len(tokens) == 9 else tokens[7])
+        if is_ack(reply):
+            seq = stream_seq(reply)
             if seq in lost and seq not in dropped:
                 dropped.append(seq)
                 return
