@@ -17,8 +17,6 @@ from streamproc import exitcodes
 from streamproc.config import environment
 from streamproc.configfile.cli import add_config_flag
 
-DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
-
 
 def register(
     subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
