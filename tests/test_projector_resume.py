@@ -16,10 +16,10 @@ from streamproc.bus.publisher import Publisher
 from streamproc.bus.pull import PullLoop
 from streamproc.projections.activity import Activity
 from streamproc.projector import Projector
-from streamproc.samples import sample_event
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import publish_samples
+from tests.samples import sample_event
 
 
 def lose_once(monkeypatch: pytest.MonkeyPatch, lost: set[int]) -> list[int]:
