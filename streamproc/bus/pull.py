@@ -14,7 +14,8 @@ import contextlib
 from collections import deque
 from typing import Any
 
-from streamproc.bus.ack import is_ack, stream_seq
+from streamproc.bus.ack import PREFIX as ACK_PREFIX
+from streamproc.bus.ack import stream_seq
 from streamproc.bus.fastclient import FastClient, description_of, status_of
 from streamproc.bus.jsapi import API
 
@@ -91,7 +92,7 @@ class PullLoop:
             asyncio.get_running_loop().create_task(self._top_up())
 
     def _on_msg(self, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
-        if is_ack(reply):
+        if reply[:8] == ACK_PREFIX:
             # Data messages carry their original subject; the server serves requests in
             # order, so each one counts against the oldest request still open.
             self._buf.append((stream_seq(reply), subject, data, reply))
