@@ -128,7 +128,7 @@ class FastClient(Client):
         self._raw_handlers.pop(sub._id, None)
         await sub.unsubscribe()
 
-    async def _process_msg(  # type: ignore[override]
+    async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
     ) -> None:
         handler = self._raw_handlers.get(sid)

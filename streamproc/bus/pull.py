@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
 from streamproc.bus.ack import PREFIX as ACK_PREFIX
 from streamproc.bus.ack import stream_seq
@@ -27,7 +27,10 @@ class ConsumerGone(RuntimeError):
 RawMessage = tuple[int, bytes, bytes, bytes]
 """``(stream_seq, subject, data, reply)`` of one delivered message."""
 
-SEQ, SUBJECT, DATA, REPLY = 0, 1, 2, 3
+SEQ: Final = 0
+SUBJECT: Final = 1
+DATA: Final = 2
+REPLY: Final = 3
 
 
 class PullLoop:
