@@ -20,9 +20,9 @@ from streamproc.fold import _payload_annotation, folds, handlers_of, kinds_of, p
 from streamproc.projection import Folder, Projection, Rejection, Tx
 from streamproc.projector import report
 from streamproc.roles import ROLES
-from streamproc.samples import sample_event
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
+from tests.samples import sample_event
 
 ADAPTERS = {"impact"}
 """Projections still on the untyped adapter (``kinds`` + their own ``fold``)."""
