@@ -26,15 +26,6 @@ class PayloadTooLarge(ValueError):
     """A message bigger than the server's ``max_payload`` (refused before sending)."""
 
 
-def header_block(headers: dict[str, str]) -> bytes:
-    """Encode a NATS header block once, for reuse across publishes."""
-    out = bytearray(b"NATS/1.0\r\n")
-    for k, v in headers.items():
-        out += f"{k}: {v}\r\n".encode()
-    out += _CRLF
-    return bytes(out)
-
-
 def status_of(headers: bytes) -> bytes:
     """The status code of a status message (``NATS/1.0 408 Request Timeout``), or b""."""
     if len(headers) >= 12 and headers[8:9] == b" ":
@@ -134,7 +125,7 @@ class FastClient(Client):
         handler(subject, reply, data, headers or b"")
 
     async def publish_hpub(self, subject: str, reply: str, header: bytes, payload: bytes) -> None:
-        """Publish with a pre-encoded header block (see :func:`header_block`)."""
+        """Publish with a pre-encoded header block (``publisher.msg_header``)."""
         size = len(header) + len(payload)
         if size > self._max_payload:
             # The server would drop the whole connection for it; refuse this one message.

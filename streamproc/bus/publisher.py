@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from streamproc import metrics
-from streamproc.bus.fastclient import FastClient, header_block, status_of
+from streamproc.bus.fastclient import FastClient, status_of
 from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import Envelope, encode
 
@@ -112,14 +112,12 @@ class _Pending:
 def msg_header(
     msg_id: str, expected_last_subject_seq: int | None = None, ttl_s: int | None = None
 ) -> bytes:
-    if expected_last_subject_seq is None and ttl_s is None:
-        return b"NATS/1.0\r\nNats-Msg-Id: %s\r\n\r\n" % msg_id.encode()
-    headers = {"Nats-Msg-Id": msg_id}
+    out = b"NATS/1.0\r\nNats-Msg-Id: %s\r\n" % msg_id.encode()
     if expected_last_subject_seq is not None:
-        headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
+        out += b"Nats-Expected-Last-Subject-Sequence: %d\r\n" % expected_last_subject_seq
     if ttl_s is not None:  # per-message TTL (server >= 2.11; the stream must allow it)
-        headers["Nats-TTL"] = str(ttl_s)
-    return header_block(headers)
+        out += b"Nats-TTL: %d\r\n" % ttl_s
+    return out + b"\r\n"
 
 
 class Publisher:
