@@ -25,7 +25,7 @@ from aiohttp import web
 from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.publisher import PubAck, WrongExpectedSequence
-from streamproc.events.envelope import Envelope, EventError, decode, new_event
+from streamproc.events.envelope import Envelope, EventError, decode, encode, new_event
 from streamproc.events.payloads import (
     FeedserExport,
     FeedserExportBody,
@@ -90,22 +90,26 @@ def key_count(payload: Body) -> int:
 
 
 async def _publish_all(gw: Gateway, events: list[Envelope]) -> list[object]:
-    """Create-only publishes, all sent before any is awaited; shielded when there are
-    several, so a cancelled request cannot stop between tenants."""
-    publish = gw.ctx.publisher.publish_event
+    """Create-only publishes, all sent before any is awaited, the payload encoded once for
+    every tenant; shielded when there are several, so a cancelled request cannot stop
+    between tenants."""
+    publisher = gw.ctx.publisher
     if len(events) == 1:
         try:
-            return [await publish(events[0], expected_last_subject_seq=0)]
+            return [await publisher.publish_event(events[0], expected_last_subject_seq=0)]
         except Exception as exc:
             return [exc]
-    return list(
-        await asyncio.shield(
-            asyncio.gather(
-                *(publish(e, expected_last_subject_seq=0) for e in events),
-                return_exceptions=True,
-            )
+    raw = msgspec.Raw(msgspec.json.encode(events[0].payload))
+    sends = [
+        publisher.publish(
+            publisher.subject_of(e),
+            encode(msgspec.structs.replace(e, payload=raw)),
+            e.id,
+            expected_last_subject_seq=0,
         )
-    )
+        for e in events
+    ]
+    return list(await asyncio.shield(asyncio.gather(*sends, return_exceptions=True)))
 
 
 def _own_legacy(
