@@ -131,6 +131,7 @@ def cmd_streams_export(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from streamproc.projection import describe_rejections
     from streamproc.replay import partial_warning, rebuild, swap_in
     from streamproc.state.store import RocksStore, StateLocked
 
@@ -176,7 +177,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(
             f"replayed {summary.events} events of {s.events_stream} into {live} in "
             f"{summary.seconds:.1f} s ({summary.rate:,.0f} events/s); quarantined "
-            f"{summary.quarantined}, rejected {summary.rejected}; "
+            f"{summary.quarantined}, rejected {summary.rejected}"
+            + (f" ({why})" if (why := describe_rejections(summary.rejections)) else "")
+            + "; "
             + (f"PARTIAL from sequence {summary.first_seq}; " if summary.partial else "")
             + f"digest {summary.digest}"
         )

@@ -14,14 +14,17 @@ clocks, only on clocks ticking at the same rate. Renewal runs every TTL/3.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
+from nats.js.client import KV_PRE_TEMPLATE
 from nats.js.kv import KeyValue
 
 from streamproc.bus import jsapi
@@ -74,6 +77,25 @@ def call_timeout(ttl_s: float) -> float:
     return min(5.0, max(0.25, ttl_s / 3))
 
 
+SETUP_TIMEOUT_S = 5.0
+SETUP_BUDGET_S = 30.0
+"""Creating and binding the bucket happen once, at start, and hold no lease yet: they are
+asked with an ordinary API timeout, again while the cluster is still electing or busy
+creating the replicated bucket (a lease-sized timeout gave up on a loaded cluster)."""
+T = TypeVar("T")
+
+
+async def _patiently(call: Callable[[], Awaitable[T]]) -> T:
+    deadline = time.monotonic() + SETUP_BUDGET_S
+    while True:
+        try:
+            return await call()
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError):
+            if time.monotonic() + 0.5 > deadline:
+                raise
+        await asyncio.sleep(0.5)
+
+
 async def open_bucket(
     nc: FastClient, prefix: str, ttl_s: float, *, replicas: int = 1
 ) -> tuple[KeyValue, float]:
@@ -84,17 +106,19 @@ async def open_bucket(
     """
     name = bucket_name(prefix)
     stream = f"KV_{name}"
-    js = nc.jetstream(timeout=call_timeout(ttl_s))
+    setup = nc.jetstream(timeout=SETUP_TIMEOUT_S)
     try:
         info = await jsapi.with_retries(lambda: jsapi.stream_info(nc, stream), 20.0)
         if info is None:
             try:
-                await js.create_key_value(
-                    bucket=name,
-                    ttl=ttl_s,
-                    history=1,
-                    replicas=replicas,
-                    description="streamproc active/standby leases (planner, auditor)",
+                await _patiently(
+                    lambda: setup.create_key_value(
+                        bucket=name,
+                        ttl=ttl_s,
+                        history=1,
+                        replicas=replicas,
+                        description="streamproc active/standby leases (planner, auditor)",
+                    )
                 )
             except nats.js.errors.BadRequestError as exc:
                 if exc.err_code != STREAM_EXISTS:  # else: another contender created it
@@ -118,8 +142,16 @@ async def open_bucket(
                 ENV_TTL,
                 ttl_s,
             )
-            js = nc.jetstream(timeout=call_timeout(actual))
-        return await js.key_value(name), actual
+        # Bound to a context whose calls answer well inside the TTL (the lease's own calls),
+        # from the stream info we have: no further request that could time out.
+        kv = KeyValue(
+            name=name,
+            stream=stream,
+            pre=KV_PRE_TEMPLATE.format(bucket=name),
+            js=nc.jetstream(timeout=call_timeout(actual)),
+            direct=bool(info.config.get("allow_direct")),
+        )
+        return kv, actual
     except (jsapi.JsApiError, *NatsFailure) as exc:
         raise LeaseError(f"cannot open the lease bucket {name}: {exc}") from None
 

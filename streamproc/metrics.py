@@ -27,6 +27,11 @@ EVENTS_APPLIED = Counter(
 QUARANTINED = Counter(
     "streamproc_quarantined_events", "Events quarantined as malformed", ["role", "reason"]
 )
+REJECTED = Counter(
+    "streamproc_rejected_events",
+    "Events a projection refused to apply (e.g. an update of an unknown entity)",
+    ["projection", "reason"],
+)
 LAST_APPLIED_SEQ = Gauge(
     "streamproc_projector_last_applied_sequence", "Last stream sequence committed", ["role"]
 )

@@ -10,11 +10,11 @@ from __future__ import annotations
 import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import msgspec
 
-from streamproc import metrics
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, EventError, decode
 from streamproc.state import keys
@@ -106,12 +106,42 @@ class Tx:
 
 
 class Projection(ABC):
-    """A named view: the kinds it reads, its column families, and a pure fold."""
+    """A named view: the kinds it reads, its column families, and a pure fold.
+
+    Updates never create (DESIGN.md principle 1). Of the kinds a projection folds, only
+    those in ``creates`` may bring a new entity into the view; those in ``observes`` never
+    create nor reject; every other kind updates something that must already be there, and
+    for an unknown run, segment, schedule or image the fold raises :class:`Rejection`.
+    ``tests/test_updates_never_create.py`` folds every such kind for an unknown entity
+    into every registered projection; docs/events.md lists the classification."""
 
     name: ClassVar[str]
     kinds: ClassVar[frozenset[str]]
     version: ClassVar[int] = 1
     families: ClassVar[tuple[str, ...]] = ()
+    creates: ClassVar[frozenset[str]] = frozenset()
+    """Kinds that may be the first this view sees of an entity: they need no other entity
+    to exist (``run.requested`` for the read model, ``run.planned`` for the open-run list)."""
+    observes: ClassVar[frozenset[str]] = frozenset()
+    """Kinds read only for view-wide bookkeeping (a clock) or for a link that may well not
+    exist (the exports a run claimed): they create no entity and are never rejected."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kinds = getattr(cls, "kinds", None)
+        if kinds is None:
+            return
+        stray = (cls.creates | cls.observes) - kinds
+        if stray or cls.creates & cls.observes:
+            raise TypeError(
+                f"{cls.__name__}: creates/observes must be disjoint kinds it folds "
+                f"(stray {sorted(stray)}, both {sorted(cls.creates & cls.observes)})"
+            )
+
+    @classmethod
+    def updates(cls) -> frozenset[str]:
+        """The kinds that need their entity to exist: rejected for an unknown one."""
+        return cls.kinds - cls.creates - cls.observes
 
     def column_families(self) -> tuple[str, ...]:
         return self.families or (self.name,)
@@ -145,6 +175,40 @@ def _check_subject(prefix: str, subject: str | bytes, event: Envelope) -> None:
         raise EventError(
             "wrong_subject", f"a {event.kind} event of tenant {event.tenant} on subject {s}"
         )
+
+
+@dataclass
+class Folded:
+    """What one committed batch did: the runtime counts, logs and reports from this, never
+    from inside a fold."""
+
+    messages: int = 0
+    applied: int = 0
+    """Events that decoded and that no projection rejected."""
+    rejected: list[keys.Rejected] = field(default_factory=list)
+    """One record per (event, projection) that refused it, in sequence order."""
+    quarantined: list[keys.Quarantined] = field(default_factory=list)
+
+    def rejected_events(self) -> dict[int, list[keys.Rejected]]:
+        """The rejections grouped by event (stream sequence)."""
+        out: dict[int, list[keys.Rejected]] = {}
+        for r in self.rejected:
+            out.setdefault(r.seq, []).append(r)
+        return out
+
+
+RejectionCounts = dict[str, dict[str, int]]
+"""projection → reason → rejected events (committed; kept in ``__meta__``)."""
+_counts_codec = msgspec.json.Decoder(RejectionCounts)
+
+
+def describe_rejections(counts: RejectionCounts | None) -> str:
+    """``rm_runs: unknown_run 2, run_finished 1; runner: unknown_run 2`` (empty for none)."""
+    return "; ".join(
+        f"{proj}: " + ", ".join(f"{reason} {n}" for reason, n in sorted(per.items()))
+        for proj, per in sorted((counts or {}).items())
+        if per
+    )
 
 
 class Folder:
@@ -184,6 +248,9 @@ class Folder:
             p.open(store)
         self.quarantined = 0
         self.rejected = 0
+        """Messages quarantined and (event, projection) rejections since this object opened."""
+        self.rejections: RejectionCounts = self._load_counts()
+        """Every rejection the committed state records, per projection and reason."""
 
     def _check_format(self) -> None:
         want = _Format(keys.STATE_FORMAT_VERSION, {p.name: p.version for p in self.projections})
@@ -200,49 +267,70 @@ class Folder:
                 f"{msgspec.json.encode(want).decode()}; rebuild it with `streamproc replay`"
             )
 
+    def _load_counts(self) -> RejectionCounts:
+        raw = self.store.get(keys.META_CF, keys.REJECTION_COUNTS_KEY)
+        if raw is not None:
+            return _counts_codec.decode(raw)
+        counts: RejectionCounts = {}  # state written before the counts were kept
+        for _, v in self.store.scan(keys.META_CF, keys.REJECTION_PREFIX):
+            r = msgspec.json.decode(v, type=keys.Rejected)
+            per = counts.setdefault(r.projection, {})
+            per[r.reason] = per.get(r.reason, 0) + 1
+        return counts
+
     def checkpoint(self) -> keys.Checkpoint | None:
         raw = self.store.get(keys.META_CF, keys.CHECKPOINT_KEY)
         return None if raw is None else msgspec.json.decode(raw, type=keys.Checkpoint)
 
-    def apply(self, messages: Iterable[Sequence[Any]], checkpoint: keys.Checkpoint) -> int:
+    def apply(self, messages: Iterable[Sequence[Any]], checkpoint: keys.Checkpoint) -> Folded:
         """Fold ``(seq, subject, data, ...)`` messages and commit them with ``checkpoint``.
 
         ``subject`` may be bytes (straight off the wire) or str; it is read to check it (with
-        ``subjects``) and to record a quarantined message."""
+        ``subjects``) and to record a quarantined message. Rejections and quarantined
+        messages are recorded in the same batch; what happened is returned, for the caller
+        to count and log once the batch is committed."""
         tx = Tx(self.store)
         meta = tx.table(keys.META_CF)
         dispatch = self._dispatch
         subjects = self.subjects
-        n = 0
+        out = Folded()
         try:
             for m in messages:
                 seq, data = m[0], m[2]
-                n += 1
+                out.messages += 1
                 try:
                     event = decode(data)
                     if subjects is not None:
                         _check_subject(subjects, m[1], event)
                 except EventError as exc:
                     subject = m[1].decode(errors="replace") if isinstance(m[1], bytes) else m[1]
-                    self._quarantine(meta, seq, subject, exc.reason, exc.detail, data)
+                    q = keys.Quarantined(seq, subject, exc.reason, exc.detail[:2000], data[:65536])
+                    meta.put(keys.seq_key(keys.QUARANTINE_PREFIX, seq), msgspec.json.encode(q))
+                    out.quarantined.append(q)
                     continue
+                refused = False
                 for proj in dispatch.get(event.kind, ()):
                     tx.begin(seq)
                     try:
                         proj.fold(tx, event)
                     except Rejection as r:
                         tx.rollback_event()
-                        self.rejected += 1
+                        refused = True
+                        rec = keys.Rejected(
+                            seq, proj.name, event.id, event.kind, r.reason, r.detail[:2000]
+                        )
                         meta.put(
                             keys.seq_key(keys.REJECTION_PREFIX, seq) + proj.name.encode(),
-                            msgspec.json.encode(
-                                keys.Rejected(
-                                    seq, proj.name, event.id, event.kind, r.reason, r.detail
-                                )
-                            ),
+                            msgspec.json.encode(rec),
                         )
+                        out.rejected.append(rec)
+                if not refused:
+                    out.applied += 1
             for proj in self.projections:
                 proj.flush(tx)
+            counts = self._counted(out.rejected)
+            if out.rejected:
+                meta.put(keys.REJECTION_COUNTS_KEY, msgspec.json.encode(counts))
             meta.put(keys.CHECKPOINT_KEY, msgspec.json.encode(checkpoint))
             self.store.commit(tx.writes)
         except BaseException:
@@ -250,16 +338,16 @@ class Folder:
             for proj in self.projections:
                 proj.discard()
             raise
-        return n
+        self.rejections = counts
+        self.rejected += len(out.rejected)
+        self.quarantined += len(out.quarantined)
+        return out
 
-    def _quarantine(
-        self, meta: Table, seq: int, subject: str, reason: str, detail: str, data: bytes
-    ) -> None:
-        self.quarantined += 1
-        metrics.QUARANTINED.labels(self.role, reason).inc()
-        meta.put(
-            keys.seq_key(keys.QUARANTINE_PREFIX, seq),
-            msgspec.json.encode(
-                keys.Quarantined(seq, subject, reason, detail[:2000], data[:65536])
-            ),
-        )
+    def _counted(self, rejected: list[keys.Rejected]) -> RejectionCounts:
+        if not rejected:
+            return self.rejections
+        counts = {p: dict(per) for p, per in self.rejections.items()}
+        for r in rejected:
+            per = counts.setdefault(r.projection, {})
+            per[r.reason] = per.get(r.reason, 0) + 1
+        return counts

@@ -15,7 +15,7 @@ from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import ConsumerGone, PullLoop, RawMessage
-from streamproc.projection import Folder, Projection
+from streamproc.projection import Folded, Folder, Projection
 from streamproc.state.keys import Checkpoint
 from streamproc.state.store import Store
 
@@ -27,6 +27,46 @@ DURABLE_IDLE_NS = 24 * 3600 * 1_000_000_000
 start recreates its own from the checkpoint anyway)."""
 CONSUMER_RECOVERY_S = 60.0
 """How long a projector keeps recreating a consumer that keeps vanishing before it stops."""
+
+
+def report(role: str, folded: Folded, *, log_each: bool = True) -> None:
+    """Count a committed batch's outcome, and log each rejected or quarantined event once
+    (at warning, with its id and reasons). Outside the fold: folds stay pure."""
+    by_event = folded.rejected_events()
+    metrics.EVENTS_APPLIED.labels(role, "applied").inc(folded.applied)
+    if by_event:
+        metrics.EVENTS_APPLIED.labels(role, "rejected").inc(len(by_event))
+    if folded.quarantined:
+        metrics.EVENTS_APPLIED.labels(role, "quarantined").inc(len(folded.quarantined))
+    for r in folded.rejected:
+        metrics.REJECTED.labels(r.projection, r.reason).inc()
+    for q in folded.quarantined:
+        metrics.QUARANTINED.labels(role, q.reason).inc()
+    if not log_each:
+        return
+    for seq, rs in by_event.items():
+        why = "; ".join(
+            f"{r.projection}: {r.reason}" + (f" ({r.detail[:300]})" if r.detail else "") for r in rs
+        )
+        first = rs[0]
+        log.warning(
+            "%s: event %s (%s, sequence %d) rejected by %s",
+            role,
+            first.event_id,
+            first.kind,
+            seq,
+            why,
+        )
+    for q in folded.quarantined:
+        detail = f" ({q.detail[:300]})" if q.detail else ""
+        log.warning(
+            "%s: message at sequence %d on %s quarantined: %s%s",
+            role,
+            q.seq,
+            q.subject,
+            q.reason,
+            detail,
+        )
 
 
 class PositionError(RuntimeError):
@@ -93,11 +133,13 @@ class Projector:
         durable: bool = True,
         consumer: str | None = None,
         subjects: str | None = None,
+        log_rejections: bool = True,
     ) -> None:
         """``consumer`` names the durable consumer (default ``proj_<role>``): each process
         hosting a role needs its own, as every start replaces it from its checkpoint.
         ``subjects``: the event log's subject prefix, to check each event's subject
-        (:class:`Folder`)."""
+        (:class:`Folder`). ``log_rejections``: log each rejected or quarantined event
+        (a rebuild from sequence 1 counts them instead)."""
         self.nc = nc
         self.store = store
         self.stream = stream
@@ -105,6 +147,7 @@ class Projector:
         self.batch = batch
         self.durable = durable
         self.folder = Folder(store, projections, role, subjects)
+        self.log_rejections = log_rejections
         self.consumer = consumer or f"proj_{role}".replace(".", "_")
         self.epoch = ""
         self.applied = 0
@@ -156,12 +199,16 @@ class Projector:
         if self.durable:
             config["durable_name"] = self.consumer
             config["inactive_threshold"] = DURABLE_IDLE_NS  # removes retired instances' ones
-            await jsapi.delete_consumer(self.nc, self.stream, self.consumer)
+            await jsapi.with_retries(
+                lambda: jsapi.delete_consumer(self.nc, self.stream, self.consumer), 20.0
+            )
         else:
             self.consumer = f"{self.consumer}_{int(time.time() * 1000)}"
             config["name"] = self.consumer
             config["inactive_threshold"] = 30 * 1_000_000_000
-        await jsapi.create_consumer(self.nc, self.stream, config)
+        # A stream created a moment ago (or in an election) may not answer at once: the same
+        # create again is harmless (the same config).
+        await jsapi.with_retries(lambda: jsapi.create_consumer(self.nc, self.stream, config), 20.0)
         self._config = config
         self._ack = ack
         self._pull = await PullLoop(self.nc, self.stream, self.consumer, batch=self.batch).start()
@@ -218,11 +265,11 @@ class Projector:
             expected += 1
         if items:
             last = items[-1][0]
-            self.folder.apply(items, Checkpoint(self.stream, self.epoch, last))
+            folded = self.folder.apply(items, Checkpoint(self.stream, self.epoch, last))
             self.applied = last
             self.head = max(self.head, last)
             metrics.LAST_APPLIED_SEQ.labels(self.role).set(last)
-            metrics.EVENTS_APPLIED.labels(self.role, "applied").inc(len(items))
+            report(self.role, folded, log_each=self.log_rejections)
             metrics.BATCH_SECONDS.labels(self.role).observe(time.perf_counter() - t0)
             self.committed.set()
             self._wake()

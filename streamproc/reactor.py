@@ -53,6 +53,10 @@ class Reactor(ABC):
     @abstractmethod
     async def react(self, ctx: RoleContext) -> None: ...
 
+    def end_term(self) -> None:  # noqa: B027 - optional hook
+        """This process stopped acting for a role behind a lease (the lease is lost, or the
+        process stops): undo what only the active instance may report (its gauges)."""
+
 
 @dataclass
 class RoleSpec:

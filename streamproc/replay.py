@@ -40,6 +40,8 @@ class ReplaySummary:
     path: Path
     first_seq: int = 1
     """The first sequence folded; above 1 the state lacks every event before it."""
+    rejections: dict[str, dict[str, int]] | None = None
+    """Per projection and reason, the rejections the rebuilt state records."""
 
     @property
     def rate(self) -> float:
@@ -103,6 +105,7 @@ async def rebuild(
             batch=batch,
             durable=False,
             subjects=_subjects(info.config),
+            log_rejections=False,
         )
         await proj.start(ack=False, allow_partial=allow_partial)
         first = proj.applied + 1
@@ -134,6 +137,7 @@ async def rebuild(
             digest=state_digest(store),
             path=target,
             first_seq=first,
+            rejections=proj.folder.rejections,
         )
     finally:
         store.close()

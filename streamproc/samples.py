@@ -18,7 +18,8 @@ def digest(n: int) -> str:
     return "sha256:" + hashlib.sha256(str(n).encode()).hexdigest()
 
 
-def _payload(kind: str, i: int) -> p.Payload:
+def sample_payload(kind: str, i: int) -> p.Payload:
+    """The payload of ``kind`` that sample ``i`` carries."""
     run, seg, sched = f"run-{i // 50}", f"seg-{i // 10}", f"sched-{i % 13}"
     if kind == "schedule.created":
         return p.ScheduleCreated(
@@ -128,7 +129,7 @@ def sample_event(i: int, tenants: int = 7, node: str = "sample") -> Envelope:
     return new_event(
         kind,
         f"tenant-{i % tenants}",
-        _payload(kind, i),
+        sample_payload(kind, i),
         f"{BASE_MS + i}:{i % 3}:{node}",
         event_id=f"sample-{i}",
     )

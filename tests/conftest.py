@@ -15,14 +15,21 @@ from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.bus.server import PORT_TAKEN, EmbeddedNats, NatsServerError, free_port
 
 _prefixes = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
-    srv = EmbeddedNats(tmp_path_factory.mktemp("nats"), port=free_port()).start()
+    store = tmp_path_factory.mktemp("nats")
+    for attempt in range(3):  # a free port is free only until another process binds it
+        try:
+            srv = EmbeddedNats(store, port=free_port()).start()
+            break
+        except NatsServerError as exc:
+            if PORT_TAKEN not in str(exc) or attempt == 2:
+                raise
     yield srv
     srv.stop()
 

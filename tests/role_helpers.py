@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from nats.js.errors import KeyWrongLastSequenceError
 
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
@@ -19,7 +20,7 @@ from streamproc.bus.server import free_port
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import wall_ms
-from streamproc.lease import bucket_name
+from streamproc.lease import Lease, bucket_name
 from tests.helpers import eventually
 from tests.planner.harness import events_of
 
@@ -135,6 +136,16 @@ def start_pair(
     dirs = tmp / names[0], tmp / names[1]
     procs = [start_role(role, url, prefix, d, p, **env) for d, p in zip(dirs, ports, strict=True)]
     return procs, ports, dirs
+
+
+async def take_lease(lease: Lease) -> bool:
+    """Put another holder into the lease key, as after an expiry the holder slept through.
+    The holder renews meanwhile: use with ``wait_for`` (it fails on a stale revision)."""
+    try:
+        await lease.kv.update(lease.key, b"elsewhere/1/ff", last=lease.revision)
+    except KeyWrongLastSequenceError:
+        return False
+    return True
 
 
 async def drop_lease_bucket(nc: FastClient, prefix: str) -> None:

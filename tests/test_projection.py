@@ -14,6 +14,7 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.projection import Folder, Projection, Rejection, StateFormatError, Tx
 from streamproc.projections.activity import Activity, read_all
+from streamproc.projector import report
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore
@@ -110,7 +111,7 @@ def test_rejection_rolls_back_the_events_writes_and_is_recorded():
     store.ensure_families(["toy"])
     store.commit({"toy": {b"keep": b"committed"}})
     folder = Folder(store, [Toy(), Seen()], role="test")
-    n = folder.apply(
+    folded = folder.apply(
         [
             ev(1),
             ev(2),
@@ -119,7 +120,7 @@ def test_rejection_rolls_back_the_events_writes_and_is_recorded():
         ],
         cp(4),
     )
-    assert n == 4
+    assert (folded.messages, folded.applied) == (4, 3)  # a rejected event is not applied
     # events 1, 2 and 4 counted; 3's increment, marker and delete are rolled back
     assert counter(store) == 3
     assert store.get("toy", b"last/acme") == b"e4"
@@ -134,8 +135,12 @@ def test_rejection_rolls_back_the_events_writes_and_is_recorded():
     assert rec == keys.Rejected(
         3, "toy", "e3", "schedule.deleted", "unknown_schedule", "schedule s3 unknown"
     )
+    assert folded.rejected == [rec]
     assert folder.rejected == 1
+    assert folder.rejections == {"toy": {"unknown_schedule": 1}}
     assert folder.checkpoint() == cp(4)
+    # the counts are committed with the batch: a new Folder over the same state has them
+    assert Folder(store, [Toy(), Seen()]).rejections == {"toy": {"unknown_schedule": 1}}
 
 
 def test_rejection_restores_a_value_written_earlier_in_the_batch():
@@ -171,7 +176,7 @@ def test_malformed_messages_are_quarantined_and_the_batch_commits():
     bad_tenant = ev(4)[2].replace(b'"acme"', b'"ACME"')
     huge = b"{" + b"x" * 70_000
     before = metrics.QUARANTINED.labels("qtest", "malformed_json")._value.get()
-    folder.apply(
+    folded = folder.apply(
         [
             ev(1),
             (2, "subj.2", b"{not json"),
@@ -198,6 +203,10 @@ def test_malformed_messages_are_quarantined_and_the_batch_commits():
     assert all(r.detail for r in q)
     assert store.get(keys.META_CF, keys.seq_key(keys.QUARANTINE_PREFIX, 2)) is not None
     assert folder.quarantined == 4
+    assert folded.quarantined == q and folded.applied == 2
+    # counted by the runtime from the committed batch's outcome, not inside the fold
+    assert metrics.QUARANTINED.labels("qtest", "malformed_json")._value.get() == before
+    report("qtest", folded)
     after = metrics.QUARANTINED.labels("qtest", "malformed_json")._value.get()
     assert after == before + 2
 

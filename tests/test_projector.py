@@ -234,3 +234,58 @@ async def test_a_vanished_consumer_is_recreated_from_the_checkpoint(
         assert state_digest(store) == state_digest(reference)
     finally:
         store.close()
+
+
+async def test_a_rejection_is_logged_once_counted_and_not_applied(
+    nc: FastClient,
+    publisher: Publisher,
+    stream_names: tuple[str, str, str],
+    state_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from streamproc.events import payloads as p
+    from streamproc.events.envelope import new_event
+    from streamproc.runner.state import RunnerState
+
+    role = "rejtest"
+    hlc = "1767225600000:0:n1"
+    events = [
+        new_event("run.planned", "acme", p.RunPlanned(run_id="ghost", trigger="manual"), hlc,
+                  event_id="ev-ghost"),
+        new_event("run.requested", "acme", p.RunRequested(run_id="r1", trigger="manual"), hlc,
+                  event_id="ev-r1"),
+    ]  # fmt: skip
+    last = await publish_samples(publisher, events)
+
+    def sample(name: str, labels: dict[str, str]) -> float:
+        from prometheus_client import REGISTRY
+
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    applied = {"role": role, "result": "applied"}
+    refused = {"role": role, "result": "rejected"}
+    unknown = {"projection": "runner", "reason": "unknown_run"}
+    before = [
+        sample("streamproc_projector_events_total", applied),
+        sample("streamproc_projector_events_total", refused),
+        sample("streamproc_rejected_events_total", unknown),
+    ]
+    for _ in range(2):  # a restart resumes after its checkpoint: nothing is logged again
+        store = RocksStore(state_dir)
+        try:
+            proj = Projector(nc, store, [RunnerState()], stream=stream_names[0], role=role)
+            await proj.start()
+            await proj.run(until_seq=last)
+            assert proj.folder.rejections == {"runner": {"unknown_run": 1}}
+        finally:
+            store.close()
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [x for x in lines if "rejected" in x] == [
+        f"{role}: event ev-ghost (run.planned, sequence 1) rejected by runner: unknown_run "
+        "(run.planned for run ghost, never requested)"
+    ]
+    assert [
+        sample("streamproc_projector_events_total", applied),
+        sample("streamproc_projector_events_total", refused),
+        sample("streamproc_rejected_events_total", unknown),
+    ] == [before[0] + 1, before[1] + 1, before[2] + 1]

@@ -85,6 +85,12 @@ async def test_two_roles_show_their_positions_and_a_clean_stop_leaves(
             assert (b.head, b.lag, b.failure, b.pid) == (head, 0, None, os.getpid())
             assert b.stream == stream_names[0]
         assert {b.role: b.lease for b in beats} == {"activity": None, "planner": "active"}
+        # The samples update runs and schedules the planner never saw created: rejected,
+        # and the heartbeat carries the committed counts per projection and reason.
+        rejected = system.projectors["planner"].folder.rejections
+        assert rejected.get("pl_open", {}).get("unknown_run", 0) > 0
+        assert {b.role: b.rejections for b in beats} == {"activity": {}, "planner": rejected}
+        total = sum(n for per in rejected.values() for n in per.values())
 
         code, out = await status_cli(
             capsys, nats_server.url, prefix, "--roles", "activity,planner", "--json"
@@ -104,6 +110,11 @@ async def test_two_roles_show_their_positions_and_a_clean_stop_leaves(
         assert "\nactivity " in out
         line = next(x for x in out.splitlines() if x.startswith("planner"))
         assert line.split()[2:7] == [str(head), str(head), "0", "ok", "active"]
+        assert line.split()[-1] == str(total)
+        shown = next(x for x in out.splitlines() if x.startswith("rejected: planner "))
+        assert shown.startswith(f"rejected: planner {settings.node_id}/{os.getpid()}: ")
+        assert "pl_open: " in shown and "unknown_run" in shown
+        assert not any(x.startswith("rejected: activity") for x in out.splitlines())
     finally:
         await system.close()
     assert await status.read_heartbeats(nc, prefix) == []
@@ -228,11 +239,20 @@ def test_assess_reports_missing_roles_and_a_lease_nobody_holds() -> None:
     assert not report.ok
     lines = status.render(report).splitlines()
     assert lines[0].split() == [
-        "ROLE", "INSTANCE", "POSITION", "HEAD", "LAG", "HEALTH", "LEASE", "SEEN", "HTTP"
+        "ROLE", "INSTANCE", "POSITION", "HEAD", "LAG", "HEALTH", "LEASE", "SEEN", "HTTP",
+        "REJECTED"
     ]  # fmt: skip
     stale = next(x for x in lines if x.startswith("auditor") and "n1/7" in x)
     assert "stale heartbeat" in stale and "standby" in stale
     assert status.assess([_beat()], ["runner"], 1_000_000).ok
+    # rejections are shown per projection and reason, and are not a health problem
+    counts = {"runner": {"unknown_run": 2, "unknown_segment": 1}, "rm_x": {}}
+    report = status.assess([_beat(lag=0, rejections=counts)], ["runner"], 1_000_000)
+    assert report.ok
+    out = status.render(report).splitlines()
+    assert out[1].split()[-1] == "3"
+    assert out[2] == "rejected: runner n1/7: runner: unknown_run 2, unknown_segment 1"
+    assert status.as_json(report)["instances"][0]["rejections"] == counts
 
 
 def test_settings_are_validated() -> None:

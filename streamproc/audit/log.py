@@ -47,6 +47,9 @@ _snapshot_encoder = msgspec.json.Encoder()
 class AuditLog(Projection):
     name: ClassVar[str] = "audit"
     kinds: ClassVar[frozenset[str]] = CHAINED_KINDS | {SNAPSHOT_KIND}
+    creates: ClassVar[frozenset[str]] = CHAINED_KINDS
+    """Every chained event is a new entry of its tenant's chain (an attempt on an unknown
+    run is audited too); a snapshot must fit entries that exist."""
     families: ClassVar[tuple[str, ...]] = FAMILIES
     version: ClassVar[int] = 1
 

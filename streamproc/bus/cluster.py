@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import subprocess
 import time
@@ -24,9 +25,19 @@ from typing import Any
 from nats.aio.client import Client
 
 from streamproc.bus import jsapi
-from streamproc.bus.server import MAX_PAYLOAD, NatsServerError, find_binary, free_port, spawn
+from streamproc.bus.server import (
+    MAX_PAYLOAD,
+    PORT_TAKEN,
+    NatsServerError,
+    find_binary,
+    free_port,
+    spawn,
+)
+
+log = logging.getLogger(__name__)
 
 CLUSTER_NAME = "streamproc"
+PORT_ATTEMPTS = 3
 DEPLOY_PORTS = (4222, 6222, 8222)
 """First client, route and monitoring port of ``deploy/nats/cluster`` (node i adds i)."""
 
@@ -172,6 +183,11 @@ class ClusterNode:
         doc = self.monitor("/healthz") if self.running else None
         return doc is not None and doc.get("status") == "ok"
 
+    def routed_to(self) -> set[str]:
+        """The servers this node has a route to (by name)."""
+        doc = self.monitor("/routez") if self.running else None
+        return {str(r.get("remote_name")) for r in (doc or {}).get("routes") or []}
+
 
 class NatsCluster:
     """``n`` JetStream nodes named n1…nN under ``base_dir`` on ``host``.
@@ -196,15 +212,21 @@ class NatsCluster:
             raise ValueError("a cluster needs at least one node")
         self.base_dir = Path(base_dir)
         self.host = host
+        self.fixed_ports = ports
         binary = binary or find_binary()
-        self.nodes: list[ClusterNode] = []
-        for i in range(n):
-            if ports is None:
-                np = NodePorts(free_port(host), free_port(host), free_port(host))
-            else:
-                np = NodePorts(ports[0] + i, ports[1] + i, ports[2] + i)
-            node = ClusterNode(f"n{i + 1}", self.base_dir, host, np, binary, pass_fds)
-            self.nodes.append(node)
+        self.nodes = [
+            ClusterNode(f"n{i + 1}", self.base_dir, host, self._ports(i), binary, pass_fds)
+            for i in range(n)
+        ]
+        self._write_configs()
+
+    def _ports(self, i: int) -> NodePorts:
+        p = self.fixed_ports
+        if p is None:
+            return NodePorts(free_port(self.host), free_port(self.host), free_port(self.host))
+        return NodePorts(p[0] + i, p[1] + i, p[2] + i)
+
+    def _write_configs(self) -> None:
         routes = [node.ports.route for node in self.nodes]
         for node in self.nodes:
             node.write_config(routes)
@@ -227,19 +249,34 @@ class NatsCluster:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, timeout: float = 30.0) -> NatsCluster:
-        """Start every node not running and wait until the cluster is healthy."""
+        """Start every node not running and wait until the cluster is healthy.
+
+        With free ports picked for it, a port another process took in the meantime (a
+        free port is only free until someone binds it) makes the whole cluster start again
+        on fresh ones, a few times."""
         deadline = time.monotonic() + timeout
-        started = [node for node in self.nodes if not node.running]
-        try:
-            for node in started:
-                node.launch()
-            for node in started:
-                node.wait_ready(deadline)
-            self.wait_healthy(max(0.1, deadline - time.monotonic()))
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(PORT_ATTEMPTS):
+            started = [node for node in self.nodes if not node.running]
+            try:
+                for node in started:
+                    node.launch()
+                for node in started:
+                    node.wait_ready(deadline)
+                self.wait_healthy(max(0.1, deadline - time.monotonic()))
+                return self
+            except NatsServerError as exc:
+                self.stop()
+                fresh = len(started) == len(self.nodes) and self.fixed_ports is None
+                if not (fresh and PORT_TAKEN in str(exc)) or attempt + 1 == PORT_ATTEMPTS:
+                    raise
+                log.warning("cluster start: %s; again on other ports", exc)
+                for i, node in enumerate(self.nodes):
+                    node.ports = self._ports(i)
+                self._write_configs()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def start_node(self, name: str, timeout: float = 20.0) -> ClusterNode:
         """(Re)start one node and wait until it listens (not until it has caught up)."""
@@ -286,12 +323,19 @@ class NatsCluster:
         return None
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
-        """Until every running node answers ``/healthz`` ok (JetStream current) and a
-        meta leader is elected."""
+        """Until every running node answers ``/healthz`` ok (JetStream current), has a route
+        to every other running node (so each announces all of them to its clients: what
+        replica detection counts) and a meta leader is elected. A quorum alone elects the
+        leader while the last route may still be forming."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             running = [n for n in self.nodes if n.running]
-            if running and all(n.healthy() for n in running) and self.meta_leader():
+            names = {n.name for n in running}
+            if (
+                running
+                and all(n.healthy() and n.routed_to() >= names - {n.name} for n in running)
+                and self.meta_leader()
+            ):
                 return
             time.sleep(0.1)
         bad = [n.name for n in self.nodes if n.running and not n.healthy()]

@@ -65,6 +65,11 @@ def find_binary() -> str:
     )
 
 
+PORT_TAKEN = "address already in use"
+"""What nats-server's log says when its port was taken: a free port is only free until
+someone binds it."""
+
+
 PR_SET_PDEATHSIG = 1
 """``prctl`` option (linux/prctl.h): the signal a process gets when its parent goes."""
 

@@ -193,7 +193,7 @@ KINDS: dict[str, KindSpec] = {
             p.SegmentFailed,
             "segment",
             "segment_id",
-            emitted_by="runner",
+            emitted_by="runner, planner (segments a crash lost)",
             folded_by="read model, auditor",
         ),
         KindSpec(

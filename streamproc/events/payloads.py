@@ -386,6 +386,11 @@ class SegmentCompleted(Payload, kw_only=True):
     usage: SegmentUsage = msgspec.field(default_factory=SegmentUsage)
 
 
+SEGMENT_UNRECOVERABLE = "unrecoverable_segment"
+"""How the ``reason`` of a ``segment.failed`` starts that the planner emits for a segment
+whose event a crash lost and that no plan derives any more (docs/planning.md)."""
+
+
 class SegmentFailed(Payload, kw_only=True):
     segment_id: Str
     run_id: Str

@@ -116,6 +116,47 @@ and aggregate's (`wrong_subject`), since NATS permissions confine producers by s
 """
 
 
+FOLDS_HEADER = """
+## Which events create
+
+Updates never create (DESIGN.md principle 1). Per projection, the kinds that may bring a
+new entity into it, the kinds that update an entity that must exist — for an unknown run,
+segment, schedule or image the event is rejected with a named reason (`unknown_run`,
+`unknown_segment`, `unknown_schedule`, `image_not_indexed`, …) — and the kinds it only
+observes (never creating, never rejected). Each projection declares this (`creates`,
+`observes`); a test folds every update kind for an unknown entity into every projection.
+
+A rejection is recorded with its reason in the same batch, logged once at warning with the
+event id, counted in `streamproc_rejected_events_total{projection,reason}` and shown by
+`streamproc status`; it does not count as applied (`streamproc_projector_events_total`
+with `result="rejected"`).
+
+| role | projection | creates | updates (rejected when unknown) | observes |
+|---|---|---|---|---|
+"""
+
+
+def _kinds(kinds: frozenset[str]) -> str:
+    return ", ".join(f"`{k}`" for k in sorted(kinds)) or "—"
+
+
+def render_folds() -> list[str]:
+    """The creates/updates/observes table of every registered projection."""
+    from streamproc.roles import ROLES
+
+    lines = [FOLDS_HEADER.strip("\n")]
+    for role, spec in ROLES.items():
+        for make in spec.projections:
+            proj = make()
+            every = proj.kinds == frozenset(KINDS)
+            lines.append(
+                f"| {role} | `{proj.name}` | "
+                + ("every kind" if every else _kinds(proj.creates))
+                + f" | {_kinds(proj.updates())} | {_kinds(proj.observes)} |"
+            )
+    return lines
+
+
 def render_catalog() -> str:
     lines = [CATALOG_HEADER.rstrip("\n")]
     for kind in sorted(KINDS):
@@ -137,4 +178,5 @@ def render_catalog() -> str:
         lines += ["", "| field | type | required |", "|---|---|---|"]
         for name, t, req in _fields(kind):
             lines.append(f"| `{name}` | {t} | {'yes' if req else ''} |")
+    lines += ["", *render_folds()]
     return "\n".join(lines) + "\n"

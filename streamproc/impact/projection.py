@@ -99,6 +99,8 @@ class ImpactProjection(Projection):
     kinds: ClassVar[frozenset[str]] = frozenset(
         {"image.indexed", "image.removed", "export.feedser"}
     )
+    creates: ClassVar[frozenset[str]] = frozenset({"image.indexed", "export.feedser"})
+    """An export's advisories add vuln keys; removing an image needs it indexed."""
     families: ClassVar[tuple[str, ...]] = K.FAMILIES
     version: ClassVar[int] = 4
     """4: image records say whether usage is known, with a usage-known owner bitmap per

@@ -40,6 +40,12 @@ class PlannerExports(Projection):
     kinds: ClassVar[frozenset[str]] = frozenset(
         {"export.feedser", "export.vexer", "run.requested", "run.planned", "run.cancel_requested"}
     )
+    creates: ClassVar[frozenset[str]] = frozenset(
+        {"export.feedser", "export.vexer", "run.requested"}
+    )
+    """A request claims the exports it names (a claim of the run)."""
+    observes: ClassVar[frozenset[str]] = frozenset({"run.planned", "run.cancel_requested"})
+    """They act on the run's claim, which most runs (manual, cron) never make."""
     families: ClassVar[tuple[str, ...]] = (EXPORTS_CF, CLAIMS_CF, CURSORS_CF, VULNS_CF)
     version: ClassVar[int] = 2
     """2: cursors hold when each source's latest coalescing window opened."""

@@ -20,7 +20,7 @@ import msgspec
 
 from streamproc.events.envelope import Envelope
 from streamproc.planner import records as r
-from streamproc.projection import Projection, Tx
+from streamproc.projection import Projection, Rejection, Tx
 from streamproc.state.store import Store
 
 OPEN_CF = "pl_open"
@@ -56,6 +56,9 @@ class PlannerOpenRuns(Projection):
     kinds: ClassVar[frozenset[str]] = frozenset(
         {"run.planned", "segment.enqueued", *_TAKEN, "run.completed", "run.cancelled"}
     )
+    creates: ClassVar[frozenset[str]] = frozenset({"run.planned"})
+    """An open run starts at its plan; a later event of a run that is not open (never
+    planned, or finished and forgotten) or of a segment its plan does not list is rejected."""
     families: ClassVar[tuple[str, ...]] = (OPEN_CF,)
 
     def __init__(self) -> None:
@@ -69,8 +72,9 @@ class PlannerOpenRuns(Projection):
         t = tx.table(OPEN_CF)
         run_key = r.key(event.tenant, pl.run_id)
         kind = event.kind
+        raw_run = t.get(run_key)
         if kind == "run.planned":
-            if t.get(run_key) is None:
+            if raw_run is None:
                 run = OpenRun(
                     tenant=event.tenant,
                     run_id=pl.run_id,
@@ -80,13 +84,15 @@ class PlannerOpenRuns(Projection):
                 )
                 t.put(run_key, _enc.encode(run))
             return
-        if t.get(run_key) is None:
-            return  # not planned here, or already finished: nothing to watch
+        if raw_run is None:
+            raise Rejection("unknown_run", f"{kind} for run {pl.run_id}: not open here")
         if kind in ("run.completed", "run.cancelled"):
             for k, _ in list(t.scan(run_key + r.SEP)):
                 t.delete(k)
             t.delete(run_key)
             return
+        if pl.segment_id not in _run(raw_run).segments:
+            raise Rejection("unknown_segment", f"{kind}: {pl.segment_id} is not in the plan")
         seg_key = r.key(event.tenant, pl.run_id, pl.segment_id)
         raw = t.get(seg_key)
         cur = OpenSegment() if raw is None else _seg(raw)

@@ -61,6 +61,7 @@ class PlannerSchedules(Projection):
             "run.requested",
         }
     )
+    creates: ClassVar[frozenset[str]] = frozenset({"schedule.created"})
     families: ClassVar[tuple[str, ...]] = (SCHEDULES_CF,)
 
     def __init__(self) -> None:
@@ -139,11 +140,14 @@ class PlannerSchedules(Projection):
         return msgspec.structs.replace(cur, deleted=True)  # schedule.deleted
 
     def _tick(self, tenant: str, req: p.RunRequested) -> None:
+        """A cron run's request is the tick of its schedule: the latest one fired."""
         if req.trigger != "cron" or req.schedule_id is None:
             return
         cur = self.get(tenant, req.schedule_id)
+        if cur is None:
+            raise Rejection("unknown_schedule", f"a cron tick of unknown {req.schedule_id}")
         at = parse_utc_ms(req.reason.scheduled_for)
-        if cur is None or at is None or (cur.last_fired_ms or -1) >= at:
+        if at is None or (cur.last_fired_ms or -1) >= at:
             return
         self.by_tenant[tenant][cur.id] = msgspec.structs.replace(cur, last_fired_ms=at)
         self._dirty.add((tenant, cur.id))
@@ -167,6 +171,7 @@ class PlannerRuns(Projection):
     kinds: ClassVar[frozenset[str]] = frozenset(
         {"run.requested", "run.planned", "run.cancel_requested"}
     )
+    creates: ClassVar[frozenset[str]] = frozenset({"run.requested"})
     families: ClassVar[tuple[str, ...]] = (RUNS_CF, BACKLOG_CF)
 
     def __init__(self) -> None:
@@ -239,10 +244,10 @@ class PlannerRuns(Projection):
         self, tx: Tx, cur: r.RunRecord | None, event: Envelope, pl: p.RunPlanned, ms: int
     ) -> None:
         t = event.tenant
-        if cur is not None and cur.state == "planned":
+        if cur is None:
+            raise Rejection("unknown_run", f"run.planned for run {pl.run_id}, never requested")
+        if cur.state == "planned":
             raise Rejection("already_planned", f"run {pl.run_id} was already planned")
-        if cur is None:  # planned elsewhere without a request we saw: still a marker
-            cur = r.RunRecord(run_id=pl.run_id, tenant=t, event_id=event.id, hlc=event.hlc, ms=ms)
         was_cancelled = cur.state == "cancelled"
         rec = msgspec.structs.replace(
             cur, state="planned", stats=pl.stats, planned_ms=ms, segments=list(pl.segments)
@@ -267,7 +272,9 @@ class PlannerRuns(Projection):
             self.backlog[(t, b.run_id)] = b
 
     def _cancel(self, tx: Tx, cur: r.RunRecord | None, tenant: str, run_id: str) -> None:
-        if cur is not None and cur.state == "requested":
+        if cur is None:
+            raise Rejection("unknown_run", f"a cancel for run {run_id}, never requested")
+        if cur.state == "requested":
             rec = msgspec.structs.replace(cur, state="cancelled")
             tx.table(RUNS_CF).put(r.key(tenant, run_id), r.encode(rec))
             self.pending.pop((tenant, run_id), None)
@@ -294,6 +301,8 @@ class LastReports(Projection):
 
     name: ClassVar[str] = "pl_reports"
     kinds: ClassVar[frozenset[str]] = frozenset({"verdict.recorded"})
+    creates: ClassVar[frozenset[str]] = kinds
+    """An image's first report creates its entry (reports are about images, not runs)."""
     families: ClassVar[tuple[str, ...]] = (REPORTS_CF,)
 
     def __init__(self) -> None:

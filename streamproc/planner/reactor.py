@@ -159,6 +159,11 @@ class PlannerReactor(Reactor):
         self._gauge(state)
         self.passes += 1
 
+    def end_term(self) -> None:
+        """A standby runs no restart check: a failing one of the ended term is not ours."""
+        if self.check.problem is not None:
+            metrics.PLANNER_RECOVERY_FAILING.set(0)
+
     async def _recover(self, ctx: RoleContext, state: PlannerState, source: ImpactSource) -> None:
         """The restart check (:mod:`.recovery`), retried with backoff while it fails."""
         check = self.check
@@ -182,7 +187,7 @@ class PlannerReactor(Reactor):
             )
 
         try:
-            out = await requeue_lost(ctx.publisher, ctx.store, ctx.wait_for, replan)
+            out = await requeue_lost(ctx.publisher, ctx.store, ctx.wait_for, replan, ctx.clock)
         except Exception as exc:  # retried after a backoff, a bounded number of times
             check.failed(exc)
             ctx.problems[RECOVERY_PROBLEM] = check.problem or str(exc)

@@ -15,8 +15,11 @@ never run. Once after each start (when caught up), the planner:
    is in the queue (seen in step 2) or was never stored;
 4. publishes the work items of the segments whose item is absent: from the segment's own
    event (fetched by its stream sequence), or — for a segment whose event never reached the
-   log — from the same plan derived again (if the index changed since, so the plan no longer
-   matches, the run is reported, not guessed at).
+   log — from the same plan derived again. If the index changed since, so the plan no longer
+   matches, those segments are not guessed at: each is closed with a ``segment.failed``
+   (dead-lettered, reason ``unrecoverable_segment``, id ``derive_id(segmentId,
+   "unrecoverable")``), so the run finishes like any other — its coverage names them — and
+   never stays open.
 
 Exactly once does not rest on JetStream's duplicate window (1 h): an item consumed long ago
 left a ``segment.*`` event in the log, and an item still queued was seen in the listing. The
@@ -34,15 +37,18 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from streamproc import metrics
 from streamproc.bus import direct, jsapi
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.streams import stream_names
-from streamproc.events.envelope import encode
-from streamproc.planner.emit import PlanEvents, work_subject
+from streamproc.events import payloads as p
+from streamproc.events.envelope import Envelope, encode, new_event
+from streamproc.hlc import HybridLogicalClock
+from streamproc.ids import derive_id
+from streamproc.planner.emit import PlanEvents, planned_event_id, work_subject
 from streamproc.planner.model import Plan
 from streamproc.planner.open_runs import OpenRunView, open_runs
 from streamproc.state.store import Store
@@ -64,6 +70,8 @@ class Outcome:
     """Segment events that never reached the log, published from the plan derived again."""
     unrecoverable: list[str] | None = None
     """Runs that lost segment events and whose plan no longer matches."""
+    closed: int = 0
+    """Segments of those runs closed with ``segment.failed`` (``unrecoverable_segment``)."""
 
 
 async def fetch_event(pub: Publisher, stream: str, seq: int) -> bytes:
@@ -77,11 +85,40 @@ async def queued_ids(pub: Publisher, work_stream: str, tenant: str) -> set[str]:
     return {m.headers.get("Nats-Msg-Id", "") for m in msgs}
 
 
+def unrecoverable_events(
+    view: OpenRunView, missing: Iterable[str], clock: HybridLogicalClock
+) -> list[Envelope]:
+    """A dead-lettered ``segment.failed`` for each segment whose event a crash lost and that
+    no plan derives any more: the run's completion then accounts for them (pure but for the
+    clock; ids from the segment, so a repeated check emits nothing new)."""
+    run = view.run
+    images = dict(zip(run.segments, run.images, strict=False))
+    return [
+        new_event(
+            "segment.failed",
+            run.tenant,
+            p.SegmentFailed(
+                segment_id=sid,
+                run_id=run.run_id,
+                reason=f"{p.SEGMENT_UNRECOVERABLE}: its {images.get(sid, 0)} image(s) were "
+                "planned, the event was lost in a planner crash and the index changed since",
+                dead_lettered=True,
+            ),
+            clock.now(),
+            event_id=derive_id(sid, "unrecoverable"),
+            causation_id=planned_event_id(run.run_id),
+            correlation_id=run.run_id,
+        )
+        for sid in sorted(missing)
+    ]
+
+
 async def requeue_lost(
     pub: Publisher,
     store: Store,
     wait_for: Callable[[int, float], Awaitable[None]],
     replan: Replan,
+    clock: HybridLogicalClock,
 ) -> Outcome:
     """One restart check (steps 1 to 4 above); raises on any NATS error (nothing half-done
     matters: a retry redoes it and JetStream drops repeats by id)."""
@@ -117,13 +154,18 @@ async def requeue_lost(
             if got != want:
                 log.error(
                     "planner: run %s of %s lost %d segment(s) in a crash and its plan has "
-                    "changed since; cancel it and request it again",
+                    "changed since; closing them as failed (%s), so the run finishes without "
+                    "them — request it again to evaluate their images",
                     run_id,
                     tenant,
                     len(missing),
+                    p.SEGMENT_UNRECOVERABLE,
                 )
                 metrics.PLANNER_ERRORS.labels("unrecoverable_segments").inc()
                 out.unrecoverable.append(f"{tenant}/{run_id}")
+                closed = unrecoverable_events(view, missing, clock)
+                await pub.publish_events(closed)
+                out.closed += len(closed)
                 continue
             assert again is not None
             lost = [e for e in again[1].segments if e.id in missing]

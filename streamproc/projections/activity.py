@@ -30,6 +30,8 @@ _enc = msgspec.json.Encoder(order="sorted")
 class Activity(Projection):
     name: ClassVar[str] = "activity"
     kinds: ClassVar[frozenset[str]] = frozenset(KINDS)
+    creates: ClassVar[frozenset[str]] = kinds
+    """Counters per tenant: any event is the first of its tenant's."""
 
     def __init__(self) -> None:
         self._cache: dict[str, TenantActivity] = {}

@@ -40,6 +40,7 @@ def export_key(tenant: str, kind: str, ref: str) -> bytes:
 class Exports(Projection):
     name: ClassVar[str] = "rm_exports"
     kinds: ClassVar[frozenset[str]] = frozenset({"export.feedser", "export.vexer"})
+    creates: ClassVar[frozenset[str]] = kinds
     families: ClassVar[tuple[str, ...]] = (CF,)
 
     def fold(self, tx: Tx, event: Envelope) -> None:

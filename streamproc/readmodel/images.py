@@ -84,6 +84,7 @@ def image_key(tenant: str, digest: str) -> bytes:
 class Images(Projection):
     name: ClassVar[str] = "rm_images"
     kinds: ClassVar[frozenset[str]] = frozenset({"image.indexed", "image.removed"})
+    creates: ClassVar[frozenset[str]] = frozenset({"image.indexed"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 
     def fold(self, tx: Tx, event: Envelope) -> None:

@@ -69,9 +69,14 @@ def delta_prefix(tenant: str, run_id: str) -> bytes:
     return keys.key(tenant, run_id) + keys.SEP
 
 
-def _open_segment(rec: RunRecord, segment_id: str) -> SegmentState:
-    """The segment's state so far (new if unseen); a finished segment takes no more events."""
-    seg = rec.segments.get(segment_id) or SegmentState()
+def _open_segment(rec: RunRecord, segment_id: str, event: Envelope) -> SegmentState:
+    """The segment's state so far; one the run never planned or enqueued is
+    ``unknown_segment`` (updates never create), a finished one takes no more events."""
+    seg = rec.segments.get(segment_id)
+    if seg is None:
+        raise Rejection(
+            "unknown_segment", f"{event.kind} for segment {segment_id}, not in run {rec.id}"
+        )
     if seg.state in ("completed", "failed"):
         raise Rejection("segment_finished", f"segment {segment_id} is already {seg.state}")
     return seg
@@ -94,6 +99,11 @@ def _is_delta(v: p.VerdictRecorded) -> bool:
 class Runs(Projection):
     name: ClassVar[str] = "rm_runs"
     kinds: ClassVar[frozenset[str]] = RUN_KINDS | CLOCK_KINDS
+    creates: ClassVar[frozenset[str]] = frozenset({"run.requested"})
+    """Everything else needs its run (``unknown_run``); a segment comes with the run's plan
+    or its ``segment.enqueued``, and ``segment.started|completed|failed`` and verdicts of
+    any other are ``unknown_segment``."""
+    observes: ClassVar[frozenset[str]] = CLOCK_KINDS
     version: ClassVar[int] = 2
     """2: finish-time index and retention clock (``rm_runs_expiry``)."""
     families: ClassVar[tuple[str, ...]] = (CF, BY_TIME_CF, DELTAS_CF, EXPIRY_CF)
@@ -241,7 +251,8 @@ class Runs(Projection):
         self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentEnqueued
     ) -> RunRecord:
         rec = _live(rec, e)
-        _open_segment(rec, s.segment_id)
+        if s.segment_id in rec.segments:  # planned (or a repeat): it must still be open
+            _open_segment(rec, s.segment_id, e)
         rec.segments = {**rec.segments, s.segment_id: SegmentState(len(s.digests), "enqueued")}
         if rec.state in ("requested", "planned"):
             rec.state = "queued"
@@ -251,7 +262,7 @@ class Runs(Projection):
         self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentStarted
     ) -> RunRecord:
         rec = _live(rec, e)
-        seg = _open_segment(rec, s.segment_id)
+        seg = _open_segment(rec, s.segment_id, e)
         rec.segments = {
             **rec.segments,
             s.segment_id: SegmentState(seg.images, "running", max(seg.attempts, s.attempt)),
@@ -265,7 +276,7 @@ class Runs(Projection):
         self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentCompleted
     ) -> RunRecord:
         rec = _live(rec, e)
-        seg = _open_segment(rec, s.segment_id)
+        seg = _open_segment(rec, s.segment_id, e)
         rec.segments = {
             **rec.segments,
             s.segment_id: SegmentState(seg.images, "completed", seg.attempts),
@@ -283,7 +294,7 @@ class Runs(Projection):
         self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentFailed
     ) -> RunRecord:
         rec = _live(rec, e)
-        seg = _open_segment(rec, s.segment_id)
+        seg = _open_segment(rec, s.segment_id, e)
         attempts = max(seg.attempts, s.deliveries)
         if not s.dead_lettered:  # a retryable failure: it will be delivered again
             rec.segments = {
@@ -299,6 +310,10 @@ class Runs(Projection):
         self, tx: Tx, rec: RunRecord | None, e: Envelope, v: p.VerdictRecorded
     ) -> RunRecord:
         rec = _live(rec, e)
+        if v.segment_id not in rec.segments:
+            raise Rejection(
+                "unknown_segment", f"a verdict of segment {v.segment_id}, not in run {rec.id}"
+            )
         table = tx.table(DELTAS_CF)
         dk = delta_prefix(e.tenant, v.run_id) + v.digest.encode()
         raw = table.get(dk)

@@ -100,6 +100,7 @@ class Schedules(Projection):
             "schedule.deleted",
         }
     )
+    creates: ClassVar[frozenset[str]] = frozenset({"schedule.created"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 
     def fold(self, tx: Tx, event: Envelope) -> None:

@@ -32,12 +32,19 @@ def final_stats(rec: RunRec) -> tuple[p.RunStats, p.Coverage]:
         failed += d.failed
         cancelled += d.cancelled
     reasons: dict[str, int] = dict(rec.failure_reasons)
+    lost = 0
     for sid, d in rec.done.items():
         if d.dead_lettered:
             ok, bad = rec.verdicts.get(sid, [0, 0])
-            dead += max(0, rec.segments.get(sid, 0) - ok - bad)
+            n = max(0, rec.segments.get(sid, 0) - ok - bad)
+            if (d.reason or "").startswith(p.SEGMENT_UNRECOVERABLE):
+                lost += n  # closed by the planner: its event was lost in a crash
+            else:
+                dead += n
     if dead:
         reasons["dead_lettered"] = dead
+    if lost:
+        reasons[p.SEGMENT_UNRECOVERABLE] = lost
     if cancelled:
         reasons["cancelled"] = cancelled
     if rec.plan.spilled:

@@ -15,7 +15,7 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.projection import Projection, Tx
+from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.runner.delta import FindingKey, new_findings
 
 RUNS_CF = "runner_runs"
@@ -122,6 +122,9 @@ class RunnerState(Projection):
             "verdict.recorded",
         }
     )
+    creates: ClassVar[frozenset[str]] = frozenset({"schedule.created", "run.requested"})
+    """A run is known from its request on: every later event of an unknown run (or of a
+    segment its plan does not list) is rejected, so nothing stays open that never ran."""
     families: ClassVar[tuple[str, ...]] = (
         RUNS_CF,
         VERDICTS_CF,
@@ -137,15 +140,33 @@ class RunnerState(Projection):
         self._aggs: dict[bytes, VulnAgg] = {}
         """Summary entries changed in this batch, written once in ``flush``."""
 
-    def _run(self, tx: Tx, tenant: str, run_id: str) -> tuple[bytes, RunRec]:
-        k = key(tenant, run_id)
+    def _load(self, tx: Tx, k: bytes) -> RunRec | None:
         rec = self._runs.get(k)
         if rec is None:
             raw = tx.table(RUNS_CF).get(k)
-            rec = decode_run(raw) if raw is not None else RunRec(tenant=tenant, run_id=run_id)
-            self._runs[k] = rec
+            if raw is None:
+                return None
+            rec = self._runs[k] = decode_run(raw)
+        return rec
+
+    def _run(self, tx: Tx, e: Envelope, run_id: str) -> tuple[bytes, RunRec]:
+        """The run this event updates; :class:`Rejection` (``unknown_run``) if there is none.
+        Checked before anything changes, so a rejection leaves the batch untouched."""
+        k = key(e.tenant, run_id)
+        rec = self._load(tx, k)
+        if rec is None:
+            raise Rejection("unknown_run", f"{e.kind} for run {run_id}, never requested")
         self._dirty.add(k)
         return k, rec
+
+    def _segment(self, tx: Tx, e: Envelope, run_id: str, segment_id: str) -> RunRec:
+        """The run of a segment its plan lists (``unknown_segment`` otherwise)."""
+        _, rec = self._run(tx, e, run_id)
+        if segment_id not in rec.segments:
+            raise Rejection(
+                "unknown_segment", f"{e.kind} for segment {segment_id}, not in run {run_id}'s plan"
+            )
+        return rec
 
     def fold(self, tx: Tx, event: Envelope) -> None:
         getattr(self, "_" + event.kind.replace(".", "_"))(tx, event, event.payload)
@@ -153,15 +174,21 @@ class RunnerState(Projection):
     # ------------------------------------------------------------------ schedules
 
     def _schedule_created(self, tx: Tx, e: Envelope, s: p.ScheduleCreated) -> None:
-        rule = Rule(notify=s.notify, limits=s.limits)
-        tx.table(RULES_CF).put(key(e.tenant, s.schedule_id), _enc.encode(rule))
+        t = tx.table(RULES_CF)
+        if t.get(key(e.tenant, s.schedule_id)) is not None:
+            raise Rejection("schedule_exists", f"schedule {s.schedule_id} already exists")
+        t.put(key(e.tenant, s.schedule_id), _enc.encode(Rule(notify=s.notify, limits=s.limits)))
+
+    @staticmethod
+    def _rule(t: Table, e: Envelope, schedule_id: str) -> bytes:
+        raw = t.get(key(e.tenant, schedule_id))
+        if raw is None:
+            raise Rejection("unknown_schedule", f"{e.kind} for a schedule that does not exist")
+        return raw
 
     def _schedule_updated(self, tx: Tx, e: Envelope, s: p.ScheduleUpdated) -> None:
         t = tx.table(RULES_CF)
-        raw = t.get(key(e.tenant, s.schedule_id))
-        if raw is None:
-            return  # an update never creates a schedule; the read model records the rejection
-        rule = decode_rule(raw)
+        rule = decode_rule(self._rule(t, e, s.schedule_id))
         if s.notify is not msgspec.UNSET:
             rule.notify = s.notify
         if s.limits is not msgspec.UNSET:
@@ -169,19 +196,27 @@ class RunnerState(Projection):
         t.put(key(e.tenant, s.schedule_id), _enc.encode(rule))
 
     def _schedule_deleted(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None:
-        tx.table(RULES_CF).delete(key(e.tenant, s.schedule_id))
+        t = tx.table(RULES_CF)
+        self._rule(t, e, s.schedule_id)
+        t.delete(key(e.tenant, s.schedule_id))
 
     # ------------------------------------------------------------------ runs
 
     def _run_requested(self, tx: Tx, e: Envelope, r: p.RunRequested) -> None:
-        _, rec = self._run(tx, e.tenant, r.run_id)
-        rec.trigger = r.trigger
-        rec.mode = r.mode
-        if r.schedule_id and r.schedule_id not in rec.schedule_ids:
-            rec.schedule_ids = [*rec.schedule_ids, r.schedule_id]
+        k = key(e.tenant, r.run_id)
+        if self._load(tx, k) is not None:
+            raise Rejection("run_exists", f"run {r.run_id} was already requested")
+        self._runs[k] = RunRec(
+            tenant=e.tenant,
+            run_id=r.run_id,
+            trigger=r.trigger,
+            mode=r.mode,
+            schedule_ids=[r.schedule_id] if r.schedule_id else [],
+        )
+        self._dirty.add(k)
 
     def _run_planned(self, tx: Tx, e: Envelope, r: p.RunPlanned) -> None:
-        _, rec = self._run(tx, e.tenant, r.run_id)
+        _, rec = self._run(tx, e, r.run_id)
         if rec.planned:
             return
         rec.planned = True
@@ -191,30 +226,30 @@ class RunnerState(Projection):
         rec.segments = {s.segment_id: s.images for s in r.segments}
 
     def _run_cancel_requested(self, tx: Tx, e: Envelope, r: p.RunCancelRequested) -> None:
-        _, rec = self._run(tx, e.tenant, r.run_id)
+        _, rec = self._run(tx, e, r.run_id)
         if rec.terminal is None and not rec.cancel_requested:
             rec.cancel_requested = True
             rec.cancel_reason = r.reason
 
     def _run_completed(self, tx: Tx, e: Envelope, r: p.RunCompleted) -> None:
-        _, rec = self._run(tx, e.tenant, r.run_id)
+        _, rec = self._run(tx, e, r.run_id)
         rec.terminal = rec.terminal or r.state
 
     def _run_cancelled(self, tx: Tx, e: Envelope, r: p.RunCancelled) -> None:
-        _, rec = self._run(tx, e.tenant, r.run_id)
+        _, rec = self._run(tx, e, r.run_id)
         rec.terminal = rec.terminal or "cancelled"
 
     # ------------------------------------------------------------------ segments
 
     def _segment_completed(self, tx: Tx, e: Envelope, s: p.SegmentCompleted) -> None:
-        _, rec = self._run(tx, e.tenant, s.run_id)
+        rec = self._segment(tx, e, s.run_id, s.segment_id)
         if s.segment_id not in rec.done:
             rec.done = {**rec.done, s.segment_id: SegDone(s.completed, s.failed, s.cancelled)}
 
     def _segment_failed(self, tx: Tx, e: Envelope, s: p.SegmentFailed) -> None:
+        rec = self._segment(tx, e, s.run_id, s.segment_id)
         if not s.dead_lettered:
             return  # a failed attempt: the segment will be delivered again
-        _, rec = self._run(tx, e.tenant, s.run_id)
         if s.segment_id not in rec.done:
             ok, failed = rec.verdicts.get(s.segment_id, [0, 0])
             images = rec.segments.get(s.segment_id, ok + failed)
@@ -226,11 +261,11 @@ class RunnerState(Projection):
     # ------------------------------------------------------------------ verdicts
 
     def _verdict_recorded(self, tx: Tx, e: Envelope, v: p.VerdictRecorded) -> None:
+        rec = self._segment(tx, e, v.run_id, v.segment_id)
         vt = tx.table(VERDICTS_CF)
         vk = key(e.tenant, v.run_id, v.digest)
         if vt.get(vk) is not None:
             return  # one verdict per (run, image): a re-emission changes nothing
-        _, rec = self._run(tx, e.tenant, v.run_id)
         counts = list(rec.verdicts.get(v.segment_id, [0, 0]))
         delta = v.new_criticals > 0 or v.new_high > 0 or bool(v.kev_hits)
         if v.status == "ok":

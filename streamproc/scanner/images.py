@@ -70,6 +70,7 @@ def _sbom_key(key: str) -> bytes:
 class ScannerImages(Projection):
     name: ClassVar[str] = "scanner_images"
     kinds: ClassVar[frozenset[str]] = frozenset({"image.indexed", "image.removed"})
+    creates: ClassVar[frozenset[str]] = frozenset({"image.indexed"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 
     def fold(self, tx: Tx, event: Envelope) -> None:

@@ -1,7 +1,8 @@
 """Every reserved column family and key name, defined once.
 
 Projections own one or more column families named here; ``__meta__`` holds what the runtime
-itself keeps: the checkpoint, the state-format version and the quarantine.
+itself keeps: the checkpoint, the state-format version, the quarantine and the rejections
+(one record per event and projection, and their counts).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ CHECKPOINT_KEY = b"checkpoint"
 FORMAT_KEY = b"state_format"
 QUARANTINE_PREFIX = b"quarantine/"
 REJECTION_PREFIX = b"rejected/"
+REJECTION_COUNTS_KEY = b"rejection_counts"
 LOCK_FILE = "LOCK.streamproc"
 
 STATE_FORMAT_VERSION = 1

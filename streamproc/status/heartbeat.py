@@ -102,6 +102,7 @@ class StatusHeartbeat:
                     failure=_failure(self.system, role),
                     lease=_lease(self.system, role),
                     problems=_problems(self.system, role),
+                    rejections=proj.folder.rejections,
                     started=self.started,
                     updated_ms=now,
                     interval_s=self.interval,

@@ -14,6 +14,7 @@ from nats.js.errors import BucketNotFoundError
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import Settings
+from streamproc.projection import describe_rejections
 from streamproc.status.record import (
     SKEW_MARGIN_S,
     STALE_INTERVALS,
@@ -110,7 +111,8 @@ HEALTH_TEXT = {"stale": "stale heartbeat"}
 
 
 def render(report: Report) -> str:
-    rows = [["ROLE", "INSTANCE", "POSITION", "HEAD", "LAG", "HEALTH", "LEASE", "SEEN", "HTTP"]]
+    head = "ROLE INSTANCE POSITION HEAD LAG HEALTH LEASE SEEN HTTP REJECTED"
+    rows = [head.split()]
     for i in report.instances:
         b = i.beat
         rows.append(
@@ -124,6 +126,7 @@ def render(report: Report) -> str:
                 b.lease or "-",
                 f"{i.age_s:.0f}s ago",
                 b.http_url or "-",
+                str(sum(n for per in b.rejections.values() for n in per.values())),
             ]
         )
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
@@ -134,6 +137,11 @@ def render(report: Report) -> str:
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     if not report.instances:
         lines.append("(no role instance is running)")
+    lines += [
+        f"rejected: {i.beat.role} {i.beat.instance}: {describe_rejections(i.beat.rejections)}"
+        for i in report.instances
+        if describe_rejections(i.beat.rejections)
+    ]
     lines += [f"problem: {p}" for p in report.problems]
     return "\n".join(lines)
 

@@ -21,6 +21,7 @@ from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.server import NatsServerError
 from streamproc.config import ConfigError
+from tests.helpers import eventually
 
 
 @pytest.fixture
@@ -41,7 +42,9 @@ async def test_auto_replicas_make_r3_streams_and_never_demote_them(
     assert cluster.meta_leader() in {n.name for n in cluster.nodes}
     nc = await connect(cluster.nodes[0].url)
     try:
-        assert cluster_size(nc) == 3
+        # The full mesh is up (NatsCluster.start waits for it); the connected server's
+        # announcement of its peers reaches the client as an async INFO.
+        await eventually(lambda: cluster_size(nc) == 3, what="3 servers announced")
         results = await streams.apply(nc, streams.definitions(prefix, streams.AUTO))
         assert {r.action for r in results} == {"created"}
         names = streams.stream_names(prefix)
@@ -121,3 +124,29 @@ def test_a_node_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
     assert not c.nodes[0].running
     with pytest.raises(KeyError, match="no node 'n9'"):
         c.node("n9")
+
+
+def test_a_port_taken_before_a_node_binds_it_starts_the_cluster_on_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A free port is free only until someone binds it: another process taking one between
+    the pick and the node's bind restarts the cluster on fresh ports, not a failure."""
+    import socket
+
+    from streamproc.bus import cluster as cluster_mod
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picks = iter([port])
+        real = cluster_mod.free_port
+        monkeypatch.setattr(cluster_mod, "free_port", lambda host: next(picks, None) or real(host))
+        c = NatsCluster(tmp_path / "cluster", 3)
+        assert c.nodes[0].ports.client == port
+        c.start()
+        try:
+            assert port not in {p for n in c.nodes for p in vars(n.ports).values()}
+            assert all(n.running for n in c.nodes) and c.meta_leader()
+        finally:
+            c.stop()

@@ -126,7 +126,8 @@ async def read_events(nc: FastClient, stream: str) -> list[tuple[int, Envelope]]
     name = f"read_{uuid.uuid4().hex[:12]}"
     config = {"name": name, "deliver_policy": "all", "ack_policy": "none",
               "inactive_threshold": 30_000_000_000, "replay_policy": "instant"}  # fmt: skip
-    await jsapi.create_consumer(nc, stream, config)
+    # Right after quorum is back the stream's group may still be electing: ask again.
+    await jsapi.with_retries(lambda: jsapi.create_consumer(nc, stream, config), 30.0)
     pull = await PullLoop(nc, stream, name, batch=2000).start()
     out: list[tuple[int, Envelope]] = []
     try:

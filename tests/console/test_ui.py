@@ -310,6 +310,18 @@ async def test_console_end_to_end(
             await page.wait_for_selector("#token")
             assert await page.evaluate("sessionStorage.length") == 0
             assert b.errors == [], b.errors
+
+            # A form's pending impact preview (debounced 350 ms) goes with the form: signing
+            # out right after opening one sends nothing — a late preview without a token was a
+            # 401 in the browser console.
+            await sign_in(b, base, token)
+            await page.goto(f"{base}/ui#/schedules/ui-nightly/edit")
+            await page.wait_for_selector("#cron-next li")
+            await page.click("text=Sign out")
+            await page.wait_for_selector("#token")
+            # until the page's timers armed before now have run (the debounce among them)
+            await page.evaluate("() => new Promise((done) => setTimeout(done, 400))")
+            assert b.errors == [], b.errors
     finally:
         await demo.close()
         await system.close()
@@ -442,9 +454,8 @@ async def test_images_page(
             assert await page.locator("#images-table tbody tr").count() == 3
             await page.fill("#images-namespace", "prod")
             await page.click("#images-filter")
-            await page.wait_for_function(
-                "document.querySelectorAll('#images-table tbody tr').length === 1"
-            )
+            # A locator wait, not wait_for_function: the console's CSP forbids eval.
+            await pw_api.expect(page.locator("#images-table tbody tr")).to_have_count(1)
             await row.locator("a").click()
             await page.wait_for_selector("#image-facts")
             assert (await page.text_content("#image-content") or "").startswith("sha256:")

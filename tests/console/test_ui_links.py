@@ -46,7 +46,8 @@ async def test_only_http_and_https_finding_links_are_links(
                     for v, link in LINKS.items()]  # fmt: skip
         for kind, payload in (
             ("run.requested", p.RunRequested(run_id=RUN, trigger="manual")),
-            ("run.planned", p.RunPlanned(run_id=RUN, trigger="manual")),
+            ("run.planned", p.RunPlanned(run_id=RUN, trigger="manual", segments=[
+                p.SegmentRef(segment_id="s0", shard=0, images=1)])),
             ("verdict.recorded", p.VerdictRecorded(run_id=RUN, segment_id="s0", digest=DIGEST,
                                                    new_high=3, top_findings=findings)),
         ):  # fmt: skip

@@ -24,6 +24,11 @@ def requested(run_id: str) -> p.RunRequested:
     return p.RunRequested(run_id=run_id, trigger="manual", reason=p.RunReason(text="why"))
 
 
+def planned(run_id: str, *segs: str) -> p.RunPlanned:
+    refs = [p.SegmentRef(segment_id=s, shard=0, images=1) for s in segs]
+    return p.RunPlanned(run_id=run_id, trigger="manual", segments=refs)
+
+
 def started(run_id: str, seg: str = "g1") -> p.SegmentStarted:
     return p.SegmentStarted(segment_id=seg, run_id=run_id, runner="w1")
 
@@ -36,6 +41,7 @@ def scenario() -> list[Envelope]:
     """The log; see :data:`EXPECTED_AFTER` for what the read model holds at its end."""
     return [
         at(0, "run.requested", requested("old")),
+        at(0, "run.planned", planned("old", "g1")),
         at(0, "segment.started", started("old")),
         at(0, "verdict.recorded", verdict("old", D1, 2)),
         at(0, "verdict.recorded", verdict("old", D2, 1)),
@@ -43,6 +49,7 @@ def scenario() -> list[Envelope]:
         at(0, "run.requested", requested("cancelled"), n=1),
         at(2, "run.cancelled", p.RunCancelled(run_id="cancelled", reason="operator")),
         at(0, "run.requested", requested("running"), n=2),
+        at(0, "run.planned", planned("running", "g1", "g2"), n=2),
         at(0, "segment.started", started("running"), n=2),
         at(0, "run.requested", requested("other"), tenant="t2", n=3),
         at(0.5, "run.completed", p.RunCompleted(run_id="other"), tenant="t2"),
@@ -65,8 +72,8 @@ def scenario() -> list[Envelope]:
     ]
 
 
-SEQ_LATE_VERDICT = 17
+SEQ_LATE_VERDICT = 19
 """1-based position of the late verdict for the pruned run (rejected ``unknown_run``)."""
-SEQ_GHOST = 15
+SEQ_GHOST = 17
 EXPECTED_AFTER = {"t1": ["old", "recent", "running"], "t2": []}
 """Run ids left per tenant, newest request first."""

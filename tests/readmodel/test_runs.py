@@ -27,6 +27,10 @@ def planned() -> p.RunPlanned:
     )
 
 
+def enqueued(segment_id: str) -> p.SegmentEnqueued:
+    return p.SegmentEnqueued(segment_id=segment_id, run_id="r1", shard=0, digests=[D1])
+
+
 def test_full_lifecycle_folds_state_and_stats() -> None:
     log = Log()
     log.emit("run.requested", requested())
@@ -115,6 +119,7 @@ def test_cancel_flow_and_unknown_runs() -> None:
 def test_plan_after_running_is_an_invalid_transition_and_duplicate_segments_count_once() -> None:
     log = Log()
     log.emit("run.requested", requested())
+    log.emit("segment.enqueued", enqueued("g1"))
     log.emit("segment.started", p.SegmentStarted(segment_id="g1", run_id="r1", runner="w"))
     assert log.rejection(log.emit("run.planned", planned()), NAME) == "invalid_transition"
     log.emit("segment.completed", p.SegmentCompleted(segment_id="g1", run_id="r1", completed=3))
@@ -128,6 +133,7 @@ def test_plan_after_running_is_an_invalid_transition_and_duplicate_segments_coun
 def test_a_re_evaluated_image_replaces_its_delta() -> None:
     log = Log()
     log.emit("run.requested", requested())
+    log.emit("segment.enqueued", enqueued("g"))
     log.fold(
         log.event(
             "verdict.recorded",
@@ -150,6 +156,7 @@ def test_rejection_inside_a_batch_leaves_the_cached_run_untouched() -> None:
     log = Log()
     log.fold(
         log.event("run.requested", requested()),
+        log.event("segment.enqueued", enqueued("g")),
         log.event(
             "segment.completed", p.SegmentCompleted(segment_id="g", run_id="r1", completed=2)
         ),
@@ -165,7 +172,7 @@ def test_rejection_inside_a_batch_leaves_the_cached_run_untouched() -> None:
         "cancelled",
         2,
         False,
-        4,
+        5,
     )
 
 

@@ -179,6 +179,8 @@ function describe(err) {
 }
 
 async function api(method, path, { body, query, headers } = {}) {
+  // Signed out (a view's late timer, an open modal): nothing goes out without a token.
+  if (!state.token) throw new ApiError(401, { detail: "signed out" });
   const url = new URL(BASE + path, location.origin);
   for (const [k, v] of Object.entries(query || {})) {
     if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, String(v));
@@ -621,6 +623,7 @@ async function viewScheduleForm(view, gen, id) {
   };
   let previewSeq = 0;
   const previewImpact = debounce(async () => {
+    if (gen !== state.generation) return; // the form is gone (another page, signed out)
     const seq = ++previewSeq;
     put(impact, h("span", { class: "muted" }, "Previewing…"));
     try {
