@@ -4,6 +4,7 @@ for a caller without credentials, and input hardening."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hmac
 import threading
@@ -351,6 +352,79 @@ async def test_nothing_is_hashed_before_the_headers_check_out(
     assert await gw.last_seq() == seq + 2
 
 
+async def send_headers_only(gw: Harness, path: str, headers: dict[str, str], declared: int):
+    """Send a request's head declaring a ``declared``-byte body, and none of the body: the
+    answer (status, problem) can only come from a gateway that judged the headers alone."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        head = {"Host": f"{host}:{port}", "Content-Type": "application/json", **headers}
+        head["Content-Length"] = str(declared)
+        lines = [f"POST {path} HTTP/1.1", *(f"{k}: {v}" for k, v in head.items()), "", ""]
+        writer.write("\r\n".join(lines).encode())
+        await writer.drain()
+        try:
+            async with asyncio.timeout(10):
+                head_bytes = await reader.readuntil(b"\r\n\r\n")
+                status_line, *fields = head_bytes.decode().split("\r\n")
+                length = next(
+                    int(f.split(":", 1)[1])
+                    for f in fields
+                    if f.lower().startswith("content-length:")
+                )
+                problem = msgspec.json.decode(await reader.readexactly(length))
+        except TimeoutError:
+            raise AssertionError(f"no answer to {headers} without the body") from None
+        return int(status_line.split()[1]), problem
+    finally:
+        writer.close()
+
+
+async def test_a_delivery_the_headers_condemn_is_refused_before_its_body_is_read(
+    gw: Harness, hashing: Hashing
+) -> None:
+    """The attack: a sender without a key declares a large body and the gateway reads and
+    hashes it before looking at the headers. Each request here sends only its head, with an
+    8 MiB body announced: the answer comes at once, from the headers, and nothing is hashed."""
+    status, _, _ = await post(gw, FEEDSER, export("small"), delivery="used-id")
+    assert status == 202
+    seq = await gw.last_seq()
+    hashing.calls.clear()
+    declared = 8 * 1024 * 1024
+    fresh = {
+        "X-Scheduler-Timestamp": str(int(time.time())),
+        "X-Scheduler-Delivery": "d-" + uuid.uuid4().hex,
+        "X-Scheduler-Signature": "sha256=" + "0" * 64,
+    }
+    cases: list[tuple[dict[str, str], int, str, str]] = [
+        ({"X-Scheduler-Timestamp": str(int(time.time()) - 301)}, 401, "stale-delivery", "300 s"),
+        ({"X-Scheduler-Timestamp": "soon"}, 401, "bad-signature", "Unix seconds"),
+        ({"X-Scheduler-Signature": ""}, 401, "bad-signature", "is required"),
+        ({"X-Scheduler-Signature": "sha256=abc"}, 401, "bad-signature", "64 hex digits"),
+        ({"X-Scheduler-Signature": ",".join(["sha256=" + "0" * 64] * 5)}, 401, "bad-signature",
+         "at most 4"),
+        ({"X-Scheduler-Signature": "ed25519=" + "A" * 86}, 401, "bad-signature", "no key"),
+        ({"X-Scheduler-Delivery": "a/b"}, 401, "bad-signature", "X-Scheduler-Delivery"),
+        ({"X-Scheduler-Delivery": "used-id"}, 409, "replayed-delivery", "used-id"),
+    ]  # fmt: skip
+    for change, want, slug, words in cases:
+        headers = {k: v for k, v in {**fresh, **change}.items() if v}
+        status, problem = await send_headers_only(gw, FEEDSER, headers, declared)
+        assert (status, problem["type"], problem["status"]) == (
+            want,
+            f"urn:streamproc:problem:{slug}",
+            want,
+        ), change
+        assert words in problem["detail"], problem
+    # Headers that check out, a body over the cap: 413 from the declared length, unread.
+    cap = gw.gateway.body_cap
+    status, problem = await send_headers_only(gw, FEEDSER, fresh, cap + 1)
+    assert status == 413 and problem["type"].endswith(":body-too-large"), problem
+    assert problem["limit"] == cap
+    assert hashing.calls == [], "nothing hashed for a delivery the headers condemn"
+    assert await gw.last_seq() == seq, "nothing recorded"
+
+
 # ------------------------------------------------------------------ M5: exports scoped by source
 
 OTHER_SECRET = "another-feedser-source-secret"
@@ -402,6 +476,18 @@ async def test_another_source_cannot_take_an_export_id(two_feedsers: Harness) ->
         "acme.feedser.feedser-main:exp-x",
         "globex.feedser.feedser-main:exp-x",
     ]
+    await gw.system.contexts["gateway-test"].wait_for(seq, 5)
+    rm = gw.gateway.rm
+    assert rm.export("globex", "feedser", "feedser-other:exp-x") is None, "not its tenant"
+    for tenant, source in (("acme", "feedser-other"), ("acme", "feedser-main"),
+                           ("globex", "feedser-main")):  # fmt: skip
+        rec = rm.export(tenant, "feedser", f"{source}:exp-x")
+        assert rec is not None and rec.event_id == derive_id(source, "exp-x", tenant)
+    # Its tenants and its name come from its configuration only: a body cannot name others.
+    for field in ({"tenant": "globex"}, {"source": "feedser-main"}):
+        status, problem, _ = await post(gw, FEEDSER, export("exp-w", **field), **other_source())
+        assert status == 400 and problem["type"].endswith(":invalid-body"), problem
+    assert await gw.last_seq() == seq
 
 
 async def test_a_conflict_on_one_tenant_drops_no_other(two_feedsers: Harness) -> None:
