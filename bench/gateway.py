@@ -13,7 +13,8 @@ server:
 Prints a table, the webhook ceiling beside the empty route's with their ratio, then one line
 of JSON: accepted_per_s, p99_ms_at_1000, empty_route_per_s, accepted_vs_empty. ``--profile
 FILE`` runs only the webhook ceiling, with the gateway under cProfile, and writes its top
-functions to FILE. Only 127.0.0.1 is targeted; every phase is bounded in time.
+functions to FILE. Only 127.0.0.1 is targeted; every phase is bounded in time. Ports are
+free ones, or ``STREAMPROC_NATS_PORT`` and ``STREAMPROC_HTTP_PORT`` when set.
 """
 
 from __future__ import annotations
@@ -373,8 +374,10 @@ def orchestrate(args: argparse.Namespace) -> int:
     use_wrk = shutil.which("wrk") is not None and not args.no_wrk
     gen = f"max, {CONNECTIONS} conns ({'wrk' if use_wrk else 'aiohttp'})"
     tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
-    nats = EmbeddedNats(tmp / "nats", port=free_port()).start()
-    port = free_port()
+    # Fixed ports when asked (a shared machine's port plan), else free ones.
+    nats_port = int(os.environ.get("STREAMPROC_NATS_PORT") or free_port())
+    nats = EmbeddedNats(tmp / "nats", port=nats_port).start()
+    port = int(os.environ.get("STREAMPROC_HTTP_PORT") or free_port())
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, str(HERE), "--serve", "--nats-url", nats.url, "--port", str(port),
            "--data-dir", str(tmp / "data"), "--access-log", str(tmp / "access.log")]  # fmt: skip
