@@ -11,7 +11,10 @@ server:
   scheduled send time, so a stall is not hidden by the generator waiting).
 
 Prints a table, the webhook ceiling beside the empty route's with their ratio, then one line
-of JSON: accepted_per_s, p99_ms_at_1000, empty_route_per_s, accepted_vs_empty. ``--profile
+of JSON: accepted_per_s, p99_ms_at_1000, empty_route_per_s, accepted_vs_empty, and the CPU
+time the gateway process and nats-server spent per webhook at the ceiling
+(gateway_cpu_us_per_request, nats_cpu_us_per_request: on a shared machine these move far
+less with the load than the rates do). ``--profile
 FILE`` runs only the webhook ceiling, with the gateway under cProfile, and writes its top
 functions to FILE. Only 127.0.0.1 is targeted; every phase is bounded in time. Ports are
 free ones, or ``STREAMPROC_NATS_PORT`` and ``STREAMPROC_HTTP_PORT`` when set.
@@ -321,6 +324,15 @@ def run_gen(url: str, path: str, req_file: Path, **kw: object) -> dict[str, floa
 Row = tuple[str, str, float, float, float]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def steady(url: str, tmp: Path, lua: Path, use_wrk: bool) -> tuple[list[Row], float]:
     """Steady 1,000 requests/s, first, on a fresh server: wrk paced by delay() (C, light on
     the shared CPUs), and the open-loop aiohttp generator (latency counted from each
@@ -410,7 +422,13 @@ def orchestrate(args: argparse.Namespace) -> int:
             naive = run_wrk(url, MAX_SECONDS, lua, tmp / "naive.tsv", path="/naive")
             ok = naive["ok"] / naive["seconds"]
             rows.append(("bare publish", gen, naive["rps"], ok, naive["p99_ms"]))
+        assert nats.proc is not None
+        cpu0 = cpu_seconds(server.pid), cpu_seconds(nats.proc.pid)
         hook = webhook_ceiling(url, tmp, lua, use_wrk)
+        cpu1 = cpu_seconds(server.pid), cpu_seconds(nats.proc.pid)
+        # CPU per request: what a shared machine's load does not change much, unlike rates.
+        handled = hook["ok"] + hook["bad"]
+        cpu_us = [round((b - a) / handled * 1e6) for a, b in zip(cpu0, cpu1, strict=True)]
         accepted = hook["ok"] / hook["seconds"]
         rows.append(("feedser webhook", gen, hook["rps"], accepted, hook["p99_ms"]))
     finally:
@@ -428,6 +446,10 @@ def orchestrate(args: argparse.Namespace) -> int:
         f"ceiling, {CONNECTIONS} connections: webhooks accepted {accepted:,.0f}/s | "
         f"empty route {empty['rps']:,.0f}/s | ratio {ratio:.2f} (target >= 0.45)"
     )
+    print(
+        f"CPU per webhook at the ceiling: gateway process {cpu_us[0]} us, "
+        f"nats-server {cpu_us[1]} us"
+    )
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f}")
     print(
         json.dumps(
@@ -436,6 +458,8 @@ def orchestrate(args: argparse.Namespace) -> int:
                 "p99_ms_at_1000": round(p99_at_rate, 2),
                 "empty_route_per_s": round(empty["rps"]),
                 "accepted_vs_empty": round(ratio, 3),
+                "gateway_cpu_us_per_request": cpu_us[0],
+                "nats_cpu_us_per_request": cpu_us[1],
             }
         )
     )
