@@ -64,6 +64,12 @@ def test_exports_are_keyed_by_source_and_old_events_keep_their_keys() -> None:
     assert state_digest(replayed.store) == state_digest(log.store)
 
 
+def test_keys_are_tenant_nul_parts() -> None:
+    assert keys.key("t1", "feedser", "src:e1") == b"t1\x00feedser\x00src:e1"
+    assert keys.key("t1") == keys.tenant_prefix("t1") == b"t1\x00"
+    assert keys.key("tén", "é").startswith(keys.tenant_prefix("tén"))
+
+
 def test_cursor_round_trip_and_refusals() -> None:
     prefix = keys.tenant_prefix("t1")
     c = keys.encode_cursor(prefix, prefix + b"abc")
