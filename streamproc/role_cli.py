@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from streamproc import exitcodes
 from streamproc.config import Settings, environment
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
@@ -26,7 +27,6 @@ HELP = {
     "planner": "run the planner (one active, others standby): exports and cron become runs",
     "auditor": "run the auditor (one active, others standby): audit chains, signed snapshots",
 }
-EXIT_FAILED = 2
 
 Common = Callable[[argparse.ArgumentParser], None]
 
@@ -83,7 +83,7 @@ def serve(settings: Settings, role: str, *, http: bool = True) -> int:
         return run(run_roles(settings, [role], http=http))
     except OSError as exc:  # e.g. the HTTP port is taken
         print(f"streamproc {role}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return exitcodes.USAGE
 
 
 def cmd_role_process(args: argparse.Namespace) -> int:

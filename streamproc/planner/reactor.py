@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, cast
 
@@ -77,7 +77,7 @@ class PlannerState:
     reports: LastReports
 
     @classmethod
-    def of(cls, shared: dict[str, object]) -> PlannerState | None:
+    def of(cls, shared: Mapping[str, object]) -> PlannerState | None:
         parts = [shared.get(c.name) for c in (PlannerSchedules, PlannerExports, PlannerRuns)]
         reports = shared.get(LastReports.name)
         s, e, r = parts
@@ -135,7 +135,6 @@ class PlannerReactor(Reactor):
         self.recovered = False
         """Whether the restart check (:mod:`.recovery`) has succeeded in this term."""
         self.check = RestartCheck()
-        self.reenqueued = 0
 
     # ------------------------------------------------------------------ the pass
 
@@ -194,7 +193,6 @@ class PlannerReactor(Reactor):
             return
         check.succeeded()
         ctx.problems.pop(RECOVERY_PROBLEM, None)
-        self.reenqueued += out.requeued
         metrics.PLANNER_REQUEUED.inc(out.requeued)
         log.log(
             logging.WARNING if out.requeued else logging.INFO,

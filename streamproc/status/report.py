@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 from nats.js.errors import BucketNotFoundError
 
+from streamproc import exitcodes
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import Settings
@@ -23,7 +24,7 @@ from streamproc.status.record import (
     decode,
 )
 
-EXIT_UNHEALTHY = 1
+EXIT_UNHEALTHY = exitcodes.FAILED
 
 
 async def read_heartbeats(nc: FastClient, prefix: str) -> list[Heartbeat] | None:
@@ -42,7 +43,7 @@ async def read_heartbeats(nc: FastClient, prefix: str) -> list[Heartbeat] | None
                 with contextlib.suppress(msgspec.DecodeError):
                     out.append(decode(entry.value))
     finally:
-        await watcher.stop()
+        await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
     return sorted(out, key=lambda h: (h.role, h.node, h.pid))
 
 
