@@ -90,9 +90,10 @@ class PlannerExports(Projection):
         t = event.tenant
         source: r.Source = "feedser" if isinstance(pl, p.FeedserExport) else "vexer"
         table = tx.table(EXPORTS_CF)
-        k = r.key(t, source, pl.export_id)
+        ref = pl.ref  # <source>:<exportId>: one source's ids never stand in for another's
+        k = r.key(t, source, ref)
         if table.get(k) is not None:
-            raise Rejection("duplicate_export", f"{source} export {pl.export_id} already folded")
+            raise Rejection("duplicate_export", f"{source} export {ref} already folded")
         vulns = tx.table(VULNS_CF)
         change: KeyChange
         if isinstance(pl, p.FeedserExport):
@@ -111,7 +112,7 @@ class PlannerExports(Projection):
 
             change = vexer_change(pl, flags_of)
         rec = r.ExportRecord(
-            export_id=pl.export_id,
+            export_id=ref,
             source=source,
             tenant=t,
             ms=r.physical_ms(event.hlc),
@@ -123,7 +124,7 @@ class PlannerExports(Projection):
             kev_vulns=change.kev_vulns,
         )
         table.put(k, r.encode(rec))
-        self.pending.setdefault((t, source), {})[pl.export_id] = rec
+        self.pending.setdefault((t, source), {})[ref] = rec
 
     @folds(p.RunRequested)
     def _claim(self, tx: Tx, e: Envelope, req: p.RunRequested) -> None:

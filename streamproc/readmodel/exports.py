@@ -1,5 +1,9 @@
-"""Export records: one per (tenant, source kind, exportId), so a repeated delivery of an
-export is recognised long after JetStream's duplicate window has passed."""
+"""Export records: one per (tenant, source kind, export ref), so a repeated delivery of an
+export is recognised long after JetStream's duplicate window has passed.
+
+The ref is ``<source>:<exportId>`` (:func:`~streamproc.events.payloads.export_ref`): one
+source's export ids never collide with another's. Events recorded before exports were
+scoped by source keep the key they had, the bare export id."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import ClassVar, Literal
 import msgspec
 
 from streamproc.events.envelope import Envelope
-from streamproc.events.payloads import FeedserExport, VexerExport
+from streamproc.events.payloads import FeedserExport, Payload, VexerExport, export_body
 from streamproc.fold import folds
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
@@ -19,13 +23,19 @@ from streamproc.readmodel.schedules import physical_ms
 CF = "rm_exports"
 
 
-def payload_digest(payload: FeedserExport | VexerExport) -> str:
+def payload_digest(payload: Payload) -> str:
     """SHA-256 of the canonical payload encoding: tells a true repeat from a conflicting one."""
     return hashlib.sha256(msgspec.json.encode(payload)).hexdigest()
 
 
-def export_key(tenant: str, kind: str, export_id: str) -> bytes:
-    return keys.key(tenant, kind, export_id)
+def export_digest(payload: FeedserExport | VexerExport) -> str:
+    """:func:`payload_digest` of the export as its sender posted it (without the source,
+    which is in the key): the same for events of either schema."""
+    return payload_digest(export_body(payload))
+
+
+def export_key(tenant: str, kind: str, ref: str) -> bytes:
+    return keys.key(tenant, kind, ref)
 
 
 class Exports(Projection):
@@ -39,15 +49,15 @@ class Exports(Projection):
             "feedser" if isinstance(payload, FeedserExport) else "vexer"
         )
         table = tx.table(CF)
-        k = export_key(event.tenant, kind, payload.export_id)
+        k = export_key(event.tenant, kind, payload.ref)
         if table.get(k) is not None:
-            raise Rejection("duplicate_export", f"{kind} export {payload.export_id} is recorded")
+            raise Rejection("duplicate_export", f"{kind} export {payload.ref} is recorded")
         rec = ExportRecord(
             export_id=payload.export_id,
             kind=kind,
             event_id=event.id,
             seq=tx.seq,
-            payload_sha256=payload_digest(payload),
+            payload_sha256=export_digest(payload),
             recorded_ms=physical_ms(event),
         )
         table.put(k, encode(rec))
