@@ -98,6 +98,7 @@ class Group:
         "open_members",
         "pk",
         "raw_bytes",
+        "stored_size",
         "up",
     )
 
@@ -217,8 +218,9 @@ class Group:
     def store_chunk(self, chunk: int) -> bytes | None:
         """``encode_chunk`` and the chunk's new stored size in one call (the flush does this
         ~100,000 times a batch); afterwards ``chunk_set_changed`` says whether the set of the
-        group's chunks changed. The common chunk (small members only, none grown past
-        BIG) is encoded as it is, with no other Python work."""
+        group's chunks changed and ``stored_size`` is ``size()`` (read in bulk). The
+        common chunk (small members only, none grown past BIG) is encoded as it is, with
+        no other Python work."""
         cs, cb, us, ub = self.open[chunk]
         if cb or ub or (cs and max(map(len, cs.values())) > _BIGLEN):
             raw = self.encode_chunk(chunk)
@@ -232,6 +234,7 @@ class Group:
             chunks[chunk] = len(raw)
             self.raw_bytes += len(raw)
         self.chunk_set_changed = (old is None) != (raw is None)
+        self.stored_size = self.size()
         return raw
 
     def chunk_numbers(self) -> list[int]:
