@@ -98,7 +98,6 @@ class Group:
         "open_members",
         "pk",
         "raw_bytes",
-        "stored_size",
         "up",
     )
 
@@ -109,9 +108,7 @@ class Group:
         self.up: BitMap | None = None
         """Product bitmaps over all chunks; None until built, or once a change made them
         stale (each is built on its own: a product query needs only one of them)."""
-        self.chunks: dict[int, bytes | int] = {}
-        """Each chunk's stored bytes; for an open chunk only their length (its members are
-        the truth then, and the bytes would be a second copy of the whole index)."""
+        self.chunks: dict[int, bytes] = {}
         self.open: dict[int, Opened] = {}
         self.raw_bytes = 0
         self.open_members = 0
@@ -134,6 +131,17 @@ class Group:
         g.raw_bytes = len(raw)
         return g
 
+    def set_chunk(self, chunk: int, raw: bytes | None) -> bool:
+        """Record a chunk's new stored form (None: the chunk is gone); True when the set
+        of the group's chunks changed (the product directory entry must be rewritten)."""
+        old = self.chunks.pop(chunk, None)
+        if old is not None:
+            self.raw_bytes -= len(old)
+        if raw is not None:
+            self.chunks[chunk] = raw
+            self.raw_bytes += len(raw)
+        return (old is None) != (raw is None)
+
     def products(self) -> tuple[BitMap, BitMap]:
         """(contains, used) of the product, rebuilt from the members if stale."""
         return self.product(0), self.product(1)
@@ -145,7 +153,7 @@ class Group:
             return got
         if not self.open and len(self.chunks) == 1:  # a cold product: decode one side only
             (raw,) = self.chunks.values()
-            small, big = K.decode_side(raw, side)  # type: ignore[arg-type]
+            small, big = K.decode_side(raw, side)
             bm = K.bitmap(chain.from_iterable(map(_AFTER1, small.values())))
             if big:
                 bm.update(*map(_deserialize, big.values()))
@@ -165,7 +173,7 @@ class Group:
                     bigs.append(m[1])
                     pending += m[2:]
             else:
-                stored = K.decode_chunk(self.chunks[chunk])  # type: ignore[arg-type]
+                stored = K.decode_chunk(self.chunks[chunk])
                 smalls.extend(stored[2 * side].values())
                 bigs.extend(map(_deserialize, stored[2 * side + 1].values()))
         bm = K.bitmap(chain.from_iterable(map(_AFTER1, smalls)))
@@ -188,8 +196,7 @@ class Group:
         if raw is None:
             opened: Opened = [{}, {}, {}, {}]
         else:
-            self.chunks[chunk] = len(raw)  # type: ignore[arg-type]
-            cs, cb, us, ub = K.decode_chunk(raw)  # type: ignore[arg-type]
+            cs, cb, us, ub = K.decode_chunk(raw)
             gid = self.gid
             opened = [
                 cs,
@@ -216,25 +223,18 @@ class Group:
         return K.encode_chunk(cs, cbo, us, ubo)
 
     def store_chunk(self, chunk: int) -> bytes | None:
-        """``encode_chunk`` and the chunk's new stored size in one call (the flush does this
-        ~100,000 times a batch); afterwards ``chunk_set_changed`` says whether the set of the
-        group's chunks changed and ``stored_size`` is ``size()`` (read in bulk). The
-        common chunk (small members only, none grown past BIG) is encoded as it is, with
-        no other Python work."""
-        cs, cb, us, ub = self.open[chunk]
-        if cb or ub or (cs and max(map(len, cs.values())) > _BIGLEN):
-            raw = self.encode_chunk(chunk)
-        else:  # used ids are a subset of contains ids: no used member can be big either
-            raw = K.encode_chunk(cs, cb, us, ub) if cs else None
+        """``encode_chunk`` and ``set_chunk`` in one call (the flush does this ~100,000
+        times a batch); afterwards ``chunk_set_changed`` says whether the set of the
+        group's chunks changed."""
+        raw = self.encode_chunk(chunk)
         chunks = self.chunks
         old = chunks.pop(chunk, None)
         if old is not None:
-            self.raw_bytes -= _stored_len(old)
+            self.raw_bytes -= len(old)
         if raw is not None:
-            chunks[chunk] = len(raw)
+            chunks[chunk] = raw
             self.raw_bytes += len(raw)
         self.chunk_set_changed = (old is None) != (raw is None)
-        self.stored_size = self.size()
         return raw
 
     def chunk_numbers(self) -> list[int]:
@@ -257,7 +257,7 @@ class Group:
         raw = self.chunks.get(chunk)
         if raw is None:
             return {}, {}
-        cmap, umap = K.chunk_members(raw)  # type: ignore[arg-type]
+        cmap, umap = K.chunk_members(raw)
         return (
             {s: K.stored_ids(v) for s, v in cmap.items()},
             {s: K.stored_ids(v) for s, v in umap.items()},
@@ -273,7 +273,7 @@ class Group:
                 if m is not None and not member_empty(m):
                     parts.append(member_bitmap(m))
             else:
-                v = K.chunk_members(self.chunks[chunk])[used].get(suffix)  # type: ignore[arg-type]
+                v = K.chunk_members(self.chunks[chunk])[used].get(suffix)
                 if v is not None:
                     parts.append(K.stored_ids(v))
         if not parts:
@@ -309,10 +309,6 @@ def bulk_union(groups: Iterable[Group], side: int) -> BitMap:
     if big:
         bm.update(*big)
     return bm
-
-
-def _stored_len(v: bytes | int) -> int:
-    return v if type(v) is int else len(v)  # type: ignore[arg-type]
 
 
 def bitmap_bytes(bm: BitMap) -> int:

@@ -11,7 +11,7 @@ until everything or the bound is in.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import compress, islice, repeat
+from itertools import islice, repeat
 from operator import attrgetter
 
 from pyroaring import BitMap
@@ -23,9 +23,6 @@ from streamproc.impact.state import IndexState
 
 Item = tuple[str, bytes, bytes | None]
 _PK = attrgetter("pk")
-_GID = attrgetter("gid")
-_SIZE = attrgetter("stored_size")
-_CHUNK_SET_CHANGED = attrgetter("chunk_set_changed")
 Writes = dict[str, dict[bytes, bytes | None]]
 
 
@@ -38,23 +35,19 @@ class Persistence(IndexState):
         by_gid, groups, gchunks = self._pk_by_gid, self._groups, self._gchunks
         resized: list[Group] = []
         for chunk, gids in self._dirty_chunks.items():
-            # ~100,000 groups a batch: C-level maps wherever no decision is needed
-            gl = list(gids)
-            live = [
-                g
-                for g, gid in zip(map(groups.get, map(by_gid.__getitem__, gl)), gl, strict=True)
-                if g is not None and g.gid == gid and chunk in g.open
-            ]  # the rest were deleted (their chunks are in _dead)
-            raws = list(map(Group.store_chunk, live, repeat(chunk)))
-            heads = list(map(int.to_bytes, map(_GID, live), repeat(4), repeat("big")))
-            keys = map(bytes.__add__, heads, repeat(chunk.to_bytes(2, "big")))
-            groups_cf.update(zip(keys, raws, strict=True))
-            for g in compress(live, map(_CHUNK_SET_CHANGED, live)):
-                packed = gchunks[g.gid] = K.pack_chunks(g.chunks)  # the directory entry
-                names[K.PRODUCT + g.pk.encode()] = K.u32(g.gid) + packed
-            resized += live
+            suffix = chunk.to_bytes(2, "big")
+            for gid in gids:
+                g = groups.get(by_gid[gid])  # type: ignore[arg-type]
+                if g is None or g.gid != gid or chunk not in g.open:
+                    continue  # deleted (its chunks are in _dead), or not changed after all
+                gid4 = gid.to_bytes(4, "big")
+                groups_cf[gid4 + suffix] = g.store_chunk(chunk)
+                if g.chunk_set_changed:  # the product directory entry changes
+                    packed = gchunks[gid] = K.pack_chunks(g.chunks)
+                    names[K.PRODUCT + g.pk.encode()] = gid4 + packed
+                resized.append(g)
         if self._lru is not None and resized:
-            self._lru.set_many(list(map(_PK, resized)), list(map(_SIZE, resized)))
+            self._lru.set_many(list(map(_PK, resized)), list(map(Group.size, resized)))
         owners = self._owners
         dirty_names = self._dirty_names.difference(names)
         names.update(zip(dirty_names, map(self._name_value, dirty_names), strict=True))

@@ -130,28 +130,3 @@ def test_member_bytes_do_not_depend_on_history() -> None:
     cs, cb, _, _ = K.decode_chunk(g.encode_chunk(0))  # type: ignore[arg-type]
     assert cb == {} and cs == {"@1": [5, *final[: K.BIG // 2]]}
     assert opened[0]["@1"] is m  # the fold's flat map still points at the same member
-
-
-def test_an_open_chunk_keeps_its_members_not_a_second_copy_of_its_bytes() -> None:
-    """Opening a chunk keeps only its stored size (the members are the truth while it is
-    open); storing it again gives the bytes the full encoder gives, small members only or
-    with big ones, and the size estimate follows the new bytes."""
-    small = {"@1": [3, 0, 5], "@2": [3, 7]}
-    big = {"@3": K.bitmap(range(K.BIG + 4)).serialize()}
-    for cbig in ({}, big):
-        raw = K.encode_chunk(small, cbig, {"@1": [3, 5]}, {})
-        g = Group.single(3, "pkg:pypi/x", 0, raw)
-        opened, new = g.open_chunk(0)
-        assert new and g.chunks[0] == len(raw) and g.raw_bytes == len(raw)
-        opened[0]["@2"].append(9)  # what the fold does: an id appended in place
-        assert g.store_chunk(0) == g.encode_chunk(0)
-        stored = g.store_chunk(0)
-        assert stored is not None and g.chunks[0] == len(stored) == g.raw_bytes
-        assert not g.chunk_set_changed
-        assert g.chunk_members(0)[0]["@2"] == BitMap([7, 9])
-        cold = Group.single(3, "pkg:pypi/x", 0, stored)
-        assert (
-            cold.product(0)
-            == g.product(0)
-            == BitMap([0, 5, 7, 9]) | (K.bitmap(range(K.BIG + 4)) if cbig else BitMap())
-        )
