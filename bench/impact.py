@@ -3,20 +3,24 @@
 Phases (each timed on its own; generation and SQLite loading are never counted as ingest):
 
 1. Ingest: ``image.indexed`` events, encoded as on the wire, folded through the real
-   ``Folder`` (decode, fold, flush, one RocksDB WriteBatch with the checkpoint per batch) into
-   a RocksDB state directory. NATS is left out on purpose (the fold is what is measured; the
-   pull loop does ~100k msgs/s). The first 5,000 images use the projector's default batch
-   (1,000), the rest the largest batch the runtime allows (10,000), as a replay would. A
-   producer process generates the events and loads SQLite meanwhile (on the other core),
-   so only ``Folder.apply`` is timed: wall clock, and the folding process's CPU time.
+   ``Folder`` and ``ImpactProjection`` at their default settings (decode, fold, flush, one
+   RocksDB WriteBatch with the checkpoint per batch of the projector's default size, the
+   default cache bound) into a RocksDB state directory. NATS is left out on purpose (the
+   fold is what is measured; the pull loop does ~100k msgs/s). A producer process generates
+   the events and loads SQLite meanwhile (on the other core), so only ``Folder.apply`` is
+   timed: wall clock, and the folding process's CPU time. A thread samples the folding
+   process's RSS every 10 ms over the whole ingest (``ingest_peak_rss_mb``).
 2. A fresh process opens the state directory and resolves 10,000 changed product keys:
    cold (the first query after opening; repeated over several reopenings), then hot after
    warming (p95 over many key sets), next to a bare pyroaring union of the very bitmaps the
    index unions, and reports its RSS.
 3. The same queries against SQLite with an indexed (key, image) table.
+4. The ingest baseline, in its own process: the same events decoded by the same decoder
+   into a plain in-memory dict of sets (purl and product key -> image numbers, contains and
+   used), timed and RSS-sampled the same way.
 
-Usage: ``python bench/impact.py [--images N] [--purls N] [--dir DIR]``; prints a table,
-then one line of JSON.
+Usage: ``python bench/impact.py [--images N] [--purls N] [--batch N] [--dir DIR]``; prints
+a table, then one line of JSON.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -57,6 +62,37 @@ def rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+class PeakRss:
+    """Samples this process's RSS every 10 ms in a thread, from ``start`` to ``stop``."""
+
+    def __init__(self) -> None:
+        self.peak = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._done.wait(0.01):
+            self.peak = max(self.peak, rss_mb())
+
+    def start(self) -> PeakRss:
+        self.peak = rss_mb()
+        self._thread.start()
+        return self
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb())
+        return self.peak
+
+
+def default_batch() -> int:
+    """The projector's batch at default settings (``STREAMPROC_BATCH`` unset)."""
+    from streamproc.config import Settings
+
+    return Settings().batch
 
 
 def p95(xs: list[float]) -> float:
@@ -129,17 +165,11 @@ class Catalog:
 
 
 # -- phase 1: ingest ------------------------------------------------------------------------
-def batches(images: int) -> list[tuple[int, int]]:
-    """The projector's default batch (1,000) for the first 5,000 images, then 10,000."""
-    out, i = [], 0
-    while i < images:
-        n = 1000 if i < min(5000, images // 2) else 10_000
-        out.append((i, min(images, i + n)))
-        i += n
-    return out
+def batches(images: int, size: int) -> list[tuple[int, int]]:
+    return [(lo, min(images, lo + size)) for lo in range(0, images, size)]
 
 
-def producer(conn: Connection, images: int, purls: int, db_path: str) -> None:
+def producer(conn: Connection, images: int, purls: int, batch: int, db_path: str) -> None:
     """Generate and encode the events (sent to the folding process batch by batch), and
     load the same catalog into SQLite meanwhile: neither is part of the ingest timing."""
     import msgspec
@@ -150,7 +180,7 @@ def producer(conn: Connection, images: int, purls: int, db_path: str) -> None:
         db.execute(f"PRAGMA {pragma}")
     db.execute("CREATE TABLE pi (key TEXT NOT NULL, image INTEGER NOT NULL)")
     db.execute("CREATE TABLE img (image INTEGER PRIMARY KEY, tenant TEXT NOT NULL)")
-    for lo, hi in batches(images):
+    for lo, hi in batches(images, batch):
         msgs, rows, imgs = [], [], []
         for n in range(lo, hi):
             tenant, payload = cat.image(n)
@@ -170,7 +200,7 @@ def producer(conn: Connection, images: int, purls: int, db_path: str) -> None:
     conn.close()
 
 
-def ingest(images: int, purls: int, state: Path, db_path: Path) -> dict[str, float]:
+def ingest(images: int, purls: int, batch: int, state: Path, db_path: Path) -> dict[str, float]:
     import multiprocessing as mp
 
     import msgspec
@@ -182,48 +212,71 @@ def ingest(images: int, purls: int, state: Path, db_path: Path) -> dict[str, flo
 
     parent, child = mp.Pipe(duplex=False)
     proc = mp.get_context("fork").Process(
-        target=producer, args=(child, images, purls, str(db_path)), daemon=True
+        target=producer, args=(child, images, purls, batch, str(db_path)), daemon=True
     )
     proc.start()
+    sampler = PeakRss().start()
     store = RocksStore(state)
-    folder = Folder(store, [ImpactProjection(warm_on_start=False)], "impact")
-    spans = {1000: [0.0, 0.0, 0], 10_000: [0.0, 0.0, 0]}
+    folder = Folder(store, [ImpactProjection()], "impact")  # default cache bound
+    wall = cpu = 0.0
     seq = 0
-    for lo, hi in batches(images):
+    for _, hi in batches(images, batch):
         events = msgspec.msgpack.decode(parent.recv_bytes(), type=list[bytes])
         msgs = [(seq + k + 1, "scheduler.events.image", data) for k, data in enumerate(events)]
+        del events
         seq += len(msgs)
         t, c = time.perf_counter(), time.process_time()
         folder.apply(msgs, Checkpoint("SCHEDULER", "bench", seq))
         dt, dc = time.perf_counter() - t, time.process_time() - c
-        span = spans[1000 if hi - lo <= 1000 else 10_000]
-        span[0] += dt
-        span[1] += dc
-        span[2] += len(msgs)
-        print(
-            f"  ingested {hi:,} images ({len(msgs) / dt:,.0f}/s at batch {len(msgs):,}), "
-            f"RSS {rss_mb():,.0f} MB",
-            file=sys.stderr,
-            flush=True,
-        )
+        wall += dt
+        cpu += dc
+        if hi % 5000 < batch or hi == images:
+            print(
+                f"  ingested {hi:,} images ({len(msgs) / dt:,.0f}/s at batch {len(msgs):,}), "
+                f"RSS {rss_mb():,.0f} MB (peak {sampler.peak:,.0f})",
+                file=sys.stderr,
+                flush=True,
+            )
+    peak = sampler.stop()
     distinct, build = msgspec.msgpack.decode(parent.recv_bytes())
     proc.join()
     store.close()
-    wall = spans[1000][0] + spans[10_000][0]
-    cpu = spans[1000][1] + spans[10_000][1]
-
-    def rate(span: list[float]) -> float:
-        return span[2] / span[0] if span[2] else 0.0
-
     return {
         "ingest_images_per_s": images / wall,
         "ingest_images_per_cpu_s": images / cpu,
-        "ingest_batch_1000_per_s": rate(spans[1000]),
-        "ingest_batch_10000_per_s": rate(spans[10_000]),
+        "ingest_batch": batch,
+        "ingest_peak_rss_mb": peak,
         "ingest_rss_mb": rss_mb(),
         "distinct_purls": distinct,
         "sqlite_index_build_s": build,
     }
+
+
+def baseline(images: int, purls: int, batch: int) -> dict[str, float]:
+    """The same events, decoded by the same decoder, into a plain dict of sets: what the
+    simplest in-memory index costs (no persistence, no bitmaps, no checkpoint)."""
+    from streamproc.events.envelope import decode
+
+    cat = Catalog(images, purls)
+    contains: dict[str, set[int]] = {}
+    used: dict[str, set[int]] = {}
+    sampler = PeakRss().start()
+    wall = 0.0
+    for lo, hi in batches(images, batch):
+        msgs = []
+        for n in range(lo, hi):
+            tenant, payload = cat.image(n)
+            msgs.append(encode(new_event("image.indexed", tenant, payload, f"{n}:0:b")))
+        t = time.perf_counter()
+        for n, data in enumerate(msgs, lo):
+            for c in decode(data).payload.components:
+                contains.setdefault(c.purl, set()).add(n)
+                contains.setdefault(c.product_key, set()).add(n)
+                if c.used:
+                    used.setdefault(c.purl, set()).add(n)
+                    used.setdefault(c.product_key, set()).add(n)
+        wall += time.perf_counter() - t
+    return {"baseline_images_per_s": images / wall, "baseline_peak_rss_mb": sampler.stop()}
 
 
 # -- phase 2: queries in a fresh process ------------------------------------------------------
@@ -314,11 +367,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, default=50_000)
     ap.add_argument("--purls", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, help="events per batch (default: the projector's)")
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
     ap.add_argument("--reader", help=argparse.SUPPRESS)
+    ap.add_argument("--baseline", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.batch = args.batch or default_batch()
     if args.reader:
         print(json.dumps(reader(Path(args.reader), args.images, args.purls)))
+        return 0
+    if args.baseline:
+        print(json.dumps(baseline(args.images, args.purls, args.batch)))
         return 0
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="impact-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -329,23 +388,21 @@ def main() -> int:
     try:
         cat = Catalog(args.images, args.purls)
         print(f"ingesting {args.images:,} images ...", file=sys.stderr, flush=True)
-        res = ingest(args.images, args.purls, state, work / "sqlite.db")
+        res = ingest(args.images, args.purls, args.batch, state, work / "sqlite.db")
         print("querying in a fresh process ...", file=sys.stderr, flush=True)
         sizes = ["--images", str(args.images), "--purls", str(args.purls)]
-        child = subprocess.run(
-            [sys.executable, __file__, "--reader", str(state), *sizes],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        res.update(json.loads(child.stdout.strip().splitlines()[-1]))
+        res.update(child_json([sys.executable, __file__, "--reader", str(state), *sizes]))
         print("SQLite ...", file=sys.stderr, flush=True)
         res.update(sqlite_queries(cat, work / "sqlite.db"))
+        print("ingest baseline (dict of sets) in a fresh process ...", file=sys.stderr, flush=True)
+        batch = ["--batch", str(args.batch)]
+        res.update(child_json([sys.executable, __file__, "--baseline", *sizes, *batch]))
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
     res["hot_vs_bare"] = res["resolve_10k_p95_ms_hot"] / res["bare_union_p95_ms"]
     res["sqlite_vs_index"] = res["sqlite_p95_ms"] / res["resolve_10k_p95_ms_hot"]
+    res["ingest_vs_baseline"] = res["ingest_images_per_s"] / res["baseline_images_per_s"]
     res["seconds"] = time.perf_counter() - t0
     report(args, res)
     keys = [
@@ -357,9 +414,18 @@ def main() -> int:
         "sqlite_vs_index",
         "ingest_images_per_s",
         "rss_mb",
+        "ingest_peak_rss_mb",
+        "baseline_images_per_s",
+        "ingest_vs_baseline",
     ]
     print(json.dumps({k: round(res[k], 2) for k in keys}))
     return 0
+
+
+def child_json(cmd: list[str]) -> dict[str, float]:
+    """Run a phase in a fresh process; its last stdout line is its JSON result."""
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def report(args: argparse.Namespace, r: dict[str, float]) -> None:
@@ -375,10 +441,14 @@ def report(args: argparse.Namespace, r: dict[str, float]) -> None:
         ("SQLite (key, image) index, p95", f"{r['sqlite_p95_ms']:.0f} ms  ({r['sqlite_rows']:,}"
          f" images; index built in {r['sqlite_index_build_s']:.0f} s)"),
         ("SQLite / index", f"{r['sqlite_vs_index']:.0f}x  (target >= 20x)"),
-        ("ingest, all", f"{r['ingest_images_per_s']:,.0f} images/s wall, "
-         f"{r['ingest_images_per_cpu_s']:,.0f} per CPU-second of the folding process"),
-        ("  at batch 1,000", f"{r['ingest_batch_1000_per_s']:,.0f} images/s"),
-        ("  at batch 10,000", f"{r['ingest_batch_10000_per_s']:,.0f} images/s"),
+        ("ingest", f"{r['ingest_images_per_s']:,.0f} images/s wall, "
+         f"{r['ingest_images_per_cpu_s']:,.0f} per CPU-second of the folding process "
+         f"(batch {r['ingest_batch']:,}; target >= 2,000)"),
+        ("  dict-of-sets baseline", f"{r['baseline_images_per_s']:,.0f} images/s "
+         f"(same events and decoder, in memory only)"),
+        ("  index / baseline", f"{r['ingest_vs_baseline']:.2f}x"),
+        ("peak RSS during ingest", f"{r['ingest_peak_rss_mb']:,.0f} MB  (target <= 1024; "
+         f"baseline {r['baseline_peak_rss_mb']:,.0f} MB)"),
         ("warm-up", f"{r['warm_s']:.1f} s, {r['warm_resident_groups']:,} groups, "
          f"{r['cached_mb']:,.0f} MB estimated"),
         ("RSS, index loaded", f"{r['rss_mb']:,.0f} MB  (target <= 1024)"),
