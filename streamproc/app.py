@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import logging
 import re
-import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,6 +27,7 @@ from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.services import Served
 from streamproc.config import Settings
+from streamproc.devsetup import prepare_dev_auth
 from streamproc.hlc import HybridLogicalClock
 from streamproc.leadership import Leadership
 from streamproc.ops_http import add_ops_routes, ops_app
@@ -35,6 +35,8 @@ from streamproc.projection import Projection
 from streamproc.projector import Projector
 from streamproc.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.roles import projections_for, spec_for
+from streamproc.scanner.demo import seed_demo
+from streamproc.signals import install_stop_signals
 from streamproc.state.store import RocksStore
 from streamproc.status import StatusHeartbeat
 
@@ -368,12 +370,6 @@ async def react_loop(
             await r.react(ctx)
 
 
-def install_stop_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-
-
 async def run_roles(
     settings: Settings, roles: Sequence[str], *, http: bool = True, demo: bool = False
 ) -> int:
@@ -385,8 +381,6 @@ async def run_roles(
     demo_env = None
     try:
         if demo:
-            from streamproc.devsetup import prepare_dev_auth
-
             dev = prepare_dev_auth(settings)
         await system.start()
         print(f"streamproc {' '.join(roles)} running (node {settings.node_id})", flush=True)
@@ -404,8 +398,6 @@ async def run_roles(
             if "gateway" in roles:
                 print(f"  API          {system.http_url}/api/v1/scheduler", flush=True)
         if demo:
-            from streamproc.scanner.demo import seed_demo
-
             print(dev.guide(system.http_url), flush=True)
             demo_env = await seed_demo(system)
         print("Press Ctrl-C to stop.", flush=True)

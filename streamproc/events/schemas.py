@@ -7,8 +7,9 @@ differ from what the code generates, so the published contract never drifts from
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -140,14 +141,23 @@ def _kinds(kinds: frozenset[str]) -> str:
     return ", ".join(f"`{k}`" for k in sorted(kinds)) or "—"
 
 
-def render_folds() -> list[str]:
-    """The creates/updates/observes table of every registered projection."""
-    from streamproc.roles import ROLES
+class Fold(Protocol):
+    """What the table needs of a projection (:class:`streamproc.projection.Projection`)."""
 
+    name: str
+    kinds: frozenset[str]
+    creates: frozenset[str]
+    observes: frozenset[str]
+
+    def updates(self) -> frozenset[str]: ...
+
+
+def render_folds(folds: Mapping[str, Sequence[Fold]]) -> list[str]:
+    """The creates/updates/observes table of every registered projection, by role (the
+    roles sit above events in the layer order, so the caller hands them in)."""
     lines = [FOLDS_HEADER.strip("\n")]
-    for role, spec in ROLES.items():
-        for make in spec.projections:
-            proj = make()
+    for role, projections in folds.items():
+        for proj in projections:
             every = proj.kinds == frozenset(KINDS)
             lines.append(
                 f"| {role} | `{proj.name}` | "
@@ -157,7 +167,7 @@ def render_folds() -> list[str]:
     return lines
 
 
-def render_catalog() -> str:
+def render_catalog(folds: Mapping[str, Sequence[Fold]]) -> str:
     lines = [CATALOG_HEADER.rstrip("\n")]
     for kind in sorted(KINDS):
         s = KINDS[kind]
@@ -178,5 +188,5 @@ def render_catalog() -> str:
         lines += ["", "| field | type | required |", "|---|---|---|"]
         for name, t, req in _fields(kind):
             lines.append(f"| `{name}` | {t} | {'yes' if req else ''} |")
-    lines += ["", *render_folds()]
+    lines += ["", *render_folds(folds)]
     return "\n".join(lines) + "\n"

@@ -21,7 +21,7 @@ import msgspec
 from aiohttp import web
 
 from streamproc import metrics
-from streamproc.gateway.problems import ProblemError, from_http_exception, render
+from streamproc.problems import ProblemError, from_http_exception, render
 
 log = logging.getLogger("streamproc.gateway")
 access = logging.getLogger("streamproc.gateway.access")

@@ -20,11 +20,11 @@ from nacl.signing import VerifyKey
 
 from streamproc.gateway import jwt
 from streamproc.gateway.dpop import DpopError, DpopVerifier
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.replay import ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, Issuer, resolve_ref
 from streamproc.gateway.tls import peer_cert_der, x5t_s256
 from streamproc.ids import TENANT_RE
+from streamproc.problems import ProblemError
 
 READ = "scheduler.read"
 ADMIN = "scheduler.admin"

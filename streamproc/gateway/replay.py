@@ -33,8 +33,8 @@ from streamproc.bus.ttlkv import (
     TtlBucket,
     definition,
 )
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.settings import GatewaySettings
+from streamproc.problems import ProblemError
 
 log = logging.getLogger(__name__)
 SWEEP_EVERY_S = 1.0

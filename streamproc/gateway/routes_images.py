@@ -30,7 +30,6 @@ from streamproc.gateway.hardening import (
 )
 from streamproc.gateway.models import ImageAccepted, ImageList, ImagePut, ImageView
 from streamproc.gateway.operations import CURSOR, LIMIT, WAIT, Operation, Param
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.query import paged
 from streamproc.gateway.views import image_view
 from streamproc.gateway.writes import UNAVAILABLE_HEADERS, json_response, publish_failure, waited
@@ -44,6 +43,7 @@ from streamproc.impact.publish import (
 )
 from streamproc.impact.purls import PurlError, normalize_purl
 from streamproc.impact.sbom import SbomError, parse_sbom
+from streamproc.problems import ProblemError
 from streamproc.readmodel.images import Images
 
 if TYPE_CHECKING:

@@ -33,10 +33,10 @@ from streamproc.gateway.hardening import (
 )
 from streamproc.gateway.models import ExportEvent, WebhookAccepted
 from streamproc.gateway.operations import Operation, Param
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.webhooks import DELIVERY, SIGNATURE, SOURCE, TIMESTAMP, Delivery, Source
 from streamproc.gateway.writes import json_response, publish_failure
 from streamproc.ids import derive_id
+from streamproc.problems import ProblemError
 from streamproc.readmodel.exports import payload_digest
 
 if TYPE_CHECKING:

@@ -12,8 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from streamproc.bus import jsapi
+from streamproc.bus.pull import ConsumerGone
+from streamproc.bus.session import nats_session
+from streamproc.bus.streams import stream_names
 from streamproc.config import Settings, environment, load
 from streamproc.notify import messages as nm
+from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
+from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
+from streamproc.notify.schemas import write_all
 
 if TYPE_CHECKING:
     from streamproc.notify.consumer import NotifyConsumer
@@ -55,8 +62,6 @@ def register(
 
 
 def cmd_schemas(args: argparse.Namespace) -> int:
-    from streamproc.notify.schemas import write_all
-
     for path in write_all(Path(args.out)):
         print(path)
     return 0
@@ -64,8 +69,6 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 
 def cmd_tail(args: argparse.Namespace) -> int:
     import uvloop
-
-    from streamproc.notify.consumer import render
 
     settings = load(
         {
@@ -80,8 +83,6 @@ def cmd_tail(args: argparse.Namespace) -> int:
         print(nm.encode(msg).decode() if args.json else render(msg, seq), flush=True)
 
     if args.http:
-        from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
-
         if len(kinds) != 1 or args.reset:
             print("streamproc: --http follows one --kind; to start over remove its --state file",
                   file=sys.stderr)  # fmt: skip
@@ -108,9 +109,6 @@ def cmd_tail(args: argparse.Namespace) -> int:
         return 0
     from nats.errors import ConnectionClosedError
 
-    from streamproc.bus.pull import ConsumerGone
-    from streamproc.notify.consumer import ConsumerConflict
-
     try:  # --nats-url, else the data directory's running server (or a temporary one)
         return int(uvloop.run(_tail_nats(settings, args, kinds, show)))
     except ConsumerConflict as exc:
@@ -132,11 +130,6 @@ async def _tail_nats(
     kinds: list[str],
     show: Callable[[nm.AnyMessage, int], None],
 ) -> int:
-    from streamproc.bus import jsapi
-    from streamproc.bus.session import nats_session
-    from streamproc.bus.streams import stream_names
-    from streamproc.notify.consumer import NotifyConsumer, default_durable
-
     prefix = settings.prefix
     durable = args.durable or default_durable(args.tenant, kinds)
     async with nats_session(settings, name="streamproc-notify-tail") as nc:

@@ -17,7 +17,7 @@ from typing import Any
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import PullLoop
-from streamproc.bus.streams import stream_names
+from streamproc.names import stream_names
 from streamproc.notify import messages as nm
 
 NS = 1_000_000_000

@@ -35,9 +35,8 @@ from aiohttp import web
 
 from streamproc.bus import direct, jsapi
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.streams import stream_names
-from streamproc.gateway.problems import ProblemError, render
 from streamproc.ids import ascii_int
+from streamproc.names import stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.registrations import (
     FeedSettings,
@@ -46,6 +45,7 @@ from streamproc.notify.registrations import (
     RegistryUnavailable,
     load_settings,
 )
+from streamproc.problems import ProblemError, render
 
 BASE = "/api/v1/scheduler"
 MAX_LIMIT = 500

@@ -14,6 +14,7 @@ from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope
 from streamproc.hlc import sort_key
 from streamproc.projection import Projection, Tx
+from streamproc.state.store import Store
 
 
 class TenantActivity(msgspec.Struct):
@@ -68,7 +69,5 @@ class Activity(Projection):
 
 
 def read_all(store: object) -> dict[str, TenantActivity]:
-    from streamproc.state.store import Store
-
     assert isinstance(store, Store)
     return {k.decode(): _dec.decode(v) for k, v in store.scan(Activity.name)}

@@ -3,24 +3,16 @@ export is recognised long after JetStream's duplicate window has passed."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import ClassVar
 
-import msgspec
-
 from streamproc.events.envelope import Envelope
-from streamproc.events.payloads import FeedserExport, VexerExport
+from streamproc.events.payloads import FeedserExport, VexerExport, payload_digest
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ExportRecord, encode
 from streamproc.readmodel.schedules import physical_ms
 
 CF = "rm_exports"
-
-
-def payload_digest(payload: FeedserExport | VexerExport) -> str:
-    """SHA-256 of the canonical payload encoding: tells a true repeat from a conflicting one."""
-    return hashlib.sha256(msgspec.json.encode(payload)).hexdigest()
 
 
 def export_key(tenant: str, kind: str, export_id: str) -> bytes:

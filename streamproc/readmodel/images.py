@@ -13,8 +13,7 @@ from typing import ClassVar
 import msgspec
 
 from streamproc.events.envelope import Envelope
-from streamproc.events.payloads import ImageIndexed
-from streamproc.impact.publish import payload_digest
+from streamproc.events.payloads import ImageIndexed, payload_digest
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 
