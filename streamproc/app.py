@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import re
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from streamproc import tracing
+from streamproc import names, tracing
 from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.fastclient import FastClient
@@ -301,7 +300,7 @@ def projector_consumer(role: str, node_id: str, state_dir: Path) -> str:
     """The durable consumer of one role's state directory: distinct for every process that
     hosts the role (gateways, runners, a standby), the same across its restarts."""
     where = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
-    return re.sub(r"[^A-Za-z0-9_-]", "_", f"proj_{role}_{node_id}_{where}")
+    return names.projector_consumer(role, node_id, where)
 
 
 async def serve_when_current(

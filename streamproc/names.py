@@ -9,6 +9,7 @@ column families and projection names replayed.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 DEFAULT_PREFIX: Final = "scheduler"
@@ -74,8 +75,12 @@ def work_consumer(tenant: str, priority: int) -> str:
     return f"runner_{tenant}_p{priority}"
 
 
-PROJECTOR_CONSUMER: Final = "proj"
-"""Projector consumers are ``proj_<role>_<node>_<state dir hash>`` (``app.py``)."""
+def projector_consumer(role: str, *where: str) -> str:
+    """``proj_<role>[_<node>_<state dir hash>]``: a projector's durable consumer, distinct
+    for every process hosting the role (``app.py``); letters, digits, ``_`` and ``-`` only."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", "_".join(["proj", role, *where]))
+
+
 NOTIFY_TAIL: Final = "notify-tail"
 """The default durable consumer (and HTTP checkpoint) of ``streamproc notify tail``."""
 
@@ -161,6 +166,11 @@ RM_RUNS_EXPIRY_CF: Final = "rm_runs_expiry"
 
 API_BASE: Final = "/api/v1/scheduler"
 """Every REST operation's path starts here (docs/api.md)."""
+
+AUDIENCE: Final = "scheduler"
+"""The token audience the gateway expects unless configured (``gateway.audience``)."""
+REALM: Final = "scheduler"
+"""The realm of the gateway's ``WWW-Authenticate`` challenges."""
 
 READ_SCOPE: Final = "scheduler.read"
 ADMIN_SCOPE: Final = "scheduler.admin"

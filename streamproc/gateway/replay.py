@@ -34,14 +34,11 @@ from streamproc.bus.ttlkv import (
     definition,
 )
 from streamproc.gateway.settings import GatewaySettings
+from streamproc.names import replay_bucket as bucket_name
 from streamproc.problems import ProblemError
 
 log = logging.getLogger(__name__)
 SWEEP_EVERY_S = 1.0
-
-
-def bucket_name(prefix: str) -> str:
-    return f"{prefix.replace('.', '_')}_replay"
 
 
 def bucket_definition(prefix: str, *, replicas: int, max_keys: int) -> dict[str, object]:

@@ -19,7 +19,7 @@ from streamproc import metrics
 from streamproc.bus.jsapi import JsApiError
 from streamproc.events.payloads import Digest, ImageIndexed, ImageRemoved
 from streamproc.gateway.accesslog import RID
-from streamproc.gateway.auth import IMAGES_WRITE, READ, Principal
+from streamproc.gateway.auth import ADMIN, IMAGES_WRITE, READ, Principal
 from streamproc.gateway.hardening import (
     check_key_count,
     decode_content,
@@ -278,7 +278,7 @@ OPERATIONS = [
         errors=(409, 413, 415, 503),
         description="Publishes image.indexed with the SBOM's purls (CycloneDX 1.4-1.6 or "
         "SPDX 2.2/2.3 JSON). The same content again answers 200 with duplicate: true and "
-        "publishes nothing. Also allowed with scope scheduler.admin.",
+        f"publishes nothing. Also allowed with scope {ADMIN}.",
     ),
     Operation(
         "GET",
@@ -303,7 +303,7 @@ OPERATIONS = [
         params=(DIGEST, WAIT),
         responses=_WRITTEN,
         errors=(404, 409, 503),
-        description="Publishes image.removed. Also allowed with scope scheduler.admin.",
+        description=f"Publishes image.removed. Also allowed with scope {ADMIN}.",
     ),
     Operation(
         "GET",

@@ -47,10 +47,11 @@ from typing import Any, Protocol
 import msgspec
 from pyroaring import BitMap
 
-GROUPS_CF = "impact_groups"
-OWNERS_CF = "impact_owners"
-IMAGES_CF = "impact_images"
-NAMES_CF = "impact_names"
+from streamproc.names import IMPACT_GROUPS_CF as GROUPS_CF
+from streamproc.names import IMPACT_IMAGES_CF as IMAGES_CF
+from streamproc.names import IMPACT_NAMES_CF as NAMES_CF
+from streamproc.names import IMPACT_OWNERS_CF as OWNERS_CF
+
 FAMILIES = (GROUPS_CF, OWNERS_CF, IMAGES_CF, NAMES_CF)
 
 CHUNK_BITS = 16

@@ -17,6 +17,7 @@ from streamproc.bus.pull import ConsumerGone
 from streamproc.bus.session import nats_session
 from streamproc.bus.streams import stream_names
 from streamproc.config import Settings, environment, load
+from streamproc.names import NOTIFY_TAIL
 from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
 from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
@@ -39,8 +40,9 @@ def register(
     p.add_argument("--tenant", help="one tenant (default: all tenants; NATS only)")
     p.add_argument(
         "--durable",
-        help="durable consumer / checkpoint name (default notify-tail, or notify-tail-TENANT-KINDS "
-        "for another selection; tails with one name share its messages)",
+        help=f"durable consumer / checkpoint name (default {NOTIFY_TAIL}, or "
+        f"{NOTIFY_TAIL}-TENANT-KINDS for another selection; tails with one name share its "
+        "messages)",
     )
     p.add_argument(
         "--kind", action="append", choices=nm.KINDS,
@@ -87,7 +89,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
             print("streamproc: --http follows one --kind; to start over remove its --state file",
                   file=sys.stderr)  # fmt: skip
             return 2
-        name = args.durable or "notify-tail"
+        name = args.durable or NOTIFY_TAIL
         state = Path(args.state or settings.data_dir / "notify" / f"{name}.json")
         tail = HttpTail(
             args.http, state, kind=kinds[0],

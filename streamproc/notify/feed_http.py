@@ -36,7 +36,7 @@ from aiohttp import web
 from streamproc.bus import direct, jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.ids import ascii_int
-from streamproc.names import stream_names
+from streamproc.names import ADMIN_SCOPE, API_BASE, stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.registrations import (
     FeedSettings,
@@ -47,10 +47,10 @@ from streamproc.notify.registrations import (
 )
 from streamproc.problems import ProblemError, render
 
-BASE = "/api/v1/scheduler"
+BASE = API_BASE
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 100
-WRITE_SCOPE = "scheduler.admin"
+WRITE_SCOPE = ADMIN_SCOPE
 RETRY_AFTER_S = 1
 TIMEOUT_S = 5.0
 

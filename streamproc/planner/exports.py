@@ -17,15 +17,15 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.names import PL_CLAIMS_CF as CLAIMS_CF
+from streamproc.names import PL_CURSORS_CF as CURSORS_CF
+from streamproc.names import PL_EXPORTS
+from streamproc.names import PL_EXPORTS_CF as EXPORTS_CF
+from streamproc.names import PL_VULNS_CF as VULNS_CF
 from streamproc.planner import records as r
 from streamproc.planner.changes import KeyChange, feedser_change, vexer_change
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.state.store import Store
-
-EXPORTS_CF = "pl_exports"
-CLAIMS_CF = "pl_claims"
-CURSORS_CF = "pl_cursors"
-VULNS_CF = "pl_vulns"
 
 
 def _refs(req: p.RunRequested) -> list[tuple[r.Source, str]]:
@@ -36,7 +36,7 @@ def _refs(req: p.RunRequested) -> list[tuple[r.Source, str]]:
 
 
 class PlannerExports(Projection):
-    name: ClassVar[str] = "pl_exports"
+    name: ClassVar[str] = PL_EXPORTS
     kinds: ClassVar[frozenset[str]] = frozenset(
         {"export.feedser", "export.vexer", "run.requested", "run.planned", "run.cancel_requested"}
     )

@@ -19,11 +19,12 @@ from typing import ClassVar, Literal
 import msgspec
 
 from streamproc.events.envelope import Envelope
+from streamproc.names import PL_OPEN
+from streamproc.names import PL_OPEN_CF as OPEN_CF
 from streamproc.planner import records as r
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.state.store import Store
 
-OPEN_CF = "pl_open"
 SegmentState = Literal["planned", "enqueued", "taken"]
 _TAKEN = frozenset({"segment.started", "segment.completed", "segment.failed"})
 
@@ -52,7 +53,7 @@ _seg = msgspec.msgpack.Decoder(OpenSegment).decode
 
 
 class PlannerOpenRuns(Projection):
-    name: ClassVar[str] = "pl_open"
+    name: ClassVar[str] = PL_OPEN
     kinds: ClassVar[frozenset[str]] = frozenset(
         {"run.planned", "segment.enqueued", *_TAKEN, "run.completed", "run.cancelled"}
     )

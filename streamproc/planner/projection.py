@@ -18,14 +18,15 @@ from msgspec import UNSET
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.ids import derive_id
+from streamproc.names import PL_BACKLOG_CF as BACKLOG_CF
+from streamproc.names import PL_REPORTS, PL_RUNS, PL_SCHEDULES
+from streamproc.names import PL_REPORTS_CF as REPORTS_CF
+from streamproc.names import PL_RUNS_CF as RUNS_CF
+from streamproc.names import PL_SCHEDULES_CF as SCHEDULES_CF
 from streamproc.planner import records as r
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.state.store import Store
 
-SCHEDULES_CF = "pl_schedules"
-RUNS_CF = "pl_runs"
-BACKLOG_CF = "pl_backlog"
-REPORTS_CF = "pl_reports"
 _PATCH = ("cron", "timezone", "mode", "selection", "only_if", "limits", "subscriptions")
 
 
@@ -50,7 +51,7 @@ def spill_run_id(root_run_id: str, offset: int) -> str:
 class PlannerSchedules(Projection):
     """Schedules by tenant, with the cron anchor and the latest tick fired."""
 
-    name: ClassVar[str] = "pl_schedules"
+    name: ClassVar[str] = PL_SCHEDULES
     kinds: ClassVar[frozenset[str]] = frozenset(
         {
             "schedule.created",
@@ -167,7 +168,7 @@ class PlannerSchedules(Projection):
 class PlannerRuns(Projection):
     """Requested runs (pending until planned or cancelled), planned markers, the backlog."""
 
-    name: ClassVar[str] = "pl_runs"
+    name: ClassVar[str] = PL_RUNS
     kinds: ClassVar[frozenset[str]] = frozenset(
         {"run.requested", "run.planned", "run.cancel_requested"}
     )
@@ -299,7 +300,7 @@ class LastReports(Projection):
     """Per tenant and digest: when its last report was made (HLC ms) and whether it had KEV
     or critical findings — for ``onlyIf.lastReportOlderThanDays`` and nightly ordering."""
 
-    name: ClassVar[str] = "pl_reports"
+    name: ClassVar[str] = PL_REPORTS
     kinds: ClassVar[frozenset[str]] = frozenset({"verdict.recorded"})
     creates: ClassVar[frozenset[str]] = kinds
     """An image's first report creates its entry (reports are about images, not runs)."""

@@ -13,6 +13,7 @@ import msgspec
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope
 from streamproc.hlc import sort_key
+from streamproc.names import ACTIVITY
 from streamproc.projection import Projection, Tx
 from streamproc.state.store import Store
 
@@ -29,7 +30,7 @@ _enc = msgspec.json.Encoder(order="sorted")
 
 
 class Activity(Projection):
-    name: ClassVar[str] = "activity"
+    name: ClassVar[str] = ACTIVITY
     kinds: ClassVar[frozenset[str]] = frozenset(KINDS)
     creates: ClassVar[frozenset[str]] = kinds
     """Counters per tenant: any event is the first of its tenant's."""

@@ -7,12 +7,11 @@ from typing import ClassVar
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import FeedserExport, VexerExport, payload_digest
+from streamproc.names import RM_EXPORTS as CF
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ExportRecord, encode
 from streamproc.readmodel.schedules import physical_ms
-
-CF = "rm_exports"
 
 
 def export_key(tenant: str, kind: str, export_id: str) -> bytes:
@@ -20,7 +19,7 @@ def export_key(tenant: str, kind: str, export_id: str) -> bytes:
 
 
 class Exports(Projection):
-    name: ClassVar[str] = "rm_exports"
+    name: ClassVar[str] = CF
     kinds: ClassVar[frozenset[str]] = frozenset({"export.feedser", "export.vexer"})
     creates: ClassVar[frozenset[str]] = kinds
     families: ClassVar[tuple[str, ...]] = (CF,)

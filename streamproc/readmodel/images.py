@@ -14,10 +14,9 @@ import msgspec
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed, payload_digest
+from streamproc.names import RM_IMAGES as CF
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
-
-CF = "rm_images"
 
 
 class ImageSummary(msgspec.Struct, kw_only=True):
@@ -81,7 +80,7 @@ def image_key(tenant: str, digest: str) -> bytes:
 
 
 class Images(Projection):
-    name: ClassVar[str] = "rm_images"
+    name: ClassVar[str] = CF
     kinds: ClassVar[frozenset[str]] = frozenset({"image.indexed", "image.removed"})
     creates: ClassVar[frozenset[str]] = frozenset({"image.indexed"})
     families: ClassVar[tuple[str, ...]] = (CF,)

@@ -19,6 +19,9 @@ import msgspec
 from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.names import RM_RUN_DELTAS_CF as DELTAS_CF
+from streamproc.names import RM_RUNS as CF
+from streamproc.names import RM_RUNS_BY_TIME_CF as BY_TIME_CF
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys, retention
 from streamproc.readmodel.exports import Exports
@@ -35,9 +38,6 @@ from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX, expiry_ke
 from streamproc.readmodel.schedules import Schedules, physical_ms
 from streamproc.state.store import Store
 
-CF = "rm_runs"
-BY_TIME_CF = "rm_runs_by_time"
-DELTAS_CF = "rm_run_deltas"
 _EMPTY_STATS = p.RunStats()
 RUN_KINDS: frozenset[str] = frozenset(
     {
@@ -97,7 +97,7 @@ def _is_delta(v: p.VerdictRecorded) -> bool:
 
 
 class Runs(Projection):
-    name: ClassVar[str] = "rm_runs"
+    name: ClassVar[str] = CF
     kinds: ClassVar[frozenset[str]] = RUN_KINDS | CLOCK_KINDS
     creates: ClassVar[frozenset[str]] = frozenset({"run.requested"})
     """Everything else needs its run (``unknown_run``); a segment comes with the run's plan

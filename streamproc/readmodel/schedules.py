@@ -14,11 +14,10 @@ from msgspec import UNSET
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.names import RM_SCHEDULES as CF
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ScheduleRecord, decode_schedule, encode
-
-CF = "rm_schedules"
 
 
 def physical_ms(event: Envelope) -> int:
@@ -90,7 +89,7 @@ def apply(rec: ScheduleRecord | None, event: Envelope, seq: int) -> ScheduleReco
 
 
 class Schedules(Projection):
-    name: ClassVar[str] = "rm_schedules"
+    name: ClassVar[str] = CF
     kinds: ClassVar[frozenset[str]] = frozenset(
         {
             "schedule.created",

@@ -15,15 +15,16 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.names import RUNNER
+from streamproc.names import RUNNER_IMAGES_CF as IMAGES_CF
+from streamproc.names import RUNNER_OPEN_CF as OPEN_CF
+from streamproc.names import RUNNER_RULES_CF as RULES_CF
+from streamproc.names import RUNNER_RUNS_CF as RUNS_CF
+from streamproc.names import RUNNER_SUMMARY_CF as SUMMARY_CF
+from streamproc.names import RUNNER_VERDICTS_CF as VERDICTS_CF
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.runner.delta import FindingKey, new_findings
 
-RUNS_CF = "runner_runs"
-VERDICTS_CF = "runner_verdicts"
-IMAGES_CF = "runner_images"
-RULES_CF = "runner_rules"
-SUMMARY_CF = "runner_summary"
-OPEN_CF = "runner_open"
 """Runs not yet completed or cancelled: what the completion reactor looks at."""
 SEP = b"\x00"
 SUMMARY_IMAGES = 1000
@@ -106,7 +107,7 @@ def failure_category(error: str | None) -> str:
 
 
 class RunnerState(Projection):
-    name: ClassVar[str] = "runner"
+    name: ClassVar[str] = RUNNER
     kinds: ClassVar[frozenset[str]] = frozenset(
         {
             "schedule.created",

@@ -28,11 +28,11 @@ import msgspec
 from streamproc.bus import jsapi
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed
+from streamproc.names import SCANNER_IMAGES as CF
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.reactor import RoleSpec
 from streamproc.state.store import Store
 
-CF = "scanner_images"
 _SEP = b"\x00"
 
 
@@ -68,7 +68,7 @@ def _sbom_key(key: str) -> bytes:
 
 
 class ScannerImages(Projection):
-    name: ClassVar[str] = "scanner_images"
+    name: ClassVar[str] = CF
     kinds: ClassVar[frozenset[str]] = frozenset({"image.indexed", "image.removed"})
     creates: ClassVar[frozenset[str]] = frozenset({"image.indexed"})
     families: ClassVar[tuple[str, ...]] = (CF,)
