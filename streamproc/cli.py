@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import start_http_server
+
 from streamproc import __version__, cliargs, role_cli
 from streamproc.app import ListenError, run_roles
 from streamproc.audit.cli import register as register_audit
@@ -134,7 +136,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if args.metrics_port is not None:
         # Replay progress (streamproc_replay_applied_sequence) for Prometheus while it runs.
-        from prometheus_client import start_http_server
 
         try:
             start_http_server(args.metrics_port, addr=s.http_host)

@@ -30,7 +30,9 @@ from nats.js.kv import KeyValue
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError, environment
-from streamproc.names import lease_bucket as bucket_name
+from streamproc.names import lease_bucket
+
+bucket_name = lease_bucket
 
 log = logging.getLogger(__name__)
 

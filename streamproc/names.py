@@ -137,6 +137,7 @@ RUNNER_IMAGES_CF: Final = "runner_images"
 RUNNER_RULES_CF: Final = "runner_rules"
 RUNNER_SUMMARY_CF: Final = "runner_summary"
 RUNNER_OPEN_CF: Final = "runner_open"
+"""Runs not yet completed or cancelled: what the runner's completion reactor looks at."""
 
 PL_SCHEDULES_CF: Final = PL_SCHEDULES
 PL_RUNS_CF: Final = PL_RUNS

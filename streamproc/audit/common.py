@@ -6,16 +6,12 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from streamproc.audit.dsse import Keyring
 from streamproc.audit.layout import HEADS_CF
 from streamproc.audit.signing import build_keyring
 from streamproc.config import Settings, load
 from streamproc.state.store import RocksStore
-
-if TYPE_CHECKING:  # heavy imports stay out of `streamproc --help` and unrelated commands
-    from streamproc.audit.dsse import Keyring
-    from streamproc.state.store import RocksStore
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -21,10 +21,12 @@ import msgspec
 from streamproc.audit.entry import Entry, entry_decoder
 from streamproc.events import payloads as p
 from streamproc.hlc import KEY_WIDTH, NODE_WIDTH, Timestamp
-from streamproc.names import AUDIT_CHAIN_CF as CHAIN_CF
-from streamproc.names import AUDIT_HEADS_CF as HEADS_CF
-from streamproc.names import AUDIT_LOG_CF as LOG_CF
-from streamproc.names import AUDIT_SNAPSHOTS_CF as SNAPSHOTS_CF
+from streamproc.names import AUDIT_CHAIN_CF, AUDIT_HEADS_CF, AUDIT_LOG_CF, AUDIT_SNAPSHOTS_CF
+
+CHAIN_CF = AUDIT_CHAIN_CF
+HEADS_CF = AUDIT_HEADS_CF
+LOG_CF = AUDIT_LOG_CF
+SNAPSHOTS_CF = AUDIT_SNAPSHOTS_CF
 
 FAMILIES: Final = (CHAIN_CF, LOG_CF, HEADS_CF, SNAPSHOTS_CF)
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from streamproc.bus import owner
-from streamproc.bus.owner import NatsServerError, StoreLock
+from streamproc.bus.owner import NatsServerError as NatsServerError
+from streamproc.bus.owner import StoreLock
 
 MAX_PAYLOAD = 8 * 1024 * 1024
 """An ``image.indexed`` event with 100,000 purls is several MiB; the default is 1 MiB."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -170,8 +171,6 @@ def is_gateway_file(path: Path) -> bool:
     """A gateway file (what ``gateway.config`` / ``STREAMPROC_GATEWAY_CONFIG`` names), not a
     settings file: JSON (a settings file is TOML), or ``*.toml`` with gateway keys only at
     the top — the two ways the gateway reads its file."""
-    import tomllib
-
     try:
         text = path.read_text()
         doc = tomllib.loads(text) if path.suffix == ".toml" else msgspec.json.decode(text)

@@ -144,10 +144,14 @@ def _kinds(kinds: frozenset[str]) -> str:
 class Fold(Protocol):
     """What the table needs of a projection (:class:`streamproc.projection.Projection`)."""
 
-    name: str
-    kinds: frozenset[str]
-    creates: frozenset[str]
-    observes: frozenset[str]
+    @property
+    def name(self) -> str: ...
+    @property
+    def kinds(self) -> frozenset[str]: ...
+    @property
+    def creates(self) -> frozenset[str]: ...
+    @property
+    def observes(self) -> frozenset[str]: ...
 
     def updates(self) -> frozenset[str]: ...
 

@@ -34,8 +34,10 @@ from streamproc.bus.ttlkv import (
     definition,
 )
 from streamproc.gateway.settings import GatewaySettings
-from streamproc.names import replay_bucket as bucket_name
+from streamproc.names import replay_bucket
 from streamproc.problems import ProblemError
+
+bucket_name = replay_bucket
 
 log = logging.getLogger(__name__)
 SWEEP_EVERY_S = 1.0

@@ -47,10 +47,12 @@ from typing import Any, Protocol
 import msgspec
 from pyroaring import BitMap
 
-from streamproc.names import IMPACT_GROUPS_CF as GROUPS_CF
-from streamproc.names import IMPACT_IMAGES_CF as IMAGES_CF
-from streamproc.names import IMPACT_NAMES_CF as NAMES_CF
-from streamproc.names import IMPACT_OWNERS_CF as OWNERS_CF
+from streamproc.names import IMPACT_GROUPS_CF, IMPACT_IMAGES_CF, IMPACT_NAMES_CF, IMPACT_OWNERS_CF
+
+GROUPS_CF = IMPACT_GROUPS_CF
+IMAGES_CF = IMPACT_IMAGES_CF
+NAMES_CF = IMPACT_NAMES_CF
+OWNERS_CF = IMPACT_OWNERS_CF
 
 FAMILIES = (GROUPS_CF, OWNERS_CF, IMAGES_CF, NAMES_CF)
 

@@ -10,21 +10,19 @@ import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import uvloop
+from nats.errors import ConnectionClosedError
 
 from streamproc.bus import jsapi
 from streamproc.bus.pull import ConsumerGone
 from streamproc.bus.session import nats_session
-from streamproc.bus.streams import stream_names
 from streamproc.config import Settings, environment, load
-from streamproc.names import NOTIFY_TAIL
+from streamproc.names import NOTIFY_TAIL, stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
 from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
 from streamproc.notify.schemas import write_all
-
-if TYPE_CHECKING:
-    from streamproc.notify.consumer import NotifyConsumer
 
 EXIT_FAIL_CLOSED = 3
 
@@ -70,8 +68,6 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    import uvloop
-
     settings = load(
         {
             "data_dir": getattr(args, "data_dir", None),
@@ -109,7 +105,6 @@ def cmd_tail(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 130
         return 0
-    from nats.errors import ConnectionClosedError
 
     try:  # --nats-url, else the data directory's running server (or a temporary one)
         return int(uvloop.run(_tail_nats(settings, args, kinds, show)))

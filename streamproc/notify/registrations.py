@@ -25,7 +25,9 @@ from nats.js.kv import KeyValue
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError, environment
-from streamproc.names import feed_bucket as bucket_name
+from streamproc.names import feed_bucket
+
+bucket_name = feed_bucket
 
 LEASE_ENV = "STREAMPROC_FEED_LEASE_S"
 CONSUMERS_ENV = "STREAMPROC_FEED_CONSUMERS"

@@ -17,15 +17,16 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.names import PL_CLAIMS_CF as CLAIMS_CF
-from streamproc.names import PL_CURSORS_CF as CURSORS_CF
-from streamproc.names import PL_EXPORTS
-from streamproc.names import PL_EXPORTS_CF as EXPORTS_CF
-from streamproc.names import PL_VULNS_CF as VULNS_CF
+from streamproc.names import PL_CLAIMS_CF, PL_CURSORS_CF, PL_EXPORTS, PL_EXPORTS_CF, PL_VULNS_CF
 from streamproc.planner import records as r
 from streamproc.planner.changes import KeyChange, feedser_change, vexer_change
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.state.store import Store
+
+CLAIMS_CF = PL_CLAIMS_CF
+CURSORS_CF = PL_CURSORS_CF
+EXPORTS_CF = PL_EXPORTS_CF
+VULNS_CF = PL_VULNS_CF
 
 
 def _refs(req: p.RunRequested) -> list[tuple[r.Source, str]]:

@@ -19,11 +19,12 @@ from typing import ClassVar, Literal
 import msgspec
 
 from streamproc.events.envelope import Envelope
-from streamproc.names import PL_OPEN
-from streamproc.names import PL_OPEN_CF as OPEN_CF
+from streamproc.names import PL_OPEN, PL_OPEN_CF
 from streamproc.planner import records as r
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.state.store import Store
+
+OPEN_CF = PL_OPEN_CF
 
 SegmentState = Literal["planned", "enqueued", "taken"]
 _TAKEN = frozenset({"segment.started", "segment.completed", "segment.failed"})

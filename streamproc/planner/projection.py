@@ -18,14 +18,23 @@ from msgspec import UNSET
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.ids import derive_id
-from streamproc.names import PL_BACKLOG_CF as BACKLOG_CF
-from streamproc.names import PL_REPORTS, PL_RUNS, PL_SCHEDULES
-from streamproc.names import PL_REPORTS_CF as REPORTS_CF
-from streamproc.names import PL_RUNS_CF as RUNS_CF
-from streamproc.names import PL_SCHEDULES_CF as SCHEDULES_CF
+from streamproc.names import (
+    PL_BACKLOG_CF,
+    PL_REPORTS,
+    PL_REPORTS_CF,
+    PL_RUNS,
+    PL_RUNS_CF,
+    PL_SCHEDULES,
+    PL_SCHEDULES_CF,
+)
 from streamproc.planner import records as r
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.state.store import Store
+
+BACKLOG_CF = PL_BACKLOG_CF
+REPORTS_CF = PL_REPORTS_CF
+RUNS_CF = PL_RUNS_CF
+SCHEDULES_CF = PL_SCHEDULES_CF
 
 _PATCH = ("cron", "timezone", "mode", "selection", "only_if", "limits", "subscriptions")
 

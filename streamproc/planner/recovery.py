@@ -47,8 +47,8 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.hlc import HybridLogicalClock
 from streamproc.ids import derive_id
-from streamproc.names import stream_names
-from streamproc.planner.emit import PlanEvents, planned_event_id, work_subject
+from streamproc.names import stream_names, work_subject
+from streamproc.planner.emit import PlanEvents, planned_event_id
 from streamproc.planner.model import Plan
 from streamproc.planner.open_runs import OpenRunView, open_runs
 from streamproc.state.store import Store

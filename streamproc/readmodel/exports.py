@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import ClassVar
 
 from streamproc.events.envelope import Envelope
-from streamproc.events.payloads import FeedserExport, VexerExport, payload_digest
-from streamproc.names import RM_EXPORTS as CF
+from streamproc.events.payloads import FeedserExport, VexerExport
+from streamproc.events.payloads import payload_digest as payload_digest
+from streamproc.names import RM_EXPORTS
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ExportRecord, encode
 from streamproc.readmodel.schedules import physical_ms
+
+CF = RM_EXPORTS
 
 
 def export_key(tenant: str, kind: str, export_id: str) -> bytes:

@@ -14,9 +14,11 @@ import msgspec
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed, payload_digest
-from streamproc.names import RM_IMAGES as CF
+from streamproc.names import RM_IMAGES
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
+
+CF = RM_IMAGES
 
 
 class ImageSummary(msgspec.Struct, kw_only=True):

@@ -19,9 +19,7 @@ import msgspec
 from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.names import RM_RUN_DELTAS_CF as DELTAS_CF
-from streamproc.names import RM_RUNS as CF
-from streamproc.names import RM_RUNS_BY_TIME_CF as BY_TIME_CF
+from streamproc.names import RM_RUN_DELTAS_CF, RM_RUNS, RM_RUNS_BY_TIME_CF
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys, retention
 from streamproc.readmodel.exports import Exports
@@ -37,6 +35,10 @@ from streamproc.readmodel.records import (
 from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX, expiry_key
 from streamproc.readmodel.schedules import Schedules, physical_ms
 from streamproc.state.store import Store
+
+DELTAS_CF = RM_RUN_DELTAS_CF
+CF = RM_RUNS
+BY_TIME_CF = RM_RUNS_BY_TIME_CF
 
 _EMPTY_STATS = p.RunStats()
 RUN_KINDS: frozenset[str] = frozenset(

@@ -14,10 +14,12 @@ from msgspec import UNSET
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.names import RM_SCHEDULES as CF
+from streamproc.names import RM_SCHEDULES
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ScheduleRecord, decode_schedule, encode
+
+CF = RM_SCHEDULES
 
 
 def physical_ms(event: Envelope) -> int:

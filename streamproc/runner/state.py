@@ -15,17 +15,25 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.names import RUNNER
-from streamproc.names import RUNNER_IMAGES_CF as IMAGES_CF
-from streamproc.names import RUNNER_OPEN_CF as OPEN_CF
-from streamproc.names import RUNNER_RULES_CF as RULES_CF
-from streamproc.names import RUNNER_RUNS_CF as RUNS_CF
-from streamproc.names import RUNNER_SUMMARY_CF as SUMMARY_CF
-from streamproc.names import RUNNER_VERDICTS_CF as VERDICTS_CF
+from streamproc.names import (
+    RUNNER,
+    RUNNER_IMAGES_CF,
+    RUNNER_OPEN_CF,
+    RUNNER_RULES_CF,
+    RUNNER_RUNS_CF,
+    RUNNER_SUMMARY_CF,
+    RUNNER_VERDICTS_CF,
+)
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.runner.delta import FindingKey, new_findings
 
+IMAGES_CF = RUNNER_IMAGES_CF
+OPEN_CF = RUNNER_OPEN_CF
 """Runs not yet completed or cancelled: what the completion reactor looks at."""
+RULES_CF = RUNNER_RULES_CF
+RUNS_CF = RUNNER_RUNS_CF
+SUMMARY_CF = RUNNER_SUMMARY_CF
+VERDICTS_CF = RUNNER_VERDICTS_CF
 SEP = b"\x00"
 SUMMARY_IMAGES = 1000
 """Digests kept per vulnerability in a run summary (the count is always exact)."""

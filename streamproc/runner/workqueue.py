@@ -12,6 +12,7 @@ priorities most urgent first — so one tenant's backlog never starves another.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ from nats.errors import TimeoutError as NatsTimeout
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.ids import ascii_int
-from streamproc.names import WORK, all_of, work_subject
-from streamproc.names import work_consumer as consumer_name
+from streamproc.names import WORK, all_of, work_consumer, work_subject
 from streamproc.runner.settings import RunnerSettings
+
+consumer_name = work_consumer
 
 log = logging.getLogger(__name__)
 NS = 1_000_000_000
@@ -203,8 +205,6 @@ class MaxDeliveries(msgspec.Struct):
 
 async def get_message(nc: FastClient, stream: str, seq: int) -> tuple[str, bytes] | None:
     """(subject, data) of a stored message, or None when it is gone."""
-    import base64
-
     try:
         doc = await jsapi.request(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq})
     except jsapi.JsApiError:

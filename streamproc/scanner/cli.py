@@ -13,6 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import msgspec
+import uvloop
+
 from streamproc.app import System
 from streamproc.cliargs import add_config_flag
 from streamproc.cliargs import settings as _settings
@@ -78,9 +82,6 @@ def register(
 
 
 def cmd_scanner(args: argparse.Namespace) -> int:
-    import msgspec
-    import uvloop
-
     settings = _settings(args)
     if not settings.nats_url:  # like a role process: never an embedded server of its own
         settings = msgspec.structs.replace(settings, nats_url=DEFAULT_NATS_URL)
@@ -116,8 +117,6 @@ def cmd_scanner(args: argparse.Namespace) -> int:
 
 
 def cmd_feedser_export(args: argparse.Namespace) -> int:
-    import aiohttp
-
     state_path = args.state or load({"data_dir": args.data_dir}).data_dir / "feedser-export.json"
     db = AdvisoryDb.load(args.osv, args.kev, args.debian_sources)
     state = load_state(state_path)

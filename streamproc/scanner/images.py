@@ -28,10 +28,12 @@ import msgspec
 from streamproc.bus import jsapi
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed
-from streamproc.names import SCANNER_IMAGES as CF
+from streamproc.names import SCANNER_IMAGES
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.reactor import RoleSpec
 from streamproc.state.store import Store
+
+CF = SCANNER_IMAGES
 
 _SEP = b"\x00"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -27,8 +28,6 @@ def _expected(arg: str | None) -> list[str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import json
-
     # --nats-port: a local server on that port (no auth), instead of the data directory's
     nats_url = args.nats_url or (f"nats://127.0.0.1:{args.nats_port}" if args.nats_port else None)
     settings = load(

@@ -11,7 +11,9 @@ from nats.js.kv import KeyValue
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError, Settings, environment
-from streamproc.names import status_bucket as bucket_name
+from streamproc.names import status_bucket
+
+bucket_name = status_bucket
 
 INTERVAL_ENV = "STREAMPROC_STATUS_INTERVAL_S"
 DEFAULT_INTERVAL_S = 2.0
