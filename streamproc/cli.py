@@ -12,15 +12,13 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from streamproc import __version__, cliargs, role_cli
-from streamproc.app import ListenError, run_roles
+from streamproc import __version__, cliargs, exitcodes, role_cli
+from streamproc.app import run_roles
 from streamproc.audit.cli import register as register_audit
 from streamproc.bus import streams
 from streamproc.bus.cluster import DEPLOY_PORTS, serve
-from streamproc.bus.connect import NatsConnectError, NatsVersionError
-from streamproc.bus.jsapi import JsApiError
 from streamproc.bus.owner import claim
-from streamproc.bus.server import EmbeddedNats, NatsServerError
+from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.session import CLUSTER_DIR
 from streamproc.bus.session import run as _run
 from streamproc.bus.session import with_nats as _with_nats
@@ -33,11 +31,9 @@ from streamproc.events.schemas import render_catalog, write_all
 from streamproc.gateway import tokens_cli
 from streamproc.gateway.replay import default_bucket_definition
 from streamproc.impact.cli import register as register_index
-from streamproc.lease import LeaseError
 from streamproc.names import DEFAULT_PREFIX
 from streamproc.notify import cli as notify_cli
-from streamproc.projection import Projection, StateFormatError, describe_rejections
-from streamproc.projector import PositionError
+from streamproc.projection import Projection, describe_rejections
 from streamproc.replay import partial_warning, rebuild, swap_in
 from streamproc.roles import DEMO_ONLY, ROLES
 from streamproc.runner import cli as runner_cli
@@ -46,10 +42,6 @@ from streamproc.signals import install_stop_signals
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore, StateLocked
 from streamproc.status import cli as status_cli
-
-EXIT_USAGE = 2
-EXIT_DRIFT = 3
-
 
 # ---------------------------------------------------------------------- commands
 
@@ -103,7 +95,7 @@ def cmd_streams_apply(args: argparse.Namespace) -> int:
                 "(and replay) or accept the running configuration",
                 file=sys.stderr,
             )
-            return EXIT_DRIFT
+            return exitcodes.DRIFT
         return 0
 
     return _run(_with_nats(s, apply))
@@ -132,7 +124,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             RocksStore(live).close()
     except StateLocked as exc:
         print(f"streamproc: {exc}{busy}", file=sys.stderr)
-        return EXIT_USAGE
+        return exitcodes.USAGE
 
     if args.metrics_port is not None:
         # Replay progress (streamproc_replay_applied_sequence) for Prometheus while it runs.
@@ -160,7 +152,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             swap_in(fresh, live)
         except StateLocked as exc:  # started meanwhile
             print(f"streamproc: {exc}{busy}", file=sys.stderr)
-            return EXIT_USAGE
+            return exitcodes.USAGE
         print(
             f"replayed {summary.events} events of {s.events_stream} into {live} in "
             f"{summary.seconds:.1f} s ({summary.rate:,.0f} events/s); quarantined "
@@ -179,7 +171,7 @@ def cmd_state_digest(args: argparse.Namespace) -> int:
     path = Path(args.path) if args.path else cliargs.settings(args).state_dir(args.role)
     if not (path / "CURRENT").exists():
         print(f"streamproc: {path} is not a state directory", file=sys.stderr)
-        return EXIT_USAGE
+        return exitcodes.USAGE
     store = RocksStore(path, read_only=True)  # also works beside a running role
     try:
         print(state_digest(store))
@@ -317,31 +309,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
 
-    try:
+    def command(args: argparse.Namespace) -> int:
         if hasattr(args, "config"):  # commands that run or connect: read the settings file
             activate(args.config)
         return int(args.fn(args))
-    except (
-        ConfigError,
-        JsApiError,
-        LeaseError,
-        ListenError,
-        NatsConnectError,
-        NatsServerError,
-        NatsVersionError,
-        PositionError,
-        StateFormatError,
-        StateLocked,
-    ) as exc:
-        print(f"streamproc: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+
+    try:
+        return exitcodes.guarded(command)(args)
     except KeyboardInterrupt:
-        return 130
+        return exitcodes.INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`streamproc config show | head`): stop quietly, as cat does;
         # stdout goes to /dev/null so the interpreter's final flush cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + 13  # SIGPIPE
+        return exitcodes.BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from streamproc import exitcodes
 from streamproc.app import run_roles
 from streamproc.bus.session import run
 from streamproc.cliargs import OPS_PORT_HELP
@@ -30,7 +31,6 @@ HELP = {
     "planner": "run the planner (one active, others standby): exports and cron become runs",
     "auditor": "run the auditor (one active, others standby): audit chains, signed snapshots",
 }
-EXIT_FAILED = 2
 
 Common = Callable[[argparse.ArgumentParser], None]
 
@@ -80,7 +80,7 @@ def serve(settings: Settings, role: str, *, http: bool = True) -> int:
         return run(run_roles(settings, [role], http=http))
     except OSError as exc:  # e.g. the HTTP port is taken
         print(f"streamproc {role}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return exitcodes.USAGE
 
 
 def cmd_role_process(args: argparse.Namespace) -> int:

@@ -18,11 +18,11 @@ from streamproc.cli import main
 from streamproc.projections.activity import Activity
 from streamproc.projector import PositionError, Projector
 from streamproc.replay import rebuild
-from streamproc.samples import sample_event
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import epoch, memory_fold, messages_of, publish_samples
+from tests.samples import sample_event
 from tests.test_cli import cli
 
 

@@ -13,9 +13,6 @@ from streamproc.audit.signing import build_keyring
 from streamproc.config import Settings, load
 from streamproc.state.store import RocksStore
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 AUDITOR_ROLE = "auditor"
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
+from streamproc.bus.ack import PREFIX as ACK_PREFIX
+from streamproc.bus.ack import stream_seq
 from streamproc.bus.fastclient import FastClient, description_of, status_of
 from streamproc.bus.jsapi import API
 
@@ -25,13 +27,10 @@ class ConsumerGone(RuntimeError):
 RawMessage = tuple[int, bytes, bytes, bytes]
 """``(stream_seq, subject, data, reply)`` of one delivered message."""
 
-SEQ, SUBJECT, DATA, REPLY = 0, 1, 2, 3
-
-
-def stream_seq(reply: bytes) -> int:
-    """Stream sequence from a ``$JS.ACK`` reply subject (v1 and v2 token layouts)."""
-    tokens = reply.split(b".")
-    return int(tokens[5] if len(tokens) == 9 else tokens[7])
+SEQ: Final = 0
+SUBJECT: Final = 1
+DATA: Final = 2
+REPLY: Final = 3
 
 
 class PullLoop:
@@ -61,7 +60,6 @@ class PullLoop:
         self._error: BaseException | None = None
         self._closed = False
         self._topping = False
-        self._seq_token: int | None = None
 
     async def start(self) -> PullLoop:
         self._inbox = self.nc.new_inbox()
@@ -97,13 +95,10 @@ class PullLoop:
             asyncio.get_running_loop().create_task(self._top_up())
 
     def _on_msg(self, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
-        if reply[:8] == b"$JS.ACK.":
+        if reply[:8] == ACK_PREFIX:
             # Data messages carry their original subject; the server serves requests in
             # order, so each one counts against the oldest request still open.
-            if self._seq_token is None:
-                self._seq_token = 5 if reply.count(b".") == 8 else 7
-            seq = int(reply.split(b".", self._seq_token + 1)[self._seq_token])
-            self._buf.append((seq, subject, data, reply))
+            self._buf.append((stream_seq(reply), subject, data, reply))
             for token, left in self._requests.items():
                 if left <= 1:
                     del self._requests[token]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from streamproc import exitcodes
 from streamproc.cliargs import add_config_flag
 from streamproc.config import environment, file_document
 from streamproc.configfile.checks import check_all, check_gateway_file, is_gateway_file
@@ -23,8 +24,6 @@ from streamproc.configfile.registry import BY_PATH, CONFIG_ENV, KEYS, SECTIONS, 
 from streamproc.configfile.values import ValueProblem, display, from_env
 from streamproc.gateway.settings import ENV_FILE, GatewayConfigError
 from streamproc.gateway.settings import load as load_gateway
-
-EXIT_INVALID = 2
 
 
 def register(
@@ -54,7 +53,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     path = config_path(args.file)
     if path is None:
         print(f"streamproc: config check needs FILE (or {CONFIG_ENV})", file=sys.stderr)
-        return EXIT_INVALID
+        return exitcodes.USAGE
     if is_gateway_file(Path(path)):
         return _check_gateway_file(path, quiet=args.quiet)
     loaded = load(path)
@@ -65,7 +64,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if problems:
         err = ConfigFileError(path, [_label(p, loaded) for p in _unique(problems)])
         print(f"streamproc: {err}", file=sys.stderr)
-        return EXIT_INVALID
+        return exitcodes.USAGE
     print(f"ok: {path}")
     if not args.quiet:
         for line in _settings_lines(loaded, only_set=True):
@@ -83,7 +82,7 @@ def _check_gateway_file(path: str, *, quiet: bool) -> int:
     _warn_unknown_env()
     if problems:
         print(f"streamproc: {ConfigFileError(path, _unique(problems))}", file=sys.stderr)
-        return EXIT_INVALID
+        return exitcodes.USAGE
     print(f"ok: {path} (a gateway file, for gateway.config / {ENV_FILE})")
     if not quiet:
         print(f"  # gateway: {_gateway_summary({}, {**env, ENV_FILE: path})}")

@@ -14,6 +14,7 @@ from pathlib import Path
 import uvloop
 from nats.errors import ConnectionClosedError
 
+from streamproc import exitcodes
 from streamproc.bus import jsapi
 from streamproc.bus.pull import ConsumerGone
 from streamproc.bus.session import nats_session
@@ -23,8 +24,6 @@ from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
 from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
 from streamproc.notify.schemas import write_all
-
-EXIT_FAIL_CLOSED = 3
 
 
 def register(
@@ -84,7 +83,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         if len(kinds) != 1 or args.reset:
             print("streamproc: --http follows one --kind; to start over remove its --state file",
                   file=sys.stderr)  # fmt: skip
-            return 2
+            return exitcodes.USAGE
         name = args.durable or NOTIFY_TAIL
         state = Path(args.state or settings.data_dir / "notify" / f"{name}.json")
         tail = HttpTail(
@@ -95,30 +94,30 @@ def cmd_tail(args: argparse.Namespace) -> int:
             uvloop.run(tail.run(once=args.once))
         except FeedClosed as exc:
             print(f"streamproc: notify tail stopped (fail closed): {exc}", file=sys.stderr)
-            return EXIT_FAIL_CLOSED
+            return exitcodes.known(exc)
         except FeedRefused as exc:
             print(f"streamproc: notify tail: {exc}", file=sys.stderr)
-            return 2
+            return exitcodes.known(exc)
         except FeedUnavailable as exc:  # --once only; otherwise the tail waits and retries
             print(f"streamproc: notify tail: {exc}; checkpoint kept", file=sys.stderr)
-            return 1
+            return exitcodes.known(exc)
         except KeyboardInterrupt:
-            return 130
-        return 0
+            return exitcodes.INTERRUPTED
+        return exitcodes.OK
 
     try:  # --nats-url, else the data directory's running server (or a temporary one)
         return int(uvloop.run(_tail_nats(settings, args, kinds, show)))
     except ConsumerConflict as exc:
         print(f"streamproc: notify tail: {exc}: pass another --durable, or --reset to take "
               "the name over", file=sys.stderr)  # fmt: skip
-        return 2
+        return exitcodes.known(exc)
     except (ConsumerGone, ConnectionClosedError) as exc:  # the server stopped (make run did)
         print(f"streamproc: notify tail: NATS went away ({exc or type(exc).__name__}); run "
               "it again once the server is back: it resumes after the last message it printed",
               file=sys.stderr)  # fmt: skip
-        return 1
+        return exitcodes.known(exc)
     except KeyboardInterrupt:
-        return 130
+        return exitcodes.INTERRUPTED
 
 
 async def _tail_nats(
