@@ -10,8 +10,14 @@ server:
 * latency at a steady 1,000 requests/s (open loop, latency counted from each request's
   scheduled send time, so a stall is not hidden by the generator waiting).
 
-Prints a table, then one line of JSON: accepted_per_s, p99_ms_at_1000, empty_route_per_s.
-Only 127.0.0.1 is targeted; every phase is bounded in time.
+Prints a table, the webhook ceiling beside the empty route's with their ratio, then one line
+of JSON: accepted_per_s, p99_ms_at_1000, empty_route_per_s, accepted_vs_empty, and the CPU
+time the gateway process and nats-server spent per webhook at the ceiling
+(gateway_cpu_us_per_request, nats_cpu_us_per_request: on a shared machine these move far
+less with the load than the rates do). ``--profile
+FILE`` runs only the webhook ceiling, with the gateway under cProfile, and writes its top
+functions to FILE. Only 127.0.0.1 is targeted; every phase is bounded in time. Ports are
+free ones, or ``STREAMPROC_NATS_PORT`` and ``STREAMPROC_HTTP_PORT`` when set.
 """
 
 from __future__ import annotations
@@ -166,7 +172,9 @@ def serve(args: argparse.Namespace) -> int:
             return uvloop.run(main())
         finally:
             prof.disable()
-            pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
+            with open(args.profile, "w") as out:
+                for order, n in (("tottime", 30), ("cumulative", 60)):
+                    pstats.Stats(prof, stream=out).sort_stats(order).print_stats(n)
     return uvloop.run(main())
 
 
@@ -313,89 +321,94 @@ def run_gen(url: str, path: str, req_file: Path, **kw: object) -> dict[str, floa
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+Row = tuple[str, str, float, float, float]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def steady(url: str, tmp: Path, lua: Path, use_wrk: bool) -> tuple[list[Row], float]:
+    """Steady 1,000 requests/s, first, on a fresh server: wrk paced by delay() (C, light on
+    the shared CPUs), and the open-loop aiohttp generator (latency counted from each
+    request's scheduled time, so stalls are not hidden; heavier on CPU). The rows, and the
+    webhook's p99 at that rate (wrk's when there is wrk)."""
+    rows: list[Row] = []
+    paced: dict[str, dict[str, float]] = {}
+    if use_wrk:  # 50 connections, each pausing 48 ms after a response: ~1,000/s
+        make_requests(tmp / "paced-empty.tsv", 10, "pe")
+        paced["empty"] = run_wrk(
+            url, RATE_SECONDS, lua, tmp / "paced-empty.tsv", path="/empty", conns=50, pause_ms=48
+        )
+        make_requests(tmp / "paced.tsv", 2 * RATE * RATE_SECONDS, f"pc-{uuid.uuid4().hex[:8]}")
+        paced["hook"] = run_wrk(url, RATE_SECONDS, lua, tmp / "paced.tsv", conns=50, pause_ms=48)
+        for name, label in (("empty", "empty route"), ("hook", "feedser webhook")):
+            r = paced[name]
+            ok = r["ok"] / r["seconds"]
+            rows.append((label, "~1000/s, wrk paced", r["rps"], ok, r["p99_ms"]))
+    make_requests(tmp / "rate-empty.tsv", 10, "re")
+    er = run_gen(
+        url, "/empty", tmp / "rate-empty.tsv", rate=RATE, duration=RATE_SECONDS, connections=256
+    )
+    mode = f"{RATE}/s open loop (aiohttp)"
+    rows.append(("empty route", mode, er["rps"], er["ok"] / er["seconds"], er["p99_ms"]))
+    make_requests(tmp / "rate.tsv", RATE * RATE_SECONDS + 100, f"rate-{uuid.uuid4().hex[:8]}")
+    hr = run_gen(url, HOOK, tmp / "rate.tsv", rate=RATE, duration=RATE_SECONDS, connections=256)
+    rows.append(("feedser webhook", mode, hr["rps"], hr["ok"] / hr["seconds"], hr["p99_ms"]))
+    if hr["bad"]:
+        print(f"warning: {hr['bad']} refused requests at {RATE}/s", file=sys.stderr)
+    return rows, paced["hook"]["p99_ms"] if "hook" in paced else hr["p99_ms"]
+
+
+def webhook_ceiling(url: str, tmp: Path, lua: Path, use_wrk: bool) -> dict[str, float]:
+    """Signed webhooks, closed loop, 32 connections, every one a new export."""
+    n_max = 15_000 * MAX_SECONDS
+    make_requests(tmp / "max.tsv", n_max, f"max-{uuid.uuid4().hex[:8]}")
+    if use_wrk:
+        hook = run_wrk(url, MAX_SECONDS, lua, tmp / "max.tsv")
+    else:
+        hook = run_gen(url, HOOK, tmp / "max.tsv", duration=MAX_SECONDS, connections=CONNECTIONS)
+    if hook["ok"] + hook["bad"] > n_max:
+        raise SystemExit("request file exhausted; raise n_max (repeats would be refused)")
+    if hook["bad"]:
+        print(f"warning: {hook['bad']} refused webhook requests at the ceiling", file=sys.stderr)
+    return hook
+
+
 def orchestrate(args: argparse.Namespace) -> int:
     from streamproc.bus.server import EmbeddedNats, free_port
 
     use_wrk = shutil.which("wrk") is not None and not args.no_wrk
+    gen = f"max, {CONNECTIONS} conns ({'wrk' if use_wrk else 'aiohttp'})"
     tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
-    nats = EmbeddedNats(tmp / "nats", port=free_port()).start()
-    port = free_port()
+    # Fixed ports when asked (a shared machine's port plan), else free ones.
+    nats_port = int(os.environ.get("STREAMPROC_NATS_PORT") or free_port())
+    nats = EmbeddedNats(tmp / "nats", port=nats_port).start()
+    port = int(os.environ.get("STREAMPROC_HTTP_PORT") or free_port())
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE),
-            "--serve",
-            "--nats-url",
-            nats.url,
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp / "data"),
-            "--access-log",
-            str(tmp / "access.log"),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    cmd = [sys.executable, str(HERE), "--serve", "--nats-url", nats.url, "--port", str(port),
+           "--data-dir", str(tmp / "data"), "--access-log", str(tmp / "access.log")]  # fmt: skip
+    if args.profile:
+        cmd += ["--profile", str(Path(args.profile).resolve())]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    rows: list[Row] = []
     try:
         assert server.stdout is not None
         if server.stdout.readline().strip() != "READY":
             raise SystemExit("gateway server did not start")
         lua = tmp / "hook.lua"
         lua.write_text(LUA)
-        rows: list[tuple[str, str, float, float, float]] = []
-        gen = "wrk" if use_wrk else "aiohttp"
-        # 1. steady 1,000 requests/s, first, on a fresh server: wrk paced by delay() (C, light
-        #    on the shared CPUs), and the open-loop aiohttp generator (latency counted from each
-        #    request's scheduled time, so stalls are not hidden; heavier on CPU).
-        paced: dict[str, dict[str, float]] = {}
-        if use_wrk:  # 50 connections, each pausing 48 ms after a response: ~1,000/s
-            make_requests(tmp / "paced-empty.tsv", 10, "pe")
-            paced["empty"] = run_wrk(
-                url,
-                RATE_SECONDS,
-                lua,
-                tmp / "paced-empty.tsv",
-                path="/empty",
-                conns=50,
-                pause_ms=48,
-            )
-            make_requests(tmp / "paced.tsv", 2 * RATE * RATE_SECONDS, f"pc-{uuid.uuid4().hex[:8]}")
-            paced["hook"] = run_wrk(
-                url, RATE_SECONDS, lua, tmp / "paced.tsv", conns=50, pause_ms=48
-            )
-            for name, label in (("empty", "empty route"), ("hook", "feedser webhook")):
-                r = paced[name]
-                rows.append(
-                    (label, "~1000/s, wrk paced", r["rps"], r["ok"] / r["seconds"], r["p99_ms"])
-                )
-        make_requests(tmp / "rate-empty.tsv", 10, "re")
-        er = run_gen(
-            url, "/empty", tmp / "rate-empty.tsv", rate=RATE, duration=RATE_SECONDS, connections=256
-        )
-        rows.append(
-            (
-                "empty route",
-                f"{RATE}/s open loop (aiohttp)",
-                er["rps"],
-                er["ok"] / er["seconds"],
-                er["p99_ms"],
-            )
-        )
-        make_requests(tmp / "rate.tsv", RATE * RATE_SECONDS + 100, f"rate-{uuid.uuid4().hex[:8]}")
-        hr = run_gen(url, HOOK, tmp / "rate.tsv", rate=RATE, duration=RATE_SECONDS, connections=256)
-        rows.append(
-            (
-                "feedser webhook",
-                f"{RATE}/s open loop (aiohttp)",
-                hr["rps"],
-                hr["ok"] / hr["seconds"],
-                hr["p99_ms"],
-            )
-        )
-        p99_at_rate = paced["hook"]["p99_ms"] if "hook" in paced else hr["p99_ms"]
-        # 2. ceilings: the empty route, then signed webhooks (closed loop, 32 connections).
+        if args.profile:  # the webhook ceiling alone, under cProfile
+            hook = webhook_ceiling(url, tmp, lua, use_wrk)
+            print(f"profiled {hook['ok']:,.0f} accepted webhooks: {args.profile}")
+            return 0
+        rows, p99_at_rate = steady(url, tmp, lua, use_wrk)
+        # Ceilings: the empty route, a bare publish, then signed webhooks.
         if use_wrk:
             empty = run_wrk(url + "/empty", MAX_SECONDS, None, None)
         else:
@@ -403,68 +416,50 @@ def orchestrate(args: argparse.Namespace) -> int:
             empty = run_gen(
                 url, "/empty", tmp / "empty.tsv", duration=MAX_SECONDS, connections=CONNECTIONS
             )
-        rows.append(
-            (
-                "empty route",
-                f"max, {CONNECTIONS} conns ({gen})",
-                empty["rps"],
-                empty["rps"],
-                empty["p99_ms"],
-            )
-        )
+        rows.append(("empty route", gen, empty["rps"], empty["rps"], empty["p99_ms"]))
         if use_wrk:  # context: one bare publish per request, no checks (the issue's "naive")
             make_requests(tmp / "naive.tsv", 10, "n")
             naive = run_wrk(url, MAX_SECONDS, lua, tmp / "naive.tsv", path="/naive")
-            rows.append(
-                (
-                    "bare publish",
-                    f"max, {CONNECTIONS} conns ({gen})",
-                    naive["rps"],
-                    naive["ok"] / naive["seconds"],
-                    naive["p99_ms"],
-                )
-            )
-        n_max = 15_000 * MAX_SECONDS
-        make_requests(tmp / "max.tsv", n_max, f"max-{uuid.uuid4().hex[:8]}")
-        if use_wrk:
-            hook = run_wrk(url, MAX_SECONDS, lua, tmp / "max.tsv")
-        else:
-            hook = run_gen(
-                url, HOOK, tmp / "max.tsv", duration=MAX_SECONDS, connections=CONNECTIONS
-            )
+            ok = naive["ok"] / naive["seconds"]
+            rows.append(("bare publish", gen, naive["rps"], ok, naive["p99_ms"]))
+        assert nats.proc is not None
+        cpu0 = cpu_seconds(server.pid), cpu_seconds(nats.proc.pid)
+        hook = webhook_ceiling(url, tmp, lua, use_wrk)
+        cpu1 = cpu_seconds(server.pid), cpu_seconds(nats.proc.pid)
+        # CPU per request: what a shared machine's load does not change much, unlike rates.
+        handled = hook["ok"] + hook["bad"]
+        cpu_us = [round((b - a) / handled * 1e6) for a, b in zip(cpu0, cpu1, strict=True)]
         accepted = hook["ok"] / hook["seconds"]
-        if hook["ok"] + hook["bad"] > n_max:
-            raise SystemExit("request file exhausted; raise n_max (repeats would be refused)")
-        rows.append(
-            (
-                "feedser webhook",
-                f"max, {CONNECTIONS} conns ({gen})",
-                hook["rps"],
-                accepted,
-                hook["p99_ms"],
-            )
-        )
-        if hr["bad"] or hook["bad"]:
-            print(
-                f"warning: refused requests: max {hook['bad']}, steady {hr['bad']}", file=sys.stderr
-            )
+        rows.append(("feedser webhook", gen, hook["rps"], accepted, hook["p99_ms"]))
     finally:
         server.send_signal(signal.SIGTERM)
-        tail = server.communicate(timeout=60)[0]
+        tail = server.communicate(timeout=120)[0]
         nats.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     applied = json.loads(tail.strip().splitlines()[-1])["applied"] if tail.strip() else -1
     print(f"{'route':<17} {'load':<28} {'sent/s':>9} {'2xx/s':>9} {'p99 ms':>8}")
     for route, mode, sent, ok, p99 in rows:
         print(f"{route:<17} {mode:<28} {sent:>9,.0f} {ok:>9,.0f} {p99:>8.2f}")
     print(f"events recorded in the log and folded by the gateway's read model: {applied:,}")
-    print(f"ceiling ratio (webhook accepted / empty route): {accepted / empty['rps']:.2f}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    ratio = accepted / empty["rps"]
+    print(
+        f"ceiling, {CONNECTIONS} connections: webhooks accepted {accepted:,.0f}/s | "
+        f"empty route {empty['rps']:,.0f}/s | ratio {ratio:.2f} (target >= 0.45)"
+    )
+    print(
+        f"CPU per webhook at the ceiling: gateway process {cpu_us[0]} us, "
+        f"nats-server {cpu_us[1]} us"
+    )
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f}")
     print(
         json.dumps(
             {
                 "accepted_per_s": round(accepted),
                 "p99_ms_at_1000": round(p99_at_rate, 2),
                 "empty_route_per_s": round(empty["rps"]),
+                "accepted_vs_empty": round(ratio, 3),
+                "gateway_cpu_us_per_request": cpu_us[0],
+                "nats_cpu_us_per_request": cpu_us[1],
             }
         )
     )
@@ -480,7 +475,12 @@ def main() -> int:
     p.add_argument("--port", type=int)
     p.add_argument("--data-dir")
     p.add_argument("--access-log", default="off")
-    p.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="run only the 32-connection webhook phase, with the gateway under cProfile; "
+        "write its top functions (by own time, then cumulative) to FILE",
+    )
     p.add_argument("--url")
     p.add_argument("--path")
     p.add_argument("--file")

@@ -10,6 +10,7 @@ parser's raw ``(subject, reply, data, headers)`` bytes in a synchronous call. Ev
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from nats import errors
@@ -30,15 +31,6 @@ _CRLF = b"\r\n"
 
 class PayloadTooLarge(ValueError):
     """A message bigger than the server's ``max_payload`` (refused before sending)."""
-
-
-def header_block(headers: dict[str, str]) -> bytes:
-    """Encode a NATS header block once, for reuse across publishes."""
-    out = bytearray(b"NATS/1.0\r\n")
-    for k, v in headers.items():
-        out += f"{k}: {v}\r\n".encode()
-    out += _CRLF
-    return bytes(out)
 
 
 def status_of(headers: bytes) -> bytes:
@@ -77,6 +69,8 @@ class FastParser(Parser):
             await super().parse()
             return
         nc = self.nc
+        raw: dict[int, RawHandler] = nc._raw_handlers
+        stats = nc.stats
         pos = 0
         size = len(buf)
         while pos < size:
@@ -106,7 +100,14 @@ class FastParser(Parser):
                 headers = b""
                 payload = bytes(buf[start : start + total])
             pos = start + total + 2
-            await nc._process_msg(int(args[2]), args[1], reply, payload, headers)
+            sid = int(args[2])
+            handler = raw.get(sid)
+            if handler is None:
+                await nc._process_msg(sid, args[1], reply, payload, headers)
+            else:  # a raw subscription: a plain call, no coroutine per message
+                stats["in_msgs"] += 1
+                stats["in_bytes"] += len(payload)
+                handler(args[1], reply, payload, headers)
         if pos:
             del buf[:pos]
         if buf and not _frame_start(buf):
@@ -139,13 +140,10 @@ class FastClient(Client):
         self.stats["in_bytes"] += len(data)
         handler(subject, reply, data, headers or b"")
 
-    async def publish_hpub(self, subject: str, reply: str, header: bytes, payload: bytes) -> None:
-        """Publish with a pre-encoded header block (see :func:`header_block`).
-
-        The guards are nats-py's ``publish``: a closed or draining connection raises at once,
-        and so does a reconnecting one whose outbound buffer is disabled or full, instead of
-        queueing a message that is never sent.
-        """
+    def _hpub(self, subject: str, reply: str, header: bytes, payload: bytes) -> bytes:
+        """The ``HPUB`` command, after nats-py's ``publish`` guards: a closed or draining
+        connection raises at once, and so does a reconnecting one whose outbound buffer is
+        disabled or full, instead of queueing a message that is never sent."""
         if not subject:
             raise errors.BadSubjectError
         if self.is_closed:
@@ -163,16 +161,39 @@ class FastClient(Client):
                 f"message of {size} bytes to {subject} exceeds the server's max_payload "
                 f"{self._max_payload}"
             )
-        cmd = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
+        return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
             subject.encode(),
             reply.encode(),
             len(header),
-            len(header) + len(payload),
+            size,
             header,
             payload,
         )
+
+    async def publish_hpub(self, subject: str, reply: str, header: bytes, payload: bytes) -> None:
+        """Publish with a pre-encoded header block (``publisher.msg_header``)."""
+        cmd = self._hpub(subject, reply, header, payload)
         self.stats["out_msgs"] += 1
         self.stats["out_bytes"] += len(payload)
         await self._send_command(cmd)
         if self._flush_queue is not None and self._flush_queue.empty():
             await self._flush_pending()
+
+    def publish_hpub_nowait(self, subject: str, reply: str, header: bytes, payload: bytes) -> bool:
+        """:meth:`publish_hpub` as a plain call when nothing need be waited for: queued, and
+        the flusher woken. False, with nothing done, when it would have to wait or buffer
+        (disconnected, no flusher, the pending buffer full): then use :meth:`publish_hpub`."""
+        queue, flusher = self._flush_queue, self._flusher_task
+        if queue is None or flusher is None or flusher.done() or not self.is_connected:
+            return False
+        cmd = self._hpub(subject, reply, header, payload)
+        pending = self._pending_data_size + len(cmd)
+        if self._max_pending_size > 0 and pending > self._max_pending_size:
+            return False
+        self._pending.append(cmd)
+        self._pending_data_size = pending
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += len(payload)
+        if queue.empty():
+            queue.put_nowait(asyncio.get_running_loop().create_future())
+        return True

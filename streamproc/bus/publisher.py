@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from streamproc import metrics
-from streamproc.bus.fastclient import FastClient, header_block, status_of
+from streamproc.bus.fastclient import FastClient, status_of
 from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import Envelope, encode
 from streamproc.names import DEFAULT_PREFIX
@@ -113,14 +113,12 @@ class _Pending:
 def msg_header(
     msg_id: str, expected_last_subject_seq: int | None = None, ttl_s: int | None = None
 ) -> bytes:
-    if expected_last_subject_seq is None and ttl_s is None:
-        return b"NATS/1.0\r\nNats-Msg-Id: %s\r\n\r\n" % msg_id.encode()
-    headers = {"Nats-Msg-Id": msg_id}
+    out = b"NATS/1.0\r\nNats-Msg-Id: %s\r\n" % msg_id.encode()
     if expected_last_subject_seq is not None:
-        headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
+        out += b"Nats-Expected-Last-Subject-Sequence: %d\r\n" % expected_last_subject_seq
     if ttl_s is not None:  # per-message TTL (server >= 2.11; the stream must allow it)
-        headers["Nats-TTL"] = str(ttl_s)
-    return header_block(headers)
+        out += b"Nats-TTL: %d\r\n" % ttl_s
+    return out + b"\r\n"
 
 
 class Publisher:
@@ -177,6 +175,25 @@ class Publisher:
 
     # ------------------------------------------------------------------ sending
 
+    def _send_now(self, subject: str, data: bytes, header: bytes, sink: _Sink, i: int) -> bool:
+        """Send without waiting when the window has room and the client can queue at once
+        (the common case); False, with nothing sent, otherwise."""
+        if self._inflight >= self.window:
+            return False
+        n = self._next
+        try:
+            if not self.nc.publish_hpub_nowait(subject, f"{self._inbox}.{n}", header, data):
+                return False
+        except Exception as exc:
+            sink.settle(i, exc)
+            return True
+        self._next = n + 1
+        self._inflight += 1
+        pending = _Pending(subject, data, header, sink, i)
+        pending.deadline = time.monotonic() + self.timeout
+        self._pending[b"%d" % n] = pending
+        return True
+
     async def _send(self, subject: str, data: bytes, header: bytes, sink: _Sink, i: int) -> None:
         if self._inflight >= self.window:
             # Resume only when half the window is free, so sends and flushes stay in bulk
@@ -209,7 +226,8 @@ class Publisher:
         the server removes the message that many seconds after storing it."""
         sink = _Sink(1, asyncio.get_running_loop())
         header = msg_header(msg_id, expected_last_subject_seq, ttl_s)
-        await self._send(subject, data, header, sink, 0)
+        if not self._send_now(subject, data, header, sink, 0):
+            await self._send(subject, data, header, sink, 0)
         await sink.future
         outcome = sink.results[0]
         if isinstance(outcome, BaseException):
@@ -247,9 +265,11 @@ class Publisher:
         """Pipeline ``(subject, data, msg_id)`` items; each outcome is an ack or its error."""
         batch = list(items)
         sink = _Sink(len(batch), asyncio.get_running_loop())
-        send = self._send
+        send, send_now = self._send, self._send_now
         for i, (subject, data, msg_id) in enumerate(batch):
-            await send(subject, data, msg_header(msg_id), sink, i)
+            header = msg_header(msg_id)
+            if not send_now(subject, data, header, sink, i):
+                await send(subject, data, header, sink, i)
             if i & 255 == 255:
                 await asyncio.sleep(0)  # let the flusher write while we keep producing
         await sink.future

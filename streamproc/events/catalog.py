@@ -46,6 +46,13 @@ def _schedule_v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+def _unscoped_export(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 exports were not scoped by source: they stay without one (``source``
+    absent), so they keep the subject and the keys they were recorded under — the bare
+    export id — and replaying an old log rebuilds exactly the state it had."""
+    return d
+
+
 _GATEWAY = "gateway"
 _READ = "read model"
 KINDS: dict[str, KindSpec] = {
@@ -86,17 +93,21 @@ KINDS: dict[str, KindSpec] = {
             "export.feedser",
             p.FeedserExport,
             "feedser",
-            "export_id",
+            "ref",
+            version=2,
             emitted_by="gateway (webhook), feedser CLI",
             folded_by="planner (vuln map, cursors), read model",
+            upcasters={1: _unscoped_export},
         ),
         KindSpec(
             "export.vexer",
             p.VexerExport,
             "vexer",
-            "export_id",
+            "ref",
+            version=2,
             emitted_by="gateway (webhook)",
             folded_by="planner (cursors), read model",
+            upcasters={1: _unscoped_export},
         ),
         KindSpec(
             "image.indexed",

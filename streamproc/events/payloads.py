@@ -159,12 +159,40 @@ class AdvisoryChange(Payload, kw_only=True):
     kev: bool = False
 
 
-class FeedserExport(Payload, kw_only=True):
+SourceName = Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}(?!\n)$")]
+ExportRef = Annotated[str, Meta(min_length=1, max_length=600)]
+"""``<source>:<exportId>`` (see :func:`export_ref`): a source name, a colon, an export id."""
+
+
+def export_ref(source: str | None, export_id: str) -> str:
+    """How an export is known to every view, subject and run: ``<source>:<exportId>``.
+
+    Export ids are the sender's own, so two configured sources may well use the same one;
+    neither may stand in for the other. Events recorded before exports were scoped by
+    source (schema 1) name no source, and their ref is the bare export id."""
+    return export_id if source is None else f"{source}:{export_id}"
+
+
+class FeedserExportBody(Payload, kw_only=True):
+    """What a Feedser source posts to the webhook."""
+
     export_id: Str
     changed_product_keys: KeyList = []
     kev: KeyList = []
     window: Window | None = None
     advisories: Annotated[list[AdvisoryChange], Meta(max_length=MAX_KEYS)] = []
+
+
+class FeedserExport(FeedserExportBody, kw_only=True):
+    """``export.feedser``: the body as delivered, and the source that delivered it."""
+
+    source: SourceName | None = None
+    """The authenticated webhook source (set by the gateway, never by the body); None in
+    events recorded before exports were scoped by source."""
+
+    @property
+    def ref(self) -> str:
+        return export_ref(self.source, self.export_id)
 
 
 class ChangedClaim(Payload, kw_only=True):
@@ -181,10 +209,38 @@ class ChangedClaim(Payload, kw_only=True):
             )
 
 
-class VexerExport(Payload, kw_only=True):
+class VexerExportBody(Payload, kw_only=True):
+    """What a Vexer source posts to the webhook."""
+
     export_id: Str
     changed_claims: Annotated[list[ChangedClaim], Meta(max_length=MAX_KEYS)] = []
     window: Window | None = None
+
+
+class VexerExport(VexerExportBody, kw_only=True):
+    """``export.vexer``: the body as delivered, and the source that delivered it."""
+
+    source: SourceName | None = None
+    """As :attr:`FeedserExport.source`."""
+
+    @property
+    def ref(self) -> str:
+        return export_ref(self.source, self.export_id)
+
+
+def export_body(payload: FeedserExport | VexerExport) -> FeedserExportBody | VexerExportBody:
+    """The export as its sender posted it: what tells a repeat from a conflicting body
+    (the same for events of either schema)."""
+    body = FeedserExportBody if isinstance(payload, FeedserExport) else VexerExportBody
+    return body(**{f: getattr(payload, f) for f in body.__struct_fields__})
+
+
+def sourced_export(
+    body: FeedserExportBody | VexerExportBody, source: str
+) -> FeedserExport | VexerExport:
+    """The event payload of a delivered ``body``: the same fields, and its source."""
+    kind = FeedserExport if isinstance(body, FeedserExportBody) else VexerExport
+    return kind(**{f: getattr(body, f) for f in body.__struct_fields__}, source=source)
 
 
 # ---------------------------------------------------------------- images
@@ -221,8 +277,9 @@ class ImageRemoved(Payload, kw_only=True):
 
 
 class RunReason(Payload, kw_only=True):
-    feedser_export_ids: list[Str] = []
-    vexer_export_ids: list[Str] = []
+    feedser_export_ids: list[ExportRef] = []
+    """The exports the run plans, by :func:`export_ref` (``<source>:<exportId>``)."""
+    vexer_export_ids: list[ExportRef] = []
     scheduled_for: Annotated[str, Meta(max_length=64)] | None = None
     text: Annotated[str, Meta(max_length=1000)] | None = None
 

@@ -15,6 +15,7 @@ import msgspec
 
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope
+from streamproc.names import EVENTS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -39,7 +40,7 @@ def schema_for(kind: str) -> dict[str, Any]:
         "$schema": DIALECT,
         "$id": f"urn:streamproc:event:{kind}:v{spec.version}",
         "title": kind,
-        "description": f"Subject: <prefix>.events.<tenant>.{spec.aggregate}.<{spec.id_field}>. "
+        "description": f"Subject: <prefix>.{EVENTS}.<tenant>.{spec.aggregate}.<{spec.id_field}>. "
         f"Emitted by: {spec.emitted_by}. Folded by: {spec.folded_by}.",
         "type": "object",
         "properties": props,

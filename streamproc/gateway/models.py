@@ -282,10 +282,17 @@ class ImageAccepted(Accepted, kw_only=True):
 
 
 class ExportEvent(Response, kw_only=True):
+    """What became of the export for one tenant of the source."""
+
     tenant: str
+    outcome: Literal["recorded", "duplicate", "conflict"]
+    """``recorded``: its event is new; ``duplicate``: the same export was recorded before;
+    ``conflict``: the source recorded this export id before with another body (the event
+    named is that one; nothing new was recorded for this tenant)."""
     event_id: str
     seq: int
     duplicate: bool
+    """``outcome == "duplicate"``."""
 
 
 class WebhookAccepted(Response, kw_only=True):
@@ -294,3 +301,4 @@ class WebhookAccepted(Response, kw_only=True):
     duplicate: bool
     """True when every tenant's event already existed (a repeated delivery)."""
     events: list[ExportEvent]
+    """One per tenant of the source, in its configured order."""

@@ -1,26 +1,39 @@
 """Export webhooks from Feedser and Vexer: authenticate the delivery, decode it under the
 size limits, and record the export once per tenant of the source's allowlist.
 
+An export is known by its ref, ``<source>:<exportId>``: export ids are the sender's own,
+and another configured source using the same id neither blocks nor stands in for this one.
 Event ids are ``derive_id(source, exportId, tenant)`` and each is published create-only on
-its own subject (``…<tenant>.<feedser|vexer>.<exportId>``), so a repeated delivery — within
+its own subject (``…<tenant>.<feedser|vexer>.<ref>``), so a repeated delivery — within
 JetStream's duplicate window or long after it — yields no second event; the read model is
-checked first and answers repeats without publishing at all.
+checked first and answers repeats without publishing at all. Every tenant has its own
+outcome — recorded, duplicate, or conflict (the same export recorded before with another
+body) — and one tenant's conflict never keeps the others from being recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 from aiohttp import web
 
 from streamproc import metrics
+from streamproc.bus import jsapi
 from streamproc.bus.publisher import PubAck, WrongExpectedSequence
-from streamproc.events.envelope import Envelope, new_event
-from streamproc.events.payloads import FeedserExport, VexerExport
+from streamproc.events.envelope import Envelope, EventError, decode, encode, new_event
+from streamproc.events.payloads import (
+    FeedserExport,
+    FeedserExportBody,
+    VexerExport,
+    VexerExportBody,
+    export_ref,
+    sourced_export,
+)
 from streamproc.gateway.accesslog import RID
 from streamproc.gateway.accesslog import SOURCE as SOURCE_KEY
 from streamproc.gateway.auth import Principal
@@ -28,23 +41,34 @@ from streamproc.gateway.hardening import (
     check_key_count,
     decode_content,
     decode_export,
-    read_body,
     require_json,
 )
 from streamproc.gateway.models import ExportEvent, WebhookAccepted
 from streamproc.gateway.operations import Operation, Param
-from streamproc.gateway.webhooks import DELIVERY, SIGNATURE, SOURCE, TIMESTAMP, Delivery, Source
-from streamproc.gateway.writes import json_response, publish_failure
+from streamproc.gateway.webhooks import (
+    DELIVERY,
+    MAX_SIGNATURE_PARTS,
+    SIGNATURE,
+    SOURCE,
+    TIMESTAMP,
+    Delivery,
+    Source,
+)
+from streamproc.gateway.writes import UNAVAILABLE_HEADERS, json_response, publish_failure
 from streamproc.ids import derive_id
 from streamproc.problems import ProblemError
-from streamproc.readmodel.exports import payload_digest
+from streamproc.readmodel.exports import export_digest, payload_digest
+from streamproc.readmodel.queries import ReadModel
+from streamproc.readmodel.records import ExportRecord
 
 if TYPE_CHECKING:
     from streamproc.gateway.app import Gateway
 
+Body = FeedserExportBody | VexerExportBody
+Outcome = Literal["recorded", "duplicate", "conflict"]
 _DECODERS = {
-    "feedser": msgspec.json.Decoder(FeedserExport),
-    "vexer": msgspec.json.Decoder(VexerExport),
+    "feedser": msgspec.json.Decoder(FeedserExportBody),
+    "vexer": msgspec.json.Decoder(VexerExportBody),
 }
 log = logging.getLogger(__name__)
 _LAST_SEQ = re.compile(r"wrong last sequence: (\d+)")
@@ -55,8 +79,8 @@ _RESULTS = {
 }
 
 
-def key_count(payload: FeedserExport | VexerExport) -> int:
-    if isinstance(payload, FeedserExport):
+def key_count(payload: Body) -> int:
+    if isinstance(payload, FeedserExportBody):
         return (
             len(payload.changed_product_keys)
             + len(payload.kev)
@@ -66,37 +90,81 @@ def key_count(payload: FeedserExport | VexerExport) -> int:
 
 
 async def _publish_all(gw: Gateway, events: list[Envelope]) -> list[object]:
-    """Create-only publishes, all sent before any is awaited; shielded when there are
-    several, so a cancelled request cannot stop between tenants."""
-    publish = gw.ctx.publisher.publish_event
+    """Create-only publishes, all sent before any is awaited, the payload encoded once for
+    every tenant; shielded when there are several, so a cancelled request cannot stop
+    between tenants."""
+    publisher = gw.ctx.publisher
     if len(events) == 1:
         try:
-            return [await publish(events[0], expected_last_subject_seq=0)]
+            return [await publisher.publish_event(events[0], expected_last_subject_seq=0)]
         except Exception as exc:
             return [exc]
-    return list(
-        await asyncio.shield(
-            asyncio.gather(
-                *(publish(e, expected_last_subject_seq=0) for e in events),
-                return_exceptions=True,
-            )
+    raw = msgspec.Raw(msgspec.json.encode(events[0].payload))
+    sends = [
+        publisher.publish(
+            publisher.subject_of(e),
+            encode(msgspec.structs.replace(e, payload=raw)),
+            e.id,
+            expected_last_subject_seq=0,
         )
+        for e in events
+    ]
+    return list(await asyncio.shield(asyncio.gather(*sends, return_exceptions=True)))
+
+
+def _own_legacy(
+    rm: ReadModel, tenant: str, kind: str, export_id: str, event_id: str
+) -> ExportRecord | None:
+    """This source's record of the export from before refs (keyed by the bare id), if any:
+    the event id, derived from the source, tells it from another source's."""
+    rec = rm.export(tenant, kind, export_id)
+    return rec if rec is not None and rec.event_id == event_id else None
+
+
+async def _stored_export(gw: Gateway, seq: int) -> tuple[str, str]:
+    """The id and body digest of the export event at ``seq`` (one that took the subject or
+    the message id first): whether ours is a repeat of it or conflicts with it."""
+    nc = gw.ctx.publisher.nc
+    try:
+        doc = await jsapi.request(
+            nc, f"STREAM.MSG.GET.{gw.ctx.settings.events_stream}", {"seq": seq}
+        )
+        event = decode(base64.b64decode(doc["message"]["data"]))
+    except (jsapi.JsApiError, EventError, KeyError) as exc:
+        log.warning("could not read the export event at %d to compare: %s", seq, exc)
+        raise ProblemError(
+            503,
+            "log-unavailable",
+            "the event log did not say what it holds for this export; retrying is safe",
+            headers=UNAVAILABLE_HEADERS,
+        ) from None
+    assert isinstance(event.payload, FeedserExport | VexerExport)
+    return event.id, export_digest(event.payload)
+
+
+def _settled(tenant: str, event_id: str, seq: int, same_body: bool) -> ExportEvent:
+    outcome: Outcome = "duplicate" if same_body else "conflict"
+    return ExportEvent(
+        tenant=tenant, outcome=outcome, event_id=event_id, seq=seq, duplicate=same_body
     )
 
 
 async def _record(
-    gw: Gateway,
-    request: web.Request,
-    source: Source,
-    kind: str,
-    payload: FeedserExport | VexerExport,
-) -> WebhookAccepted:
-    export_id = payload.export_id
-    digest: str | None = None
-    results: list[ExportEvent] = []
+    gw: Gateway, request: web.Request, source: Source, kind: str, body: Body
+) -> tuple[int, WebhookAccepted]:
+    """Record ``body`` for every tenant of ``source``; the status (202 if any tenant's event
+    is new, 200 if none is) and each tenant's outcome. 409 when every tenant conflicts."""
+    export_id = body.export_id
+    ref = export_ref(source.name, export_id)
+    payload = sourced_export(body, source.name)
+    digest = ""
+    settled: dict[str, ExportEvent] = {}
     fresh: list[Envelope] = []
     for tenant in source.tenants:
-        known = gw.rm.export(tenant, kind, export_id)
+        event_id = derive_id(source.name, export_id, tenant)
+        known = gw.rm.export(tenant, kind, ref) or _own_legacy(
+            gw.rm, tenant, kind, export_id, event_id
+        )
         if known is None:
             fresh.append(
                 new_event(
@@ -104,77 +172,97 @@ async def _record(
                     tenant,
                     payload,
                     gw.ctx.clock.now(),
-                    event_id=derive_id(source.name, export_id, tenant),
+                    event_id=event_id,
                     correlation_id=request[RID],
                 )
             )
             continue
-        digest = digest or payload_digest(payload)
-        if known.payload_sha256 != digest:
+        digest = digest or payload_digest(body)
+        settled[tenant] = _settled(
+            tenant, known.event_id, known.seq, known.payload_sha256 == digest
+        )
+    if fresh:
+        failure: BaseException | None = None
+        for event, out in zip(fresh, await _publish_all(gw, fresh), strict=True):
+            if isinstance(out, PubAck) and not out.duplicate:
+                settled[event.tenant] = ExportEvent(
+                    tenant=event.tenant,
+                    outcome="recorded",
+                    event_id=event.id,
+                    seq=out.seq,
+                    duplicate=False,
+                )
+                continue
+            seq = out.seq if isinstance(out, PubAck) else _taken_by(out)
+            if seq is None:
+                failure = failure or out  # type: ignore[assignment]
+                continue
+            # The subject (or the id, within the duplicate window) holds this export already,
+            # and the read model has not folded it yet: a repeat, or a conflicting body?
+            stored_id, stored_digest = await _stored_export(gw, seq)
+            digest = digest or payload_digest(body)
+            settled[event.tenant] = _settled(event.tenant, stored_id, seq, stored_digest == digest)
+        if failure is not None:
+            # Tenants already stored are absorbed on the sender's retry (same derived ids).
+            raise publish_failure(failure)
+    events = [settled[t] for t in source.tenants]
+    conflicts = [e.tenant for e in events if e.outcome == "conflict"]
+    if conflicts:
+        log.warning(
+            "export %s of source %s was recorded before with a different body for %s",
+            export_id,
+            source.name,
+            ", ".join(conflicts),
+        )
+        if len(conflicts) == len(events):
             raise ProblemError(
                 409,
                 "export-conflict",
                 f"export {export_id!r} was already recorded with a different body",
             )
-        results.append(
-            ExportEvent(tenant=tenant, event_id=known.event_id, seq=known.seq, duplicate=True)
-        )
-    if fresh:
-        outcomes = await _publish_all(gw, fresh)
-        failure: BaseException | None = None
-        for event, out in zip(fresh, outcomes, strict=True):
-            if isinstance(out, PubAck):
-                results.append(
-                    ExportEvent(
-                        tenant=event.tenant, event_id=event.id, seq=out.seq, duplicate=out.duplicate
-                    )
-                )
-            elif isinstance(out, WrongExpectedSequence):  # the subject already has the export
-                m = _LAST_SEQ.search(out.description)
-                results.append(
-                    ExportEvent(
-                        tenant=event.tenant,
-                        event_id=event.id,
-                        seq=int(m.group(1)) if m else 0,
-                        duplicate=True,
-                    )
-                )
-            else:
-                failure = out
-        if failure is not None:
-            # Tenants already stored are absorbed on the sender's retry (same derived ids).
-            raise publish_failure(failure)
-    return WebhookAccepted(
+    recorded = any(e.outcome == "recorded" for e in events)
+    accepted = WebhookAccepted(
         export_id=export_id,
         source=source.name,
-        duplicate=all(r.duplicate for r in results),
-        events=results,
+        duplicate=all(e.outcome == "duplicate" for e in events),
+        events=events,
     )
+    return (202 if recorded else 200), accepted
+
+
+def _taken_by(out: object) -> int | None:
+    """The sequence of the event that holds the subject a create-only publish was refused."""
+    if isinstance(out, WrongExpectedSequence):
+        m = _LAST_SEQ.search(out.description)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
+    hooks = gw.webhooks
     try:
-        source = gw.webhooks.select(request, kind)
+        source = hooks.select(request, kind)
         request[SOURCE_KEY] = source.name
         require_json(request)
-        raw = await read_body(request, gw.body_cap)
-        delivery = gw.webhooks.authenticate(request, source, raw)
-        await gw.webhooks.refuse_seen(delivery)
+        delivery = hooks.admit(request, source)
+        await hooks.refuse_seen(delivery)
+        raw = await hooks.read_signed(request, source, delivery, gw.body_cap)
     except ProblemError:
         _RESULTS[kind, "refused"].inc()
         raise
     try:
         data = decode_content(raw, request.headers.get("Content-Encoding"), gw.inflated_cap)
-        payload = decode_export(data, _DECODERS[kind])
-        check_key_count(key_count(payload))
-        accepted = await _record(gw, request, source, kind, payload)
+        body = decode_export(data, _DECODERS[kind])
+        check_key_count(key_count(body))
+        status, accepted = await _record(gw, request, source, kind, body)
         await _remember(gw, delivery)
     except BaseException as exc:
         failed = isinstance(exc, ProblemError) and exc.status >= 500
         _RESULTS[kind, "failed" if failed else "refused"].inc()
         raise
-    _RESULTS[kind, "duplicate" if accepted.duplicate else "accepted"].inc()
-    return json_response(accepted, 200 if accepted.duplicate else 202)
+    _RESULTS[kind, "accepted" if status == 202 else "duplicate"].inc()
+    return json_response(accepted, status)
 
 
 async def _remember(gw: Gateway, delivery: Delivery) -> None:
@@ -208,7 +296,8 @@ _HEADERS = (
         "header",
         {"type": "string"},
         "sha256=<hex HMAC-SHA256> or ed25519=<base64 signature> over timestamp + '.' + body; "
-        "several comma-separated values are accepted",
+        f"at most {MAX_SIGNATURE_PARTS} comma-separated values (sha256: one per secret during "
+        "a rotation), one of them ed25519",
     ),
     Param(
         TIMESTAMP,
@@ -233,8 +322,15 @@ _HEADERS = (
     Param("Content-Encoding", "header", {"enum": ["identity", "gzip", "zstd"]}),
 )
 _RESPONSES = {
-    202: (WebhookAccepted, "recorded for every tenant of the source"),
-    200: (WebhookAccepted, "a repeat: every tenant's event already existed"),
+    202: (
+        WebhookAccepted,
+        "recorded for at least one tenant of the source; each tenant's outcome in events",
+    ),
+    200: (
+        WebhookAccepted,
+        "nothing new: every tenant's event already existed (a repeat), or "
+        "some conflict (see events)",
+    ),
 }
 OPERATIONS = [
     Operation(
@@ -245,11 +341,12 @@ OPERATIONS = [
         "Feedser export webhook",
         "webhooks",
         None,
-        body=FeedserExport,
+        body=FeedserExportBody,
         params=_HEADERS,
         responses=_RESPONSES,
         errors=(409, 413, 415, 503),
-        description="Recorded as export.feedser once per tenant of the source's allowlist.",
+        description="Recorded as export.feedser once per tenant of the source's allowlist "
+        "(409 export-conflict: every tenant holds the export with another body).",
     ),
     Operation(
         "POST",
@@ -259,10 +356,11 @@ OPERATIONS = [
         "Vexer export webhook",
         "webhooks",
         None,
-        body=VexerExport,
+        body=VexerExportBody,
         params=_HEADERS,
         responses=_RESPONSES,
         errors=(409, 413, 415, 503),
-        description="Recorded as export.vexer once per tenant of the source's allowlist.",
+        description="Recorded as export.vexer once per tenant of the source's allowlist "
+        "(409 export-conflict: every tenant holds the export with another body).",
     ),
 ]

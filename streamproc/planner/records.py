@@ -51,9 +51,10 @@ class ScheduleView(ScheduleBase, kw_only=True):
 
 
 class ExportRecord(msgspec.Struct, kw_only=True):
-    """One export (by id) of a tenant and source, with its change normalised to keys."""
+    """One export of a tenant and source kind, with its change normalised to keys."""
 
     export_id: str
+    """Its ref, ``<source>:<exportId>`` (the bare id for exports recorded before refs)."""
     source: Source
     tenant: str
     ms: int

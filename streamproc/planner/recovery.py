@@ -81,7 +81,7 @@ async def fetch_event(pub: Publisher, stream: str, seq: int) -> bytes:
 
 async def queued_ids(pub: Publisher, work_stream: str, tenant: str) -> set[str]:
     """Segment ids of every work item the queue holds for ``tenant`` (any priority)."""
-    msgs = await direct.scan(pub.nc, work_stream, f"{pub.prefix}.work.{tenant}.segment.*")
+    msgs = await direct.scan(pub.nc, work_stream, work_subject(pub.prefix, tenant, "*"))
     return {m.headers.get("Nats-Msg-Id", "") for m in msgs}
 
 

@@ -23,7 +23,8 @@ def tenant_prefix(tenant: str) -> bytes:
 
 
 def key(tenant: str, *parts: str) -> bytes:
-    return tenant_prefix(tenant) + SEP.join(p.encode() for p in parts)
+    """``tenant NUL part NUL part …``, encoded once (every fold and read builds keys)."""
+    return (tenant + "\x00" + "\x00".join(parts)).encode()
 
 
 def newest_first(seq: int) -> bytes:

@@ -86,9 +86,10 @@ class DeltaRecord(msgspec.Struct, kw_only=True):
 
 
 class ExportRecord(msgspec.Struct, kw_only=True):
-    """One recorded export per (tenant, source kind, exportId): the webhook de-duplication."""
+    """One recorded export per (tenant, source kind, export ref): the webhook de-duplication."""
 
     export_id: str
+    """As the sender named it (the key holds the ref, ``<source>:<exportId>``)."""
     kind: Literal["feedser", "vexer"]
     event_id: str
     seq: int

@@ -11,11 +11,12 @@ import pytest
 from nats import errors
 
 from streamproc.bus.connect import connect
-from streamproc.bus.fastclient import FastClient, header_block
+from streamproc.bus.fastclient import FastClient
+from streamproc.bus.publisher import msg_header
 from streamproc.bus.server import EmbeddedNats, free_port
 from tests.helpers import eventually
 
-HEADER = header_block({"Nats-Msg-Id": "guard-1"})
+HEADER = msg_header("guard-1")
 
 
 async def received(nc: FastClient, subject: str) -> list[bytes]:

@@ -17,11 +17,25 @@ from streamproc.bus.fastclient import FastParser
 Event = tuple[Any, ...]
 
 
+RAW_SIDS = (4, 12)
+"""Subscriptions the stand-in client has as raw ones (``FastClient.subscribe_raw``): the fast
+parser calls their handler itself, nats-py's hands them to ``_process_msg``; either way the
+same event is recorded."""
+
+
 class Recorder:
     """Stands in for the client: records what the parser hands it, in order."""
 
     def __init__(self) -> None:
         self.events: list[Event] = []
+        self.stats = {"in_msgs": 0, "in_bytes": 0}
+        self._raw_handlers = {sid: self._raw(sid) for sid in RAW_SIDS}
+
+    def _raw(self, sid: int) -> Any:
+        def handler(subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
+            self.events.append(("msg", sid, bytes(subject), bytes(reply), data, headers))
+
+        return handler
 
     async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None

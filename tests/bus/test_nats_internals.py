@@ -44,6 +44,7 @@ CLIENT_ATTRIBUTES: dict[str, Any] = {
     "_max_payload": int,
     "_max_pending_size": int,
     "_pending_data_size": int,
+    "_pending": list,
     "_server_info": dict,
     "stats": dict,
 }
@@ -93,7 +94,8 @@ def test_client_attributes_properties_and_errors() -> None:
     assert {"in_msgs", "in_bytes", "out_msgs", "out_bytes"} <= set(client.stats), (
         f"Client.stats keys changed: {sorted(client.stats)}"
     )
-    assert hasattr(client, "_flush_queue"), "nats-py's Client no longer has _flush_queue"
+    for name in ("_flush_queue", "_flusher_task"):  # publish_hpub_nowait queues through them
+        assert hasattr(client, name), f"nats-py's Client no longer has {name}"
     for name in PROPERTIES:
         assert isinstance(getattr(Client, name, None), property), f"Client.{name} is gone"
     for name in ERRORS:

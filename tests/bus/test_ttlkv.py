@@ -74,7 +74,7 @@ async def test_a_resent_claim_that_meets_its_own_first_copy_is_ours(
 ) -> None:
     """nats-server checks the expected sequence before the duplicate window: a publish resent
     after a lost ack sees its own first copy as the key's last message."""
-    monkeypatch.setattr(ttlkv.secrets, "token_hex", lambda n: "fixedtoken")
+    monkeypatch.setattr(ttlkv, "new_token", lambda: "fixedtoken")
     stored = await publisher.publish(
         f"$KV.{bucket}.k.resent", b"gw1 fixedtoken", "first-copy", ttl_s=60
     )

@@ -17,7 +17,7 @@ from streamproc.bus.cluster import NatsCluster, move_leader, stream_leader, wait
 from streamproc.ids import derive_id
 from streamproc.readmodel.exports import CF as EXPORTS_CF
 from tests.cluster.system import subject_counts
-from tests.cluster.webhooks import Delivery, Sender, summary
+from tests.cluster.webhooks import REF, Delivery, Sender, summary
 from tests.gateway.harness import default_settings, start, stop
 
 pytestmark = pytest.mark.cluster
@@ -63,12 +63,12 @@ async def test_kill_the_stream_leader_under_steady_webhook_load(
 
         counts = await subject_counts(nc, stream)
         sent = {d.export_id for d in deliveries}
-        stored = {subject.rsplit(".", 1)[1] for subject in counts}
+        stored = {subject.rsplit(".", 1)[1].removeprefix(REF) for subject in counts}
         assert stored <= sent, "an event the sender never sent"
         assert set(counts.values()) == {1}, "an export stored twice"
         for d in acked:
             for tenant in TENANTS:
-                assert f"{prefix}.events.{tenant}.feedser.{d.export_id}" in counts
+                assert f"{prefix}.events.{tenant}.feedser.{REF}{d.export_id}" in counts
         info = await jsapi.stream_info(nc, stream)
         assert info is not None and info.state.messages == len(counts)
 
@@ -78,7 +78,7 @@ async def test_kill_the_stream_leader_under_steady_webhook_load(
         for d in acked:
             told = {e["tenant"]: e["seq"] for e in d.final.body["events"]}
             for tenant in TENANTS:
-                rec = rm.export(tenant, "feedser", d.export_id)
+                rec = rm.export(tenant, "feedser", REF + d.export_id)
                 assert rec is not None and rec.seq == told[tenant]
                 assert rec.event_id == derive_id("feedser-main", d.export_id, tenant)
         in_rm = sum(1 for _ in gw.system.stores[0].scan(EXPORTS_CF))

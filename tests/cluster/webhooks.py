@@ -15,6 +15,8 @@ import msgspec
 from tests.gateway.harness import BASE, signed_headers
 
 FEEDSER = f"{BASE}/events/feedser-export"
+REF = "feedser-main:"
+"""How the harness's source prefixes its export ids in subjects and keys (an export ref)."""
 
 
 def export_body(export_id: str, product_keys: list[str] | None = None) -> bytes:

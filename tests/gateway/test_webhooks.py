@@ -1,21 +1,28 @@
 """Signed export webhooks: HMAC and Ed25519 (with rotation), the time window, replayed
-deliveries, per-tenant recording with de-duplication, and input hardening."""
+deliveries, per-tenant recording with de-duplication, exports scoped by source, no hashing
+for a caller without credentials, and input hardening."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import hmac
+import threading
 import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
 import zstandard
-from nacl.signing import SigningKey
+from nacl.signing import SigningKey, VerifyKey
 
 from streamproc.bus.server import EmbeddedNats
-from streamproc.events.envelope import decode
-from streamproc.gateway import accesslog
+from streamproc.events import payloads as p
+from streamproc.events.envelope import decode, encode, new_event
+from streamproc.gateway import accesslog, webhooks
+from streamproc.ids import derive_id
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (
     BASE,
@@ -71,8 +78,10 @@ async def test_feedser_export_is_recorded_once_per_allowed_tenant(gw: Harness) -
     events = await stored(gw, seq + 1, seq + 2)
     for subject, ev in events:
         assert ev.kind == "export.feedser" and ev.payload.export_id == "exp-1"
-        assert subject.endswith(f".events.{ev.tenant}.feedser.exp-1")
+        assert ev.payload.source == "feedser-main" and ev.schema == 2
+        assert subject.endswith(f".events.{ev.tenant}.feedser.feedser-main:exp-1")
     assert len({ev.id for _, ev in events}) == 2
+    assert {e["outcome"] for e in res["events"]} == {"recorded"}
     # A second delivery of the same export (new delivery id), before and after the read
     # model has it: one event per tenant, no more.
     status, res, _ = await post(gw, FEEDSER, body)
@@ -82,6 +91,7 @@ async def test_feedser_export_is_recorded_once_per_allowed_tenant(gw: Harness) -
     status, res, _ = await post(gw, FEEDSER, body)
     assert status == 200 and res["duplicate"] is True
     assert {e["seq"] for e in res["events"]} == {seq + 1, seq + 2}
+    assert {e["outcome"] for e in res["events"]} == {"duplicate"}
     # Same exportId with a different body is a conflict, not a silent duplicate.
     status, problem, _ = await post(gw, FEEDSER, export("exp-1", kev=[]))
     assert status == 409 and problem["type"].endswith("export-conflict")
@@ -250,3 +260,274 @@ async def test_access_log_is_json_without_secrets(gw: Harness) -> None:
         "secretcursor",
     ):
         assert secret not in text
+
+
+# ------------------------------------------------------------------ M1: no unauthenticated CPU
+
+
+class Hashing:
+    """Every HMAC and Ed25519 verification the process makes, with the bytes and thread."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, str]] = []
+
+    def big(self) -> list[tuple[str, int, str]]:
+        return [c for c in self.calls if c[1] > 100_000]
+
+
+@pytest.fixture
+def hashing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hashing]:
+    seen = Hashing()
+    digest, verify = hmac.digest, VerifyKey.verify
+
+    def counted_digest(key: bytes, msg: bytes, name: str) -> bytes:
+        seen.calls.append(("hmac", len(msg), threading.current_thread().name))
+        return digest(key, msg, name)
+
+    def counted_verify(self: VerifyKey, smessage: bytes, signature: bytes | None = None) -> bytes:
+        seen.calls.append(("ed25519", len(smessage), threading.current_thread().name))
+        return verify(self, smessage, signature)
+
+    monkeypatch.setattr(hmac, "digest", counted_digest)
+    monkeypatch.setattr(VerifyKey, "verify", counted_verify)
+    yield seen
+
+
+def big_export(export_id: str) -> bytes:
+    """About 2 MiB of valid export: what an attacker makes the gateway hash."""
+    return export(export_id, changedProductKeys=[f"pkg:npm/{'p' * 40}{i}" for i in range(40_000)])
+
+
+async def test_nothing_is_hashed_before_the_headers_check_out(
+    gw: Harness, hashing: Hashing
+) -> None:
+    """The attack: fresh-looking deliveries with a large body and many signature values made
+    the gateway hash the body once per value and key before looking at the timestamp. Now
+    every delivery that the headers alone condemn is refused without hashing anything, and
+    one that must be hashed is hashed once per secret or key, on a worker thread."""
+    body = big_export("big-1")
+    assert len(body) > 2_000_000
+    mac = "sha256=" + hmac.new(HMAC_SECRET.encode(), b"0." + body, "sha256").hexdigest()
+    four = ",".join([mac] * 4)
+    status, _, _ = await post(gw, FEEDSER, export("small"), delivery="taken")
+    assert status == 202
+    seq = await gw.last_seq()
+    hashing.calls.clear()
+    now = int(time.time())
+    refused = [
+        ({"ts": now - 301, "headers": {"X-Scheduler-Signature": four}}, 401, "stale-delivery"),
+        ({"headers": {"X-Scheduler-Signature": ",".join([mac] * 5)}}, 401, "bad-signature"),
+        ({"headers": {"X-Scheduler-Signature": "sha256=" + "0" * 63}}, 401, "bad-signature"),
+        ({"headers": {"X-Scheduler-Delivery": "no spaces allowed"}}, 401, "bad-signature"),
+        ({"delivery": "taken"}, 409, "replayed-delivery"),
+        ({"headers": {"X-Scheduler-Signature": "ed25519=" + "A" * 86}}, 401, "bad-signature"),
+    ]
+    for sign, want, slug in refused:
+        status, problem, _ = await post(gw, FEEDSER, body, **sign)  # type: ignore[arg-type]
+        assert (status, problem["type"].rsplit(":", 1)[1]) == (want, slug), (sign, problem)
+    two_ed = ",".join(["ed25519=" + "A" * 86] * 2)
+    status, _, _ = await post(gw, VEXER, body, headers={"X-Scheduler-Signature": two_ed})
+    assert status == 401
+    assert hashing.calls == [], "refused from the headers alone, unhashed"
+    # Past the headers: four wrong values, one secret -> one MAC over the body, off the loop.
+    status, problem, _ = await post(gw, FEEDSER, body, headers={"X-Scheduler-Signature": four})
+    assert status == 401 and problem["detail"] == "signature does not verify"
+    assert [(kind, thread[:14]) for kind, _, thread in hashing.big()] == [
+        ("hmac", "webhook-verify")
+    ]
+    # Ed25519: the one signature is tried with each of the source's two keys.
+    hashing.calls.clear()
+    sig = "ed25519=" + "A" * 86
+    status, _, _ = await post(gw, VEXER, body, headers={"X-Scheduler-Signature": sig})
+    assert status == 401 and [c[0] for c in hashing.big()] == ["ed25519", "ed25519"]
+    # A good signature still works, and large deliveries at once are bounded (503, unread).
+    status, res, _ = await post(gw, FEEDSER, body)
+    assert status == 202, res
+    gw.gateway.webhooks.large_in_flight = webhooks.LARGE_IN_FLIGHT
+    hashing.calls.clear()
+    status, problem, headers = await post(gw, FEEDSER, big_export("big-2"))
+    assert status == 503 and problem["type"].endswith(":busy") and headers["Retry-After"] == "1"
+    assert hashing.calls == []
+    gw.gateway.webhooks.large_in_flight = 0
+    assert await gw.last_seq() == seq + 2
+
+
+async def send_headers_only(gw: Harness, path: str, headers: dict[str, str], declared: int):
+    """Send a request's head declaring a ``declared``-byte body, and none of the body: the
+    answer (status, problem) can only come from a gateway that judged the headers alone."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        head = {"Host": f"{host}:{port}", "Content-Type": "application/json", **headers}
+        head["Content-Length"] = str(declared)
+        lines = [f"POST {path} HTTP/1.1", *(f"{k}: {v}" for k, v in head.items()), "", ""]
+        writer.write("\r\n".join(lines).encode())
+        await writer.drain()
+        try:
+            async with asyncio.timeout(10):
+                head_bytes = await reader.readuntil(b"\r\n\r\n")
+                status_line, *fields = head_bytes.decode().split("\r\n")
+                length = next(
+                    int(f.split(":", 1)[1])
+                    for f in fields
+                    if f.lower().startswith("content-length:")
+                )
+                problem = msgspec.json.decode(await reader.readexactly(length))
+        except TimeoutError:
+            raise AssertionError(f"no answer to {headers} without the body") from None
+        return int(status_line.split()[1]), problem
+    finally:
+        writer.close()
+
+
+async def test_a_delivery_the_headers_condemn_is_refused_before_its_body_is_read(
+    gw: Harness, hashing: Hashing
+) -> None:
+    """The attack: a sender without a key declares a large body and the gateway reads and
+    hashes it before looking at the headers. Each request here sends only its head, with an
+    8 MiB body announced: the answer comes at once, from the headers, and nothing is hashed."""
+    status, _, _ = await post(gw, FEEDSER, export("small"), delivery="used-id")
+    assert status == 202
+    seq = await gw.last_seq()
+    hashing.calls.clear()
+    declared = 8 * 1024 * 1024
+    fresh = {
+        "X-Scheduler-Timestamp": str(int(time.time())),
+        "X-Scheduler-Delivery": "d-" + uuid.uuid4().hex,
+        "X-Scheduler-Signature": "sha256=" + "0" * 64,
+    }
+    cases: list[tuple[dict[str, str], int, str, str]] = [
+        ({"X-Scheduler-Timestamp": str(int(time.time()) - 301)}, 401, "stale-delivery", "300 s"),
+        ({"X-Scheduler-Timestamp": "soon"}, 401, "bad-signature", "Unix seconds"),
+        ({"X-Scheduler-Signature": ""}, 401, "bad-signature", "is required"),
+        ({"X-Scheduler-Signature": "sha256=abc"}, 401, "bad-signature", "64 hex digits"),
+        ({"X-Scheduler-Signature": ",".join(["sha256=" + "0" * 64] * 5)}, 401, "bad-signature",
+         "at most 4"),
+        ({"X-Scheduler-Signature": "ed25519=" + "A" * 86}, 401, "bad-signature", "no key"),
+        ({"X-Scheduler-Delivery": "a/b"}, 401, "bad-signature", "X-Scheduler-Delivery"),
+        ({"X-Scheduler-Delivery": "used-id"}, 409, "replayed-delivery", "used-id"),
+    ]  # fmt: skip
+    for change, want, slug, words in cases:
+        headers = {k: v for k, v in {**fresh, **change}.items() if v}
+        status, problem = await send_headers_only(gw, FEEDSER, headers, declared)
+        assert (status, problem["type"], problem["status"]) == (
+            want,
+            f"urn:streamproc:problem:{slug}",
+            want,
+        ), change
+        assert words in problem["detail"], problem
+    # Headers that check out, a body over the cap: 413 from the declared length, unread.
+    cap = gw.gateway.body_cap
+    status, problem = await send_headers_only(gw, FEEDSER, fresh, cap + 1)
+    assert status == 413 and problem["type"].endswith(":body-too-large"), problem
+    assert problem["limit"] == cap
+    assert hashing.calls == [], "nothing hashed for a delivery the headers condemn"
+    assert await gw.last_seq() == seq, "nothing recorded"
+
+
+# ------------------------------------------------------------------ M5: exports scoped by source
+
+OTHER_SECRET = "another-feedser-source-secret"
+
+
+@pytest.fixture
+async def two_feedsers(
+    tmp_path: Path, nats_server: EmbeddedNats, prefix: str
+) -> AsyncIterator[Harness]:
+    main = default_settings(tmp_path).webhooks[0]
+    other = msgspec.structs.replace(
+        main, name="feedser-other", tenants=["acme"], hmac_secrets=[OTHER_SECRET]
+    )
+    settings = default_settings(tmp_path)
+    settings = msgspec.structs.replace(settings, webhooks=[*settings.webhooks, other])
+    h = await start(tmp_path, nats_server.url, prefix, settings)
+    try:
+        yield h
+    finally:
+        await stop(h)
+        await drop_streams(nats_server.url, prefix)
+
+
+def main_source(**kw: object) -> dict[str, object]:
+    return {"headers": {"X-Scheduler-Source": "feedser-main"}, **kw}
+
+
+def other_source(**kw: object) -> dict[str, object]:
+    return {"headers": {"X-Scheduler-Source": "feedser-other"}, "secret": OTHER_SECRET, **kw}
+
+
+async def test_another_source_cannot_take_an_export_id(two_feedsers: Harness) -> None:
+    """The attack: a second Feedser source sent the real source's export id first, and the
+    real delivery got 409 export-conflict for all its tenants, none recorded."""
+    gw = two_feedsers
+    status, res, _ = await post(gw, FEEDSER, export("exp-x", kev=[]), **other_source())
+    assert status == 202 and [e["tenant"] for e in res["events"]] == ["acme"]
+    await gw.system.contexts["gateway-test"].wait_for(await gw.last_seq(), 5)
+    status, res, _ = await post(gw, FEEDSER, export("exp-x"), **main_source())
+    assert status == 202, res
+    assert [(e["tenant"], e["outcome"]) for e in res["events"]] == [
+        ("acme", "recorded"),
+        ("globex", "recorded"),
+    ]
+    seq = await gw.last_seq()
+    subjects = [subject for subject, _ in await stored(gw, seq - 2, seq)]
+    assert [s.split(".events.", 1)[1] for s in subjects] == [
+        "acme.feedser.feedser-other:exp-x",
+        "acme.feedser.feedser-main:exp-x",
+        "globex.feedser.feedser-main:exp-x",
+    ]
+    await gw.system.contexts["gateway-test"].wait_for(seq, 5)
+    rm = gw.gateway.rm
+    assert rm.export("globex", "feedser", "feedser-other:exp-x") is None, "not its tenant"
+    for tenant, source in (("acme", "feedser-other"), ("acme", "feedser-main"),
+                           ("globex", "feedser-main")):  # fmt: skip
+        rec = rm.export(tenant, "feedser", f"{source}:exp-x")
+        assert rec is not None and rec.event_id == derive_id(source, "exp-x", tenant)
+    # Its tenants and its name come from its configuration only: a body cannot name others.
+    for field in ({"tenant": "globex"}, {"source": "feedser-main"}):
+        status, problem, _ = await post(gw, FEEDSER, export("exp-w", **field), **other_source())
+        assert status == 400 and problem["type"].endswith(":invalid-body"), problem
+    assert await gw.last_seq() == seq
+
+
+async def test_a_conflict_on_one_tenant_drops_no_other(two_feedsers: Harness) -> None:
+    """An export recorded before exports were scoped by source (schema 1, keyed by the bare
+    id) with another body conflicts for that tenant only; the others are recorded, each
+    tenant's outcome is in the answer, and the delivery is remembered."""
+    gw = two_feedsers
+    ctx = gw.system.contexts["gateway-test"]
+    old_body = export("exp-y", kev=["CVE-OLD"])
+    legacy = new_event(
+        "export.feedser",
+        "acme",
+        p.sourced_export(msgspec.json.decode(old_body, type=p.FeedserExportBody), "feedser-main"),
+        ctx.clock.now(),
+        event_id=derive_id("feedser-main", "exp-y", "acme"),
+    )
+    legacy = msgspec.structs.replace(legacy, schema=1, payload=p.export_body(legacy.payload))
+    subject = f"{gw.system.settings.prefix}.events.acme.feedser.exp-y"
+    ack = await ctx.publisher.publish(subject, encode(legacy), legacy.id)
+    await ctx.wait_for(ack.seq, 5)
+    status, res, _ = await post(gw, FEEDSER, export("exp-y"), **main_source(delivery="y-1"))
+    assert status == 202, res
+    assert res["duplicate"] is False
+    assert [(e["tenant"], e["outcome"], e["seq"]) for e in res["events"]] == [
+        ("acme", "conflict", ack.seq),
+        ("globex", "recorded", ack.seq + 1),
+    ]
+    assert await gw.last_seq() == ack.seq + 1
+    status, _, _ = await post(gw, FEEDSER, export("exp-y"), **main_source(delivery="y-1"))
+    assert status == 409, "a delivery that recorded something is remembered"
+    # The same body as the legacy event is a duplicate of it (one digest for both schemas).
+    await ctx.wait_for(ack.seq + 1, 5)
+    status, res, _ = await post(gw, FEEDSER, old_body, **main_source())
+    assert status == 200 and [e["outcome"] for e in res["events"]] == ["duplicate", "conflict"]
+    # Every tenant in conflict: the delivery as a whole is 409, publishes nothing, and the
+    # delivery id is not remembered (the sender may fix the body and retry it).
+    status, problem, _ = await post(
+        gw, FEEDSER, export("exp-y", kev=["CVE-NEW"]), **main_source(delivery="y-2")
+    )
+    assert status == 409 and problem["type"].endswith("export-conflict"), problem
+    status, res, _ = await post(gw, FEEDSER, export("exp-z"), **main_source(delivery="y-2"))
+    assert status == 202
+    assert await gw.last_seq() == ack.seq + 3

@@ -84,6 +84,21 @@ def test_export_storm_folds_once() -> None:
     assert len(log.state.exports.pending) == 3
 
 
+def test_two_sources_may_use_one_export_id() -> None:
+    """Export ids are the sender's: a second Feedser source sending one first must not make
+    the planner drop the first source's export of the same id as a duplicate."""
+    log = Log()
+    other = feedser("fx-1", [lib(9)], source="feedser-b")
+    mine = feedser("fx-1", [lib(1)], source="feedser-a")
+    seqs = [log.fold(event("export.feedser", x, ms=T0 + i)) for i, x in enumerate([other, mine])]
+    assert [log.rejection(s, "pl_exports") for s in seqs] == [None, None]
+    pending = log.state.exports.pending[("t1", "feedser")]
+    assert sorted(pending) == ["feedser-a:fx-1", "feedser-b:fx-1"]
+    assert pending["feedser-a:fx-1"].keys == [lib(1)]
+    seq = log.fold(event("export.feedser", mine, ms=T0 + 5))
+    assert log.rejection(seq, "pl_exports") == "duplicate_export"
+
+
 def test_feedser_change_tags_kev_and_critical_keys() -> None:
     x = p.FeedserExport(
         export_id="e",

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from streamproc.events import payloads as p
+from streamproc.events.envelope import Envelope
 from streamproc.readmodel import keys
-from streamproc.readmodel.exports import Exports, payload_digest
+from streamproc.readmodel.exports import Exports, export_digest, payload_digest
 from streamproc.readmodel.nextfire import next_fire_times
+from streamproc.state.digest import state_digest
 from tests.readmodel.util import Log
 
 
@@ -18,13 +21,53 @@ def test_one_export_record_per_tenant_kind_and_id() -> None:
     fe = p.FeedserExport(export_id="e1", changed_product_keys=["pkg:deb/debian/openssl"])
     seq = log.emit("export.feedser", fe)
     rec = log.rm.export("t1", "feedser", "e1")
-    assert rec is not None and rec.seq == seq and rec.payload_sha256 == payload_digest(fe)
+    assert rec is not None and rec.seq == seq and rec.payload_sha256 == export_digest(fe)
+    assert rec.payload_sha256 == payload_digest(p.export_body(fe))
     assert log.rm.export("t1", "vexer", "e1") is None
     assert log.rm.export("t2", "feedser", "e1") is None
     again = log.emit("export.feedser", fe)
     assert log.rejection(again, Exports.name) == "duplicate_export"
     log.emit("export.vexer", p.VexerExport(export_id="e1"))
     assert log.rm.export("t1", "vexer", "e1") is not None
+
+
+def schema_1(event: Envelope) -> Envelope:
+    """``event`` as a gateway wrote it before exports were scoped by source."""
+    assert isinstance(event.payload, p.FeedserExport)
+    return msgspec.structs.replace(event, schema=1, payload=p.export_body(event.payload))
+
+
+def test_exports_are_keyed_by_source_and_old_events_keep_their_keys() -> None:
+    """Two sources may use one export id; events from before refs keep their bare key, with
+    the digest a new event of the same body has; replay gives the same bytes."""
+    body = {"export_id": "e1", "changed_product_keys": ["pkg:deb/debian/openssl"]}
+    log = Log()
+    old = log.event("export.feedser", p.FeedserExport(**body))
+    mine = p.FeedserExport(**body, source="feedser-a")
+    theirs = p.FeedserExport(**body, kev=["pkg:deb/debian/zlib"], source="feedser-b")
+    events = [
+        schema_1(old),
+        log.event("export.feedser", theirs),  # another source, the same id, first
+        log.event("export.feedser", mine),
+        log.event("export.feedser", mine),
+    ]
+    seqs = [log.fold(e) for e in events]
+    assert [log.rejection(s, Exports.name) for s in seqs] == [None, None, None, "duplicate_export"]
+    legacy, a, b = (log.rm.export("t1", "feedser", ref) for ref in ("e1", mine.ref, theirs.ref))
+    assert mine.ref == "feedser-a:e1" and theirs.ref == "feedser-b:e1"
+    assert legacy is not None and a is not None and b is not None
+    assert (legacy.seq, b.seq, a.seq) == (1, 2, 3)
+    assert legacy.payload_sha256 == a.payload_sha256 == export_digest(mine) != b.payload_sha256
+    replayed = Log()
+    for e in events:
+        replayed.fold(e)
+    assert state_digest(replayed.store) == state_digest(log.store)
+
+
+def test_keys_are_tenant_nul_parts() -> None:
+    assert keys.key("t1", "feedser", "src:e1") == b"t1\x00feedser\x00src:e1"
+    assert keys.key("t1") == keys.tenant_prefix("t1") == b"t1\x00"
+    assert keys.key("tén", "é").startswith(keys.tenant_prefix("tén"))
 
 
 def test_cursor_round_trip_and_refusals() -> None:
