@@ -34,7 +34,7 @@ class KindSpec:
     def aggregate_id(self, payload: p.Payload) -> str:
         return str(getattr(payload, self.id_field))
 
-    def decoder(self) -> msgspec.json.Decoder:
+    def decoder(self) -> msgspec.json.Decoder[Any]:
         return _DECODERS[self.kind]
 
 
@@ -216,7 +216,9 @@ KINDS: dict[str, KindSpec] = {
     ]
 }
 
-_DECODERS = {k: msgspec.json.Decoder(s.payload) for k, s in KINDS.items()}
+_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    k: msgspec.json.Decoder(s.payload) for k, s in KINDS.items()
+}
 
 
 def spec_for(kind: str) -> KindSpec | None:

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 Body = FeedserExportBody | VexerExportBody
 Outcome = Literal["recorded", "duplicate", "conflict"]
-_DECODERS = {
+_DECODERS: dict[str, msgspec.json.Decoder[FeedserExportBody | VexerExportBody]] = {
     "feedser": msgspec.json.Decoder(FeedserExportBody),
     "vexer": msgspec.json.Decoder(VexerExportBody),
 }
@@ -321,7 +321,7 @@ _HEADERS = (
     ),
     Param("Content-Encoding", "header", {"enum": ["identity", "gzip", "zstd"]}),
 )
-_RESPONSES = {
+_RESPONSES: dict[int, tuple[type | None, str]] = {
     202: (
         WebhookAccepted,
         "recorded for at least one tenant of the source; each tenant's outcome in events",
