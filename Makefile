@@ -32,6 +32,7 @@ test-ui: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
@@ -48,4 +49,4 @@ bench: $(STAMP)
 	@set -e; for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f; done
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) data .pytest_cache .ruff_cache .import_linter_cache *.egg-info

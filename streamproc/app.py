@@ -10,8 +10,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import re
-import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -20,7 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from streamproc import tracing
+from streamproc import names, tracing
 from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.fastclient import FastClient
@@ -29,6 +27,7 @@ from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.services import Served
 from streamproc.config import Settings
+from streamproc.devsetup import prepare_dev_auth
 from streamproc.hlc import HybridLogicalClock
 from streamproc.leadership import Leadership
 from streamproc.ops_http import add_ops_routes, ops_app
@@ -36,6 +35,8 @@ from streamproc.projection import Projection
 from streamproc.projector import Projector
 from streamproc.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.roles import projections_for, spec_for
+from streamproc.scanner.demo import seed_demo
+from streamproc.signals import install_stop_signals
 from streamproc.state.store import RocksStore
 from streamproc.status import StatusHeartbeat
 
@@ -304,7 +305,7 @@ def projector_consumer(role: str, node_id: str, state_dir: Path) -> str:
     """The durable consumer of one role's state directory: distinct for every process that
     hosts the role (gateways, runners, a standby), the same across its restarts."""
     where = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
-    return re.sub(r"[^A-Za-z0-9_-]", "_", f"proj_{role}_{node_id}_{where}")
+    return names.projector_consumer(role, node_id, where)
 
 
 async def serve_when_current(
@@ -373,12 +374,6 @@ async def react_loop(
             await r.react(ctx)
 
 
-def install_stop_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-
-
 async def run_roles(
     settings: Settings, roles: Sequence[str], *, http: bool = True, demo: bool = False
 ) -> int:
@@ -390,8 +385,6 @@ async def run_roles(
     demo_env = None
     try:
         if demo:
-            from streamproc.devsetup import prepare_dev_auth
-
             dev = prepare_dev_auth(settings)
         await system.start()
         print(f"streamproc {' '.join(roles)} running (node {settings.node_id})", flush=True)
@@ -409,8 +402,6 @@ async def run_roles(
             if "gateway" in roles:
                 print(f"  API          {system.http_url}/api/v1/scheduler", flush=True)
         if demo:
-            from streamproc.scanner.demo import seed_demo
-
             print(dev.guide(system.http_url), flush=True)
             demo_env = await seed_demo(system)
         print("Press Ctrl-C to stop.", flush=True)

@@ -10,70 +10,61 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streamproc import __version__, exitcodes
+from prometheus_client import start_http_server
+
+from streamproc import __version__, cliargs, exitcodes, role_cli
+from streamproc.app import run_roles
+from streamproc.audit.cli import register as register_audit
+from streamproc.bus import streams
+from streamproc.bus.cluster import DEPLOY_PORTS, serve
+from streamproc.bus.owner import claim
+from streamproc.bus.server import EmbeddedNats
+from streamproc.bus.session import CLUSTER_DIR
 from streamproc.bus.session import run as _run
 from streamproc.bus.session import with_nats as _with_nats
-from streamproc.config import ConfigError, Settings, load
+from streamproc.cliargs import OPS_PORT_HELP
+from streamproc.config import ConfigError
 from streamproc.configfile import activate
 from streamproc.configfile import cli as config_cli
-from streamproc.configfile.cli import add_config_flag
-
-OPS_PORT_HELP = (
-    "serve /metrics on this port of STREAMPROC_OPS_HOST (127.0.0.1), never on the API's "
-    "(default: STREAMPROC_OPS_PORT; unset: no metrics)"
-)
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {
-        "data_dir": getattr(args, "data_dir", None),
-        "nats_url": getattr(args, "nats_url", None),
-        "nats_port": getattr(args, "nats_port", None),
-        "http_port": getattr(args, "http_port", None),
-        "ops_port": getattr(args, "ops_port", None),
-        "prefix": getattr(args, "prefix", None),
-        "node_id": getattr(args, "node_id", None),
-    }
-    return load(overrides)
-
+from streamproc.devsetup import refuse_exposed_demo
+from streamproc.events.schemas import render_catalog, write_all
+from streamproc.gateway import tokens_cli
+from streamproc.gateway.replay import default_bucket_definition
+from streamproc.impact.cli import register as register_index
+from streamproc.names import DEFAULT_PREFIX
+from streamproc.notify import cli as notify_cli
+from streamproc.projection import Projection, describe_rejections
+from streamproc.replay import partial_warning, rebuild, swap_in
+from streamproc.roles import DEMO_ONLY, ROLES
+from streamproc.runner import cli as runner_cli
+from streamproc.scanner import cli as scanner_cli
+from streamproc.signals import install_stop_signals
+from streamproc.state.digest import state_digest
+from streamproc.state.store import RocksStore, StateLocked
+from streamproc.status import cli as status_cli
 
 # ---------------------------------------------------------------------- commands
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from streamproc.app import run_roles
-    from streamproc.roles import DEMO_ONLY, ROLES
-
     roles = [r for r in ROLES if args.demo or r not in DEMO_ONLY]
-    settings = _settings(args)
+    settings = cliargs.settings(args)
     if args.demo:
-        from streamproc.devsetup import refuse_exposed_demo
-
         refuse_exposed_demo(settings)
     return _run(run_roles(settings, roles, demo=args.demo))
 
 
 def cmd_role(args: argparse.Namespace) -> int:
-    from streamproc.app import run_roles
-
-    return _run(run_roles(_settings(args), [args.role], http=args.http_port is not None))
+    return _run(run_roles(cliargs.settings(args), [args.role], http=args.http_port is not None))
 
 
 def cmd_nats(args: argparse.Namespace) -> int:
-    from streamproc.bus.server import EmbeddedNats
-
-    s = _settings(args)
+    s = cliargs.settings(args)
     if args.cluster:
-        from streamproc.bus.cluster import DEPLOY_PORTS, serve
-        from streamproc.bus.session import CLUSTER_DIR
-
         ports = (s.nats_port, DEPLOY_PORTS[1], DEPLOY_PORTS[2])
         return _run(serve(s.data_dir / CLUSTER_DIR, args.cluster, s.nats_host, ports, s.node_id))
 
     async def main() -> int:
-        from streamproc.app import install_stop_signals
-        from streamproc.bus.owner import claim
-
         lock = await claim(s.nats_dir, s.node_id)
         server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port, lock=lock)
         await asyncio.to_thread(server.start)
@@ -90,9 +81,7 @@ def cmd_nats(args: argparse.Namespace) -> int:
 
 
 def cmd_streams_apply(args: argparse.Namespace) -> int:
-    from streamproc.bus import streams
-
-    s = _settings(args)
+    s = cliargs.settings(args)
     retention = streams.configured_events_retention()  # a bad setting fails before connecting
 
     async def apply(nc: Any) -> int:
@@ -113,13 +102,10 @@ def cmd_streams_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_streams_export(args: argparse.Namespace) -> int:
-    from streamproc.bus import streams
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from streamproc.gateway.replay import default_bucket_definition
 
-    prefix = args.prefix or "scheduler"
+    prefix = args.prefix or DEFAULT_PREFIX
     replay = default_bucket_definition(prefix, args.replicas)  # the gateways create it
     for d in [*streams.definitions(prefix, args.replicas), replay]:
         path = out / f"{d['name']}.json"
@@ -129,11 +115,7 @@ def cmd_streams_export(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from streamproc.projection import describe_rejections
-    from streamproc.replay import partial_warning, rebuild, swap_in
-    from streamproc.state.store import RocksStore, StateLocked
-
-    s = _settings(args)
+    s = cliargs.settings(args)
     live = s.state_dir(args.role)
     fresh = live.with_name(f"{live.name}.replay")
     busy = f"; stop the {args.role} role and run replay again"
@@ -146,7 +128,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if args.metrics_port is not None:
         # Replay progress (streamproc_replay_applied_sequence) for Prometheus while it runs.
-        from prometheus_client import start_http_server
 
         try:
             start_http_server(args.metrics_port, addr=s.http_host)
@@ -187,10 +168,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_state_digest(args: argparse.Namespace) -> int:
-    from streamproc.state.digest import state_digest
-    from streamproc.state.store import RocksStore
-
-    path = Path(args.path) if args.path else _settings(args).state_dir(args.role)
+    path = Path(args.path) if args.path else cliargs.settings(args).state_dir(args.role)
     if not (path / "CURRENT").exists():
         print(f"streamproc: {path} is not a state directory", file=sys.stderr)
         return exitcodes.USAGE
@@ -203,13 +181,11 @@ def cmd_state_digest(args: argparse.Namespace) -> int:
 
 
 def cmd_schemas(args: argparse.Namespace) -> int:
-    from streamproc.events.schemas import render_catalog, write_all
-
     for path in write_all(Path(args.out)):
         print(path)
     if args.catalog:
         Path(args.catalog).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.catalog).write_text(render_catalog())
+        Path(args.catalog).write_text(render_catalog(_folds()))
         print(args.catalog)
     return 0
 
@@ -217,18 +193,13 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- parser
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", help="local data directory (default ./data, STREAMPROC_DATA_DIR)")
-    p.add_argument("--nats-url", help="use this NATS server instead of the embedded one (NATS_URL)")
-    p.add_argument("--prefix", help="subject prefix (default scheduler)")
-    p.add_argument("--node-id", help="HLC node id (default: host name)")
-    add_config_flag(p)
-
-
 def _role_names() -> list[str]:
-    from streamproc.roles import ROLES
-
     return sorted(ROLES)
+
+
+def _folds() -> dict[str, list[Projection]]:
+    """Every registered role's projections, for the catalog's table of folds."""
+    return {role: [make() for make in spec.projections] for role, spec in ROLES.items()}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -239,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("up", help="run every role on an embedded NATS server and ./data")
-    _common(p)
+    cliargs.common(p)
     p.add_argument("--nats-port", type=int, help="embedded NATS port (default 4222)")
     p.add_argument("--http-port", type=int, help="API and health port (default 8480)")
     p.add_argument("--ops-port", type=int, help=OPS_PORT_HELP)
@@ -251,14 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_up)
 
     p = sub.add_parser("role", help="run one role's projector on its own")
-    _common(p)
+    cliargs.common(p)
     p.add_argument("role", choices=_role_names())
     p.add_argument("--nats-port", type=int)
     p.add_argument("--http-port", type=int, help="serve /healthz, /readyz, /metrics on this port")
     p.set_defaults(fn=cmd_role)
 
     p = sub.add_parser("nats", help="run the embedded JetStream server until Ctrl-C")
-    _common(p)
+    cliargs.common(p)
     p.add_argument("--nats-port", type=int)
     p.add_argument(
         "--cluster",
@@ -273,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     streams_p = sub.add_parser("streams", help="JetStream stream definitions")
     ssub = streams_p.add_subparsers(dest="streams_command", required=True)
     p = ssub.add_parser("apply", help="create or update the streams; report drift")
-    _common(p)
+    cliargs.common(p)
     p.add_argument(
         "--replicas",
         type=int,
@@ -289,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_streams_export)
 
     p = sub.add_parser("replay", help="rebuild a role's state from sequence 1 and swap it in")
-    _common(p)
+    cliargs.common(p)
     p.add_argument("--role", required=True, choices=_role_names())
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
@@ -308,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     state_p = sub.add_parser("state", help="state directories")
     stsub = state_p.add_subparsers(dest="state_command", required=True)
     p = stsub.add_parser("digest", help="print a digest of a state directory")
-    _common(p)
+    cliargs.common(p)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--role", choices=_role_names())
     g.add_argument("--path")
@@ -319,27 +290,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--catalog", help="also write the Markdown event catalog here")
     p.set_defaults(fn=cmd_schemas)
 
-    from streamproc.audit.cli import register as register_audit
-    from streamproc.gateway import tokens_cli
-    from streamproc.notify import cli as notify_cli
-    from streamproc.runner import cli as runner_cli
-    from streamproc.scanner import cli as scanner_cli
-
     tokens_cli.register(sub)
-    register_audit(sub, _common)
-    from streamproc.impact.cli import register as register_index
+    register_audit(sub, cliargs.common)
 
-    register_index(sub, _common)
-    runner_cli.register(sub, _common)
-    from streamproc import role_cli
+    register_index(sub, cliargs.common)
+    runner_cli.register(sub, cliargs.common)
 
-    role_cli.register(sub, _common)  # `gateway`, `planner`, `auditor`
-    notify_cli.register(sub, _common)
-    scanner_cli.register(sub, _common)  # `scanner` and `feedser export`
-    config_cli.register(sub, _common)  # `config check`, `config show`, `config reference`
-    from streamproc import status as status_cli
+    role_cli.register(sub, cliargs.common)  # `gateway`, `planner`, `auditor`
+    notify_cli.register(sub, cliargs.common)
+    scanner_cli.register(sub, cliargs.common)  # `scanner` and `feedser export`
+    config_cli.register(sub, cliargs.common)  # `config check`, `config show`, `config reference`
 
-    status_cli.register(sub, _common)
+    status_cli.register(sub, cliargs.common)
     return parser
 
 

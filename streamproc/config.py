@@ -12,8 +12,8 @@ from pathlib import Path
 
 import msgspec
 
-from streamproc.bus.streams import stream_names
 from streamproc.hlc import validate_node
+from streamproc.names import DEFAULT_PREFIX, events_subjects, stream_names
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
@@ -73,7 +73,7 @@ class Settings(msgspec.Struct, kw_only=True):
     ops_port: int | None = None
     """The ops listener of a process that serves the API (``/metrics``, which names tenants,
     is never served on the API's port); ``None``: none, and no metrics from such a process."""
-    prefix: str = "scheduler"
+    prefix: str = DEFAULT_PREFIX
     node_id: str = msgspec.field(default_factory=default_node_id)
     max_clock_skew_ms: int = 5_000
     hlc_reserve_ms: int = 1_000
@@ -107,7 +107,7 @@ class Settings(msgspec.Struct, kw_only=True):
     @property
     def events_subjects(self) -> str:
         """What every event's subject starts with (``<prefix>.events.``)."""
-        return f"{self.prefix}.events."
+        return events_subjects(self.prefix)
 
     def state_dir(self, role: str) -> Path:
         return self.data_dir / "state" / role

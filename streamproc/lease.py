@@ -30,6 +30,9 @@ from nats.js.kv import KeyValue
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError, environment
+from streamproc.names import lease_bucket
+
+bucket_name = lease_bucket
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +64,6 @@ def lease_ttl(env: Mapping[str, str] | None = None) -> float:
     if not MIN_TTL_S <= ttl <= MAX_TTL_S:
         raise ConfigError(f"{ENV_TTL}={raw}: between {MIN_TTL_S:g} and {MAX_TTL_S:g} seconds")
     return ttl
-
-
-def bucket_name(prefix: str) -> str:
-    return f"{prefix}_leases"
 
 
 def holder_id(node_id: str) -> str:

@@ -15,6 +15,7 @@ from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import ConsumerGone, PullLoop, RawMessage
+from streamproc.names import projector_consumer
 from streamproc.projection import Folded, Folder, Projection
 from streamproc.state.keys import Checkpoint
 from streamproc.state.store import Store
@@ -157,7 +158,7 @@ class Projector:
         self.folder = Folder(store, projections, role, subjects)
         self.log_rejections = log_rejections
         self.rebuild = rebuild
-        self.consumer = consumer or f"proj_{role}".replace(".", "_")
+        self.consumer = consumer or projector_consumer(role)
         self.epoch = ""
         self.applied = 0
         self.head = 0

@@ -11,21 +11,49 @@ question that does not decode or names no valid tenant (:func:`read_query`, 400)
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import msgspec
+from msgspec import Meta
 
 from streamproc.audit.verify import ChainReport as ChainVerification
 from streamproc.bus.services import ServiceFailure
-from streamproc.gateway.models import PreviewRequest
+from streamproc.events.payloads import MAX_KEYS, Selection, Str
 from streamproc.ids import InvalidTenant, validate_tenant
 
-__all__ = ["ChainVerification", "PreviewQuery", "VerifyQuery", "read_query"]
+__all__ = [
+    "ChainVerification",
+    "PreviewQuery",
+    "PreviewRequest",
+    "PreviewResult",
+    "VerifyQuery",
+    "read_query",
+]
 
 PLANNER = "planner"
 PREVIEW = "preview"
 AUDITOR = "auditor"
 VERIFY = "verify"
+
+
+class PreviewRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """Change keys (product keys or purls) and/or a selection; no keys = the whole selection."""
+
+    product_keys: Annotated[list[Str], Meta(max_length=MAX_KEYS)] = []
+    selection: Selection = msgspec.field(default_factory=Selection)
+    usage_only: bool = True
+    sample_size: Annotated[int, Meta(ge=0, le=100)] = 10
+
+
+class PreviewResult(msgspec.Struct, kw_only=True, rename="camel"):
+    count: int
+    sample: list[str]
+    unmatched: list[str]
+    """Keys that match no image of the tenant (at most 100 shown)."""
+    unmatched_count: int
+    usage_unknown: int = 0
+    """How many of the ``count`` images have no usage data: they count as using every
+    component they contain, also with ``usageOnly``."""
 
 
 class PreviewQuery(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -18,6 +18,10 @@ from collections.abc import Callable
 import msgspec
 
 from streamproc import exitcodes
+from streamproc.app import run_roles
+from streamproc.bus.session import run
+from streamproc.cliargs import OPS_PORT_HELP
+from streamproc.cliargs import settings as cli_settings
 from streamproc.config import Settings, environment
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
@@ -50,17 +54,13 @@ def add_process_options(p: argparse.ArgumentParser, common: Common, role: str) -
         help=f"HTTP port (default {DEFAULT_PORTS[role]}, or STREAMPROC_HTTP_PORT)",
     )
     if role == "gateway":
-        from streamproc.cli import OPS_PORT_HELP
-
         p.add_argument("--ops-port", type=http_port, help=OPS_PORT_HELP)
 
 
 def process_settings(args: argparse.Namespace, role: str) -> Settings:
     """The shared settings, with a role process's defaults: a NATS URL (never the embedded
     server) and the role's own HTTP port unless one was configured."""
-    from streamproc.cli import _settings
-
-    s = _settings(args)
+    s = cli_settings(args)
     changes: dict[str, object] = {}
     if not s.nats_url:
         changes["nats_url"] = DEFAULT_NATS_URL
@@ -73,9 +73,6 @@ def process_settings(args: argparse.Namespace, role: str) -> Settings:
 
 def serve(settings: Settings, role: str, *, http: bool = True) -> int:
     """Run the role until SIGINT/SIGTERM; logs (lease changes among them) go to stderr."""
-    from streamproc.app import run_roles
-    from streamproc.bus.session import run
-
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -88,7 +88,7 @@ def configure(env: Mapping[str, str] | None = None) -> str:
         return kind
     endpoint = (env.get(ENDPOINT_ENV) or "").strip()
     url = traces_url(endpoint) if endpoint else None
-    try:
+    try:  # deferred: the optional, heavy OpenTelemetry SDK, only when tracing is configured
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter

@@ -32,6 +32,7 @@ from streamproc.bus.pull import PullLoop
 from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import Envelope, EventError, decode
 from streamproc.hlc import Timestamp, sort_key
+from streamproc.names import tenant_events
 
 BUNDLE_PAYLOAD_TYPE = "application/vnd.streamproc.audit.bundle+json"
 BUNDLE_FORMAT = "streamproc.audit.bundle/v1"
@@ -87,7 +88,7 @@ async def read_tenant_messages(
         stream,
         {
             "name": name,
-            "filter_subject": f"{prefix}.events.{tenant}.>",
+            "filter_subject": tenant_events(prefix, tenant),
             "deliver_policy": "all",
             "ack_policy": "none",
             "replay_policy": "instant",

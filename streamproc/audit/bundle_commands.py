@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from streamproc import exitcodes
+from streamproc.audit.bundle import BundleError, build_bundle, import_bundle, read_tenant_messages
 from streamproc.audit.common import (
     UsageError,
     keyring_from_args,
@@ -15,17 +16,16 @@ from streamproc.audit.common import (
     settings_from_args,
     state_dir,
 )
+from streamproc.audit.layout import read_head
+from streamproc.audit.signing import load_signer
+from streamproc.bus import jsapi
+from streamproc.bus.publisher import Publisher
 from streamproc.bus.session import run as _run
 from streamproc.bus.session import with_nats as _with_nats
+from streamproc.hlc import HlcError, HybridLogicalClock, Timestamp, wall_ms
 
 
 def cmd_bundle_export(args: argparse.Namespace) -> int:
-    from streamproc.audit.bundle import build_bundle, read_tenant_messages
-    from streamproc.audit.layout import read_head
-    from streamproc.audit.signing import load_signer
-    from streamproc.bus import jsapi
-    from streamproc.hlc import HlcError, HybridLogicalClock, Timestamp
-
     settings = settings_from_args(args)
     if args.since:
         try:
@@ -70,11 +70,6 @@ def cmd_bundle_export(args: argparse.Namespace) -> int:
 
 
 def cmd_bundle_import(args: argparse.Namespace) -> int:
-    from streamproc.audit.bundle import BundleError, import_bundle
-    from streamproc.bus import jsapi
-    from streamproc.bus.publisher import Publisher
-    from streamproc.hlc import wall_ms
-
     settings = settings_from_args(args)
     try:
         data = Path(args.file).read_bytes()

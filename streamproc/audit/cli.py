@@ -27,11 +27,18 @@ from streamproc.audit.common import (
     settings_from_args,
     state_dir,
 )
+from streamproc.audit.entry import entry_encoder
+from streamproc.audit.held import held_view
+from streamproc.audit.layout import entry_at, iter_entries, log_view, read_head, tenants
+from streamproc.audit.proofs import ProofError, decode_proof, encode_proof, prove, verify_proof
+from streamproc.audit.settings import load as audit_settings
+from streamproc.audit.verify import UnknownTenant, verify_tenant
+from streamproc.cliargs import common as _common
+from streamproc.hlc import wall_ms
+from streamproc.ids import InvalidTenant, validate_tenant
 
 
 def _tenant(value: str) -> str:
-    from streamproc.ids import InvalidTenant, validate_tenant
-
     try:
         return validate_tenant(value)
     except InvalidTenant as exc:
@@ -46,9 +53,6 @@ def _json(obj: object) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from streamproc.audit.layout import tenants
-    from streamproc.audit.verify import UnknownTenant, verify_tenant
-
     settings = settings_from_args(args)
     keyring = keyring_from_args(args, settings)
     path = state_dir(args, settings)
@@ -94,8 +98,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
-    from streamproc.audit.proofs import ProofError, encode_proof, prove
-
     settings = settings_from_args(args)
     with open_state(state_dir(args, settings)) as store:
         try:
@@ -116,8 +118,6 @@ def cmd_prove(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_proof(args: argparse.Namespace) -> int:
-    from streamproc.audit.proofs import decode_proof, verify_proof
-
     try:
         data = Path(args.file).read_bytes()
     except OSError as exc:
@@ -146,11 +146,6 @@ def cmd_verify_proof(args: argparse.Namespace) -> int:
 
 
 def cmd_held(args: argparse.Namespace) -> int:
-    from streamproc.audit.held import held_view
-    from streamproc.audit.layout import tenants
-    from streamproc.audit.settings import load as audit_settings
-    from streamproc.hlc import wall_ms
-
     settings = settings_from_args(args)
     skew = audit_settings(settings).max_clock_skew_ms
     now = wall_ms()
@@ -179,9 +174,6 @@ def cmd_held(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    from streamproc.audit.entry import entry_encoder
-    from streamproc.audit.layout import entry_at, iter_entries, log_view, read_head
-
     settings = settings_from_args(args)
     with open_state(state_dir(args, settings)) as store:
         if read_head(store, args.tenant) is None:
@@ -297,8 +289,6 @@ def _guarded(fn: Command) -> Command:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from streamproc.cli import _common
-
     parser = argparse.ArgumentParser(prog="streamproc", description="audit chain commands")
     register(parser.add_subparsers(dest="command", required=True), _common)
     args = parser.parse_args(argv)

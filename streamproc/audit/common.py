@@ -6,13 +6,12 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from streamproc.audit.dsse import Keyring
+from streamproc.audit.layout import HEADS_CF
+from streamproc.audit.signing import build_keyring
 from streamproc.config import Settings, load
-
-if TYPE_CHECKING:  # heavy imports stay out of `streamproc --help` and unrelated commands
-    from streamproc.audit.dsse import Keyring
-    from streamproc.state.store import RocksStore
+from streamproc.state.store import RocksStore
 
 AUDITOR_ROLE = "auditor"
 
@@ -39,9 +38,6 @@ def state_dir(args: argparse.Namespace, settings: Settings) -> Path:
 @contextmanager
 def open_state(path: Path) -> Iterator[RocksStore]:
     """The auditor's state, read-only (a point-in-time view beside a running auditor)."""
-    from streamproc.audit.layout import HEADS_CF
-    from streamproc.state.store import RocksStore
-
     if not (path / "CURRENT").exists():
         raise UsageError(
             f"no auditor state in {path}: run the auditor role first, or pass --state-dir"
@@ -58,8 +54,6 @@ def open_state(path: Path) -> Iterator[RocksStore]:
 def keyring_from_args(args: argparse.Namespace, settings: Settings | None) -> Keyring:
     """``--trusted-key`` flags, ``STREAMPROC_AUDIT_TRUSTED_KEYS`` and this data directory's
     own key."""
-    from streamproc.audit.signing import build_keyring
-
     return build_keyring(
         settings.data_dir if settings is not None else None,
         extra=getattr(args, "trusted_key", None) or (),

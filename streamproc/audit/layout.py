@@ -21,11 +21,13 @@ import msgspec
 from streamproc.audit.entry import Entry, entry_decoder
 from streamproc.events import payloads as p
 from streamproc.hlc import KEY_WIDTH, NODE_WIDTH, Timestamp
+from streamproc.names import AUDIT_CHAIN_CF, AUDIT_HEADS_CF, AUDIT_LOG_CF, AUDIT_SNAPSHOTS_CF
 
-CHAIN_CF: Final = "audit_chain"
-LOG_CF: Final = "audit_log"
-HEADS_CF: Final = "audit_heads"
-SNAPSHOTS_CF: Final = "audit_snapshots"
+CHAIN_CF = AUDIT_CHAIN_CF
+HEADS_CF = AUDIT_HEADS_CF
+LOG_CF = AUDIT_LOG_CF
+SNAPSHOTS_CF = AUDIT_SNAPSHOTS_CF
+
 FAMILIES: Final = (CHAIN_CF, LOG_CF, HEADS_CF, SNAPSHOTS_CF)
 
 

@@ -39,13 +39,14 @@ from streamproc.audit.layout import (
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds, payloads_of
+from streamproc.names import AUDIT
 from streamproc.projection import Projection, Rejection, Tx
 
 _snapshot_encoder = msgspec.json.Encoder()
 
 
 class AuditLog(Projection):
-    name: ClassVar[str] = "audit"
+    name: ClassVar[str] = AUDIT
     creates: ClassVar[frozenset[str]] = CHAINED_KINDS
     """Every chained event is a new entry of its tenant's chain (an attempt on an unknown
     run is audited too); a snapshot must fit entries that exist."""

@@ -35,6 +35,7 @@ from streamproc.audit.segment import (
     SegmentResult,
     verify_segment,
 )
+from streamproc.audit.verify_parallel import verify_segments
 
 __all__ = ["Broken", "Cancelled", "ChainReport", "UnknownTenant", "verify_all", "verify_tenant"]
 
@@ -98,8 +99,6 @@ def verify_tenant(
         _check_tiling(snaps, n, head.snapshotted)
         bounds = split_points(n, snaps, workers if path is not None else 1)
         if len(bounds) > 2 and path is not None:
-            from streamproc.audit.verify_parallel import verify_segments
-
             results, rows = verify_segments(
                 path, store, tenant, bounds, snaps, keyring, stop, log_view
             )

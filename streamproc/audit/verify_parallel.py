@@ -21,6 +21,7 @@ from streamproc.audit.dsse import Keyring
 from streamproc.audit.layout import Readable, SnapshotRecord, entry_at
 from streamproc.audit.logview import log_view_rows
 from streamproc.audit.segment import SegmentResult, verify_segment
+from streamproc.state.store import RocksStore
 
 
 def verify_segments(
@@ -61,8 +62,6 @@ def _worker(
     keys: list[tuple[str, bytes]],
     log_view: bool,
 ) -> bytes:
-    from streamproc.state.store import RocksStore
-
     store = RocksStore(path, read_only=True)
     try:
         snaps = msgspec.json.decode(snaps_raw, type=list[SnapshotRecord])

@@ -25,6 +25,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from streamproc.bus import jsapi
+from streamproc.bus.owner import claim
 from streamproc.bus.server import (
     MAX_PAYLOAD,
     PORT_TAKEN,
@@ -33,6 +34,7 @@ from streamproc.bus.server import (
     free_port,
     spawn,
 )
+from streamproc.signals import install_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -402,9 +404,6 @@ async def serve(
 ) -> int:
     """``streamproc nats --cluster N``: run a local cluster until SIGINT/SIGTERM; it owns
     ``base_dir`` (:mod:`streamproc.bus.owner`), so one-shot commands find it there."""
-    from streamproc.app import install_stop_signals
-    from streamproc.bus.owner import claim
-
     lock = await claim(base_dir, node_id)
     try:
         cluster = NatsCluster(base_dir, n, host=host, ports=ports, pass_fds=(lock.fd,))

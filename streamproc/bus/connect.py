@@ -91,7 +91,7 @@ class NatsAuth:
         return out
 
     def _nkey_problems(self) -> list[tuple[str, str]]:
-        try:
+        try:  # deferred: the optional nkeys package, needed only with a seed or creds file
             import nkeys
         except ImportError:
             f = "nkey_seed_file" if self.nkey_seed_file else "creds_file"

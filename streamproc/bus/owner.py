@@ -30,13 +30,15 @@ from pathlib import Path
 
 import msgspec
 
-from streamproc.bus.server import NatsServerError
-
 LOCK_FILE = "owner.lock"
 OWNER_FILE = "owner.json"
 PATIENCE_S = 30.0
 """How long to wait for an owner that is still starting, or for a temporary server's
 command to finish, before giving up with a message."""
+
+
+class NatsServerError(RuntimeError):
+    """The embedded server did not start, stopped, or its store is not ours to use."""
 
 
 class Owner(msgspec.Struct, kw_only=True, frozen=True):

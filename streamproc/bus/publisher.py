@@ -22,6 +22,7 @@ from streamproc import metrics
 from streamproc.bus.fastclient import FastClient, status_of
 from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import Envelope, encode
+from streamproc.names import DEFAULT_PREFIX
 
 WRONG_LAST_SEQUENCE = 10071
 STREAM_STORE_FULL = 10077
@@ -127,7 +128,7 @@ class Publisher:
         self,
         nc: FastClient,
         *,
-        prefix: str = "scheduler",
+        prefix: str = DEFAULT_PREFIX,
         window: int = 4096,
         timeout: float = 5.0,
         attempts: int = 4,

@@ -22,15 +22,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from streamproc.bus.owner import StoreLock
-
-
-class NatsServerError(RuntimeError):
-    pass
-
+from streamproc.bus import owner
+from streamproc.bus.owner import NatsServerError as NatsServerError
+from streamproc.bus.owner import StoreLock
 
 MAX_PAYLOAD = 8 * 1024 * 1024
 """An ``image.indexed`` event with 100,000 purls is several MiB; the default is 1 MiB."""
@@ -156,8 +152,6 @@ class EmbeddedNats:
         return f"nats://{self.host}:{self.port}"
 
     def start(self, timeout: float = 20.0) -> EmbeddedNats:
-        from streamproc.bus import owner
-
         if self.lock is None or not self.lock.held:  # first start, or a restart
             argv = owner.command_label(sys.argv)
             taken = owner.resolve(

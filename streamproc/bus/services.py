@@ -35,6 +35,7 @@ from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER, Request
 from nats.micro.service import Service
 
 from streamproc.ids import ascii_int
+from streamproc.names import service_subject
 
 log = logging.getLogger(__name__)
 VERSION = "1.0.0"
@@ -73,7 +74,7 @@ def service_name(prefix: str, service: str) -> str:
 
 
 def subject(prefix: str, service: str, endpoint: str) -> str:
-    return f"{prefix}.svc.{service}.{endpoint}"
+    return service_subject(prefix, service, endpoint)
 
 
 class Served:

@@ -11,6 +11,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import uvloop
+
 from streamproc.bus import owner
 from streamproc.bus.connect import NatsAuth, NatsConnectError, connect
 from streamproc.bus.fastclient import FastClient
@@ -22,8 +24,6 @@ CLUSTER_DIR = "nats-cluster"
 
 
 def run(coro: Awaitable[int]) -> int:
-    import uvloop
-
     return uvloop.run(coro)  # type: ignore[arg-type]
 
 

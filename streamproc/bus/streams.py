@@ -15,18 +15,15 @@ from nats.aio.client import Client
 
 from streamproc.bus import jsapi
 from streamproc.bus.cluster import cluster_size
+from streamproc.config import ConfigError, environment
 from streamproc.ids import ascii_int
+from streamproc.names import DEFAULT_PREFIX, EVENTS, NOTIFY, WORK, all_of, stream_names
 
 NS = 1_000_000_000
 HOUR = 3600 * NS
 IMMUTABLE = ("name", "retention", "storage")
 ONE_WAY = ("deny_delete", "deny_purge")
 """Flags that can be switched on after creation but never off."""
-
-
-def stream_names(prefix: str) -> tuple[str, str, str]:
-    base = prefix.upper().replace(".", "_").replace("-", "_")
-    return base, f"{base}_WORK", f"{base}_NOTIFY"
 
 
 DAY = 24 * HOUR
@@ -57,8 +54,6 @@ class EventsRetention:
 
 def configured_events_retention() -> EventsRetention:
     """``STREAMPROC_EVENTS_MAX_AGE_DAYS`` and ``STREAMPROC_EVENTS_MAX_BYTES`` (0: no limit)."""
-    from streamproc.config import ConfigError, environment  # config imports this module
-
     env = environment()
     values = []
     for var, low, high, want in (
@@ -74,7 +69,7 @@ def configured_events_retention() -> EventsRetention:
 
 
 def definitions(
-    prefix: str = "scheduler", replicas: int = 1, events_retention: EventsRetention | None = None
+    prefix: str = DEFAULT_PREFIX, replicas: int = 1, events_retention: EventsRetention | None = None
 ) -> list[dict[str, Any]]:
     """Stream configs in the JetStream API's JSON form (durations in nanoseconds)."""
     events, work, notify = stream_names(prefix)
@@ -83,7 +78,7 @@ def definitions(
         {
             "name": events,
             "description": "The event log: schedules, exports, images, runs, verdicts, audit",
-            "subjects": [f"{prefix}.events.>"],
+            "subjects": [all_of(prefix, EVENTS)],
             "retention": "limits",
             "storage": "file",
             "num_replicas": replicas,
@@ -102,7 +97,7 @@ def definitions(
         {
             "name": work,
             "description": "Run segments handed to runners (work queue)",
-            "subjects": [f"{prefix}.work.>"],
+            "subjects": [all_of(prefix, WORK)],
             "retention": "workqueue",
             "storage": "file",
             "num_replicas": replicas,
@@ -119,7 +114,7 @@ def definitions(
         {
             "name": notify,
             "description": "What Notify consumes: rescan.delta, report.ready, run.summary",
-            "subjects": [f"{prefix}.notify.>"],
+            "subjects": [all_of(prefix, NOTIFY)],
             "retention": "limits",
             "storage": "file",
             "num_replicas": replicas,
@@ -172,8 +167,6 @@ AUTO = 0
 
 def configured_replicas() -> int:
     """``STREAMPROC_STREAM_REPLICAS`` (``streams.replicas``): 0 = auto, else 1..5."""
-    from streamproc.config import ConfigError, environment  # config imports this module
-
     raw = (environment().get(REPLICAS_ENV) or "0").strip()
     value = ascii_int(raw)
     if value is None or value > 5:

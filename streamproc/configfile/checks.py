@@ -6,15 +6,32 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from streamproc import config, tracing
+from streamproc.audit import settings as audit_settings
+from streamproc.audit import signing
+from streamproc.bus.connect import AUTH_ENV, NatsAuth
 from streamproc.configfile.loader import Problem
 from streamproc.configfile.registry import BY_ENV, BY_PATH, KEYS
 from streamproc.configfile.values import ValueProblem, from_env
+from streamproc.gateway import settings as gw
+from streamproc.gateway.auth import issuer_keys
+from streamproc.gateway.dpop import nonce_key
+from streamproc.gateway.settings import GatewaySettings
+from streamproc.gateway.tls import server_context
+from streamproc.gateway.webhooks import Source
+from streamproc.lease import ENV_TTL, lease_ttl
+from streamproc.planner import settings as planner_settings
+from streamproc.readmodel.retention import ENV as RETENTION_ENV
+from streamproc.readmodel.retention import retention_days
+from streamproc.runner import settings as runner_settings
+from streamproc.status.record import INTERVAL_ENV, interval_s
 
 Env = Mapping[str, str]
 _FAILURES = (ValueError, TypeError, OSError)
@@ -66,27 +83,21 @@ def _envs(prefix: str) -> list[str]:
 
 
 def check_core(env: Env) -> list[Problem]:
-    from streamproc import config
-
     return attribute("node", lambda e: config.load(env=e), config.ENV.values(), env)
 
 
 def check_planner(env: Env) -> list[Problem]:
-    from streamproc.planner import settings
-
-    return attribute("planner", lambda e: settings.load(e), settings.ENV.values(), env)
+    return attribute(
+        "planner", lambda e: planner_settings.load(e), planner_settings.ENV.values(), env
+    )
 
 
 def check_runner(env: Env) -> list[Problem]:
-    from streamproc.runner import settings
-
-    return attribute("runner", lambda e: settings.load(env=e), _envs("runner."), env)
+    return attribute("runner", lambda e: runner_settings.load(env=e), _envs("runner."), env)
 
 
 def check_audit(env: Env) -> list[Problem]:
-    from streamproc.audit import settings, signing
-
-    out = attribute("audit", lambda e: settings.load(env=e), settings.ENV.values(), env)
+    out = attribute("audit", lambda e: audit_settings.load(env=e), audit_settings.ENV.values(), env)
     data_dir = Path(env.get("STREAMPROC_DATA_DIR") or "data")
     signing_env = [signing.ENV_SIGNING_KEY, signing.ENV_KEY_ID]
     if env.get(signing.ENV_SIGNING_KEY):
@@ -104,8 +115,6 @@ def check_audit(env: Env) -> list[Problem]:
 
 
 def check_nats(env: Env) -> list[Problem]:
-    from streamproc.bus.connect import AUTH_ENV, NatsAuth
-
     values = {f: env.get(var, "") for f, var in AUTH_ENV.items()}
     auth = NatsAuth(**values)
     return [Problem(BY_ENV[AUTH_ENV[f]].path, reason) for f, reason in auth.problems()]
@@ -114,14 +123,6 @@ def check_nats(env: Env) -> list[Problem]:
 def check_operations(env: Env) -> list[Problem]:
     """Lease, heartbeat, read-model retention and tracing settings, by their own readers."""
     out: list[Problem] = []
-    try:
-        from streamproc import tracing
-        from streamproc.lease import ENV_TTL, lease_ttl
-        from streamproc.readmodel.retention import ENV as RETENTION_ENV
-        from streamproc.readmodel.retention import retention_days
-        from streamproc.status.record import INTERVAL_ENV, interval_s
-    except ImportError:  # pragma: no cover - a build without these capabilities
-        return out
     out += attribute("lease", lease_ttl, [ENV_TTL], env)
     out += attribute("readmodel", retention_days, [RETENTION_ENV], env)
     out += attribute("status", interval_s, [INTERVAL_ENV], env)
@@ -148,8 +149,6 @@ def check_gateway(
     """Scalars, the tables, then what the gateway builds at start: issuer keys, webhook
     source secrets and keys, the DPoP nonce secret, the TLS listener's certificates.
     ``file``: check this gateway file instead of the one the environment names."""
-    from streamproc.gateway import settings as gw
-
     envs = [e for e in _envs("gateway.") if not (file and e == gw.ENV_FILE)]
     out = attribute("gateway", lambda e: gw.load(e, document={}), envs, env)
     has_issuer, has_key = (
@@ -172,10 +171,6 @@ def is_gateway_file(path: Path) -> bool:
     """A gateway file (what ``gateway.config`` / ``STREAMPROC_GATEWAY_CONFIG`` names), not a
     settings file: JSON (a settings file is TOML), or ``*.toml`` with gateway keys only at
     the top — the two ways the gateway reads its file."""
-    import tomllib
-
-    from streamproc.gateway.settings import GatewaySettings
-
     try:
         text = path.read_text()
         doc = tomllib.loads(text) if path.suffix == ".toml" else msgspec.json.decode(text)
@@ -208,11 +203,6 @@ def _gateway_path(message: str) -> Problem:
 
 
 def _gateway_parts(s: Any) -> list[Problem]:
-    from streamproc.gateway.auth import issuer_keys
-    from streamproc.gateway.dpop import nonce_key
-    from streamproc.gateway.tls import server_context
-    from streamproc.gateway.webhooks import Source
-
     out = []
     try:
         nonce_key(s.dpop)

@@ -1,7 +1,7 @@
 """``streamproc config check | show | reference``.
 
 Registered by :mod:`streamproc.cli` with ``register(sub, _common)``; ``_common`` gives the
-running commands their ``--config`` flag (see :func:`add_config_flag`).
+running commands their ``--config`` flag (see :func:`streamproc.cliargs.add_config_flag`).
 """
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from streamproc import exitcodes
+from streamproc.cliargs import add_config_flag
 from streamproc.config import environment, file_document
 from streamproc.configfile.checks import check_all, check_gateway_file, is_gateway_file
 from streamproc.configfile.loader import ConfigFileError, Loaded, Problem, config_path, load
 from streamproc.configfile.reference import render_reference
 from streamproc.configfile.registry import BY_PATH, CONFIG_ENV, KEYS, SECTIONS, Key, known_env
 from streamproc.configfile.values import ValueProblem, display, from_env
-
-
-def add_config_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help=f"settings file (TOML; default ${CONFIG_ENV})")
+from streamproc.gateway.settings import ENV_FILE, GatewayConfigError
+from streamproc.gateway.settings import load as load_gateway
 
 
 def register(
@@ -78,8 +77,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_gateway_file(path: str, *, quiet: bool) -> int:
     """A gateway file: checked as the gateway loads it (``gateway.config``)."""
-    from streamproc.gateway.settings import ENV_FILE
-
     env = {k: v for k, v in os.environ.items() if v}
     problems = check_gateway_file(path, env)
     _warn_unknown_env()
@@ -172,9 +169,6 @@ def _settings_lines(loaded: Loaded, *, only_set: bool) -> list[str]:
 
 def _gateway_summary(document: Mapping[str, Any] | None, env: Mapping[str, str]) -> str:
     """Issuers and webhook sources in effect (the tables and any gateway file), no secrets."""
-    from streamproc.gateway.settings import GatewayConfigError
-    from streamproc.gateway.settings import load as load_gateway
-
     keys = {k.env: env[k.env] for k in KEYS if k.path.startswith("gateway.") and env.get(k.env)}
     if not keys and not document:
         return ""

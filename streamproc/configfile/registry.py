@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from streamproc.names import ADMIN_SCOPE, AUDIENCE, DEFAULT_PREFIX
+
 Type = Literal["str", "int", "float", "bool", "list[str]", "list[float]"]
 
 
@@ -99,7 +101,7 @@ KEYS: tuple[Key, ...] = (
        "other commands connect to it (or start a temporary one when none runs)"),
     _k("nats.port", "STREAMPROC_NATS_PORT", "int", 4222,
        "port of the embedded server (loopback only; unused with `nats.url`)", **_PORT),
-    _k("nats.prefix", "STREAMPROC_PREFIX", "str", "scheduler",
+    _k("nats.prefix", "STREAMPROC_PREFIX", "str", DEFAULT_PREFIX,
        "subject prefix; stream names are its upper case"),
     _k("nats.user", "STREAMPROC_NATS_USER", "str", None,
        "user name (with `nats.password`)"),
@@ -251,7 +253,7 @@ KEYS: tuple[Key, ...] = (
     _k("gateway.config", "STREAMPROC_GATEWAY_CONFIG", "str", None,
        "a JSON or TOML gateway file (the gateway keys without the `gateway.` prefix); its "
        "keys override the `gateway` tables of this file", default_text="none"),
-    _k("gateway.audience", "STREAMPROC_GATEWAY_AUDIENCE", "str", "scheduler",
+    _k("gateway.audience", "STREAMPROC_GATEWAY_AUDIENCE", "str", AUDIENCE,
        "the `aud` tokens must carry"),
     _k("gateway.required_modes", "STREAMPROC_GATEWAY_REQUIRED_MODES", "list[str]",
        ["dpop", "mtls"], "accepted ways to present a token (`bearer`: unbound tokens, dev only)",
@@ -314,7 +316,7 @@ KEYS: tuple[Key, ...] = (
     _k("notify.feed_consumers", "STREAMPROC_FEED_CONSUMERS", "list[str]",
        ["streamproc-notify"],
        "token subjects (`sub`) that may register and report HTTP feed positions (besides "
-       "callers with scope `scheduler.admin`)"),
+       f"callers with scope `{ADMIN_SCOPE}`)"),
     _k("notify.feed_lease_s", "STREAMPROC_FEED_LEASE_S", "float", 86400.0,
        "how long the feed keeps a consumer's reported position without a new report",
        minimum=3),

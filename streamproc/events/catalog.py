@@ -14,6 +14,7 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.ids import subject_token
+from streamproc.names import event_subject
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -226,8 +227,8 @@ def spec_for(kind: str) -> KindSpec | None:
 
 def subject_for(prefix: str, tenant: str, kind: str, payload: p.Payload) -> str:
     spec = KINDS[kind]
-    return f"{prefix}.events.{tenant}.{spec.aggregate}.{subject_token(spec.aggregate_id(payload))}"
+    return event_subject(prefix, tenant, spec.aggregate, subject_token(spec.aggregate_id(payload)))
 
 
 def aggregate_subject(prefix: str, tenant: str, aggregate: str, aggregate_id: str) -> str:
-    return f"{prefix}.events.{tenant}.{aggregate}.{subject_token(aggregate_id)}"
+    return event_subject(prefix, tenant, aggregate, subject_token(aggregate_id))

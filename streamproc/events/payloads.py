@@ -7,6 +7,7 @@ patterns) lives in the annotations, so a payload that decodes is a payload that 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime
 from functools import lru_cache
@@ -446,3 +447,9 @@ class AuditSnapshot(Payload, kw_only=True):
     merkle_root: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}(?!\n)$")]
     snapshot_hlc: Str
     envelope: DsseEnvelope
+
+
+def payload_digest(payload: msgspec.Struct) -> str:
+    """SHA-256 (hex) of the payload's canonical encoding: what "the same content" means (a
+    true repeat of an export or an image, as opposed to a conflicting one)."""
+    return hashlib.sha256(msgspec.json.encode(payload)).hexdigest()

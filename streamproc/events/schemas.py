@@ -7,13 +7,15 @@ differ from what the code generates, so the published contract never drifts from
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope
+from streamproc.names import EVENTS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -38,7 +40,7 @@ def schema_for(kind: str) -> dict[str, Any]:
         "$schema": DIALECT,
         "$id": f"urn:streamproc:event:{kind}:v{spec.version}",
         "title": kind,
-        "description": f"Subject: <prefix>.events.<tenant>.{spec.aggregate}.<{spec.id_field}>. "
+        "description": f"Subject: <prefix>.{EVENTS}.<tenant>.{spec.aggregate}.<{spec.id_field}>. "
         f"Emitted by: {spec.emitted_by}. Folded by: {spec.folded_by}.",
         "type": "object",
         "properties": props,
@@ -140,14 +142,27 @@ def _kinds(kinds: frozenset[str]) -> str:
     return ", ".join(f"`{k}`" for k in sorted(kinds)) or "—"
 
 
-def render_folds() -> list[str]:
-    """The creates/updates/observes table of every registered projection."""
-    from streamproc.roles import ROLES
+class Fold(Protocol):
+    """What the table needs of a projection (:class:`streamproc.projection.Projection`)."""
 
+    @property
+    def name(self) -> str: ...
+    @property
+    def kinds(self) -> frozenset[str]: ...
+    @property
+    def creates(self) -> frozenset[str]: ...
+    @property
+    def observes(self) -> frozenset[str]: ...
+
+    def updates(self) -> frozenset[str]: ...
+
+
+def render_folds(folds: Mapping[str, Sequence[Fold]]) -> list[str]:
+    """The creates/updates/observes table of every registered projection, by role (the
+    roles sit above events in the layer order, so the caller hands them in)."""
     lines = [FOLDS_HEADER.strip("\n")]
-    for role, spec in ROLES.items():
-        for make in spec.projections:
-            proj = make()
+    for role, projections in folds.items():
+        for proj in projections:
             every = proj.kinds == frozenset(KINDS)
             lines.append(
                 f"| {role} | `{proj.name}` | "
@@ -157,7 +172,7 @@ def render_folds() -> list[str]:
     return lines
 
 
-def render_catalog() -> str:
+def render_catalog(folds: Mapping[str, Sequence[Fold]]) -> str:
     lines = [CATALOG_HEADER.rstrip("\n")]
     for kind in sorted(KINDS):
         s = KINDS[kind]
@@ -178,5 +193,5 @@ def render_catalog() -> str:
         lines += ["", "| field | type | required |", "|---|---|---|"]
         for name, t, req in _fields(kind):
             lines.append(f"| `{name}` | {t} | {'yes' if req else ''} |")
-    lines += ["", *render_folds()]
+    lines += ["", *render_folds(folds)]
     return "\n".join(lines) + "\n"

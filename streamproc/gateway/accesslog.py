@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from streamproc import metrics
-from streamproc.gateway.problems import ProblemError, from_http_exception, render
+from streamproc.problems import ProblemError, from_http_exception, render
 
 log = logging.getLogger("streamproc.gateway")
 access = logging.getLogger("streamproc.gateway.access")

@@ -16,13 +16,16 @@ from streamproc.bus.ttlkv import TtlBucket
 from streamproc.gateway import accesslog
 from streamproc.gateway.auth import READ, Authenticator, Principal
 from streamproc.gateway.hardening import decode_json, read_body, require_json
+from streamproc.gateway.openapi import openapi_handler
 from streamproc.gateway.operations import BASE, Operation
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.remote import Remote
 from streamproc.gateway.replay import ReplayGuard, bucket_definition, bucket_name
+from streamproc.gateway.routes import OPERATIONS
 from streamproc.gateway.settings import GatewaySettings
 from streamproc.gateway.tls import server_context
 from streamproc.gateway.webhooks import WebhookVerifier
+from streamproc.notify.feed_http import add_feed_routes
+from streamproc.problems import ProblemError
 from streamproc.reactor import RoleContext
 from streamproc.readmodel.queries import ReadModel
 
@@ -90,9 +93,6 @@ class Gateway:
 
     def install(self, app: web.Application) -> None:
         """Add the API routes, /openapi.json and the middleware to ``app``."""
-        from streamproc.gateway.routes import OPERATIONS, openapi_handler
-        from streamproc.notify.feed_http import add_feed_routes
-
         self._apps.append(app)
         app[GATEWAY] = self
         app.middlewares.append(accesslog.observe_request((BASE, "/openapi.json")))

@@ -20,16 +20,16 @@ from nacl.signing import VerifyKey
 
 from streamproc.gateway import jwt
 from streamproc.gateway.dpop import DpopError, DpopVerifier
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.replay import ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, Issuer, resolve_ref
 from streamproc.gateway.tls import peer_cert_der, x5t_s256
 from streamproc.ids import TENANT_RE
+from streamproc.names import ADMIN_SCOPE, IMAGES_WRITE_SCOPE, READ_SCOPE, REALM
+from streamproc.problems import ProblemError
 
-READ = "scheduler.read"
-ADMIN = "scheduler.admin"
-IMAGES_WRITE = "scheduler.images.write"
-"""Ingest only: index and remove images (CI pipelines, scanners); reads need READ."""
+READ = READ_SCOPE
+ADMIN = ADMIN_SCOPE
+IMAGES_WRITE = IMAGES_WRITE_SCOPE
 ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE})
 _CACHE_MAX = 20_000
 
@@ -80,10 +80,10 @@ class Authenticator:
         out = []
         if self.modes & {"bearer", "mtls"}:
             p = params if scheme in (None, "bearer") else ""
-            out.append(("WWW-Authenticate", f'Bearer realm="scheduler"{p}'))
+            out.append(("WWW-Authenticate", f'Bearer realm="{REALM}"{p}'))
         if "dpop" in self.modes:
             p = params if scheme in (None, "dpop") else ""
-            out.append(("WWW-Authenticate", f'DPoP realm="scheduler", algs="EdDSA"{p}'))
+            out.append(("WWW-Authenticate", f'DPoP realm="{REALM}", algs="EdDSA"{p}'))
         return out
 
     def _fail(self, description: str, scheme: str | None, error: str = "invalid_token") -> None:
@@ -180,7 +180,7 @@ class Authenticator:
                 headers=[
                     (
                         "WWW-Authenticate",
-                        f'{"DPoP" if scheme == "dpop" else "Bearer"} realm="scheduler", '
+                        f'{"DPoP" if scheme == "dpop" else "Bearer"} realm="{REALM}", '
                         f'error="insufficient_scope", scope="{scope}"',
                     )
                 ],

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 from nacl.signing import VerifyKey
+from yarl import URL
 
 from streamproc.gateway import jwt
 from streamproc.gateway.replay import Replayed, ReplayGuard
@@ -54,8 +55,6 @@ def access_token_hash(token: str) -> str:
 
 def normalize_htu(url: str) -> str:
     """Scheme and host lower-cased, default port dropped, no query or fragment (RFC 9449 4.3)."""
-    from yarl import URL
-
     try:
         u = URL(url)
     except (ValueError, TypeError):

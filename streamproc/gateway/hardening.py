@@ -14,7 +14,7 @@ import zstandard
 from aiohttp import web
 
 from streamproc.events.payloads import MAX_KEYS
-from streamproc.gateway.problems import ProblemError
+from streamproc.problems import ProblemError
 
 T = TypeVar("T")
 _CHUNK = 64 * 1024

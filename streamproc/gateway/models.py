@@ -199,24 +199,8 @@ class DeltaList(Response, kw_only=True):
 # ------------------------------------------------------------------ preview
 
 
-class PreviewRequest(Request, kw_only=True):
-    """Change keys (product keys or purls) and/or a selection; no keys = the whole selection."""
-
-    product_keys: Annotated[list[Str], Meta(max_length=MAX_KEYS)] = []
-    selection: Selection = msgspec.field(default_factory=Selection)
-    usage_only: bool = True
-    sample_size: Annotated[int, Meta(ge=0, le=100)] = 10
-
-
-class PreviewResult(Response, kw_only=True):
-    count: int
-    sample: list[str]
-    unmatched: list[str]
-    """Keys that match no image of the tenant (at most 100 shown)."""
-    unmatched_count: int
-    usage_unknown: int = 0
-    """How many of the ``count`` images have no usage data: they count as using every
-    component they contain, also with ``usageOnly``."""
+# PreviewRequest and PreviewResult are the planner's query (streamproc/queries.py), which
+# the gateway passes on: defined there, below both.
 
 
 # ------------------------------------------------------------------ images

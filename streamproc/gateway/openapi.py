@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from aiohttp import web
 
 from streamproc import __version__
 from streamproc.gateway.operations import Operation
-from streamproc.gateway.problems import CONTENT_TYPE, Problem
+from streamproc.gateway.routes import OPERATIONS
+from streamproc.problems import CONTENT_TYPE, Problem
 
 _REF = "#/components/schemas/{name}"
 _ERROR_TEXT = {
@@ -156,9 +158,18 @@ def _operation(op: Operation, refs: dict[Any, dict[str, Any]]) -> dict[str, Any]
 
 
 def render() -> str:
-    from streamproc.gateway.routes import OPERATIONS
-
     return json.dumps(document(OPERATIONS), indent=2, sort_keys=False) + "\n"
+
+
+_document: bytes | None = None
+
+
+async def openapi_handler(_request: web.Request) -> web.Response:
+    """``GET /openapi.json``: the document, rendered once per process."""
+    global _document
+    if _document is None:
+        _document = render().encode()
+    return web.Response(body=_document, content_type="application/json")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
+from streamproc.names import API_BASE
+
 if TYPE_CHECKING:
     from streamproc.gateway.app import Gateway
     from streamproc.gateway.auth import Principal
 
-BASE = "/api/v1/scheduler"
+BASE = API_BASE
 Handler = Callable[["Gateway", web.Request, "Principal | None"], Awaitable[web.StreamResponse]]
 
 

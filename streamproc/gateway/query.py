@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from streamproc.gateway.problems import ProblemError
 from streamproc.ids import ascii_int
+from streamproc.problems import ProblemError
 from streamproc.readmodel.keys import CursorError
 
 T = TypeVar("T")

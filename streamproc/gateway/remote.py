@@ -17,8 +17,7 @@ from nats.aio.client import Client
 
 from streamproc.bus import services
 from streamproc.bus.services import ServiceFailure, ServiceUnavailable
-from streamproc.gateway.models import PreviewRequest, PreviewResult
-from streamproc.gateway.problems import ProblemError
+from streamproc.problems import ProblemError
 from streamproc.queries import (
     AUDITOR,
     PLANNER,
@@ -26,6 +25,8 @@ from streamproc.queries import (
     VERIFY,
     ChainVerification,
     PreviewQuery,
+    PreviewRequest,
+    PreviewResult,
     VerifyQuery,
 )
 

@@ -33,15 +33,14 @@ from streamproc.bus.ttlkv import (
     TtlBucket,
     definition,
 )
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.settings import GatewaySettings
+from streamproc.names import replay_bucket
+from streamproc.problems import ProblemError
+
+bucket_name = replay_bucket
 
 log = logging.getLogger(__name__)
 SWEEP_EVERY_S = 1.0
-
-
-def bucket_name(prefix: str) -> str:
-    return f"{prefix.replace('.', '_')}_replay"
 
 
 def bucket_definition(prefix: str, *, replicas: int, max_keys: int) -> dict[str, object]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from aiohttp import web
-
 from streamproc.gateway import (
     routes_audit,
     routes_images,
@@ -22,14 +20,3 @@ OPERATIONS: list[Operation] = [
     *routes_webhooks.OPERATIONS,
     *routes_images.OPERATIONS,
 ]
-
-_document: bytes | None = None
-
-
-async def openapi_handler(_request: web.Request) -> web.Response:
-    global _document
-    if _document is None:
-        from streamproc.gateway.openapi import render
-
-        _document = render().encode()
-    return web.Response(body=_document, content_type="application/json")

@@ -9,9 +9,9 @@ from aiohttp import web
 
 from streamproc.gateway.auth import READ, Principal
 from streamproc.gateway.operations import Operation, Param
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.writes import json_response
 from streamproc.ids import InvalidTenant, validate_tenant
+from streamproc.problems import ProblemError
 from streamproc.queries import ChainVerification
 
 if TYPE_CHECKING:

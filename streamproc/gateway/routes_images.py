@@ -19,7 +19,7 @@ from streamproc import metrics
 from streamproc.bus.jsapi import JsApiError
 from streamproc.events.payloads import Digest, ImageIndexed, ImageRemoved
 from streamproc.gateway.accesslog import RID
-from streamproc.gateway.auth import IMAGES_WRITE, READ, Principal
+from streamproc.gateway.auth import ADMIN, IMAGES_WRITE, READ, Principal
 from streamproc.gateway.hardening import (
     check_key_count,
     decode_content,
@@ -30,7 +30,6 @@ from streamproc.gateway.hardening import (
 )
 from streamproc.gateway.models import ImageAccepted, ImageList, ImagePut, ImageView
 from streamproc.gateway.operations import CURSOR, LIMIT, WAIT, Operation, Param
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.query import paged
 from streamproc.gateway.views import image_view
 from streamproc.gateway.writes import UNAVAILABLE_HEADERS, json_response, publish_failure, waited
@@ -44,6 +43,7 @@ from streamproc.impact.publish import (
 )
 from streamproc.impact.purls import PurlError, normalize_purl
 from streamproc.impact.sbom import SbomError, parse_sbom
+from streamproc.problems import ProblemError
 from streamproc.readmodel.images import Images
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ OPERATIONS = [
         errors=(409, 413, 415, 503),
         description="Publishes image.indexed with the SBOM's purls (CycloneDX 1.4-1.6 or "
         "SPDX 2.2/2.3 JSON). The same content again answers 200 with duplicate: true and "
-        "publishes nothing. Also allowed with scope scheduler.admin.",
+        f"publishes nothing. Also allowed with scope {ADMIN}.",
     ),
     Operation(
         "GET",
@@ -303,7 +303,7 @@ OPERATIONS = [
         params=(DIGEST, WAIT),
         responses=_WRITTEN,
         errors=(404, 409, 503),
-        description="Publishes image.removed. Also allowed with scope scheduler.admin.",
+        description=f"Publishes image.removed. Also allowed with scope {ADMIN}.",
     ),
     Operation(
         "GET",

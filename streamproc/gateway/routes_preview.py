@@ -10,9 +10,9 @@ import msgspec
 from aiohttp import web
 
 from streamproc.gateway.auth import READ, Principal
-from streamproc.gateway.models import PreviewRequest, PreviewResult
 from streamproc.gateway.operations import Operation
 from streamproc.gateway.writes import json_response
+from streamproc.queries import PreviewRequest, PreviewResult
 
 if TYPE_CHECKING:
     from streamproc.gateway.app import Gateway

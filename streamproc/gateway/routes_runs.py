@@ -14,11 +14,11 @@ from streamproc.gateway.auth import ADMIN, READ, Principal
 from streamproc.gateway.hardening import decode_json, read_body, require_json
 from streamproc.gateway.models import Accepted, DeltaList, RunCancel, RunCreate, RunList, RunView
 from streamproc.gateway.operations import BASE, CURSOR, LIMIT, WAIT, Operation, Param, path_id
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.query import paged, set_param
 from streamproc.gateway.views import delta_view, run_view
 from streamproc.gateway.writes import answer, json_response, publish, stamp
 from streamproc.ids import derive_id, uuid7
+from streamproc.problems import ProblemError
 from streamproc.readmodel.records import TERMINAL, RunRecord
 from streamproc.readmodel.runs import Runs
 

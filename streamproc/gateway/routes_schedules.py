@@ -31,11 +31,11 @@ from streamproc.gateway.operations import (
     Param,
     path_id,
 )
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.query import ANY, bool_param, if_match, int_param, paged
 from streamproc.gateway.views import schedule_view
 from streamproc.gateway.writes import answer, json_response, publish, stamp
 from streamproc.ids import uuid7
+from streamproc.problems import ProblemError
 from streamproc.readmodel.records import ScheduleRecord
 from streamproc.readmodel.schedules import Schedules
 

@@ -45,7 +45,6 @@ from streamproc.gateway.hardening import (
 )
 from streamproc.gateway.models import ExportEvent, WebhookAccepted
 from streamproc.gateway.operations import Operation, Param
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.webhooks import (
     DELIVERY,
     MAX_SIGNATURE_PARTS,
@@ -57,6 +56,7 @@ from streamproc.gateway.webhooks import (
 )
 from streamproc.gateway.writes import UNAVAILABLE_HEADERS, json_response, publish_failure
 from streamproc.ids import derive_id
+from streamproc.problems import ProblemError
 from streamproc.readmodel.exports import export_digest, payload_digest
 from streamproc.readmodel.queries import ReadModel
 from streamproc.readmodel.records import ExportRecord

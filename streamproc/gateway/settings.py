@@ -20,6 +20,7 @@ from msgspec import Meta
 
 from streamproc.config import environment, file_document
 from streamproc.ids import TENANT_RE
+from streamproc.names import AUDIENCE
 
 Mode = Literal["bearer", "dpop", "mtls"]
 ENV_FILE = "STREAMPROC_GATEWAY_CONFIG"
@@ -121,7 +122,7 @@ class Tls(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    audience: Annotated[str, Meta(min_length=1)] = "scheduler"
+    audience: Annotated[str, Meta(min_length=1)] = AUDIENCE
     issuers: list[Issuer] = []
     required_modes: Annotated[list[Mode], Meta(min_length=1)] = msgspec.field(
         default_factory=lambda: ["dpop", "mtls"]

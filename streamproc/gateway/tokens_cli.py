@@ -19,6 +19,7 @@ from streamproc import exitcodes
 from streamproc.gateway import jwt
 from streamproc.gateway.dpop import access_token_hash
 from streamproc.gateway.tls import x5t_s256
+from streamproc.names import ADMIN_SCOPE, AUDIENCE, IMAGES_WRITE_SCOPE, READ_SCOPE
 
 DEFAULT_ISSUER = "https://authority.local"
 
@@ -67,7 +68,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def cmd_issue(args: argparse.Namespace) -> int:
     key, doc = _load(args.key)
     now = int(time.time())
-    scopes = " ".join(s for group in args.scope for s in group.split()) or "scheduler.read"
+    scopes = " ".join(s for group in args.scope for s in group.split()) or READ_SCOPE
     claims: dict[str, Any] = {
         "iss": args.issuer or doc.get("iss") or DEFAULT_ISSUER,
         "aud": args.audience,
@@ -138,9 +139,9 @@ def register(subparsers: Any) -> None:
         "--scope",
         action="append",
         default=[],
-        help="scheduler.read, scheduler.admin and/or scheduler.images.write (repeatable)",
+        help=f"{READ_SCOPE}, {ADMIN_SCOPE} and/or {IMAGES_WRITE_SCOPE} (repeatable)",
     )
-    p.add_argument("--audience", default="scheduler")
+    p.add_argument("--audience", default=AUDIENCE)
     p.add_argument("--issuer", help="default: the key file's iss")
     p.add_argument("--sub", default="dev", help="subject (who)")
     p.add_argument(

@@ -45,11 +45,11 @@ from nacl.signing import VerifyKey
 
 from streamproc.gateway.hardening import read_body
 from streamproc.gateway.jwt import decode_key
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.replay import Replayed, ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, WebhookSource, resolve_ref
 from streamproc.gateway.tls import ca_subjects, names_of, peer_cert_der, peer_cert_info
 from streamproc.ids import ascii_int
+from streamproc.problems import ProblemError
 
 SIGNATURE = "X-Scheduler-Signature"
 TIMESTAMP = "X-Scheduler-Timestamp"

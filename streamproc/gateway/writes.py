@@ -24,7 +24,7 @@ from streamproc.events.envelope import Envelope, new_event
 from streamproc.events.payloads import Payload
 from streamproc.gateway.accesslog import RID
 from streamproc.gateway.models import Accepted
-from streamproc.gateway.problems import ProblemError
+from streamproc.problems import ProblemError
 
 if TYPE_CHECKING:
     from streamproc.gateway.app import Gateway

@@ -17,7 +17,22 @@ from typing import Any
 
 import msgspec
 
+from streamproc.bus.connect import NatsConnectError, NatsVersionError
+from streamproc.bus.server import NatsServerError
+from streamproc.bus.session import run as _run
+from streamproc.bus.session import with_nats as _with_nats
+from streamproc.cliargs import common as _common
+from streamproc.cliargs import settings as _settings
+from streamproc.config import ConfigError
+from streamproc.events.payloads import ImageRemoved
+from streamproc.ids import InvalidTenant, validate_tenant
+from streamproc.impact import keys as K
+from streamproc.impact.groups import _OVERHEAD
+from streamproc.impact.projection import ImpactProjection, _env_cache_bytes
 from streamproc.impact.publish import UsageError, build_payload, publish_image_event
+from streamproc.impact.stats import index_stats
+from streamproc.roles import ROLES
+from streamproc.state.store import RocksStore, StateLocked
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -42,8 +57,6 @@ def _exits_2(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
 
 @_exits_2
 def cmd_add(args: argparse.Namespace) -> int:
-    from streamproc.cli import _run, _settings, _with_nats
-
     settings = _settings(args)
     payload, purls, used = build_payload(args)
     products = len({c.product_key for c in payload.components})
@@ -68,10 +81,6 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 @_exits_2
 def cmd_remove(args: argparse.Namespace) -> int:
-    from streamproc.cli import _run, _settings, _with_nats
-    from streamproc.events.payloads import ImageRemoved
-    from streamproc.ids import InvalidTenant, validate_tenant
-
     settings = _settings(args)
     try:
         validate_tenant(args.tenant)
@@ -101,13 +110,6 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 @_exits_2
 def cmd_stats(args: argparse.Namespace) -> int:
-    from streamproc.cli import _settings
-    from streamproc.impact import keys as K
-    from streamproc.impact.groups import _OVERHEAD
-    from streamproc.impact.projection import _env_cache_bytes
-    from streamproc.impact.stats import index_stats
-    from streamproc.state.store import RocksStore
-
     path = Path(args.state_dir) if args.state_dir else _default_state_dir(_settings(args))
     if not (path / "CURRENT").exists():
         raise UsageError(f"no impact state in {path}: run the role that hosts it, or --state-dir")
@@ -166,9 +168,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def _default_state_dir(settings: Any) -> Path:
     """The state directory of the first role hosting the ``impact`` projection that has
     one (the planner hosts it; a standalone ``impact`` role may), in registry order."""
-    from streamproc.impact.projection import ImpactProjection
-    from streamproc.roles import ROLES
-
     hosts = [name for name, spec in ROLES.items() if ImpactProjection in spec.projections]
     for name in [*hosts, IMPACT_ROLE]:
         if (settings.state_dir(name) / "CURRENT").exists():
@@ -219,11 +218,6 @@ def register(
 
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed command; usage, configuration and connection problems exit 2."""
-    from streamproc.bus.connect import NatsConnectError, NatsVersionError
-    from streamproc.bus.server import NatsServerError
-    from streamproc.config import ConfigError
-    from streamproc.state.store import StateLocked
-
     try:
         return int(args.fn(args))
     except (
@@ -239,8 +233,6 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from streamproc.cli import _common
-
     parser = argparse.ArgumentParser(prog="streamproc", description="impact index commands")
     register(parser.add_subparsers(dest="command", required=True), _common)
     return run_command(parser.parse_args(argv))

@@ -47,10 +47,13 @@ from typing import Any, Protocol
 import msgspec
 from pyroaring import BitMap
 
-GROUPS_CF = "impact_groups"
-OWNERS_CF = "impact_owners"
-IMAGES_CF = "impact_images"
-NAMES_CF = "impact_names"
+from streamproc.names import IMPACT_GROUPS_CF, IMPACT_IMAGES_CF, IMPACT_NAMES_CF, IMPACT_OWNERS_CF
+
+GROUPS_CF = IMPACT_GROUPS_CF
+IMAGES_CF = IMPACT_IMAGES_CF
+NAMES_CF = IMPACT_NAMES_CF
+OWNERS_CF = IMPACT_OWNERS_CF
+
 FAMILIES = (GROUPS_CF, OWNERS_CF, IMAGES_CF, NAMES_CF)
 
 CHUNK_BITS = 16

@@ -33,6 +33,7 @@ from streamproc.impact.ingest import canonical_key
 from streamproc.impact.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
 from streamproc.impact.results import ImpactSet
 from streamproc.impact.selector import Selector
+from streamproc.names import IMPACT
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.state.store import Store
 
@@ -95,7 +96,7 @@ def _env_cache_bytes() -> int | None:
 
 
 class ImpactProjection(Projection):
-    name: ClassVar[str] = "impact"
+    name: ClassVar[str] = IMPACT
     kinds: ClassVar[frozenset[str]] = frozenset(
         {"image.indexed", "image.removed", "export.feedser"}
     )

@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
+
+from streamproc.bus import jsapi
+from streamproc.bus.publisher import Publisher, WrongExpectedSequence
+from streamproc.events.catalog import subject_for
+from streamproc.events.envelope import EventError, decode, new_event
+from streamproc.events.payloads import MAX_KEYS, Component, ImageIndexed, payload_digest
+from streamproc.hlc import HybridLogicalClock
+from streamproc.ids import InvalidTenant, derive_id, validate_tenant
+from streamproc.impact.purls import PurlError, normalize_purl
+from streamproc.impact.records import build_image
+from streamproc.impact.sbom import SbomError, read_sbom
 
 NO_MESSAGE = 10037
 """JetStream's "no message found" (the subject has no event yet)."""
@@ -54,8 +64,6 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 def _used_purls(path: str | None) -> set[str] | None:
     """Canonical purls listed one per line (blank lines and ``#`` comments skipped); None
     without a file (usage not known)."""
-    from streamproc.impact.purls import PurlError, normalize_purl
-
     if path is None:
         return None
     out: set[str] = set()
@@ -95,10 +103,6 @@ def image_payload(
     ``used``: the canonical purls the entrypoint uses, None when not known (usage unknown is
     not "nothing used"). Raises PurlError for a purl of the SBOM, UnknownUsedPurls, or
     msgspec.ValidationError. The CLI and the gateway both build images here."""
-    from streamproc.events.payloads import Component, ImageIndexed
-    from streamproc.impact.purls import normalize_purl
-    from streamproc.impact.records import build_image
-
     wanted = set(used or ())
     flags = None if used is None else [normalize_purl(p).purl in wanted for p in sbom.purls]
     rec = build_image(
@@ -136,11 +140,6 @@ def image_payload(
 def build_payload(args: argparse.Namespace) -> tuple[Any, int, int | None]:
     """The validated ``image.indexed`` payload, its purl count and used count (None when
     the image's usage is unknown)."""
-    from streamproc.events.payloads import MAX_KEYS
-    from streamproc.ids import InvalidTenant, validate_tenant
-    from streamproc.impact.purls import PurlError
-    from streamproc.impact.sbom import SbomError, read_sbom
-
     try:
         validate_tenant(args.tenant)
     except InvalidTenant as exc:
@@ -182,8 +181,6 @@ def build_payload(args: argparse.Namespace) -> tuple[Any, int, int | None]:
 
 async def _last_on_subject(nc: Any, stream: str, subject: str) -> tuple[int, bytes | None]:
     """Sequence and data of the subject's last message (0, None when there is none)."""
-    from streamproc.bus import jsapi
-
     try:
         doc = await jsapi.request(nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
     except jsapi.JsApiError as exc:
@@ -192,11 +189,6 @@ async def _last_on_subject(nc: Any, stream: str, subject: str) -> tuple[int, byt
         raise
     msg = doc["message"]
     return int(msg["seq"]), base64.b64decode(msg.get("data") or "")
-
-
-def payload_digest(payload: Any) -> str:
-    """SHA-256 (hex) of the payload's canonical encoding: what "the same content" means."""
-    return hashlib.sha256(msgspec.json.encode(payload)).hexdigest()
 
 
 class ImageWrite(NamedTuple):
@@ -228,11 +220,6 @@ async def write_image_event(
     de-duplicated and a remove-then-add is a new event. ``publish`` is
     ``Publisher.publish_event``; ``now`` stamps the event (an HLC ``now``).
     """
-    from streamproc.bus.publisher import WrongExpectedSequence
-    from streamproc.events.catalog import subject_for
-    from streamproc.events.envelope import EventError, decode, new_event
-    from streamproc.ids import derive_id
-
     subject = subject_for(prefix, tenant, kind, payload)
     content = payload_digest(payload)
     for _ in range(3):
@@ -263,10 +250,6 @@ async def publish_image_event(
 ) -> tuple[str, int] | None:
     """Publish with a publisher and clock of its own (the CLI): the event id and sequence,
     or None when the log already says this (see :func:`write_image_event`)."""
-    from streamproc.bus import jsapi
-    from streamproc.bus.publisher import Publisher
-    from streamproc.hlc import HybridLogicalClock
-
     stream = settings.events_stream
     if await jsapi.stream_info(nc, stream) is None:
         raise UsageError(f"stream {stream} does not exist: run `streamproc streams apply`")

@@ -10,14 +10,20 @@ import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import uvloop
+from nats.errors import ConnectionClosedError
 
 from streamproc import exitcodes
+from streamproc.bus import jsapi
+from streamproc.bus.pull import ConsumerGone
+from streamproc.bus.session import nats_session
 from streamproc.config import Settings, environment, load
+from streamproc.names import NOTIFY_TAIL, stream_names
 from streamproc.notify import messages as nm
-
-if TYPE_CHECKING:
-    from streamproc.notify.consumer import NotifyConsumer
+from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
+from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
+from streamproc.notify.schemas import write_all
 
 
 def register(
@@ -31,8 +37,9 @@ def register(
     p.add_argument("--tenant", help="one tenant (default: all tenants; NATS only)")
     p.add_argument(
         "--durable",
-        help="durable consumer / checkpoint name (default notify-tail, or notify-tail-TENANT-KINDS "
-        "for another selection; tails with one name share its messages)",
+        help=f"durable consumer / checkpoint name (default {NOTIFY_TAIL}, or "
+        f"{NOTIFY_TAIL}-TENANT-KINDS for another selection; tails with one name share its "
+        "messages)",
     )
     p.add_argument(
         "--kind", action="append", choices=nm.KINDS,
@@ -54,18 +61,12 @@ def register(
 
 
 def cmd_schemas(args: argparse.Namespace) -> int:
-    from streamproc.notify.schemas import write_all
-
     for path in write_all(Path(args.out)):
         print(path)
     return 0
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    import uvloop
-
-    from streamproc.notify.consumer import render
-
     settings = load(
         {
             "data_dir": getattr(args, "data_dir", None),
@@ -79,13 +80,11 @@ def cmd_tail(args: argparse.Namespace) -> int:
         print(nm.encode(msg).decode() if args.json else render(msg, seq), flush=True)
 
     if args.http:
-        from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
-
         if len(kinds) != 1 or args.reset:
             print("streamproc: --http follows one --kind; to start over remove its --state file",
                   file=sys.stderr)  # fmt: skip
             return exitcodes.USAGE
-        name = args.durable or "notify-tail"
+        name = args.durable or NOTIFY_TAIL
         state = Path(args.state or settings.data_dir / "notify" / f"{name}.json")
         tail = HttpTail(
             args.http, state, kind=kinds[0],
@@ -105,10 +104,6 @@ def cmd_tail(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return exitcodes.INTERRUPTED
         return exitcodes.OK
-    from nats.errors import ConnectionClosedError
-
-    from streamproc.bus.pull import ConsumerGone
-    from streamproc.notify.consumer import ConsumerConflict
 
     try:  # --nats-url, else the data directory's running server (or a temporary one)
         return int(uvloop.run(_tail_nats(settings, args, kinds, show)))
@@ -131,11 +126,6 @@ async def _tail_nats(
     kinds: list[str],
     show: Callable[[nm.AnyMessage, int], None],
 ) -> int:
-    from streamproc.bus import jsapi
-    from streamproc.bus.session import nats_session
-    from streamproc.bus.streams import stream_names
-    from streamproc.notify.consumer import NotifyConsumer, default_durable
-
     prefix = settings.prefix
     durable = args.durable or default_durable(args.tenant, kinds)
     async with nats_session(settings, name="streamproc-notify-tail") as nc:

@@ -17,7 +17,7 @@ from typing import Any
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import PullLoop
-from streamproc.bus.streams import stream_names
+from streamproc.names import DEFAULT_PREFIX, NOTIFY_TAIL, stream_names
 from streamproc.notify import messages as nm
 
 NS = 1_000_000_000
@@ -32,8 +32,8 @@ def default_durable(tenant: str | None, kinds: Sequence[str]) -> str:
     """``notify-tail`` for every tenant's deltas; another selection gets a name of its own,
     so tails that follow different things never share one consumer."""
     if tenant is None and list(kinds) == ["rescan.delta"]:
-        return "notify-tail"
-    return "-".join(["notify-tail", tenant or "all", *sorted({k.replace(".", "-") for k in kinds})])
+        return NOTIFY_TAIL
+    return "-".join([NOTIFY_TAIL, tenant or "all", *sorted({k.replace(".", "-") for k in kinds})])
 
 
 class NotifyConsumer:
@@ -42,7 +42,7 @@ class NotifyConsumer:
         nc: FastClient,
         *,
         durable: str,
-        prefix: str = "scheduler",
+        prefix: str = DEFAULT_PREFIX,
         tenant: str | None = None,
         kinds: Sequence[str] = ("rescan.delta",),
         ack_wait_s: float = 30.0,

@@ -35,9 +35,8 @@ from aiohttp import web
 
 from streamproc.bus import direct, jsapi
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.streams import stream_names
-from streamproc.gateway.problems import ProblemError, render
 from streamproc.ids import ascii_int
+from streamproc.names import ADMIN_SCOPE, API_BASE, stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.registrations import (
     FeedSettings,
@@ -46,11 +45,12 @@ from streamproc.notify.registrations import (
     RegistryUnavailable,
     load_settings,
 )
+from streamproc.problems import ProblemError, render
 
-BASE = "/api/v1/scheduler"
+BASE = API_BASE
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 100
-WRITE_SCOPE = "scheduler.admin"
+WRITE_SCOPE = ADMIN_SCOPE
 RETRY_AFTER_S = 1
 TIMEOUT_S = 5.0
 

@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from streamproc.names import API_BASE
 from streamproc.notify import messages as nm
 
 
@@ -73,7 +74,7 @@ class HttpTail:
         poll_s: float = 1.0,
         out: Callable[[nm.AnyMessage, int], None] | None = None,
     ) -> None:
-        self.base = url.rstrip("/") + f"/api/v1/scheduler/feeds/{kind}"
+        self.base = url.rstrip("/") + f"{API_BASE}/feeds/{kind}"
         self.url = url
         self.kind = kind
         self.state = state

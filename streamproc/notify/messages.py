@@ -18,6 +18,7 @@ import msgspec
 from msgspec import Meta
 
 from streamproc.ids import derive_id
+from streamproc.names import notify_subject
 
 SCHEMA_VERSION = 1
 KINDS = ("rescan.delta", "report.ready", "run.summary")
@@ -121,7 +122,7 @@ def kind_of(msg: AnyMessage) -> str:
 
 
 def subject(prefix: str, tenant: str, kind: str) -> str:
-    return f"{prefix}.notify.{tenant}.{kind}"
+    return notify_subject(prefix, tenant, kind)
 
 
 def image_message_id(verdict_id: str) -> str:

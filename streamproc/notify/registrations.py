@@ -25,6 +25,9 @@ from nats.js.kv import KeyValue
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError, environment
+from streamproc.names import feed_bucket
+
+bucket_name = feed_bucket
 
 LEASE_ENV = "STREAMPROC_FEED_LEASE_S"
 CONSUMERS_ENV = "STREAMPROC_FEED_CONSUMERS"
@@ -65,10 +68,6 @@ class Registration(msgspec.Struct, kw_only=True):
     seq: int
     vouched: int
     reported_ms: int
-
-
-def bucket_name(prefix: str) -> str:
-    return f"{prefix}_feed"
 
 
 class RegistryUnavailable(RuntimeError):

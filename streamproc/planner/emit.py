@@ -14,16 +14,12 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.hlc import ClockSkewError, HybridLogicalClock, Timestamp
 from streamproc.ids import derive_id
+from streamproc.names import work_subject
 from streamproc.planner.model import Plan
 
 
 def planned_event_id(run_id: str) -> str:
     return derive_id(run_id, "planned")
-
-
-def work_subject(prefix: str, tenant: str, priority: int) -> str:
-    """``<prefix>.work.<tenant>.segment.<priority>``: the runner's contract."""
-    return f"{prefix}.work.{tenant}.segment.{priority}"
 
 
 @dataclass

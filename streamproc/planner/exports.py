@@ -18,15 +18,16 @@ import msgspec
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
+from streamproc.names import PL_CLAIMS_CF, PL_CURSORS_CF, PL_EXPORTS, PL_EXPORTS_CF, PL_VULNS_CF
 from streamproc.planner import records as r
 from streamproc.planner.changes import KeyChange, feedser_change, vexer_change
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.state.store import Store
 
-EXPORTS_CF = "pl_exports"
-CLAIMS_CF = "pl_claims"
-CURSORS_CF = "pl_cursors"
-VULNS_CF = "pl_vulns"
+CLAIMS_CF = PL_CLAIMS_CF
+CURSORS_CF = PL_CURSORS_CF
+EXPORTS_CF = PL_EXPORTS_CF
+VULNS_CF = PL_VULNS_CF
 
 
 def _refs(req: p.RunRequested) -> list[tuple[r.Source, str]]:
@@ -37,7 +38,7 @@ def _refs(req: p.RunRequested) -> list[tuple[r.Source, str]]:
 
 
 class PlannerExports(Projection):
-    name: ClassVar[str] = "pl_exports"
+    name: ClassVar[str] = PL_EXPORTS
     creates: ClassVar[frozenset[str]] = frozenset(
         {"export.feedser", "export.vexer", "run.requested"}
     )

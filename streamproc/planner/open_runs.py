@@ -21,11 +21,13 @@ import msgspec
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
+from streamproc.names import PL_OPEN, PL_OPEN_CF
 from streamproc.planner import records as r
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.state.store import Store
 
-OPEN_CF = "pl_open"
+OPEN_CF = PL_OPEN_CF
+
 SegmentState = Literal["planned", "enqueued", "taken"]
 
 
@@ -53,7 +55,7 @@ _seg = msgspec.msgpack.Decoder(OpenSegment).decode
 
 
 class PlannerOpenRuns(Projection):
-    name: ClassVar[str] = "pl_open"
+    name: ClassVar[str] = PL_OPEN
     creates: ClassVar[frozenset[str]] = frozenset({"run.planned"})
     """An open run starts at its plan; a later event of a run that is not open (never
     planned, or finished and forgotten) or of a segment its plan does not list is rejected."""

@@ -19,14 +19,24 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
 from streamproc.ids import derive_id
+from streamproc.names import (
+    PL_BACKLOG_CF,
+    PL_REPORTS,
+    PL_REPORTS_CF,
+    PL_RUNS,
+    PL_RUNS_CF,
+    PL_SCHEDULES,
+    PL_SCHEDULES_CF,
+)
 from streamproc.planner import records as r
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.state.store import Store
 
-SCHEDULES_CF = "pl_schedules"
-RUNS_CF = "pl_runs"
-BACKLOG_CF = "pl_backlog"
-REPORTS_CF = "pl_reports"
+BACKLOG_CF = PL_BACKLOG_CF
+REPORTS_CF = PL_REPORTS_CF
+RUNS_CF = PL_RUNS_CF
+SCHEDULES_CF = PL_SCHEDULES_CF
+
 _PATCH = ("cron", "timezone", "mode", "selection", "only_if", "limits", "subscriptions")
 
 
@@ -51,7 +61,7 @@ def spill_run_id(root_run_id: str, offset: int) -> str:
 class PlannerSchedules(Projection):
     """Schedules by tenant, with the cron anchor and the latest tick fired."""
 
-    name: ClassVar[str] = "pl_schedules"
+    name: ClassVar[str] = PL_SCHEDULES
     creates: ClassVar[frozenset[str]] = frozenset({"schedule.created"})
     families: ClassVar[tuple[str, ...]] = (SCHEDULES_CF,)
 
@@ -168,7 +178,7 @@ class PlannerSchedules(Projection):
 class PlannerRuns(Projection):
     """Requested runs (pending until planned or cancelled), planned markers, the backlog."""
 
-    name: ClassVar[str] = "pl_runs"
+    name: ClassVar[str] = PL_RUNS
     creates: ClassVar[frozenset[str]] = frozenset({"run.requested"})
     families: ClassVar[tuple[str, ...]] = (RUNS_CF, BACKLOG_CF)
 
@@ -297,7 +307,7 @@ class LastReports(Projection):
     """Per tenant and digest: when its last report was made (HLC ms) and whether it had KEV
     or critical findings — for ``onlyIf.lastReportOlderThanDays`` and nightly ordering."""
 
-    name: ClassVar[str] = "pl_reports"
+    name: ClassVar[str] = PL_REPORTS
     creates: ClassVar[frozenset[str]] = frozenset({"verdict.recorded"})
     """An image's first report creates its entry (reports are about images, not runs)."""
     families: ClassVar[tuple[str, ...]] = (REPORTS_CF,)

@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 from streamproc import metrics
 from streamproc.bus import direct, jsapi
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.streams import stream_names
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.hlc import HybridLogicalClock
 from streamproc.ids import derive_id
-from streamproc.planner.emit import PlanEvents, planned_event_id, work_subject
+from streamproc.names import stream_names, work_subject
+from streamproc.planner.emit import PlanEvents, planned_event_id
 from streamproc.planner.model import Plan
 from streamproc.planner.open_runs import OpenRunView, open_runs
 from streamproc.state.store import Store
@@ -81,7 +81,7 @@ async def fetch_event(pub: Publisher, stream: str, seq: int) -> bytes:
 
 async def queued_ids(pub: Publisher, work_stream: str, tenant: str) -> set[str]:
     """Segment ids of every work item the queue holds for ``tenant`` (any priority)."""
-    msgs = await direct.scan(pub.nc, work_stream, f"{pub.prefix}.work.{tenant}.segment.*")
+    msgs = await direct.scan(pub.nc, work_stream, work_subject(pub.prefix, tenant, "*"))
     return {m.headers.get("Nats-Msg-Id", "") for m in msgs}
 
 

@@ -16,10 +16,9 @@ from nats.aio.client import Client
 
 from streamproc.bus import services
 from streamproc.bus.services import Served, ServiceFailure
-from streamproc.gateway.models import PreviewResult
 from streamproc.impact.selector import Selector, SelectorError
 from streamproc.planner.reactor import IMPACT
-from streamproc.queries import PLANNER, PREVIEW, PreviewQuery, read_query
+from streamproc.queries import PLANNER, PREVIEW, PreviewQuery, PreviewResult, read_query
 from streamproc.reactor import RoleContext
 
 MAX_UNMATCHED_SHOWN = 100

@@ -15,7 +15,9 @@ from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import Payload
 from streamproc.fold import folds, payloads_of
 from streamproc.hlc import sort_key
+from streamproc.names import ACTIVITY
 from streamproc.projection import Projection, Tx
+from streamproc.state.store import Store
 
 
 class TenantActivity(msgspec.Struct):
@@ -30,7 +32,7 @@ _enc = msgspec.json.Encoder(order="sorted")
 
 
 class Activity(Projection):
-    name: ClassVar[str] = "activity"
+    name: ClassVar[str] = ACTIVITY
     creates: ClassVar[frozenset[str]] = frozenset(KINDS)
     """Counters per tenant: any event is the first of its tenant's."""
 
@@ -71,7 +73,5 @@ class Activity(Projection):
 
 
 def read_all(store: object) -> dict[str, TenantActivity]:
-    from streamproc.state.store import Store
-
     assert isinstance(store, Store)
     return {k.decode(): _dec.decode(v) for k, v in store.scan(Activity.name)}

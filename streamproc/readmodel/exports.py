@@ -7,25 +7,19 @@ scoped by source keep the key they had, the bare export id."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import ClassVar, Literal
 
-import msgspec
-
 from streamproc.events.envelope import Envelope
-from streamproc.events.payloads import FeedserExport, Payload, VexerExport, export_body
+from streamproc.events.payloads import FeedserExport, VexerExport, export_body
+from streamproc.events.payloads import payload_digest as payload_digest
 from streamproc.fold import folds
+from streamproc.names import RM_EXPORTS
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ExportRecord, encode
 from streamproc.readmodel.schedules import physical_ms
 
-CF = "rm_exports"
-
-
-def payload_digest(payload: Payload) -> str:
-    """SHA-256 of the canonical payload encoding: tells a true repeat from a conflicting one."""
-    return hashlib.sha256(msgspec.json.encode(payload)).hexdigest()
+CF = RM_EXPORTS
 
 
 def export_digest(payload: FeedserExport | VexerExport) -> str:
@@ -39,7 +33,7 @@ def export_key(tenant: str, kind: str, ref: str) -> bytes:
 
 
 class Exports(Projection):
-    name: ClassVar[str] = "rm_exports"
+    name: ClassVar[str] = CF
     creates: ClassVar[frozenset[str]] = frozenset({"export.feedser", "export.vexer"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 

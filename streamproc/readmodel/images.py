@@ -13,13 +13,13 @@ from typing import ClassVar
 import msgspec
 
 from streamproc.events.envelope import Envelope
-from streamproc.events.payloads import ImageIndexed, ImageRemoved
+from streamproc.events.payloads import ImageIndexed, ImageRemoved, payload_digest
 from streamproc.fold import folds
-from streamproc.impact.publish import payload_digest
+from streamproc.names import RM_IMAGES
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 
-CF = "rm_images"
+CF = RM_IMAGES
 
 
 class ImageSummary(msgspec.Struct, kw_only=True):
@@ -81,7 +81,7 @@ def image_key(tenant: str, digest: str) -> bytes:
 
 
 class Images(Projection):
-    name: ClassVar[str] = "rm_images"
+    name: ClassVar[str] = CF
     creates: ClassVar[frozenset[str]] = frozenset({"image.indexed"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 

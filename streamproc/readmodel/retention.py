@@ -12,14 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from streamproc.config import ConfigError, environment
+from streamproc.names import RM_RUNS_EXPIRY_CF
 from streamproc.readmodel import keys
 
 ENV = "STREAMPROC_READMODEL_RETENTION_DAYS"
 DEFAULT_DAYS = 180
 MAX_DAYS = 100 * 366
 DAY_MS = 86_400_000
+EXPIRY_CF = RM_RUNS_EXPIRY_CF
 
-EXPIRY_CF = "rm_runs_expiry"
 CLOCK_KEY = b"clock"
 """The read model's clock (big-endian milliseconds), beside the finish-time index."""
 FINISHED_PREFIX = b"F"

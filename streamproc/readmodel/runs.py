@@ -20,6 +20,7 @@ from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
+from streamproc.names import RM_RUN_DELTAS_CF, RM_RUNS, RM_RUNS_BY_TIME_CF
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys, retention
 from streamproc.readmodel.exports import Exports
@@ -36,9 +37,10 @@ from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX, expiry_ke
 from streamproc.readmodel.schedules import Schedules, physical_ms
 from streamproc.state.store import Store
 
-CF = "rm_runs"
-BY_TIME_CF = "rm_runs_by_time"
-DELTAS_CF = "rm_run_deltas"
+DELTAS_CF = RM_RUN_DELTAS_CF
+CF = RM_RUNS
+BY_TIME_CF = RM_RUNS_BY_TIME_CF
+
 _EMPTY_STATS = p.RunStats()
 CLOCK_KINDS: frozenset[str] = Schedules.kinds | Exports.kinds
 """Other kinds the read model folds (:meth:`Runs._clock`): they only advance its retention
@@ -85,7 +87,7 @@ def _is_delta(v: p.VerdictRecorded) -> bool:
 
 
 class Runs(Projection):
-    name: ClassVar[str] = "rm_runs"
+    name: ClassVar[str] = CF
     creates: ClassVar[frozenset[str]] = frozenset({"run.requested"})
     """Everything else needs its run (``unknown_run``); a segment comes with the run's plan
     or its ``segment.enqueued``, and ``segment.started|completed|failed`` and verdicts of

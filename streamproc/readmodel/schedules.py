@@ -15,11 +15,12 @@ from msgspec import UNSET
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
+from streamproc.names import RM_SCHEDULES
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ScheduleRecord, decode_schedule, encode
 
-CF = "rm_schedules"
+CF = RM_SCHEDULES
 
 
 def physical_ms(event: Envelope) -> int:
@@ -54,7 +55,7 @@ class Schedules(Projection):
     """One record per schedule; each fold checks, then writes the next state (a new
     record: the stored one is never mutated)."""
 
-    name: ClassVar[str] = "rm_schedules"
+    name: ClassVar[str] = CF
     creates: ClassVar[frozenset[str]] = frozenset({"schedule.created"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 

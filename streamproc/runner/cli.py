@@ -10,7 +10,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from streamproc import roles
+from streamproc.cliargs import common as _common
+from streamproc.configfile import activate
 from streamproc.role_cli import add_process_options, process_settings, serve
+from streamproc.runner.role import make_runner
+from streamproc.runner.settings import load as load_runner
 
 
 def register(
@@ -28,10 +33,6 @@ def register(
 
 
 def cmd_runner(args: argparse.Namespace) -> int:
-    from streamproc import roles
-    from streamproc.runner.role import make_runner
-    from streamproc.runner.settings import load as load_runner
-
     settings = process_settings(args, "runner")
     runner = load_runner(
         {"scanner_url": args.scanner_url, "workers": args.workers, "inflight": args.inflight}
@@ -43,8 +44,6 @@ def cmd_runner(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from streamproc.cli import _common
-
     parser = argparse.ArgumentParser(prog="streamproc")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub, _common)
@@ -52,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
         ["runner", *(argv if argv is not None else __import__("sys").argv[1:])]
     )
     args.http_opt_in = True
-    from streamproc.configfile import activate
 
     activate(getattr(args, "config", None))  # as `streamproc runner` does
     return int(args.fn(args))

@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 import msgspec
 
 from streamproc import metrics
-from streamproc.bus.streams import stream_names
 from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import EventError, decode, new_event
 from streamproc.ids import derive_id
+from streamproc.names import stream_names
 from streamproc.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.runner.completion import Completer
 from streamproc.runner.scanner_client import ScannerClient

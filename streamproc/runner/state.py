@@ -16,16 +16,25 @@ import msgspec
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
+from streamproc.names import (
+    RUNNER,
+    RUNNER_IMAGES_CF,
+    RUNNER_OPEN_CF,
+    RUNNER_RULES_CF,
+    RUNNER_RUNS_CF,
+    RUNNER_SUMMARY_CF,
+    RUNNER_VERDICTS_CF,
+)
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.runner.delta import FindingKey, new_findings
 
-RUNS_CF = "runner_runs"
-VERDICTS_CF = "runner_verdicts"
-IMAGES_CF = "runner_images"
-RULES_CF = "runner_rules"
-SUMMARY_CF = "runner_summary"
-OPEN_CF = "runner_open"
+IMAGES_CF = RUNNER_IMAGES_CF
+OPEN_CF = RUNNER_OPEN_CF
 """Runs not yet completed or cancelled: what the completion reactor looks at."""
+RULES_CF = RUNNER_RULES_CF
+RUNS_CF = RUNNER_RUNS_CF
+SUMMARY_CF = RUNNER_SUMMARY_CF
+VERDICTS_CF = RUNNER_VERDICTS_CF
 SEP = b"\x00"
 SUMMARY_IMAGES = 1000
 """Digests kept per vulnerability in a run summary (the count is always exact)."""
@@ -107,7 +116,7 @@ def failure_category(error: str | None) -> str:
 
 
 class RunnerState(Projection):
-    name: ClassVar[str] = "runner"
+    name: ClassVar[str] = RUNNER
     creates: ClassVar[frozenset[str]] = frozenset({"schedule.created", "run.requested"})
     """A run is known from its request on: every later event of an unknown run (or of a
     segment its plan does not list) is rejected, so nothing stays open that never ran."""

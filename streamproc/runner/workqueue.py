@@ -12,6 +12,7 @@ priorities most urgent first — so one tenant's backlog never starves another.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 from dataclasses import dataclass
@@ -24,7 +25,10 @@ from nats.errors import TimeoutError as NatsTimeout
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.ids import ascii_int
+from streamproc.names import WORK, all_of, work_consumer, work_subject
 from streamproc.runner.settings import RunnerSettings
+
+consumer_name = work_consumer
 
 log = logging.getLogger(__name__)
 NS = 1_000_000_000
@@ -49,10 +53,6 @@ def ack_info(reply: str) -> tuple[int, int]:
     return int(tokens[6]), int(tokens[7])
 
 
-def consumer_name(tenant: str, priority: int) -> str:
-    return f"runner_{tenant}_p{priority}"
-
-
 class WorkQueue:
     def __init__(self, nc: FastClient, prefix: str, stream: str, settings: RunnerSettings) -> None:
         self.nc = nc
@@ -71,7 +71,7 @@ class WorkQueue:
         self._discovered_at = 0.0
 
     async def start(self) -> WorkQueue:
-        self._sub = await self.nc.subscribe(f"{self.prefix}.work.*.segment.*", cb=self._on_work)
+        self._sub = await self.nc.subscribe(work_subject(self.prefix, "*", "*"), cb=self._on_work)
         # Pulled messages arrive with their own subject, not the request's reply inbox, so
         # nats-py's request() cannot route them: fetch through one inbox subscription.
         self._inbox = self.nc.new_inbox()
@@ -105,7 +105,7 @@ class WorkQueue:
             doc = await jsapi.request(
                 self.nc,
                 f"STREAM.INFO.{self.stream}",
-                {"subjects_filter": f"{self.prefix}.work.>"},
+                {"subjects_filter": all_of(self.prefix, WORK)},
             )
         except jsapi.JsApiError as exc:
             log.warning("work stream %s: %s", self.stream, exc)
@@ -122,7 +122,7 @@ class WorkQueue:
         s = self.settings
         config = {
             "durable_name": consumer_name(tenant, priority),
-            "filter_subject": f"{self.prefix}.work.{tenant}.segment.{priority}",
+            "filter_subject": work_subject(self.prefix, tenant, priority),
             "ack_policy": "explicit",
             "ack_wait": int(s.ack_wait_s * NS),
             "max_deliver": s.max_deliver,
@@ -205,8 +205,6 @@ class MaxDeliveries(msgspec.Struct):
 
 async def get_message(nc: FastClient, stream: str, seq: int) -> tuple[str, bytes] | None:
     """(subject, data) of a stored message, or None when it is gone."""
-    import base64
-
     try:
         doc = await jsapi.request(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq})
     except jsapi.JsApiError:

@@ -13,9 +13,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import msgspec
+import uvloop
+
 from streamproc import exitcodes
-from streamproc.config import environment
-from streamproc.configfile.cli import add_config_flag
+from streamproc.app import System
+from streamproc.cliargs import add_config_flag
+from streamproc.cliargs import settings as _settings
+from streamproc.config import environment, load
+from streamproc.role_cli import DEFAULT_NATS_URL
+from streamproc.scanner.advisories import AdvisoryDb
+from streamproc.scanner.faults import FaultConfig
+from streamproc.scanner.feedser import (
+    build_export,
+    load_state,
+    next_state,
+    post_export,
+    sending_state,
+    signed_headers,
+)
+from streamproc.scanner.images import IndexedImages
+from streamproc.scanner.service import start_scanner
+from streamproc.signals import install_stop_signals
 
 
 def register(
@@ -61,22 +81,11 @@ def register(
 
 
 def cmd_scanner(args: argparse.Namespace) -> int:
-    import msgspec
-    import uvloop
-
-    from streamproc.cli import _settings
-    from streamproc.role_cli import DEFAULT_NATS_URL
-
     settings = _settings(args)
     if not settings.nats_url:  # like a role process: never an embedded server of its own
         settings = msgspec.structs.replace(settings, nats_url=DEFAULT_NATS_URL)
 
     async def main() -> int:
-        from streamproc.app import System, install_stop_signals
-        from streamproc.scanner.faults import FaultConfig
-        from streamproc.scanner.images import IndexedImages
-        from streamproc.scanner.service import start_scanner
-
         system = System(settings, ["scanner"], http=False)
         svc = None
         try:
@@ -107,19 +116,6 @@ def cmd_scanner(args: argparse.Namespace) -> int:
 
 
 def cmd_feedser_export(args: argparse.Namespace) -> int:
-    import aiohttp
-
-    from streamproc.config import load
-    from streamproc.scanner.advisories import AdvisoryDb
-    from streamproc.scanner.feedser import (
-        build_export,
-        load_state,
-        next_state,
-        post_export,
-        sending_state,
-        signed_headers,
-    )
-
     state_path = args.state or load({"data_dir": args.data_dir}).data_dir / "feedser-export.json"
     db = AdvisoryDb.load(args.osv, args.kev, args.debian_sources)
     state = load_state(state_path)

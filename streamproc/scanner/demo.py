@@ -27,6 +27,7 @@ from streamproc.events.envelope import new_event
 from streamproc.ids import derive_id
 from streamproc.impact.purls import normalize_image_purls
 from streamproc.impact.sbom import parse_sbom
+from streamproc.names import DEFAULT_PREFIX
 from streamproc.scanner.images import IndexedImages
 from streamproc.scanner.service import ScannerService, start_scanner
 
@@ -132,7 +133,7 @@ def where_flags(settings: Any) -> tuple[str, str]:
     server there), else that directory or the external server, and a non-default prefix."""
     data = "" if Path(settings.data_dir) == Path("data") else f" --data-dir {settings.data_dir}"
     flags = f" --nats-url {settings.nats_url}" if settings.nats_url else data
-    if settings.prefix != "scheduler":
+    if settings.prefix != DEFAULT_PREFIX:
         flags += f" --prefix {settings.prefix}"
     return flags, data
 

@@ -22,6 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+from nacl.signing import SigningKey
+
 from streamproc.scanner.advisories import AdvisoryDb
 
 WEBHOOK_PATH = "/api/v1/scheduler/events/feedser-export"
@@ -102,8 +105,6 @@ def signed_headers(
     if secret:
         sigs.append("sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest())
     if ed25519_seed:
-        from nacl.signing import SigningKey
-
         sig = SigningKey(ed25519_seed).sign(signed).signature
         sigs.append("ed25519=" + base64.urlsafe_b64encode(sig).decode().rstrip("="))
     if not sigs:
@@ -122,8 +123,6 @@ def signed_headers(
 async def post_export(
     url: str, body: dict[str, Any], headers_for: Any, timeout_s: float = 30.0
 ) -> tuple[int, Any]:
-    import aiohttp
-
     raw = json.dumps(body, separators=(",", ":")).encode()
     delivery = f"{body['exportId']}.{int(time.time() * 1000)}"
     target = url.rstrip("/") + WEBHOOK_PATH

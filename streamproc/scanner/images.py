@@ -29,11 +29,13 @@ from streamproc.bus import jsapi
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed, ImageRemoved
 from streamproc.fold import folds
+from streamproc.names import SCANNER_IMAGES
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.reactor import RoleSpec
 from streamproc.state.store import Store
 
-CF = "scanner_images"
+CF = SCANNER_IMAGES
+
 _SEP = b"\x00"
 
 
@@ -69,7 +71,7 @@ def _sbom_key(key: str) -> bytes:
 
 
 class ScannerImages(Projection):
-    name: ClassVar[str] = "scanner_images"
+    name: ClassVar[str] = CF
     creates: ClassVar[frozenset[str]] = frozenset({"image.indexed"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 

@@ -1,15 +1,16 @@
-"""Every reserved column family and key name, defined once.
+"""The runtime's own keys and records, defined once.
 
-Projections own one or more column families named here; ``__meta__`` holds what the runtime
-itself keeps: the checkpoint, the state-format version, the quarantine and the rejections
-(one record per event and projection, and their counts).
+Projections own one or more column families (their names: :mod:`streamproc.names`);
+``__meta__`` holds what the runtime itself keeps: the checkpoint, the state-format version,
+the quarantine and the rejections (one record per event and projection, and their counts).
 """
 
 from __future__ import annotations
 
 import msgspec
 
-META_CF = "__meta__"
+from streamproc.names import META_CF as META_CF
+
 CHECKPOINT_KEY = b"checkpoint"
 FORMAT_KEY = b"state_format"
 QUARANTINE_PREFIX = b"quarantine/"

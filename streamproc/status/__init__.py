@@ -9,7 +9,6 @@ one that stops cleanly deletes its key. ``streamproc status`` reads the bucket a
 table (or JSON) and exits 1 when something needs attention.
 """
 
-from streamproc.status.cli import register
 from streamproc.status.heartbeat import StatusHeartbeat
 from streamproc.status.record import (
     DEFAULT_INTERVAL_S,
@@ -51,6 +50,5 @@ __all__ = [
     "interval_s",
     "open_bucket",
     "read_heartbeats",
-    "register",
     "render",
 ]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from typing import Any
 
-from streamproc.config import ConfigError
+from streamproc.bus.session import nats_session, run
+from streamproc.config import ConfigError, load
+from streamproc.roles import ROLES
 from streamproc.status.record import bucket_name
 from streamproc.status.report import EXIT_UNHEALTHY, as_json, gather, render
 
@@ -15,8 +18,6 @@ SERVICE_ROLES = ("auditor", "gateway", "planner", "runner")
 
 
 def _expected(arg: str | None) -> list[str]:
-    from streamproc.roles import ROLES
-
     if not arg:
         return list(SERVICE_ROLES)
     roles = [r.strip() for r in arg.split(",") if r.strip()]
@@ -27,11 +28,6 @@ def _expected(arg: str | None) -> list[str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import json
-
-    from streamproc.bus.session import nats_session, run
-    from streamproc.config import load
-
     # --nats-port: a local server on that port (no auth), instead of the data directory's
     nats_url = args.nats_url or (f"nats://127.0.0.1:{args.nats_port}" if args.nats_port else None)
     settings = load(

@@ -11,6 +11,9 @@ from nats.js.kv import KeyValue
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError, Settings, environment
+from streamproc.names import status_bucket
+
+bucket_name = status_bucket
 
 INTERVAL_ENV = "STREAMPROC_STATUS_INTERVAL_S"
 DEFAULT_INTERVAL_S = 2.0
@@ -32,10 +35,6 @@ def interval_s(env: Mapping[str, str] | None = None) -> float:
     if not 0.1 <= value <= 300:
         raise ConfigError(f"{INTERVAL_ENV}={raw!r}: seconds between 0.1 and 300")
     return value
-
-
-def bucket_name(prefix: str) -> str:
-    return f"{prefix}_status"
 
 
 class Heartbeat(msgspec.Struct, kw_only=True):

@@ -25,8 +25,8 @@ from streamproc.bus.services import ServiceFailure
 from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.remote import Remote
+from streamproc.problems import ProblemError
 from streamproc.queries import AUDITOR, VERIFY, ChainVerification
 from tests.bus.test_services import discover
 from tests.cluster.processes import gateway_config

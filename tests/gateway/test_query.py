@@ -7,8 +7,8 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.query import ANY, if_match, int_param
+from streamproc.problems import ProblemError
 from tests.gateway.harness import BASE, Harness, signed_headers, token
 
 NOT_ASCII_DIGITS = ["\u00b2", "1\u00b2", "\u0663", "\uff11", "\u2460", "+1", "-1", " 1", "1_0"]

@@ -17,8 +17,8 @@ from nacl.signing import SigningKey
 from streamproc.bus import jsapi
 from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.ttlkv import stream_name
-from streamproc.gateway.problems import ProblemError
 from streamproc.gateway.replay import ClientShare, bucket_name
+from streamproc.problems import ProblemError
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (
     BASE,

@@ -14,7 +14,7 @@ from nacl.signing import SigningKey
 
 from streamproc.gateway import jwt, settings, tokens_cli
 from streamproc.gateway.hardening import decode_content, field_of
-from streamproc.gateway.problems import ProblemError
+from streamproc.problems import ProblemError
 
 
 def test_b64url_is_strict_and_thumbprint_matches_rfc_8037_example() -> None:

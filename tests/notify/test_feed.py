@@ -19,11 +19,11 @@ from nats.aio.msg import Msg
 from streamproc.bus import jsapi, streams
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.gateway.problems import PROBLEM_TYPE
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_http import add_feed_routes
 from streamproc.notify.http_tail import FeedClosed, FeedUnavailable, HttpTail, load_checkpoint
 from streamproc.notify.registrations import FeedSettings, bucket_name
+from streamproc.problems import PROBLEM_TYPE
 
 BASE = "/api/v1/scheduler/feeds"
 READER = "tenant:acme"

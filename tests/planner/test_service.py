@@ -16,10 +16,9 @@ from streamproc.app import System
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.bus.services import ServiceFailure
 from streamproc.config import Settings
-from streamproc.gateway.models import PreviewRequest
 from streamproc.impact.index import ImpactIndex
 from streamproc.planner.service import preview
-from streamproc.queries import PreviewQuery, read_query
+from streamproc.queries import PreviewQuery, PreviewRequest, read_query
 from tests.cluster.processes import gateway_config
 from tests.gateway.harness import token
 from tests.helpers import eventually

@@ -1,0 +1,179 @@
+"""Every reserved name, defined once: streams, subjects, consumers, KV buckets, column
+families, projections, scopes and the API's base path.
+
+The bottom of the layer order (docs/architecture.md): it imports nothing of streamproc, so
+every module can take its names from here and none spells one itself. A name changed here
+changes what is on the wire or on disk: streams, subjects and buckets must then be recreated,
+column families and projection names replayed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+DEFAULT_PREFIX: Final = "scheduler"
+"""The subject prefix, and from it the stream and bucket names (``STREAMPROC_PREFIX``)."""
+
+# ---------------------------------------------------------------- streams and subjects
+
+EVENTS: Final = "events"
+WORK: Final = "work"
+NOTIFY: Final = "notify"
+SERVICES: Final = "svc"
+"""The second subject token: ``<prefix>.<token>.…`` — the event log, the work queue, what
+Notify consumes, and queries between roles."""
+
+
+def stream_names(prefix: str) -> tuple[str, str, str]:
+    """The event log, the work queue and the Notify stream of ``prefix``."""
+    base = prefix.upper().replace(".", "_").replace("-", "_")
+    return base, f"{base}_WORK", f"{base}_NOTIFY"
+
+
+def events_subjects(prefix: str) -> str:
+    """What every event's subject starts with: ``<prefix>.events.``."""
+    return f"{prefix}.{EVENTS}."
+
+
+def event_subject(prefix: str, tenant: str, aggregate: str, token: str) -> str:
+    """``<prefix>.events.<tenant>.<aggregate>.<id token>``: one subject per aggregate."""
+    return f"{prefix}.{EVENTS}.{tenant}.{aggregate}.{token}"
+
+
+def tenant_events(prefix: str, tenant: str) -> str:
+    """Every event of one tenant (a filter subject)."""
+    return f"{prefix}.{EVENTS}.{tenant}.>"
+
+
+def work_subject(prefix: str, tenant: str, priority: int | str) -> str:
+    """``<prefix>.work.<tenant>.segment.<priority>``: a segment on the work queue."""
+    return f"{prefix}.{WORK}.{tenant}.segment.{priority}"
+
+
+def notify_subject(prefix: str, tenant: str, kind: str) -> str:
+    """``<prefix>.notify.<tenant>.<kind>``: one Notify message kind of one tenant."""
+    return f"{prefix}.{NOTIFY}.{tenant}.{kind}"
+
+
+def all_of(prefix: str, token: str) -> str:
+    """Every subject under ``<prefix>.<token>`` (a stream's subjects, a filter)."""
+    return f"{prefix}.{token}.>"
+
+
+def service_subject(prefix: str, service: str, endpoint: str) -> str:
+    """``<prefix>.svc.<service>.<endpoint>``: one query endpoint (``bus/services.py``)."""
+    return f"{prefix}.{SERVICES}.{service}.{endpoint}"
+
+
+# ---------------------------------------------------------------- consumers
+
+
+def work_consumer(tenant: str, priority: int) -> str:
+    """The runners' durable consumer of one (tenant, priority): work-queue consumers must not
+    overlap, so there is exactly one per filter subject."""
+    return f"runner_{tenant}_p{priority}"
+
+
+def projector_consumer(role: str, *where: str) -> str:
+    """``proj_<role>[_<node>_<state dir hash>]``: a projector's durable consumer, distinct
+    for every process hosting the role (``app.py``); letters, digits, ``_`` and ``-`` only."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", "_".join(["proj", role, *where]))
+
+
+NOTIFY_TAIL: Final = "notify-tail"
+"""The default durable consumer (and HTTP checkpoint) of ``streamproc notify tail``."""
+
+# ---------------------------------------------------------------- KV buckets
+
+
+def replay_bucket(prefix: str) -> str:
+    """Webhook delivery ids and DPoP ``jti``s the gateways have seen."""
+    return f"{prefix.replace('.', '_')}_replay"
+
+
+def lease_bucket(prefix: str) -> str:
+    """Leases of the roles that run one active instance (planner, auditor)."""
+    return f"{prefix}_leases"
+
+
+def status_bucket(prefix: str) -> str:
+    """Role heartbeats for ``streamproc status``."""
+    return f"{prefix}_status"
+
+
+def feed_bucket(prefix: str) -> str:
+    """Registrations and checkpoints of the Notify HTTP feed's consumers."""
+    return f"{prefix}_feed"
+
+
+# ---------------------------------------------------------------- projections
+
+ACTIVITY: Final = "activity"
+AUDIT: Final = "audit"
+IMPACT: Final = "impact"
+RUNNER: Final = "runner"
+SCANNER_IMAGES: Final = "scanner_images"
+RM_EXPORTS: Final = "rm_exports"
+RM_IMAGES: Final = "rm_images"
+RM_RUNS: Final = "rm_runs"
+RM_SCHEDULES: Final = "rm_schedules"
+PL_EXPORTS: Final = "pl_exports"
+PL_OPEN: Final = "pl_open"
+PL_REPORTS: Final = "pl_reports"
+PL_RUNS: Final = "pl_runs"
+PL_SCHEDULES: Final = "pl_schedules"
+
+# ---------------------------------------------------------------- column families
+# A projection without ``families`` keeps its state in one column family named after it
+# (the read model's, ``activity``, ``scanner_images``); these are the others.
+
+META_CF: Final = "__meta__"
+"""What the runtime keeps: checkpoint, state format, quarantine, rejections."""
+
+RUNNER_RUNS_CF: Final = "runner_runs"
+RUNNER_VERDICTS_CF: Final = "runner_verdicts"
+RUNNER_IMAGES_CF: Final = "runner_images"
+RUNNER_RULES_CF: Final = "runner_rules"
+RUNNER_SUMMARY_CF: Final = "runner_summary"
+RUNNER_OPEN_CF: Final = "runner_open"
+"""Runs not yet completed or cancelled: what the runner's completion reactor looks at."""
+
+PL_SCHEDULES_CF: Final = PL_SCHEDULES
+PL_RUNS_CF: Final = PL_RUNS
+PL_BACKLOG_CF: Final = "pl_backlog"
+PL_REPORTS_CF: Final = PL_REPORTS
+PL_EXPORTS_CF: Final = PL_EXPORTS
+PL_CLAIMS_CF: Final = "pl_claims"
+PL_CURSORS_CF: Final = "pl_cursors"
+PL_VULNS_CF: Final = "pl_vulns"
+PL_OPEN_CF: Final = PL_OPEN
+
+IMPACT_GROUPS_CF: Final = "impact_groups"
+IMPACT_OWNERS_CF: Final = "impact_owners"
+IMPACT_IMAGES_CF: Final = "impact_images"
+IMPACT_NAMES_CF: Final = "impact_names"
+
+AUDIT_CHAIN_CF: Final = "audit_chain"
+AUDIT_LOG_CF: Final = "audit_log"
+AUDIT_HEADS_CF: Final = "audit_heads"
+AUDIT_SNAPSHOTS_CF: Final = "audit_snapshots"
+
+RM_RUNS_BY_TIME_CF: Final = "rm_runs_by_time"
+RM_RUN_DELTAS_CF: Final = "rm_run_deltas"
+RM_RUNS_EXPIRY_CF: Final = "rm_runs_expiry"
+
+# ---------------------------------------------------------------- HTTP API
+
+API_BASE: Final = "/api/v1/scheduler"
+"""Every REST operation's path starts here (docs/api.md)."""
+
+AUDIENCE: Final = "scheduler"
+"""The token audience the gateway expects unless configured (``gateway.audience``)."""
+REALM: Final = "scheduler"
+"""The realm of the gateway's ``WWW-Authenticate`` challenges."""
+
+READ_SCOPE: Final = "scheduler.read"
+ADMIN_SCOPE: Final = "scheduler.admin"
+IMAGES_WRITE_SCOPE: Final = "scheduler.images.write"
+"""Ingest only: index and remove images (CI pipelines, scanners); reads need READ."""
