@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from itertools import chain
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, cast
 
 from pyroaring import BitMap
 
@@ -174,8 +174,10 @@ class Group:
                     pending += m[2:]
             else:
                 stored = K.decode_chunk(self.chunks[chunk])
-                smalls.extend(stored[2 * side].values())
-                bigs.extend(map(_deserialize, stored[2 * side + 1].values()))
+                small = cast(dict[str, list[int]], stored[2 * side])  # even: small members
+                big = cast(dict[str, bytes], stored[2 * side + 1])  # odd: serialized bitmaps
+                smalls.extend(small.values())
+                bigs.extend(map(_deserialize, big.values()))
         bm = K.bitmap(chain.from_iterable(map(_AFTER1, smalls)))
         if pending:
             bm.update(pending)

@@ -275,7 +275,9 @@ class Ingest(IndexState):
         fc, fu = self._flat_c.get(chunk, {}), self._flat_u.get(chunk, {})
         for gid in gids:
             pk = self._pk_by_gid[gid]
-            g = self._groups.get(pk) if pk is not None else None
+            if pk is None:
+                continue
+            g = self._groups.get(pk)
             if g is None or g.gid != gid:
                 continue
             if not self._product(g, 0):

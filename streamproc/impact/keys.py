@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import msgspec
 from pyroaring import BitMap
@@ -240,7 +240,8 @@ def decode_side(raw: bytes, side: int) -> tuple[dict[str, list[int]], dict[str, 
     """(small, big) members of one side of a stored chunk (0 contains, 1 used), leaving
     the other side undecoded: what rebuilding one product bitmap needs."""
     got = _side_dec[side].decode(raw)
-    return (got[0], got[1]) if not side else (got[2], got[3])
+    small, big = (got[0], got[1]) if not side else (got[2], got[3])
+    return cast(dict[str, list[int]], small), cast(dict[str, bytes], big)
 
 
 def chunk_members(raw: bytes) -> tuple[dict[str, Ids], dict[str, Ids]]:

@@ -123,12 +123,13 @@ class Persistence(IndexState):
     def warm_step(self, budget: int = 2000) -> bool:
         """Load up to ``budget`` groups (or owner bitmaps) that are not resident; True when
         warming is finished (everything loaded, or the memory bound reached)."""
-        if self.source is None or (self._lru is not None and self._lru.full()):
+        source = self.source
+        if source is None or (self._lru is not None and self._lru.full()):
             self._warm_cursor = None
-        if self._warm_cursor is None:
+        if source is None or self._warm_cursor is None:
             return True
         if self._warm_owners is not None:
-            rows = list(islice(self.source.scan(K.OWNERS_CF, start=self._warm_owners), budget))
+            rows = list(islice(source.scan(K.OWNERS_CF, start=self._warm_owners), budget))
             for key, raw in rows:
                 if key not in self._owners and key not in self._dirty_owners:
                     bm = self._owners[key] = BitMap.deserialize(raw)
@@ -141,7 +142,7 @@ class Persistence(IndexState):
             return self._warm_cursor is None
         groups: dict[int, list[tuple[int, bytes]]] = {}
         last: bytes | None = None
-        for key, raw in self.source.scan(K.GROUPS_CF, start=self._warm_cursor):
+        for key, raw in source.scan(K.GROUPS_CF, start=self._warm_cursor):
             gid = int.from_bytes(key[:4], "big")
             if gid not in groups and len(groups) == budget:
                 last = key[:4]

@@ -98,7 +98,7 @@ def image_payload(
     namespace: str | None,
     tags: Iterable[str],
     labels: dict[str, str],
-) -> Any:
+) -> ImageIndexed:
     """The ``image.indexed`` payload of an SBOM, validated against the event schema.
     ``used``: the canonical purls the entrypoint uses, None when not known (usage unknown is
     not "nothing used"). Raises PurlError for a purl of the SBOM, UnknownUsedPurls, or

@@ -233,8 +233,8 @@ class Queries(IndexState):
         """Slow path: a product not resident, an exact purl, or a non-canonical spelling."""
         g = self._group(key)
         if g is not None:
-            bm = self._product(g, 1 if usage_only else 0)
-            return bm if bm or not usage_only else None
+            product = self._product(g, 1 if usage_only else 0)
+            return product if product or not usage_only else None
         pk = K.product_part(key)
         if pk != key:
             g = self._group(pk)

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from functools import partial
 from itertools import chain, repeat
 from operator import itemgetter, setitem
+from typing import cast
 
 from pyroaring import BitMap
 
@@ -117,10 +118,12 @@ class IndexState:
         for kind, names, raws in self._scan_names():
             if kind == K.PRODUCT:
                 pks, packed = names, list(map(_AFTER4, raws))
-                gids = list(map(int.from_bytes, map(_FIRST4, raws), repeat("big")))
+                # int.from_bytes mapped with repeat("big"): C-level, but typeshed's Literal
+                # byteorder does not match a repeat of str.
+                gids = list(map(int.from_bytes, map(_FIRST4, raws), repeat("big")))  # type: ignore[arg-type]
                 self._gids = dict(zip(pks, gids, strict=True))
             elif kind == K.DIGEST:
-                scoped, ids = names, list(map(int.from_bytes, raws, repeat("big")))
+                scoped, ids = names, list(map(int.from_bytes, raws, repeat("big")))  # type: ignore[arg-type]  # as above
                 self._digests = dict(zip(scoped, ids, strict=True))
             elif kind == K.TAGS:
                 self._tags = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
@@ -197,7 +200,8 @@ class IndexState:
         assert self.source is not None
         gids = list(map(self._gids.__getitem__, pks))
         packed = list(map(self._gchunks.__getitem__, gids))
-        heads = list(map(int.to_bytes, gids, repeat(4), repeat("big")))
+        # C-level map; typeshed's Literal byteorder does not match a repeat of str.
+        heads = list(map(int.to_bytes, gids, repeat(4), repeat("big")))  # type: ignore[arg-type]
         if all(map(_IS2, map(len, packed))):  # one chunk each: the common case
             keys = list(map(bytes.__add__, heads, packed))
             vals = self._get_chunks(keys)
@@ -356,7 +360,7 @@ class IndexState:
                 if g is not None:
                     self._drop_group(g)
             else:
-                self._owners.pop(key, None)
+                self._owners.pop(cast(bytes, key), None)  # an owner key: not a product's str
 
     @property
     def cached_bytes(self) -> int:
