@@ -28,7 +28,6 @@ def register(
 
 
 def cmd_runner(args: argparse.Namespace) -> int:
-    from streamproc import roles
     from streamproc.runner.role import make_runner
     from streamproc.runner.settings import load as load_runner
 
@@ -36,10 +35,9 @@ def cmd_runner(args: argparse.Namespace) -> int:
     runner = load_runner(
         {"scanner_url": args.scanner_url, "workers": args.workers, "inflight": args.inflight}
     )
-    roles.ROLES["runner"] = make_runner(runner)
     # ``python -m streamproc.runner`` keeps its old contract: HTTP only with --http-port.
     http = args.http_port is not None if getattr(args, "http_opt_in", False) else True
-    return serve(settings, "runner", http=http)
+    return serve(settings, "runner", http=http, spec=make_runner(runner))
 
 
 def main(argv: list[str] | None = None) -> int:

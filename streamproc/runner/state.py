@@ -3,8 +3,11 @@
 Folded from the event log, purely: run plans (their segment lists), cancel requests, segment
 outcomes, every verdict (per run and digest, so a redelivered segment skips what is already
 verdicted), each image's latest findings (the "previous verdict" deltas are computed
-against), per-run per-vulnerability newly affected images (the run summary), and the notify
-rules and limits of schedules. The completion reactor and the segment workers read it.
+against), per-run per-vulnerability newly affected images (the run summary), the notify
+rules and limits of schedules, and when each run's cause happened (the run latency metric:
+the earliest export an export-driven run was coalesced from, else its ``run.requested``;
+an export's time is kept until the run that claims it is requested). The completion reactor
+and the segment workers read it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.hlc import sort_key
+from streamproc.planner.changes import export_run_id
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.runner.delta import FindingKey, new_findings
 
@@ -25,6 +30,8 @@ RULES_CF = "runner_rules"
 SUMMARY_CF = "runner_summary"
 OPEN_CF = "runner_open"
 """Runs not yet completed or cancelled: what the completion reactor looks at."""
+EXPORTS_CF = "runner_exports"
+"""(tenant, source, export id) → the export's HLC time (ms), until a run claims it."""
 SEP = b"\x00"
 SUMMARY_IMAGES = 1000
 """Digests kept per vulnerability in a run summary (the count is always exact)."""
@@ -61,6 +68,8 @@ class RunRec(msgspec.Struct, kw_only=True):
     deltas: int = 0
     new_criticals: int = 0
     failure_reasons: dict[str, int] = {}
+    cause_ms: int = 0
+    """HLC time (ms) of what caused the run: its earliest export, else its request."""
 
     def accounted(self) -> bool:
         return self.planned and all(s in self.done for s in self.segments)
@@ -109,6 +118,8 @@ class RunnerState(Projection):
     name: ClassVar[str] = "runner"
     kinds: ClassVar[frozenset[str]] = frozenset(
         {
+            "export.feedser",
+            "export.vexer",
             "schedule.created",
             "schedule.updated",
             "schedule.deleted",
@@ -122,7 +133,9 @@ class RunnerState(Projection):
             "verdict.recorded",
         }
     )
-    creates: ClassVar[frozenset[str]] = frozenset({"schedule.created", "run.requested"})
+    creates: ClassVar[frozenset[str]] = frozenset(
+        {"export.feedser", "export.vexer", "schedule.created", "run.requested"}
+    )
     """A run is known from its request on: every later event of an unknown run (or of a
     segment its plan does not list) is rejected, so nothing stays open that never ran."""
     families: ClassVar[tuple[str, ...]] = (
@@ -132,7 +145,10 @@ class RunnerState(Projection):
         RULES_CF,
         SUMMARY_CF,
         OPEN_CF,
+        EXPORTS_CF,
     )
+    version: ClassVar[int] = 2
+    """2: export times and each run's cause time (the run latency metric)."""
 
     def __init__(self) -> None:
         self._runs: dict[bytes, RunRec] = {}
@@ -170,6 +186,21 @@ class RunnerState(Projection):
 
     def fold(self, tx: Tx, event: Envelope) -> None:
         getattr(self, "_" + event.kind.replace(".", "_"))(tx, event, event.payload)
+
+    # ------------------------------------------------------------------ exports
+
+    def _export_feedser(self, tx: Tx, e: Envelope, x: p.FeedserExport) -> None:
+        self._export(tx, e, "feedser", x.export_id)
+
+    def _export_vexer(self, tx: Tx, e: Envelope, x: p.VexerExport) -> None:
+        self._export(tx, e, "vexer", x.export_id)
+
+    @staticmethod
+    def _export(tx: Tx, e: Envelope, source: str, export_id: str) -> None:
+        t = tx.table(EXPORTS_CF)
+        k = key(e.tenant, source, export_id)
+        if t.get(k) is None:  # a redelivered export keeps its first time
+            t.put(k, b"%d" % sort_key(e.hlc)[0])
 
     # ------------------------------------------------------------------ schedules
 
@@ -212,8 +243,29 @@ class RunnerState(Projection):
             trigger=r.trigger,
             mode=r.mode,
             schedule_ids=[r.schedule_id] if r.schedule_id else [],
+            cause_ms=self._cause_ms(tx, e, r),
         )
         self._dirty.add(k)
+
+    @staticmethod
+    def _cause_ms(tx: Tx, e: Envelope, r: p.RunRequested) -> int:
+        """The request's time, or its earliest export's when the request is the run those
+        exports were coalesced into (a spill continuation names them too, but is not it);
+        that run claims its exports, whose times are then forgotten."""
+        ms = sort_key(e.hlc)[0]
+        feedser, vexer = r.reason.feedser_export_ids, r.reason.vexer_export_ids
+        claims = r.trigger in ("feedser", "vexer")
+        if not claims or export_run_id(e.tenant, feedser + vexer) != r.run_id:
+            return ms
+        t = tx.table(EXPORTS_CF)
+        for source, ids in (("feedser", feedser), ("vexer", vexer)):
+            for export_id in ids:
+                ek = key(e.tenant, source, export_id)
+                raw = t.get(ek)
+                if raw is not None:
+                    ms = min(ms, int(raw))
+                    t.delete(ek)
+        return ms
 
     def _run_planned(self, tx: Tx, e: Envelope, r: p.RunPlanned) -> None:
         _, rec = self._run(tx, e, r.run_id)

@@ -1,0 +1,136 @@
+"""Publishing what the images of running segments decided, many images at a time.
+
+Every lane of every segment hands its image's Notify message and verdict here and goes on
+with its next scanner call. What was handed over in one turn of the event loop is published
+together: the Notify messages first, then — for each image whose message was stored — its
+verdict, so the verdict's presence on the log still proves the message was stored (a crash in
+between re-sends the message with the same id; JetStream and Notify drop the copy). A
+segment waits for all of its images here (:meth:`Tally.settled`) before it records its
+``segment.completed``: a completion never precedes one of its verdicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from streamproc import metrics, tracing
+from streamproc.bus.publisher import Publisher
+from streamproc.runner.delta import FindingKey
+
+Item = tuple[str, bytes, str]
+"""(subject, data, message id) of one publish."""
+
+
+@dataclass(slots=True)
+class Record:
+    """One image's outcome, encoded and ready to publish."""
+
+    tenant: str
+    digest: str
+    verdict: Item
+    notify: Item | None
+    """None for a failed image (no Notify message)."""
+    kind: str | None
+    """The Notify message's kind."""
+    findings: list[FindingKey]
+    worse: str | None
+    """The worst new finding of a ``rescan.delta`` (for its metric)."""
+
+
+class Tally:
+    """A segment's images in the outbox: it is settled once every one is stored or failed."""
+
+    __slots__ = ("_idle", "error", "pending")
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self.error: BaseException | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def add(self) -> None:
+        self.pending += 1
+        self._idle.clear()
+
+    def done(self, error: BaseException | None) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+        self.pending -= 1
+        if self.pending == 0:
+            self._idle.set()
+
+    async def settled(self) -> None:
+        """Until every image handed over is stored; raises the first failure."""
+        await self._idle.wait()
+        if self.error is not None:
+            raise self.error
+
+
+_OK = metrics.VERDICTS.labels("ok")
+_FAILED = metrics.VERDICTS.labels("failed")
+_NOTIFY = {k: metrics.NOTIFY_MESSAGES.labels(k) for k in ("rescan.delta", "report.ready")}
+_WORSE = {k: metrics.DELTA_IMAGES.labels(k) for k in ("kev", "critical", "high", "other")}
+
+
+class Outbox:
+    def __init__(self, publisher: Publisher, stored: Callable[[Record], None]) -> None:
+        """``stored(record)`` is called once an image's verdict is on the log."""
+        self.publisher = publisher
+        self.stored = stored
+        self._queue: list[tuple[Record, Tally]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def put(self, record: Record, tally: Tally) -> None:
+        tally.add()
+        if not self._queue:
+            task = asyncio.get_running_loop().create_task(self._flush())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._queue.append((record, tally))
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        self._tasks.clear()
+
+    async def _flush(self) -> None:
+        batch, self._queue = self._queue, []
+        try:
+            await self._publish(batch)
+        except BaseException as exc:  # cancelled: the segments waiting must not hang
+            for _, tally in batch:
+                tally.done(exc)
+            raise
+
+    async def _publish(self, batch: list[tuple[Record, Tally]]) -> None:
+        noted = [(r, t) for r, t in batch if r.notify is not None]
+        ready = [(r, t) for r, t in batch if r.notify is None]
+        if noted:
+            with tracing.span("emit", images=len(noted)):
+                outcomes = await self.publisher.publish_many_settled(
+                    [r.notify for r, _ in noted]  # type: ignore[misc]
+                )
+            for (r, t), out in zip(noted, outcomes, strict=True):
+                if isinstance(out, BaseException):
+                    t.done(out)  # no verdict without its message
+                else:
+                    _NOTIFY[r.kind or ""].inc()
+                    ready.append((r, t))
+        if not ready:
+            return
+        with tracing.span("persist", images=len(ready)):
+            outcomes = await self.publisher.publish_many_settled([r.verdict for r, _ in ready])
+        for (r, t), out in zip(ready, outcomes, strict=True):
+            if isinstance(out, BaseException):
+                t.done(out)
+                continue
+            if r.notify is None:
+                _FAILED.inc()
+            else:
+                _OK.inc()
+                if r.worse is not None:
+                    _WORSE[r.worse].inc()
+                self.stored(r)
+            t.done(None)
