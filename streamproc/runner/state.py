@@ -28,6 +28,10 @@ VERDICTS_CF = "runner_verdicts"
 IMAGES_CF = "runner_images"
 RULES_CF = "runner_rules"
 SUMMARY_CF = "runner_summary"
+"""(tenant, run, vulnerability) → how many images it newly affects (``VulnAgg``)."""
+SUMMARY_IMAGES_CF = "runner_summary_images"
+"""(tenant, run, vulnerability, n) → the n-th of those images (the first ``SUMMARY_IMAGES``):
+one small key each, so a batch of verdicts never rewrites a growing list."""
 OPEN_CF = "runner_open"
 """Runs not yet completed or cancelled: what the completion reactor looks at."""
 EXPORTS_CF = "runner_exports"
@@ -91,6 +95,7 @@ class VulnAgg(msgspec.Struct, kw_only=True):
     kev: bool
     count: int = 0
     digests: list[str] = []
+    """Filled by :meth:`Reader.summary` (stored apart, in ``SUMMARY_IMAGES_CF``)."""
 
 
 class Rule(msgspec.Struct, kw_only=True):
@@ -144,11 +149,13 @@ class RunnerState(Projection):
         IMAGES_CF,
         RULES_CF,
         SUMMARY_CF,
+        SUMMARY_IMAGES_CF,
         OPEN_CF,
         EXPORTS_CF,
     )
     version: ClassVar[int] = 2
-    """2: export times and each run's cause time (the run latency metric)."""
+    """2: export times and each run's cause time (the run latency metric); a summary's
+    images one key each."""
 
     def __init__(self) -> None:
         self._runs: dict[bytes, RunRec] = {}
@@ -355,8 +362,8 @@ class RunnerState(Projection):
                 self._aggs[sk] = agg
             # One verdict per (run, image) was checked above, so the image is new here.
             agg.count += 1
-            if len(agg.digests) < SUMMARY_IMAGES:
-                agg.digests.append(v.digest)
+            if agg.count <= SUMMARY_IMAGES:
+                tx.table(SUMMARY_IMAGES_CF).put(sk + SEP + b"%08d" % agg.count, v.digest.encode())
             agg.kev = agg.kev or vuln[2]
         it.put(ik, _enc.encode(ImageRec(sorted(current))))
 
@@ -422,7 +429,11 @@ class Reader:
 
     def summary(self, tenant: str, run_id: str) -> dict[str, VulnAgg]:
         prefix = key(tenant, run_id) + SEP
-        return {
+        out = {
             k[len(prefix) :].decode(): decode_vuln(v)
             for k, v in self.store.scan(SUMMARY_CF, prefix)  # type: ignore[attr-defined]
         }
+        for k, v in self.store.scan(SUMMARY_IMAGES_CF, prefix):  # type: ignore[attr-defined]
+            vuln = k[len(prefix) :].rsplit(SEP, 1)[0].decode()
+            out[vuln].digests.append(v.decode())  # in the order they were folded
+        return out
