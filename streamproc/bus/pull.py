@@ -188,7 +188,8 @@ class PullLoop:
             reply=f"{self._inbox}.{token}",
         )
         try:
-            await asyncio.wait_for(ended, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: see WorkQueueConsumer.next
+                await ended
         except TimeoutError:  # the answer was lost (a reconnect): keep what did arrive
             self._requests.pop(key, None)
             self._ended.pop(key, None)

@@ -214,8 +214,11 @@ class WorkQueueConsumer:
                 if loop.time() - self._discovered_at > self.config.discovery_s:
                     await self.discover()
                 self._wake.clear()
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # (the process stopping) that arrives as the wait ends.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.config.idle_poll_s)
+                    async with asyncio.timeout(self.config.idle_poll_s):
+                        await self._wake.wait()
         finally:
             self._waiting -= 1
 
