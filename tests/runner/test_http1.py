@@ -4,6 +4,7 @@ for well-formed answers, a raw asyncio one for what a broken or impolite server 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -63,6 +64,15 @@ async def scanner_like() -> AsyncIterator[tuple[str, dict[str, object]]]:
     await runner.cleanup()
 
 
+@contextlib.asynccontextmanager
+async def pool_of(url: str, size: int) -> AsyncIterator[Http1Pool]:
+    pool = Http1Pool(url, size=size)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
 async def raw_server(handler: RawHandler) -> tuple[asyncio.Server, str]:
     server = await asyncio.start_server(handler, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -94,30 +104,24 @@ async def test_chunked_answers_and_connection_close(
     scanner_like: tuple[str, dict[str, object]],
 ) -> None:
     url, seen = scanner_like
-    pool = Http1Pool(url, size=4)
-    try:
+    async with pool_of(url, 4) as pool:
         status, _, body = await pool.request("GET", "/c?chunked=1", {})
         assert (status, body) == (200, b'{"chunks":[1,2,3]}')
         await pool.request("GET", "/c?close=1", {})
         await pool.request("GET", "/c", {})
         assert len(seen["peers"]) == 2, "a connection the server closes is not reused"  # type: ignore[arg-type]
-    finally:
-        await pool.close()
 
 
 async def test_the_pool_bounds_the_connections_in_use(
     scanner_like: tuple[str, dict[str, object]],
 ) -> None:
     url, seen = scanner_like
-    pool = Http1Pool(url, size=3)
-    try:
+    async with pool_of(url, 3) as pool:
         answers = await asyncio.gather(
             *(pool.request("GET", "/s?sleep=0.05", {}) for _ in range(9))
         )
         assert all(a[0] == 200 for a in answers)
         assert seen["peak"] == 3 and len(seen["peers"]) == 3  # type: ignore[arg-type]
-    finally:
-        await pool.close()
 
 
 async def test_an_idle_connection_the_server_closed_is_replaced_transparently() -> None:
