@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 from aiohttp import web
@@ -148,7 +149,7 @@ class System:
                 store=store,
                 publisher=self.publisher,
                 clock=self.clock,
-                applied=lambda p=proj: p.applied,
+                applied=partial(_applied, proj),
                 wait_for=proj.wait_for,
                 lag=proj.lag,
                 shared=shared,
@@ -281,6 +282,10 @@ class System:
             await asyncio.to_thread(self.server.stop)
         if self.store_lock is not None:  # also when start failed before the server ran
             self.store_lock.release()
+
+
+def _applied(projector: Projector) -> int:
+    return projector.applied
 
 
 class ListenError(OSError):

@@ -76,6 +76,6 @@ def _locate_log_error(store: Readable, tenant: str, n: int) -> None:
             )
     for key, _ in store.scan(LOG_CF, prefix):
         position = int.from_bytes(key[-8:], "big")
-        e = entry_at(store, tenant, position) if position < n else None
-        if position < n and (e is None or hlc_key(e.t_hlc) != key[plen:-8]):
+        at = entry_at(store, tenant, position) if position < n else None
+        if position < n and (at is None or hlc_key(at.t_hlc) != key[plen:-8]):
             raise BrokenAt(position, "log_index", None, key.hex(), "extra row in the log view")

@@ -108,7 +108,11 @@ def spawn(args: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
         if _spawner is None:
             _spawner = ThreadPoolExecutor(1, thread_name_prefix="nats-spawner")
     preexec = _die_with_parent(os.getpid())
-    return _spawner.submit(subprocess.Popen, list(args), preexec_fn=preexec, **popen).result()
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(list(args), preexec_fn=preexec, **popen)
+
+    return _spawner.submit(start).result()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -156,9 +160,11 @@ class EmbeddedNats:
 
         if self.lock is None or not self.lock.held:  # first start, or a restart
             argv = owner.command_label(sys.argv)
-            self.lock = owner.resolve(
+            taken = owner.resolve(
                 self.store_dir, command=argv, node=self.server_name, serving=True, patience=0
             )
+            assert isinstance(taken, owner.StoreLock), "a serving resolve takes the lock or raises"
+            self.lock = taken
         try:
             return self._start(timeout)
         except BaseException:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from nats.aio.client import Client
@@ -214,7 +215,7 @@ async def apply(nc: Client, configs: list[dict[str, Any]]) -> list[ApplyResult]:
     for want in configs:
         name = want["name"]
         # Processes starting with a cluster (or right after a node) can meet an election.
-        info = await jsapi.with_retries(lambda n=name: jsapi.stream_info(nc, n), APPLY_RETRY_S)
+        info = await jsapi.with_retries(partial(jsapi.stream_info, nc, name), APPLY_RETRY_S)
         if want.get("num_replicas") == AUTO:
             if detected is None:
                 detected = await detected_replicas(nc)

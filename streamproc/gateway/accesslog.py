@@ -19,6 +19,7 @@ from typing import BinaryIO
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from streamproc import metrics
 from streamproc.gateway.problems import ProblemError, from_http_exception, render
@@ -131,12 +132,7 @@ def _route(request: web.Request) -> str:
 _timers: dict[tuple[str, str, int], object] = {}
 
 
-def observe_request(
-    paths: tuple[str, ...],
-) -> Callable[
-    [web.Request, Callable[[web.Request], Awaitable[web.StreamResponse]]],
-    Awaitable[web.StreamResponse],
-]:
+def observe_request(paths: tuple[str, ...]) -> Middleware:
     """The middleware; requests outside ``paths`` (ops routes) pass through untouched."""
 
     @web.middleware

@@ -133,7 +133,7 @@ class Gateway:
         if cfg is None:
             return
         extra = [s.mtls.ca_file for s in self.s.webhooks if s.mtls and s.mtls.ca_file]
-        ctx: ssl.SSLContext = server_context(cfg, extra)  # type: ignore[arg-type]
+        ctx: ssl.SSLContext = server_context(cfg, extra)
         app = web.Application(
             client_max_size=self.body_cap, handler_args={"auto_decompress": False}
         )
@@ -162,7 +162,7 @@ def pass_bodies_through(app: web.Application) -> None:
     args = dict(getattr(app, "_handler_args", None) or {})
     if args.get("auto_decompress") is not False:
         args["auto_decompress"] = False
-        app._handler_args = args  # type: ignore[attr-defined]
+        app._handler_args = args
 
 
 def mount_gateway(app: web.Application, ctx: RoleContext, settings: GatewaySettings) -> Gateway:

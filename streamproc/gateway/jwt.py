@@ -15,6 +15,7 @@ import binascii
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -55,11 +56,12 @@ def b64url(data: bytes) -> str:
 def decode_key(text: str) -> bytes:
     """A raw 32-byte Ed25519 key given as base64url, base64 or hex."""
     t = text.strip()
-    for attempt in (
+    attempts: tuple[Callable[[], bytes], ...] = (
         lambda: bytes.fromhex(t) if len(t) == 64 else b"",
         lambda: base64.urlsafe_b64decode(t + "=" * (-len(t) % 4)),
         lambda: base64.b64decode(t + "=" * (-len(t) % 4)),
-    ):
+    )
+    for attempt in attempts:
         try:
             raw = attempt()
         except (binascii.Error, ValueError):

@@ -32,8 +32,8 @@ _ERROR_TEXT = {
     503: "dependency unavailable (event log, replay bucket, no planner or auditor answered); "
     "retry after Retry-After",
 }
-_BEARER_SECURITY = [{"bearer": []}, {"dpop": []}, {"mtls": []}]
-_WEBHOOK_SECURITY = [{"webhookSignature": []}, {"webhookMtls": []}]
+_BEARER_SECURITY: list[dict[str, list[str]]] = [{"bearer": []}, {"dpop": []}, {"mtls": []}]
+_WEBHOOK_SECURITY: list[dict[str, list[str]]] = [{"webhookSignature": []}, {"webhookMtls": []}]
 
 
 def document(operations: list[Operation]) -> dict[str, Any]:

@@ -251,7 +251,7 @@ async def list_images(gw: Gateway, request: web.Request, who: Principal | None) 
     return json_response(ImageList(items=items, next_cursor=page.next_cursor))
 
 
-_WRITTEN = {
+_WRITTEN: dict[int, tuple[type | None, str]] = {
     202: (ImageAccepted, "recorded; the read model and the impact index apply it shortly"),
     200: (
         ImageAccepted,

@@ -7,7 +7,7 @@ import errno
 import hashlib
 import os
 import ssl
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -66,4 +66,4 @@ def ca_subjects(ca_file: str) -> list[tuple[Any, ...]]:
     """Subjects of the CA certificates in ``ca_file``, in the form ``getpeercert`` uses."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.load_verify_locations(ca_file)
-    return [c["subject"] for c in ctx.get_ca_certs()]
+    return [cast(tuple[Any, ...], c["subject"]) for c in ctx.get_ca_certs()]

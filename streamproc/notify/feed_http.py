@@ -152,7 +152,7 @@ class Feed:
 
     async def _caller(self, request: web.Request) -> Caller:
         got = self.who(request)
-        return await got if inspect.isawaitable(got) else got  # type: ignore[return-value]
+        return await got if inspect.isawaitable(got) else got
 
     def _kind(self, request: web.Request) -> str:
         kind = request.match_info["kind"]

@@ -53,7 +53,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> FeedSettings:
         if not MIN_LEASE_S <= lease <= 366 * 86_400:
             raise ConfigError(f"{LEASE_ENV}={raw!r}: seconds, at least {MIN_LEASE_S:g}")
     names = env.get(CONSUMERS_ENV)
-    consumers = DEFAULT_CONSUMERS
+    consumers: tuple[str, ...] = DEFAULT_CONSUMERS
     if names is not None and names.strip():
         consumers = tuple(n.strip() for n in names.split(",") if n.strip())
     return FeedSettings(lease_s=lease, consumers=consumers)

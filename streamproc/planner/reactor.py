@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, cast
 
@@ -77,7 +77,7 @@ class PlannerState:
     reports: LastReports
 
     @classmethod
-    def of(cls, shared: dict[str, object]) -> PlannerState | None:
+    def of(cls, shared: Mapping[str, object]) -> PlannerState | None:
         parts = [shared.get(c.name) for c in (PlannerSchedules, PlannerExports, PlannerRuns)]
         reports = shared.get(LastReports.name)
         s, e, r = parts

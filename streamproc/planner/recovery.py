@@ -38,7 +38,7 @@ import base64
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from streamproc import metrics
 from streamproc.bus import direct, jsapi
@@ -68,7 +68,7 @@ class Outcome:
     """Work items published again (their segment's item was absent from the queue)."""
     republished: int = 0
     """Segment events that never reached the log, published from the plan derived again."""
-    unrecoverable: list[str] | None = None
+    unrecoverable: list[str] = field(default_factory=list)
     """Runs that lost segment events and whose plan no longer matches."""
     closed: int = 0
     """Segments of those runs closed with ``segment.failed`` (``unrecoverable_segment``)."""
@@ -123,7 +123,7 @@ async def requeue_lost(
     """One restart check (steps 1 to 4 above); raises on any NATS error (nothing half-done
     matters: a retry redoes it and JetStream drops repeats by id)."""
     events_stream, work_stream, _ = stream_names(pub.prefix)
-    out = Outcome(unrecoverable=[])
+    out = Outcome()
     queued: dict[str, set[str]] = {}
     for n in range(3):  # a run folded only now (published before this start) adds a tenant
         tenants = {v.run.tenant for v in open_runs(store) if _waiting(v)} - queued.keys()

@@ -139,9 +139,10 @@ class ScannerService:
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port, backlog=1024)
         await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[union-attr]
-        bound = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        # An asyncio.Server or uvloop's, which is not one: read what both have.
+        sockets = getattr(site._server, "sockets", None)
+        assert sockets, "the site is started"
+        bound = sockets[0].getsockname()[1]
         self.url = f"http://{host}:{bound}"
         self.catalog.base_url = self.url
         return self

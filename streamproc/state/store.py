@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 from pathlib import Path
+from typing import cast
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch
 
@@ -176,7 +177,8 @@ class RocksStore(Store):
             keys = list(keys)
         if not keys:
             return []
-        return self._cfs[cf].get(keys)  # type: ignore[no-any-return]
+        # rocksdict's stub types one key's lookup only; a list of keys gives a list back.
+        return cast(list[bytes | None], self._cfs[cf].get(keys))  # type: ignore[arg-type]
 
     def scan(
         self, cf: str, prefix: bytes = b"", start: bytes = b""

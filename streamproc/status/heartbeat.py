@@ -26,11 +26,17 @@ log = logging.getLogger(__name__)
 class Observed(Protocol):
     """What the heartbeat reads of a running :class:`streamproc.app.System`."""
 
-    settings: Settings
-    projectors: Mapping[str, Any]
-    tasks: Sequence[asyncio.Task[None]]
-    http_url: str
-    nc: FastClient | None
+    # Read-only members, so a System's concrete dict and list types satisfy them.
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def projectors(self) -> Mapping[str, Any]: ...
+    @property
+    def tasks(self) -> Sequence[asyncio.Task[None]]: ...
+    @property
+    def http_url(self) -> str: ...
+    @property
+    def nc(self) -> FastClient | None: ...
 
 
 def _lease(system: Observed, role: str) -> str | None:

@@ -42,7 +42,7 @@ async def read_heartbeats(nc: FastClient, prefix: str) -> list[Heartbeat] | None
                 with contextlib.suppress(msgspec.DecodeError):
                     out.append(decode(entry.value))
     finally:
-        await watcher.stop()
+        await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
     return sorted(out, key=lambda h: (h.role, h.node, h.pid))
 
 
