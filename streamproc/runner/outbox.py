@@ -91,9 +91,13 @@ class Outbox:
         self._queue.append((record, tally))
 
     async def close(self) -> None:
+        """Stop publishing; every image not yet stored fails its segment's tally."""
         for t in list(self._tasks):
             t.cancel()
         self._tasks.clear()
+        queued, self._queue = self._queue, []
+        for _, tally in queued:  # handed over, but its publishing never started
+            tally.done(asyncio.CancelledError())
 
     async def _flush(self) -> None:
         batch, self._queue = self._queue, []

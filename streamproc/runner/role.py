@@ -134,6 +134,7 @@ class Workers:
     async def close(self) -> None:
         for t in self.tasks:
             t.cancel()
+        await self.segments.close()  # publishes in flight end: no segment waits on them
         for t in self.tasks:
             with contextlib.suppress(BaseException):
                 await t
@@ -142,7 +143,6 @@ class Workers:
             with contextlib.suppress(Exception):
                 await self._advisories.unsubscribe()
             self._advisories = None
-        await self.segments.close()
         await self.queue.close()
         await self.client.close()
 

@@ -276,10 +276,8 @@ class SegmentRunner:
                 if cancelled.is_set() or failure or tally.error is not None:
                     return
                 await bucket.take()
-                one = ImageJob(job.tenant, job.run_id, job.segment_id, digest, job.cause_id,
-                               job.schedule_ids, job.rule)  # fmt: skip
                 try:
-                    decision = await self._evaluate(one, refresh, out)
+                    decision = await self._evaluate(job.of(digest), refresh, out)
                 except ScannerUnavailable as exc:
                     failure.append(exc)
                     return

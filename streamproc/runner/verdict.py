@@ -42,6 +42,11 @@ class ImageJob:
     schedule_ids: tuple[str, ...]
     rule: p.NotifyRule
 
+    def of(self, digest: str) -> ImageJob:
+        """The same segment's job for another image."""
+        return ImageJob(self.tenant, self.run_id, self.segment_id, digest, self.cause_id,
+                        self.schedule_ids, self.rule)  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
