@@ -36,9 +36,12 @@ async def test_fetch_takes_what_is_there_and_answers_through_one_helper(
         assert [(m[2], delivery_info(m[REPLY])) for m in again] == [(b"item-2", (2, 3))]
         await acknowledge(nc, again[0][REPLY], "progress")
         await acknowledge(nc, again[0][REPLY], "ack")
-        await nc.flush()
-        info = await nc.request(f"$JS.API.CONSUMER.INFO.{work}.pull_test", b"", timeout=5)
-        assert b'"num_ack_pending":0' in info.data and b'"num_pending":0' in info.data
+
+        async def all_done() -> bool:
+            info = await nc.request(f"$JS.API.CONSUMER.INFO.{work}.pull_test", b"", timeout=5)
+            return b'"num_ack_pending":0' in info.data and b'"num_pending":0' in info.data
+
+        await eventually(all_done, what="every item acknowledged")
     finally:
         await loop.close()
 
