@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from streamproc.bus.fastclient import FastClient, description_of, status_of
 from streamproc.bus.jsapi import API
@@ -28,7 +28,10 @@ class ConsumerGone(RuntimeError):
 RawMessage = tuple[int, bytes, bytes, bytes]
 """``(stream_seq, subject, data, reply)`` of one delivered message."""
 
-SEQ, SUBJECT, DATA, REPLY = 0, 1, 2, 3
+SEQ: Final = 0
+SUBJECT: Final = 1
+DATA: Final = 2
+REPLY: Final = 3
 
 
 def delivery_info(reply: bytes) -> tuple[int, int]:

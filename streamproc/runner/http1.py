@@ -124,8 +124,8 @@ class Http1Pool:
             raise HttpError(f"not an HTTP/1.1 answer: {status_line[:80]!r}")
         head: dict[str, str] = {}
         for line in rest:
-            k, _, v = line.partition(b":")
-            head[k.strip().lower().decode("latin-1")] = v.strip().decode("latin-1")
+            name, _, value = line.partition(b":")
+            head[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
         status = int(parts[1])
         keep = head.get("connection", "").lower() != "close" and parts[0] != b"HTTP/1.0"
         try:

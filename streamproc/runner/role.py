@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from typing import Any, ClassVar
 
 import msgspec
@@ -163,7 +163,7 @@ def make_runner(runner: RunnerSettings | None = None) -> RoleSpec:
     """A runner role with the given settings (``streamproc runner``'s options, tests,
     benches); without, the environment's, read when the role starts."""
 
-    def workers(ctx: RoleContext) -> Awaitable[None]:
+    def workers(ctx: RoleContext) -> Coroutine[Any, Any, None]:
         return Workers(ctx, runner or load_runner_settings()).run()
 
     return RoleSpec([RunnerState], [lambda _s: RunnerReactor()], background=[workers])
