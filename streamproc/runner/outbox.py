@@ -6,7 +6,9 @@ together: the Notify messages first, then — for each image whose message was s
 verdict, so the verdict's presence on the log still proves the message was stored (a crash in
 between re-sends the message with the same id; JetStream and Notify drop the copy). A
 segment waits for all of its images here (:meth:`Tally.settled`) before it records its
-``segment.completed``: a completion never precedes one of its verdicts.
+``segment.completed``: a completion never precedes one of its verdicts. With tracing on, each
+image is published on its own (in a task of its own), so its ``emit`` and ``persist`` spans
+are its own.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Record:
     """One image's outcome, encoded and ready to publish."""
 
     tenant: str
+    run_id: str
     digest: str
     verdict: Item
     notify: Item | None
@@ -37,6 +40,7 @@ class Record:
     findings: list[FindingKey]
     worse: str | None
     """The worst new finding of a ``rescan.delta`` (for its metric)."""
+    settled: bool = False
 
 
 class Tally:
@@ -92,44 +96,62 @@ class Outbox:
 
     async def close(self) -> None:
         """Stop publishing; every image not yet stored fails its segment's tally."""
-        for t in list(self._tasks):
-            t.cancel()
+        for task in list(self._tasks):
+            task.cancel()
         self._tasks.clear()
         queued, self._queue = self._queue, []
-        for _, tally in queued:  # handed over, but its publishing never started
-            tally.done(asyncio.CancelledError())
+        for r, t in queued:  # handed over, but its publishing never started
+            self._settle(r, t, asyncio.CancelledError())
 
     async def _flush(self) -> None:
         batch, self._queue = self._queue, []
         try:
             await self._publish(batch)
         except BaseException as exc:  # cancelled: the segments waiting must not hang
-            for _, tally in batch:
-                tally.done(exc)
+            for r, t in batch:
+                if not r.settled:
+                    self._settle(r, t, exc)
             raise
 
     async def _publish(self, batch: list[tuple[Record, Tally]]) -> None:
+        if tracing.enabled():  # a span per image and publish: one task each
+            await asyncio.gather(*(self._publish_one(r, t) for r, t in batch))
+            return
         noted = [(r, t) for r, t in batch if r.notify is not None]
         ready = [(r, t) for r, t in batch if r.notify is None]
         if noted:
-            with tracing.span("emit", images=len(noted)):
-                outcomes = await self.publisher.publish_many_settled(
-                    [r.notify for r, _ in noted]  # type: ignore[misc]
-                )
+            outcomes = await self.publisher.publish_many_settled(
+                [r.notify for r, _ in noted]  # type: ignore[misc]  # filtered above
+            )
             for (r, t), out in zip(noted, outcomes, strict=True):
                 if isinstance(out, BaseException):
-                    t.done(out)  # no verdict without its message
+                    self._settle(r, t, out)  # no verdict without its message
                 else:
                     _NOTIFY[r.kind].inc()  # type: ignore[index]  # set with every message
                     ready.append((r, t))
-        if not ready:
-            return
-        with tracing.span("persist", images=len(ready)):
+        if ready:
             outcomes = await self.publisher.publish_many_settled([r.verdict for r, _ in ready])
-        for (r, t), out in zip(ready, outcomes, strict=True):
-            if isinstance(out, BaseException):
-                t.done(out)
-                continue
+            for (r, t), out in zip(ready, outcomes, strict=True):
+                self._settle(r, t, out if isinstance(out, BaseException) else None)
+
+    async def _publish_one(self, r: Record, t: Tally) -> None:
+        where = {"tenant": r.tenant, "run_id": r.run_id, "digest": r.digest}
+        try:
+            if r.notify is not None:
+                with tracing.span("emit", **where, kind=r.kind):
+                    await self.publisher.publish(*r.notify)
+                _NOTIFY[r.kind].inc()  # type: ignore[index]  # set with every message
+            with tracing.span("persist", **where):
+                await self.publisher.publish(*r.verdict)
+        except Exception as exc:
+            self._settle(r, t, exc)
+            return
+        self._settle(r, t, None)
+
+    def _settle(self, r: Record, t: Tally, error: BaseException | None) -> None:
+        """The image's verdict is stored (or will not be): count it, tell its segment."""
+        r.settled = True
+        if error is None:
             if r.notify is None:
                 _FAILED.inc()
             else:
@@ -137,4 +159,4 @@ class Outbox:
                 if r.worse is not None:
                     _WORSE[r.worse].inc()
                 self.stored(r)
-            t.done(None)
+        t.done(error)

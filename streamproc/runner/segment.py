@@ -317,9 +317,9 @@ class SegmentRunner:
             kind = nm.kind_of(d.message)
             notify = (nm.subject(self.prefix, v.tenant, kind), nm.encode(d.message), d.message.id)
         verdict = (self.ctx.publisher.subject_of(v), encode(v), v.id)
-        digest = v.payload.digest
-        self.outbox.put(Record(v.tenant, digest, verdict, notify, kind, d.findings, d.worse), tally)
-        run_id = v.payload.run_id
+        run_id, digest = v.payload.run_id, v.payload.digest
+        record = Record(v.tenant, run_id, digest, verdict, notify, kind, d.findings, d.worse)
+        self.outbox.put(record, tally)
         self.latency.first_verdict(v.tenant, run_id, run, int(v.hlc.split(":", 1)[0]))
 
     # ------------------------------------------------------------------ endings

@@ -28,7 +28,7 @@ def record(publisher: Publisher, digest: str, notify_subject: str | None = None)
     v = d.verdict
     verdict = (publisher.subject_of(v), encode(v), v.id)
     notify = (subject, nm.encode(d.message), d.message.id)
-    return Record("acme", digest, verdict, notify, kind, d.findings, d.worse)
+    return Record("acme", "run-1", digest, verdict, notify, kind, d.findings, d.worse)
 
 
 async def test_a_verdict_follows_its_stored_message_and_never_goes_alone(
