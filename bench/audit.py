@@ -43,9 +43,11 @@ from streamproc.events.envelope import Envelope, encode
 from streamproc.hlc import Timestamp
 from streamproc.projection import Folder, Projection
 from streamproc.projections.activity import Activity
-from streamproc.samples import BASE_MS, sample_event
 from streamproc.state.keys import Checkpoint
 from streamproc.state.store import RocksStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the sample events: tests/
+from tests.samples import BASE_MS, sample_event
 
 BATCH = 1000
 SNAPSHOT = 1000

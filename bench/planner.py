@@ -254,11 +254,12 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
             assert rec is not None and rec.stats is not None, run_id
             stats[name] = rec.stats
             segs[name] = len(rec.segments)
+        # The planner stops first: the bare runs are not its plans and it would reject them.
+        proj.stop()
+        await cancel(tasks)
         for trial in range(args.trials):
             for name, out in (("export", bare_export), ("nightly", bare_nightly)):
                 out.append(await bare_publish(pub, index, stats[name], segs[name], clock, trial))
-        proj.stop()
-        await cancel(tasks)
         store.close()
         await pub.close()
         await nc.close()

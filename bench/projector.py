@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -31,8 +32,10 @@ from streamproc.events.envelope import encode
 from streamproc.projections.activity import Activity
 from streamproc.projector import Projector
 from streamproc.replay import rebuild
-from streamproc.samples import sample_event
 from streamproc.state.store import RocksStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the sample events: tests/
+from tests.samples import sample_event
 
 PREFIX = "bench"
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streamproc import __version__
+from streamproc import __version__, exitcodes
 from streamproc.bus.session import run as _run
 from streamproc.bus.session import with_nats as _with_nats
 from streamproc.config import ConfigError, Settings, load
@@ -18,12 +18,10 @@ from streamproc.configfile import activate
 from streamproc.configfile import cli as config_cli
 from streamproc.configfile.cli import add_config_flag
 
-EXIT_USAGE = 2
 OPS_PORT_HELP = (
     "serve /metrics on this port of STREAMPROC_OPS_HOST (127.0.0.1), never on the API's "
     "(default: STREAMPROC_OPS_PORT; unset: no metrics)"
 )
-EXIT_DRIFT = 3
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -108,7 +106,7 @@ def cmd_streams_apply(args: argparse.Namespace) -> int:
                 "(and replay) or accept the running configuration",
                 file=sys.stderr,
             )
-            return EXIT_DRIFT
+            return exitcodes.DRIFT
         return 0
 
     return _run(_with_nats(s, apply))
@@ -144,7 +142,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             RocksStore(live).close()
     except StateLocked as exc:
         print(f"streamproc: {exc}{busy}", file=sys.stderr)
-        return EXIT_USAGE
+        return exitcodes.USAGE
 
     if args.metrics_port is not None:
         # Replay progress (streamproc_replay_applied_sequence) for Prometheus while it runs.
@@ -173,7 +171,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             swap_in(fresh, live)
         except StateLocked as exc:  # started meanwhile
             print(f"streamproc: {exc}{busy}", file=sys.stderr)
-            return EXIT_USAGE
+            return exitcodes.USAGE
         print(
             f"replayed {summary.events} events of {s.events_stream} into {live} in "
             f"{summary.seconds:.1f} s ({summary.rate:,.0f} events/s); quarantined "
@@ -195,7 +193,7 @@ def cmd_state_digest(args: argparse.Namespace) -> int:
     path = Path(args.path) if args.path else _settings(args).state_dir(args.role)
     if not (path / "CURRENT").exists():
         print(f"streamproc: {path} is not a state directory", file=sys.stderr)
-        return EXIT_USAGE
+        return exitcodes.USAGE
     store = RocksStore(path, read_only=True)  # also works beside a running role
     try:
         print(state_digest(store))
@@ -348,40 +346,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from streamproc.app import ListenError
-    from streamproc.bus.connect import NatsConnectError, NatsVersionError
-    from streamproc.bus.jsapi import JsApiError
-    from streamproc.bus.server import NatsServerError
-    from streamproc.lease import LeaseError
-    from streamproc.projection import StateFormatError
-    from streamproc.projector import PositionError
-    from streamproc.state.store import StateLocked
 
-    try:
+    def command(args: argparse.Namespace) -> int:
         if hasattr(args, "config"):  # commands that run or connect: read the settings file
             activate(args.config)
         return int(args.fn(args))
-    except (
-        ConfigError,
-        JsApiError,
-        LeaseError,
-        ListenError,
-        NatsConnectError,
-        NatsServerError,
-        NatsVersionError,
-        PositionError,
-        StateFormatError,
-        StateLocked,
-    ) as exc:
-        print(f"streamproc: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+
+    try:
+        return exitcodes.guarded(command)(args)
     except KeyboardInterrupt:
-        return 130
+        return exitcodes.INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`streamproc config show | head`): stop quietly, as cat does;
         # stdout goes to /dev/null so the interpreter's final flush cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + 13  # SIGPIPE
+        return exitcodes.BROKEN_PIPE
 
 
 if __name__ == "__main__":

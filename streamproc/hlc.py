@@ -31,7 +31,6 @@ NODE_WIDTH = 32
 KEY_WIDTH = 8 + 4 + NODE_WIDTH
 MAX_LOGICAL = 999_999_999
 """Nine digits, as the wire pattern allows; on overflow the clock borrows the next ms."""
-MAX_PHYSICAL = 10**19 - 1
 MAX_RESERVE_MS = 1_000
 """The most a saved ceiling may lie ahead of the last issued time: what a restart after a
 crash can run ahead by (other processes refuse timestamps ``max_clock_skew`` ahead)."""

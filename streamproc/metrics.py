@@ -180,6 +180,6 @@ LEASE_TAKEOVERS = Counter(
 # ---------------------------------------------------------------- read-model retention
 RUNS_PRUNED = Counter(
     "scheduler_runs_pruned",
-    "Finished runs removed from the read model by retention (live folds and replays)",
+    "Finished runs removed from the read model by retention (counted once its batch commits)",
     ["tenant"],
 )

@@ -1,26 +1,33 @@
 """Projections: plain objects with a pure fold per event kind, and the batch they write into.
 
+A projection's folds are typed handlers registered per payload type (:mod:`streamproc.fold`).
 A fold reads and writes only through the :class:`Tx` it is given: no clock, no randomness,
-no I/O. The runtime folds a whole batch of events into one ``Tx`` and commits it together
+no I/O, no metrics (it tallies them in the ``Tx``; the runtime counts them once the batch
+commits). The runtime folds a whole batch of events into one ``Tx`` and commits it together
 with the checkpoint, so replaying the same events yields byte-identical state.
 """
 
 from __future__ import annotations
 
 import heapq
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, EventError, decode
+from streamproc.fold import Handler, handlers_of
 from streamproc.state import keys
 from streamproc.state.store import Store
 
+if TYPE_CHECKING:
+    from prometheus_client import Counter
+
 _MISSING = object()
+Tally = tuple["Counter", tuple[str, ...]]
+"""A counter and its label values, as a fold tallies it (:meth:`Tx.count`)."""
 
 
 class Rejection(Exception):
@@ -81,7 +88,9 @@ class Tx:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.writes: dict[str, dict[bytes, bytes | None]] = {}
-        self.undo: list[tuple[dict[bytes, bytes | None], bytes, object]] = []
+        self.counts: dict[Tally, int] = {}
+        """Metric increments of this batch, counted by the runtime after it commits."""
+        self.undo: list[tuple[dict[Any, Any], Any, object]] = []
         self._tables: dict[str, Table] = {}
         self.seq = 0
 
@@ -92,6 +101,13 @@ class Tx:
             self._tables[cf] = t
         return t
 
+    def count(self, counter: Counter, *labels: str, n: int = 1) -> None:
+        """Tally ``n`` for ``counter``: counted once this batch commits, never by a fold that
+        is rolled back or a batch that fails (so a retried batch does not count twice)."""
+        k = (counter, labels)
+        self.undo.append((self.counts, k, self.counts.get(k, _MISSING)))
+        self.counts[k] = self.counts.get(k, 0) + n
+
     def begin(self, seq: int) -> None:
         self.seq = seq
         self.undo.clear()
@@ -101,12 +117,19 @@ class Tx:
             if prev is _MISSING:
                 pending.pop(key, None)
             else:
-                pending[key] = prev  # type: ignore[assignment]
+                pending[key] = prev
         self.undo.clear()
 
 
-class Projection(ABC):
-    """A named view: the kinds it reads, its column families, and a pure fold.
+class Projection:
+    """A named view: its column families and a typed, pure fold per payload type.
+
+    Its handlers are methods marked with :func:`streamproc.fold.folds`; the kinds it reads
+    (``kinds``) are theirs, set when the class is created. A projection that declares
+    ``kinds`` and overrides :meth:`fold` instead is the *untyped adapter*: it dispatches
+    itself (only ``impact``, whose ingest path is redesigned on its own; its kinds are still
+    checked against the catalog). ``tests/test_fold.py`` holds every role's
+    projections to this.
 
     Updates never create (DESIGN.md principle 1). Of the kinds a projection folds, only
     those in ``creates`` may bring a new entity into the view; those in ``observes`` never
@@ -126,11 +149,28 @@ class Projection(ABC):
     """Kinds read only for view-wide bookkeeping (a clock) or for a link that may well not
     exist (the exports a run claimed): they create no entity and are never rejected."""
 
+    _folds: ClassVar[dict[str, Handler]] = {}
+    """kind → handler, built from the class's handlers when it is created."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        handlers = handlers_of(cls)
+        if handlers:
+            if "kinds" in vars(cls) or cls.fold is not Projection.fold:
+                raise TypeError(
+                    f"{cls.__name__}: a projection with typed folds neither declares kinds "
+                    f"(they are its handlers' kinds) nor overrides fold"
+                )
+            cls.kinds = frozenset(handlers)
+            cls._folds = handlers
         kinds = getattr(cls, "kinds", None)
         if kinds is None:
             return
+        if not handlers and cls.fold is Projection.fold:
+            raise TypeError(f"{cls.__name__}: no fold for {sorted(kinds)}")
+        unknown = kinds - KINDS.keys()
+        if unknown:
+            raise TypeError(f"{cls.__name__}: {sorted(unknown)} are not in the event catalog")
         stray = (cls.creates | cls.observes) - kinds
         if stray or cls.creates & cls.observes:
             raise TypeError(
@@ -146,16 +186,17 @@ class Projection(ABC):
     def column_families(self) -> tuple[str, ...]:
         return self.families or (self.name,)
 
-    def open(self, store: Store) -> None:  # noqa: B027 - optional hook
+    def open(self, store: Store) -> None:
         """Load in-memory caches from committed state (called once, before the first fold)."""
 
-    @abstractmethod
-    def fold(self, tx: Tx, event: Envelope) -> None: ...
+    def fold(self, tx: Tx, event: Envelope) -> None:
+        """Apply one event: its kind's handler, given the typed payload."""
+        self._folds[event.kind](self, tx, event, event.payload)
 
-    def flush(self, tx: Tx) -> None:  # noqa: B027 - optional hook
+    def flush(self, tx: Tx) -> None:
         """Write cached objects changed in this batch into ``tx`` (once, before commit)."""
 
-    def discard(self) -> None:  # noqa: B027 - optional hook
+    def discard(self) -> None:
         """The batch did not commit: drop in-memory changes made since the last commit."""
 
 
@@ -188,6 +229,8 @@ class Folded:
     rejected: list[keys.Rejected] = field(default_factory=list)
     """One record per (event, projection) that refused it, in sequence order."""
     quarantined: list[keys.Quarantined] = field(default_factory=list)
+    counts: dict[Tally, int] = field(default_factory=dict)
+    """What the folds tallied (:meth:`Tx.count`): for the runtime to add to its counters."""
 
     def rejected_events(self) -> dict[int, list[keys.Rejected]]:
         """The rejections grouped by event (stream sequence)."""
@@ -333,6 +376,7 @@ class Folder:
                 meta.put(keys.REJECTION_COUNTS_KEY, msgspec.json.encode(counts))
             meta.put(keys.CHECKPOINT_KEY, msgspec.json.encode(checkpoint))
             self.store.commit(tx.writes)
+            out.counts = tx.counts
         except BaseException:
             # Nothing of this batch is committed: in-memory caches must forget it too.
             for proj in self.projections:

@@ -29,9 +29,11 @@ CONSUMER_RECOVERY_S = 60.0
 """How long a projector keeps recreating a consumer that keeps vanishing before it stops."""
 
 
-def report(role: str, folded: Folded, *, log_each: bool = True) -> None:
-    """Count a committed batch's outcome, and log each rejected or quarantined event once
-    (at warning, with its id and reasons). Outside the fold: folds stay pure."""
+def report(role: str, folded: Folded, *, log_each: bool = True, tallies: bool = True) -> None:
+    """Count a committed batch's outcome (with what its folds tallied), and log each rejected
+    or quarantined event once (at warning, with its id and reasons). Outside the fold: folds
+    stay pure, and a batch that did not commit counts nothing. ``tallies=False`` (a rebuild)
+    leaves out what the folds tallied: the live process counted it when it applied them."""
     by_event = folded.rejected_events()
     metrics.EVENTS_APPLIED.labels(role, "applied").inc(folded.applied)
     if by_event:
@@ -42,6 +44,9 @@ def report(role: str, folded: Folded, *, log_each: bool = True) -> None:
         metrics.REJECTED.labels(r.projection, r.reason).inc()
     for q in folded.quarantined:
         metrics.QUARANTINED.labels(role, q.reason).inc()
+    if tallies:
+        for (counter, labels), n in folded.counts.items():
+            counter.labels(*labels).inc(n)
     if not log_each:
         return
     for seq, rs in by_event.items():
@@ -134,12 +139,15 @@ class Projector:
         consumer: str | None = None,
         subjects: str | None = None,
         log_rejections: bool = True,
+        rebuild: bool = False,
     ) -> None:
         """``consumer`` names the durable consumer (default ``proj_<role>``): each process
         hosting a role needs its own, as every start replaces it from its checkpoint.
         ``subjects``: the event log's subject prefix, to check each event's subject
         (:class:`Folder`). ``log_rejections``: log each rejected or quarantined event
-        (a rebuild from sequence 1 counts them instead)."""
+        (a rebuild from sequence 1 counts them instead). ``rebuild``: folding history
+        again, not live events, so what the folds tally (chain entries appended, runs
+        pruned) is not counted a second time."""
         self.nc = nc
         self.store = store
         self.stream = stream
@@ -148,6 +156,7 @@ class Projector:
         self.durable = durable
         self.folder = Folder(store, projections, role, subjects)
         self.log_rejections = log_rejections
+        self.rebuild = rebuild
         self.consumer = consumer or f"proj_{role}".replace(".", "_")
         self.epoch = ""
         self.applied = 0
@@ -269,7 +278,7 @@ class Projector:
             self.applied = last
             self.head = max(self.head, last)
             metrics.LAST_APPLIED_SEQ.labels(self.role).set(last)
-            report(self.role, folded, log_each=self.log_rejections)
+            report(self.role, folded, log_each=self.log_rejections, tallies=not self.rebuild)
             metrics.BATCH_SECONDS.labels(self.role).observe(time.perf_counter() - t0)
             self.committed.set()
             self._wake()

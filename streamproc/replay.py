@@ -106,6 +106,7 @@ async def rebuild(
             durable=False,
             subjects=_subjects(info.config),
             log_rejections=False,
+            rebuild=True,
         )
         await proj.start(ack=False, allow_partial=allow_partial)
         first = proj.applied + 1

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from streamproc import exitcodes
 from streamproc.config import Settings, environment
 
 if TYPE_CHECKING:  # the role machinery is imported when a role runs, not to parse options
@@ -30,7 +31,6 @@ HELP = {
     "planner": "run the planner (one active, others standby): exports and cron become runs",
     "auditor": "run the auditor (one active, others standby): audit chains, signed snapshots",
 }
-EXIT_FAILED = 2
 
 Common = Callable[[argparse.ArgumentParser], None]
 
@@ -88,7 +88,7 @@ def serve(settings: Settings, role: str, *, http: bool = True, spec: RoleSpec | 
         return run(run_roles(settings, [role], http=http, specs={role: spec} if spec else None))
     except OSError as exc:  # e.g. the HTTP port is taken
         print(f"streamproc {role}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return exitcodes.USAGE
 
 
 def cmd_role_process(args: argparse.Namespace) -> int:

@@ -13,8 +13,8 @@ from streamproc.bus import jsapi
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
-from streamproc.samples import sample_event
 from tests.helpers import publish_samples
+from tests.samples import sample_event
 
 
 async def test_a_lagging_projector_is_not_ready_and_nothing_is_dropped(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
-from streamproc.samples import sample_event
 from tests.helpers import publish_samples
+from tests.samples import sample_event
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -18,10 +18,10 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.replay import rebuild
-from streamproc.samples import sample_event
 from streamproc.state import keys
 from streamproc.state.store import RocksStore
 from tests.helpers import publish_samples
+from tests.samples import sample_event
 
 N = 200_000
 

@@ -14,11 +14,11 @@ from streamproc.bus.publisher import Publisher
 from streamproc.events.envelope import encode
 from streamproc.projections.activity import Activity, read_all
 from streamproc.projector import PositionError, Projector
-from streamproc.samples import sample_event
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import epoch, memory_fold, messages_of, publish_samples
+from tests.samples import sample_event
 
 
 async def fold_all(nc: FastClient, stream: str, path: Path, until: int) -> str:

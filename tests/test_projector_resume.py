@@ -10,15 +10,16 @@ from typing import Any
 
 import pytest
 
+from streamproc.bus.ack import is_ack, stream_seq
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.pull import PullLoop
 from streamproc.projections.activity import Activity
 from streamproc.projector import Projector
-from streamproc.samples import sample_event
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import publish_samples
+from tests.samples import sample_event
 
 
 def lose_once(monkeypatch: pytest.MonkeyPatch, lost: set[int]) -> list[int]:
@@ -27,9 +28,8 @@ def lose_once(monkeypatch: pytest.MonkeyPatch, lost: set[int]) -> list[int]:
     original = PullLoop._on_msg
 
     def on_msg(self: PullLoop, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
-        if reply.startswith(b"$JS.ACK."):
-            tokens = reply.split(b".")
-            seq = int(tokens[5] if len(tokens) == 9 else tokens[7])
+        if is_ack(reply):
+            seq = stream_seq(reply)
             if seq in lost and seq not in dropped:
                 dropped.append(seq)
                 return

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from prometheus_client import REGISTRY
 
+from streamproc.audit.entry import CHAINED_KINDS
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
@@ -18,11 +20,12 @@ from streamproc.cli import main
 from streamproc.projections.activity import Activity
 from streamproc.projector import PositionError, Projector
 from streamproc.replay import rebuild
-from streamproc.samples import sample_event
+from streamproc.roles import projections_for
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import epoch, memory_fold, messages_of, publish_samples
+from tests.samples import sample_event
 from tests.test_cli import cli
 
 
@@ -117,3 +120,31 @@ async def test_replay_serves_its_progress_on_a_metrics_port(
 
     taken = cli("replay", "--role", "activity", "--quiet", "--metrics-port", str(port), *argv[6:])
     assert taken.returncode == 2 and f"--metrics-port {port}" in taken.stderr
+
+
+async def test_what_folds_tally_counts_once_live_and_not_again_on_replay(
+    nc: FastClient, publisher: Publisher, stream_names: tuple[str, str, str], tmp_path: Path
+) -> None:
+    events = [sample_event(i, tenants=1, node="tally") for i in range(40)]
+    tenant = events[0].tenant
+    chained = sum(1 for e in events if e.kind in CHAINED_KINDS)
+    assert chained > 0
+
+    def entries() -> float:
+        sample = "scheduler_chain_entries_total"
+        return REGISTRY.get_sample_value(sample, {"tenant": tenant}) or 0.0
+
+    before = entries()
+    await publish_samples(publisher, events)
+    store = RocksStore(tmp_path / "live")
+    try:
+        live = Projector(
+            nc, store, projections_for("auditor"), stream=stream_names[0], role="auditor", batch=7
+        )
+        await (await live.start()).run(until_seq=40)
+        assert entries() - before == chained, "once per live event, batch by batch"
+    finally:
+        store.close()
+    summary = await rebuild(nc, stream_names[0], "auditor", tmp_path / "rebuilt", progress=False)
+    assert summary.last_seq == 40
+    assert entries() - before == chained, "a replay folds them again but counts nothing"

@@ -23,9 +23,9 @@ from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.cli import main
 from streamproc.config import ConfigError, Settings
-from streamproc.samples import sample_event
 from streamproc.status.cli import _expected
 from tests.helpers import eventually, publish_samples
+from tests.samples import sample_event
 
 INTERVAL = "0.2"
 

@@ -14,9 +14,9 @@ from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.projection import Folded, Folder, Projection
 from streamproc.readmodel import retention
 from streamproc.roles import ROLES
-from streamproc.samples import digest, sample_payload
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
+from tests.samples import digest, sample_payload
 
 TENANT = "acme"
 RUN, SEGMENT, SCHEDULE = "run-unknown", "seg-unknown", "sched-unknown"

@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from streamproc import exitcodes
 from streamproc.audit.common import (
-    EXIT_FAILED,
-    EXIT_OK,
     UsageError,
     keyring_from_args,
     open_state,
@@ -65,7 +64,7 @@ def cmd_bundle_export(args: argparse.Namespace) -> int:
             f"wrote {args.out}: {count} events of tenant {args.tenant}"
             f"{' after ' + args.since if args.since else ''}, {where}, signed by {signer.key_id}"
         )
-        return EXIT_OK
+        return exitcodes.OK
 
     return _run(_with_nats(settings, go))
 
@@ -105,7 +104,7 @@ def cmd_bundle_import(args: argparse.Namespace) -> int:
             )
         except BundleError as exc:
             print(f"streamproc: bundle refused, nothing imported: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+            return exitcodes.FAILED
         finally:
             await publisher.close()
         print(
@@ -116,6 +115,6 @@ def cmd_bundle_import(args: argparse.Namespace) -> int:
         )
         if not report.order_preserved:
             print("warning: a retry changed the stored order of the published events")
-        return EXIT_OK
+        return exitcodes.OK
 
     return _run(_with_nats(settings, go))

@@ -18,18 +18,15 @@ from typing import Any
 
 import msgspec
 
+from streamproc import exitcodes
 from streamproc.audit import bundle_commands
 from streamproc.audit.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
     UsageError,
     keyring_from_args,
     open_state,
     settings_from_args,
     state_dir,
 )
-from streamproc.config import ConfigError
 
 
 def _tenant(value: str) -> str:
@@ -59,7 +56,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         names = [args.tenant] if args.tenant else tenants(store)
         if not names:
             print("no audit chains in this state directory")
-            return EXIT_OK
+            return exitcodes.OK
         reports = []
         for tenant in names:
             try:
@@ -93,7 +90,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             else:
                 print(f"{r.tenant}: BROKEN — {r.reason}")
                 print(f"  field {r.field}: expected {r.expected}, found {r.found}")
-    return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
+    return exitcodes.OK if all(r.ok for r in reports) else exitcodes.FAILED
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
@@ -105,7 +102,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
             proof = prove(store, args.tenant, args.entry)
         except ProofError as exc:
             print(f"streamproc: {exc}", file=sys.stderr)
-            return EXIT_FAILED if exc.not_yet else EXIT_USAGE
+            return exitcodes.FAILED if exc.not_yet else exitcodes.USAGE
     data = encode_proof(proof)
     if args.out:
         Path(args.out).write_bytes(data)
@@ -115,7 +112,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
         )
     else:
         sys.stdout.write(data.decode())
-    return EXIT_OK
+    return exitcodes.OK
 
 
 def cmd_verify_proof(args: argparse.Namespace) -> int:
@@ -129,7 +126,7 @@ def cmd_verify_proof(args: argparse.Namespace) -> int:
         proof = decode_proof(data)
     except msgspec.DecodeError as exc:
         print(f"streamproc: {args.file} is not an inclusion proof: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return exitcodes.FAILED
     keyring = keyring_from_args(args, settings_from_args(args))
     if len(keyring) == 0:
         raise UsageError("no trusted keys: pass --trusted-key BASE64 (or keyid=BASE64)")
@@ -143,9 +140,9 @@ def cmd_verify_proof(args: argparse.Namespace) -> int:
             f"{check.body.from_position}..{check.body.to_position}, root "
             f"{check.body.merkle_root}, signed by {check.key_id}"
         )
-        return EXIT_OK
+        return exitcodes.OK
     print(f"FAILED: {check.reason}")
-    return EXIT_FAILED
+    return exitcodes.FAILED
 
 
 def cmd_held(args: argparse.Namespace) -> int:
@@ -164,7 +161,7 @@ def cmd_held(args: argparse.Namespace) -> int:
         raise UsageError(f"no audit chain for tenant {args.tenant!r}")
     if args.json:
         _json(views)
-        return EXIT_OK
+        return exitcodes.OK
     for v in views:
         if not v.held:
             print(f"{v.tenant}: nothing held ({v.attested} of {v.entries} entries attested)")
@@ -178,7 +175,7 @@ def cmd_held(args: argparse.Namespace) -> int:
                 f"  position {h.position}  {h.t_hlc}  {h.ahead_ms} ms ahead  {h.kind} "
                 f"{h.action} {h.job_id}  event {h.event_id}"
             )
-    return EXIT_OK
+    return exitcodes.OK
 
 
 def cmd_log(args: argparse.Namespace) -> int:
@@ -198,7 +195,7 @@ def cmd_log(args: argparse.Namespace) -> int:
         out = sys.stdout
         for e in islice(entries, args.limit):
             out.write(entry_encoder.encode(msgspec.structs.asdict(e)).decode() + "\n")
-    return EXIT_OK
+    return exitcodes.OK
 
 
 # ---------------------------------------------------------------------- parser
@@ -293,20 +290,10 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _guarded(fn: Command) -> Command:
-    """Configuration and usage problems become a message and exit code 2, however the
-    command is invoked (``streamproc`` or this module)."""
-
-    def run(args: argparse.Namespace) -> int:
-        from streamproc.bus.connect import NatsConnectError, NatsVersionError
-        from streamproc.bus.server import NatsServerError
-
-        try:
-            return fn(args)
-        except (UsageError, ConfigError, NatsConnectError, NatsServerError, NatsVersionError) as e:
-            print(f"streamproc: {e}", file=sys.stderr)
-            return EXIT_USAGE
-
-    return run
+    """Usage, configuration and connection problems become a message and their exit code
+    (:mod:`streamproc.exitcodes`), however the command is invoked (``streamproc`` or this
+    module)."""
+    return exitcodes.guarded(fn)
 
 
 def main(argv: list[str] | None = None) -> int:

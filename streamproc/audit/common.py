@@ -14,9 +14,6 @@ if TYPE_CHECKING:  # heavy imports stay out of `streamproc --help` and unrelated
     from streamproc.audit.dsse import Keyring
     from streamproc.state.store import RocksStore
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 AUDITOR_ROLE = "auditor"
 
 

@@ -85,16 +85,6 @@ def action_for(event: Envelope) -> str:
     return action
 
 
-def job_id_for(event: Envelope) -> str:
-    """The aggregate id the event's subject names: run, segment, schedule id or image digest."""
-    return KINDS[event.kind].aggregate_id(event.payload)
-
-
-def canonical_payload(payload: p.Payload) -> bytes:
-    """The decoded (and upcast) payload as compact JSON with every object's keys sorted."""
-    return _canonical.encode(payload)
-
-
 _lengths = struct.Struct(">6I").pack
 _sha256 = hashlib.sha256
 

@@ -16,7 +16,6 @@ import msgspec
 from streamproc import metrics
 from streamproc.audit.entry import (
     CHAINED_KINDS,
-    SNAPSHOT_KIND,
     Entry,
     entry_decoder,
     entry_encoder,
@@ -39,6 +38,7 @@ from streamproc.audit.layout import (
 )
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.fold import folds, payloads_of
 from streamproc.projection import Projection, Rejection, Tx
 
 _snapshot_encoder = msgspec.json.Encoder()
@@ -46,7 +46,6 @@ _snapshot_encoder = msgspec.json.Encoder()
 
 class AuditLog(Projection):
     name: ClassVar[str] = "audit"
-    kinds: ClassVar[frozenset[str]] = CHAINED_KINDS | {SNAPSHOT_KIND}
     creates: ClassVar[frozenset[str]] = CHAINED_KINDS
     """Every chained event is a new entry of its tenant's chain (an attempt on an unknown
     run is audited too); a snapshot must fit entries that exist."""
@@ -67,10 +66,9 @@ class AuditLog(Projection):
             self._heads[tenant] = head
         return head
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        if event.kind == SNAPSHOT_KIND:
-            self._fold_snapshot(tx, event)
-            return
+    @folds(*payloads_of(CHAINED_KINDS), kinds=CHAINED_KINDS)
+    def _entry(self, tx: Tx, event: Envelope, _: p.Payload) -> None:
+        """A chained event: the next entry of its tenant's chain (built from the envelope)."""
         tenant = event.tenant
         head = self._heads.get(tenant) or self._head(tx, tenant)
         entry = make_entry(event, head.entries, head.head_chain_link)
@@ -92,11 +90,10 @@ class AuditLog(Projection):
         entry = tx.table(CHAIN_CF).get(chain_key(tenant, position))
         return None if entry is None else entry_decoder.decode(entry).chain_link
 
-    def _fold_snapshot(self, tx: Tx, event: Envelope) -> None:
+    @folds(p.AuditSnapshot)
+    def _snapshot(self, tx: Tx, event: Envelope, s: p.AuditSnapshot) -> None:
         """Record a snapshot that covers the next unsnapshotted range exactly; refuse others
         (a duplicate or a snapshot that does not match this chain) with a named reason."""
-        s = event.payload
-        assert isinstance(s, p.AuditSnapshot)
         tenant = event.tenant
         head = self._head(tx, tenant)
         if s.from_position != head.snapshotted:
@@ -148,7 +145,7 @@ class AuditLog(Projection):
                 pos = e.position.to_bytes(8, "big")
                 chain[prefix + pos] = encode(e)
                 log[prefix + hlc_key(e.t_hlc) + pos] = b""
-            metrics.CHAIN_ENTRIES.labels(tenant).inc(len(new))
+            tx.count(metrics.CHAIN_ENTRIES, tenant, n=len(new))
         self._new.clear()
         heads = tx.table(HEADS_CF)
         for tenant in self._dirty:

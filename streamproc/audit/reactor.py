@@ -65,7 +65,6 @@ class SnapshotReactor(Reactor):
         self.broken: dict[str, str] = {}
         """Tenants whose last verification failed: nothing more is signed for them."""
         self.published = 0
-        self.last_reports: list[ChainReport] = []
         self._verified_at: float | None = None
         self._pending: dict[str, tuple[int, float]] = {}
         self._waiting_since: dict[str, float] = {}
@@ -129,7 +128,6 @@ class SnapshotReactor(Reactor):
             sum(not r.ok for r in reports),
             time.perf_counter() - t0,
         )
-        self.last_reports = reports
         return reports
 
     # ------------------------------------------------------------------ snapshots

@@ -232,13 +232,9 @@ class NatsCluster:
             node.write_config(routes)
 
     @property
-    def urls(self) -> list[str]:
-        return [node.url for node in self.nodes]
-
-    @property
     def url(self) -> str:
         """Every node, comma-separated: the ``NATS_URL`` form of a cluster."""
-        return ",".join(self.urls)
+        return ",".join(node.url for node in self.nodes)
 
     def node(self, name: str) -> ClusterNode:
         for node in self.nodes:
@@ -283,11 +279,6 @@ class NatsCluster:
         node = self.node(name)
         node.launch()
         node.wait_ready(time.monotonic() + timeout)
-        return node
-
-    def stop_node(self, name: str) -> ClusterNode:
-        node = self.node(name)
-        node.stop()
         return node
 
     def kill(self, name: str) -> ClusterNode:

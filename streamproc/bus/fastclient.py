@@ -12,9 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from nats import errors
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
+
+NATS_PY_MINOR = "2.16"
+"""The nats-py minor version whose private internals this module and ``lease.py`` use (the
+parser, ``_process_msg``, ``_send_command``, the pending buffer): pyproject.toml pins it, and
+tests/bus/test_nats_internals.py names what changed if a new release moves them."""
 
 RawHandler = Callable[[bytes, bytes, bytes, bytes], None]
 """``handler(subject, reply, data, headers)``; ``headers`` is the raw header block or b""."""
@@ -122,7 +128,7 @@ class FastClient(Client):
         self._raw_handlers.pop(sub._id, None)
         await sub.unsubscribe()
 
-    async def _process_msg(  # type: ignore[override]
+    async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
     ) -> None:
         handler = self._raw_handlers.get(sid)
@@ -134,8 +140,23 @@ class FastClient(Client):
         handler(subject, reply, data, headers or b"")
 
     async def publish_hpub(self, subject: str, reply: str, header: bytes, payload: bytes) -> None:
-        """Publish with a pre-encoded header block (see :func:`header_block`)."""
+        """Publish with a pre-encoded header block (see :func:`header_block`).
+
+        The guards are nats-py's ``publish``: a closed or draining connection raises at once,
+        and so does a reconnecting one whose outbound buffer is disabled or full, instead of
+        queueing a message that is never sent.
+        """
+        if not subject:
+            raise errors.BadSubjectError
+        if self.is_closed:
+            raise errors.ConnectionClosedError
+        if self.is_draining_pubs:
+            raise errors.ConnectionDrainingError
         size = len(header) + len(payload)
+        if not self.is_connected and (
+            self._max_pending_size <= 0 or size + self._pending_data_size > self._max_pending_size
+        ):
+            raise errors.OutboundBufferLimitError
         if size > self._max_payload:
             # The server would drop the whole connection for it; refuse this one message.
             raise PayloadTooLarge(

@@ -17,6 +17,8 @@ import contextlib
 from collections import deque
 from typing import Any, Final, Literal
 
+from streamproc.bus.ack import PREFIX as ACK_PREFIX
+from streamproc.bus.ack import stream_seq
 from streamproc.bus.fastclient import FastClient, description_of, status_of
 from streamproc.bus.jsapi import API
 
@@ -32,21 +34,6 @@ SEQ: Final = 0
 SUBJECT: Final = 1
 DATA: Final = 2
 REPLY: Final = 3
-
-
-def delivery_info(reply: bytes) -> tuple[int, int]:
-    """(deliveries, stream sequence) from a ``$JS.ACK`` reply subject: v1
-    ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` or v2, which
-    adds the domain and account hash before the stream and a random token at the end."""
-    tokens = reply.split(b".")
-    if len(tokens) == 9:
-        return int(tokens[4]), int(tokens[5])
-    return int(tokens[6]), int(tokens[7])
-
-
-def stream_seq(reply: bytes) -> int:
-    """Stream sequence from a ``$JS.ACK`` reply subject (v1 and v2 token layouts)."""
-    return delivery_info(reply)[1]
 
 
 AckKind = Literal["ack", "nak", "term", "progress"]
@@ -102,7 +89,6 @@ class PullLoop:
         self._error: BaseException | None = None
         self._closed = False
         self._topping = False
-        self._seq_token: int | None = None
 
     async def start(self) -> PullLoop:
         self._inbox = self.nc.new_inbox()
@@ -140,13 +126,10 @@ class PullLoop:
             asyncio.get_running_loop().create_task(self._top_up())
 
     def _on_msg(self, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
-        if reply[:8] == b"$JS.ACK.":
+        if reply[:8] == ACK_PREFIX:
             # Data messages carry their original subject; the server serves requests in
             # order, so each one counts against the oldest request still open.
-            if self._seq_token is None:
-                self._seq_token = 5 if reply.count(b".") == 8 else 7
-            seq = int(reply.split(b".", self._seq_token + 1)[self._seq_token])
-            self._buf.append((seq, subject, data, reply))
+            self._buf.append((stream_seq(reply), subject, data, reply))
             for token, left in self._requests.items():
                 if left <= 1:
                     del self._requests[token]

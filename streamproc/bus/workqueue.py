@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from streamproc.bus import jsapi
+from streamproc.bus import ack, jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import (
     DATA,
@@ -40,7 +40,6 @@ from streamproc.bus.pull import (
     PullLoop,
     RawMessage,
     acknowledge,
-    delivery_info,
 )
 from streamproc.ids import ascii_int
 
@@ -92,9 +91,15 @@ def parse_work_subject(subject: str) -> tuple[str, int] | None:
 
 
 def to_item(tenant: str, priority: int, m: RawMessage) -> WorkItem:
-    deliveries, seq = delivery_info(m[REPLY])
+    info = ack.parse(m[REPLY])
     return WorkItem(
-        tenant, priority, m[SUBJECT].decode(), m[DATA], m[REPLY].decode(), deliveries, seq
+        tenant,
+        priority,
+        m[SUBJECT].decode(),
+        m[DATA],
+        m[REPLY].decode(),
+        info.delivered,
+        info.stream_seq,
     )
 
 

@@ -14,14 +14,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from streamproc import exitcodes
 from streamproc.config import environment, file_document
 from streamproc.configfile.checks import check_all, check_gateway_file, is_gateway_file
 from streamproc.configfile.loader import ConfigFileError, Loaded, Problem, config_path, load
 from streamproc.configfile.reference import render_reference
 from streamproc.configfile.registry import BY_PATH, CONFIG_ENV, KEYS, SECTIONS, Key, known_env
 from streamproc.configfile.values import ValueProblem, display, from_env
-
-EXIT_INVALID = 2
 
 
 def add_config_flag(p: argparse.ArgumentParser) -> None:
@@ -55,7 +54,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     path = config_path(args.file)
     if path is None:
         print(f"streamproc: config check needs FILE (or {CONFIG_ENV})", file=sys.stderr)
-        return EXIT_INVALID
+        return exitcodes.USAGE
     if is_gateway_file(Path(path)):
         return _check_gateway_file(path, quiet=args.quiet)
     loaded = load(path)
@@ -66,7 +65,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if problems:
         err = ConfigFileError(path, [_label(p, loaded) for p in _unique(problems)])
         print(f"streamproc: {err}", file=sys.stderr)
-        return EXIT_INVALID
+        return exitcodes.USAGE
     print(f"ok: {path}")
     if not args.quiet:
         for line in _settings_lines(loaded, only_set=True):
@@ -86,7 +85,7 @@ def _check_gateway_file(path: str, *, quiet: bool) -> int:
     _warn_unknown_env()
     if problems:
         print(f"streamproc: {ConfigFileError(path, _unique(problems))}", file=sys.stderr)
-        return EXIT_INVALID
+        return exitcodes.USAGE
     print(f"ok: {path} (a gateway file, for gateway.config / {ENV_FILE})")
     if not quiet:
         print(f"  # gateway: {_gateway_summary({}, {**env, ENV_FILE: path})}")

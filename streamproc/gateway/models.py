@@ -88,6 +88,8 @@ class SchedulePatch(Request, kw_only=True):
             check_timezone(self.timezone)
 
 
+# Not the stored record: why is said in :func:`streamproc.gateway.views.schedule_view` (a
+# docstring here would become the schema's description and change the published OpenAPI).
 class ScheduleView(Response, kw_only=True):
     id: str
     tenant: str

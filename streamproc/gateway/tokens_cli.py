@@ -15,6 +15,7 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
+from streamproc import exitcodes
 from streamproc.gateway import jwt
 from streamproc.gateway.dpop import access_token_hash
 from streamproc.gateway.tls import x5t_s256
@@ -22,14 +23,16 @@ from streamproc.gateway.tls import x5t_s256
 DEFAULT_ISSUER = "https://authority.local"
 
 
+class KeyFileError(ValueError):
+    """A ``--key`` file that is not one ``token keygen`` wrote."""
+
+
 def _load(path: str) -> tuple[SigningKey, dict[str, Any]]:
     try:
         doc = json.loads(Path(path).read_text())
         seed = jwt.b64url_decode(doc["d"])
     except (OSError, ValueError, KeyError, jwt.JwtError) as exc:
-        raise SystemExit(
-            f"streamproc: {path} is not a key file from `token keygen`: {exc}"
-        ) from None
+        raise KeyFileError(f"{path} is not a key file from `token keygen`: {exc}") from None
     return SigningKey(seed), doc
 
 
@@ -41,7 +44,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.force:
         print(f"streamproc: {out} exists (use --force to replace it)", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     out.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:

@@ -20,6 +20,14 @@ from streamproc.readmodel.records import DeltaRecord, RunRecord, ScheduleRecord
 
 
 def schedule_view(r: ScheduleRecord, now: datetime, next_n: int) -> ScheduleView:
+    """The API's schedule, rendered from the read model's record.
+
+    ``ScheduleView`` stays a type of its own, not the stored
+    :class:`~streamproc.projections.schedule.ScheduleBase`: it is the published contract
+    (``schemas/openapi.json``, whose field order it fixes), its times are RFC 3339 strings where
+    records keep HLC milliseconds, it adds what is computed when read (``enabled``,
+    ``nextFireTimes``), and so storage can change without changing what clients see.
+    """
     active = not (r.paused or r.deleted)
     fires = next_fire_times(r.cron, r.timezone, now, next_n) if active else []
     return ScheduleView(

@@ -12,13 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from streamproc import exitcodes
 from streamproc.config import Settings, environment, load
 from streamproc.notify import messages as nm
 
 if TYPE_CHECKING:
     from streamproc.notify.consumer import NotifyConsumer
-
-EXIT_FAIL_CLOSED = 3
 
 
 def register(
@@ -85,7 +84,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         if len(kinds) != 1 or args.reset:
             print("streamproc: --http follows one --kind; to start over remove its --state file",
                   file=sys.stderr)  # fmt: skip
-            return 2
+            return exitcodes.USAGE
         name = args.durable or "notify-tail"
         state = Path(args.state or settings.data_dir / "notify" / f"{name}.json")
         tail = HttpTail(
@@ -96,16 +95,16 @@ def cmd_tail(args: argparse.Namespace) -> int:
             uvloop.run(tail.run(once=args.once))
         except FeedClosed as exc:
             print(f"streamproc: notify tail stopped (fail closed): {exc}", file=sys.stderr)
-            return EXIT_FAIL_CLOSED
+            return exitcodes.known(exc)
         except FeedRefused as exc:
             print(f"streamproc: notify tail: {exc}", file=sys.stderr)
-            return 2
+            return exitcodes.known(exc)
         except FeedUnavailable as exc:  # --once only; otherwise the tail waits and retries
             print(f"streamproc: notify tail: {exc}; checkpoint kept", file=sys.stderr)
-            return 1
+            return exitcodes.known(exc)
         except KeyboardInterrupt:
-            return 130
-        return 0
+            return exitcodes.INTERRUPTED
+        return exitcodes.OK
     from nats.errors import ConnectionClosedError
 
     from streamproc.bus.pull import ConsumerGone
@@ -116,14 +115,14 @@ def cmd_tail(args: argparse.Namespace) -> int:
     except ConsumerConflict as exc:
         print(f"streamproc: notify tail: {exc}: pass another --durable, or --reset to take "
               "the name over", file=sys.stderr)  # fmt: skip
-        return 2
+        return exitcodes.known(exc)
     except (ConsumerGone, ConnectionClosedError) as exc:  # the server stopped (make run did)
         print(f"streamproc: notify tail: NATS went away ({exc or type(exc).__name__}); run "
               "it again once the server is back: it resumes after the last message it printed",
               file=sys.stderr)  # fmt: skip
-        return 1
+        return exitcodes.known(exc)
     except KeyboardInterrupt:
-        return 130
+        return exitcodes.INTERRUPTED
 
 
 async def _tail_nats(

@@ -17,6 +17,7 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.fold import folds
 from streamproc.planner import records as r
 from streamproc.planner.changes import KeyChange, feedser_change, vexer_change
 from streamproc.projection import Projection, Rejection, Table, Tx
@@ -37,9 +38,6 @@ def _refs(req: p.RunRequested) -> list[tuple[r.Source, str]]:
 
 class PlannerExports(Projection):
     name: ClassVar[str] = "pl_exports"
-    kinds: ClassVar[frozenset[str]] = frozenset(
-        {"export.feedser", "export.vexer", "run.requested", "run.planned", "run.cancel_requested"}
-    )
     creates: ClassVar[frozenset[str]] = frozenset(
         {"export.feedser", "export.vexer", "run.requested"}
     )
@@ -87,21 +85,10 @@ class PlannerExports(Projection):
 
     # ------------------------------------------------------------------ folding
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        kind = event.kind
-        if kind == "export.feedser" or kind == "export.vexer":
-            self._export(tx, event)
-        elif kind == "run.requested":
-            self._claim(tx, event.tenant, event.payload, r.physical_ms(event.hlc))
-        elif kind == "run.planned":
-            self._planned(tx, event.tenant, event.payload)
-        else:
-            self._release(tx, tx.table(EXPORTS_CF), event.tenant, event.payload.run_id)
-
-    def _export(self, tx: Tx, event: Envelope) -> None:
-        pl = event.payload
+    @folds(p.FeedserExport, p.VexerExport)
+    def _export(self, tx: Tx, event: Envelope, pl: p.FeedserExport | p.VexerExport) -> None:
         t = event.tenant
-        source: r.Source = "feedser" if event.kind == "export.feedser" else "vexer"
+        source: r.Source = "feedser" if isinstance(pl, p.FeedserExport) else "vexer"
         table = tx.table(EXPORTS_CF)
         k = r.key(t, source, pl.export_id)
         if table.get(k) is not None:
@@ -138,7 +125,9 @@ class PlannerExports(Projection):
         table.put(k, r.encode(rec))
         self.pending.setdefault((t, source), {})[pl.export_id] = rec
 
-    def _claim(self, tx: Tx, tenant: str, req: p.RunRequested, at_ms: int) -> None:
+    @folds(p.RunRequested)
+    def _claim(self, tx: Tx, e: Envelope, req: p.RunRequested) -> None:
+        tenant, at_ms = e.tenant, r.physical_ms(e.hlc)
         refs = _refs(req)
         if not refs:
             return
@@ -187,7 +176,9 @@ class PlannerExports(Projection):
             out.append(("feedser" if source == "feedser" else "vexer", export_id))
         return out
 
-    def _planned(self, tx: Tx, tenant: str, pl: p.RunPlanned) -> None:
+    @folds(p.RunPlanned)
+    def _planned(self, tx: Tx, event: Envelope, pl: p.RunPlanned) -> None:
+        tenant = event.tenant
         table = tx.table(EXPORTS_CF)
         refs = self._claimed(tx.table(CLAIMS_CF), tenant, pl.run_id)
         if not refs:
@@ -218,6 +209,10 @@ class PlannerExports(Projection):
             self._release(tx, table, tenant, pl.run_id)
         else:  # the chain's last run releases the keys; the cursors have advanced already
             tx.table(CLAIMS_CF).delete(r.key(tenant, pl.run_id))
+
+    @folds(p.RunCancelRequested)
+    def _cancelled(self, tx: Tx, e: Envelope, c: p.RunCancelRequested) -> None:
+        self._release(tx, tx.table(EXPORTS_CF), e.tenant, c.run_id)
 
     def _release(self, tx: Tx, table: Table, tenant: str, run_id: str) -> None:
         """The run (chain) is done with these exports: drop their keys, keep their ids."""

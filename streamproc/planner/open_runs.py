@@ -18,14 +18,15 @@ from typing import ClassVar, Literal
 
 import msgspec
 
+from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.fold import folds
 from streamproc.planner import records as r
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.state.store import Store
 
 OPEN_CF = "pl_open"
 SegmentState = Literal["planned", "enqueued", "taken"]
-_TAKEN = frozenset({"segment.started", "segment.completed", "segment.failed"})
 
 
 class OpenRun(msgspec.Struct, kw_only=True):
@@ -53,9 +54,6 @@ _seg = msgspec.msgpack.Decoder(OpenSegment).decode
 
 class PlannerOpenRuns(Projection):
     name: ClassVar[str] = "pl_open"
-    kinds: ClassVar[frozenset[str]] = frozenset(
-        {"run.planned", "segment.enqueued", *_TAKEN, "run.completed", "run.cancelled"}
-    )
     creates: ClassVar[frozenset[str]] = frozenset({"run.planned"})
     """An open run starts at its plan; a later event of a run that is not open (never
     planned, or finished and forgotten) or of a segment its plan does not list is rejected."""
@@ -67,46 +65,67 @@ class PlannerOpenRuns(Projection):
     def open(self, store: Store) -> None:
         self._store = store
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        pl = event.payload
+    @folds(p.RunPlanned)
+    def _planned(self, tx: Tx, e: Envelope, pl: p.RunPlanned) -> None:
         t = tx.table(OPEN_CF)
-        run_key = r.key(event.tenant, pl.run_id)
-        kind = event.kind
-        raw_run = t.get(run_key)
-        if kind == "run.planned":
-            if raw_run is None:
-                run = OpenRun(
-                    tenant=event.tenant,
-                    run_id=pl.run_id,
-                    planned_ms=r.physical_ms(event.hlc),
-                    segments=[s.segment_id for s in pl.segments],
-                    images=[s.images for s in pl.segments],
-                )
-                t.put(run_key, _enc.encode(run))
-            return
-        if raw_run is None:
-            raise Rejection("unknown_run", f"{kind} for run {pl.run_id}: not open here")
-        if kind in ("run.completed", "run.cancelled"):
-            for k, _ in list(t.scan(run_key + r.SEP)):
-                t.delete(k)
-            t.delete(run_key)
-            return
-        if pl.segment_id not in _run(raw_run).segments:
-            raise Rejection("unknown_segment", f"{kind}: {pl.segment_id} is not in the plan")
-        seg_key = r.key(event.tenant, pl.run_id, pl.segment_id)
-        raw = t.get(seg_key)
-        cur = OpenSegment() if raw is None else _seg(raw)
-        if kind == "segment.enqueued":
-            if cur.seq:
-                return  # a repeat (another planner's redo): the first one stands
-            nxt = msgspec.structs.replace(
-                cur, seq=tx.seq, ms=r.physical_ms(event.hlc), priority=pl.priority
+        run_key = r.key(e.tenant, pl.run_id)
+        if t.get(run_key) is None:
+            run = OpenRun(
+                tenant=e.tenant,
+                run_id=pl.run_id,
+                planned_ms=r.physical_ms(e.hlc),
+                segments=[s.segment_id for s in pl.segments],
+                images=[s.images for s in pl.segments],
             )
-            if nxt.state == "planned":
-                nxt = msgspec.structs.replace(nxt, state="enqueued")
-        else:
-            nxt = msgspec.structs.replace(cur, state="taken")
-        t.put(seg_key, _enc.encode(nxt))
+            t.put(run_key, _enc.encode(run))
+
+    @staticmethod
+    def _open(t: Table, e: Envelope, run_id: str) -> tuple[bytes, bytes]:
+        """The open run's key and record: ``unknown_run`` if it is not open here."""
+        run_key = r.key(e.tenant, run_id)
+        raw_run = t.get(run_key)
+        if raw_run is None:
+            raise Rejection("unknown_run", f"{e.kind} for run {run_id}: not open here")
+        return run_key, raw_run
+
+    @folds(p.RunCompleted, p.RunCancelled)
+    def _finished(self, tx: Tx, e: Envelope, pl: p.RunCompleted | p.RunCancelled) -> None:
+        t = tx.table(OPEN_CF)
+        run_key, _ = self._open(t, e, pl.run_id)
+        for k, _ in list(t.scan(run_key + r.SEP)):
+            t.delete(k)
+        t.delete(run_key)
+
+    def _segment(self, t: Table, e: Envelope, run_id: str, segment_id: str) -> OpenSegment:
+        """The segment's state so far; ``unknown_segment`` if the plan does not list it."""
+        _, raw_run = self._open(t, e, run_id)
+        if segment_id not in _run(raw_run).segments:
+            raise Rejection("unknown_segment", f"{e.kind}: {segment_id} is not in the plan")
+        raw = t.get(r.key(e.tenant, run_id, segment_id))
+        return OpenSegment() if raw is None else _seg(raw)
+
+    @folds(p.SegmentEnqueued)
+    def _enqueued(self, tx: Tx, e: Envelope, pl: p.SegmentEnqueued) -> None:
+        t = tx.table(OPEN_CF)
+        cur = self._segment(t, e, pl.run_id, pl.segment_id)
+        if cur.seq:
+            return  # a repeat (another planner's redo): the first one stands
+        nxt = msgspec.structs.replace(
+            cur, seq=tx.seq, ms=r.physical_ms(e.hlc), priority=pl.priority
+        )
+        if nxt.state == "planned":
+            nxt = msgspec.structs.replace(nxt, state="enqueued")
+        t.put(r.key(e.tenant, pl.run_id, pl.segment_id), _enc.encode(nxt))
+
+    @folds(p.SegmentStarted, p.SegmentCompleted, p.SegmentFailed)
+    def _taken(
+        self, tx: Tx, e: Envelope, pl: p.SegmentStarted | p.SegmentCompleted | p.SegmentFailed
+    ) -> None:
+        """A runner took the segment's work item."""
+        t = tx.table(OPEN_CF)
+        cur = self._segment(t, e, pl.run_id, pl.segment_id)
+        nxt = msgspec.structs.replace(cur, state="taken")
+        t.put(r.key(e.tenant, pl.run_id, pl.segment_id), _enc.encode(nxt))
 
 
 class OpenRunView(msgspec.Struct, kw_only=True):

@@ -20,7 +20,6 @@ from streamproc.events import payloads as p
 
 PRIORITY_BASE: dict[str, int] = {"manual": 0, "feedser": 3, "vexer": 3, "cron": 6}
 TIER_KEV, TIER_CRITICAL, TIER_REST = 0, 1, 2
-TIER_NAMES = ("kev", "critical", "rest")
 
 
 def priority_digit(trigger: str, tier: int) -> int:
@@ -96,12 +95,6 @@ class LeakyBucket:
         self._tat = 0.0
         self._tolerance = (self.burst - 1) / self.rate
 
-    def set_rate(self, rate: float) -> None:
-        if rate <= 0:
-            raise ValueError(f"rate must be > 0, got {rate}")
-        self.rate = float(rate)
-        self._tolerance = (self.burst - 1) / self.rate
-
     def reserve(self, n: float = 1.0) -> float:
         now = self._now()
         tat = max(self._tat, now)
@@ -133,9 +126,6 @@ class Pacer:
             b = LeakyBucket(rate, max(1.0, rate * self.burst_s), self._now)
             pool[name] = b
         return b
-
-    def set_tenant_rate(self, tenant: str, rate: int) -> None:
-        self._bucket(self._tenants, tenant, rate).set_rate(rate)
 
     def delay(self, tenant: str, host: str | None = None, n: int = 1) -> float:
         """Reserve ``n`` images for ``tenant`` (and ``host``); seconds to wait first."""

@@ -17,6 +17,7 @@ from msgspec import UNSET
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.fold import folds
 from streamproc.ids import derive_id
 from streamproc.planner import records as r
 from streamproc.projection import Projection, Rejection, Tx
@@ -51,16 +52,6 @@ class PlannerSchedules(Projection):
     """Schedules by tenant, with the cron anchor and the latest tick fired."""
 
     name: ClassVar[str] = "pl_schedules"
-    kinds: ClassVar[frozenset[str]] = frozenset(
-        {
-            "schedule.created",
-            "schedule.updated",
-            "schedule.paused",
-            "schedule.resumed",
-            "schedule.deleted",
-            "run.requested",
-        }
-    )
     creates: ClassVar[frozenset[str]] = frozenset({"schedule.created"})
     families: ClassVar[tuple[str, ...]] = (SCHEDULES_CF,)
 
@@ -86,71 +77,81 @@ class PlannerSchedules(Projection):
         for t in sorted(self.by_tenant):
             yield from self.for_tenant(t)
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        pl = event.payload
-        kind = event.kind
-        if kind == "run.requested":
-            self._tick(event.tenant, pl)
-            return
-        cur = self.get(event.tenant, pl.schedule_id)
-        nxt = self._next(cur, event)
-        self.by_tenant.setdefault(event.tenant, {})[nxt.id] = nxt
-        self._dirty.add((event.tenant, nxt.id))
+    def _set(self, tenant: str, nxt: r.ScheduleView) -> None:
+        """The next state (a new object: the mirror changes only once the fold decided)."""
+        self.by_tenant.setdefault(tenant, {})[nxt.id] = nxt
+        self._dirty.add((tenant, nxt.id))
 
-    def _next(self, cur: r.ScheduleView | None, event: Envelope) -> r.ScheduleView:
-        """The next state (a new object: the mirror changes only once this returns)."""
-        kind, pl, ms = event.kind, event.payload, r.physical_ms(event.hlc)
-        if kind == "schedule.created":
-            if cur is not None:
-                raise Rejection("schedule_exists", f"schedule {cur.id} already exists")
-            return r.ScheduleView(
-                id=pl.schedule_id,
-                tenant=event.tenant,
-                cron=pl.cron,
-                timezone=pl.timezone,
-                mode=pl.mode,
-                selection=pl.selection,
-                only_if=pl.only_if,
-                limits=pl.limits,
-                subscriptions=list(pl.subscriptions),
-                paused=not pl.enabled,
-                active_since_ms=ms,
-            )
+    def _existing(self, e: Envelope, schedule_id: str) -> r.ScheduleView:
+        cur = self.get(e.tenant, schedule_id)
         if cur is None or cur.deleted:
-            raise Rejection("unknown_schedule", f"{kind} for a schedule that does not exist")
-        if kind == "schedule.updated":
-            changes = {f: getattr(pl, f) for f in _PATCH if getattr(pl, f) is not UNSET}
-            if "subscriptions" in changes:
-                changes["subscriptions"] = list(changes["subscriptions"])
-            moved = any(f in changes and changes[f] != getattr(cur, f) for f in _PATCH[:2])
-            if moved:  # a new cron or zone: ticks of the old one are not owed
-                changes["active_since_ms"] = max(cur.active_since_ms, ms)
-            return msgspec.structs.replace(cur, **changes)
-        if kind == "schedule.paused":
-            if cur.paused:
-                raise Rejection("already_paused", f"schedule {cur.id} is already paused")
-            return msgspec.structs.replace(cur, paused=True)
-        if kind == "schedule.resumed":
-            if not cur.paused:
-                raise Rejection("not_paused", f"schedule {cur.id} is not paused")
-            # Ticks that fell into the pause are not owed either.
-            return msgspec.structs.replace(
-                cur, paused=False, active_since_ms=max(cur.active_since_ms, ms)
-            )
-        return msgspec.structs.replace(cur, deleted=True)  # schedule.deleted
+            raise Rejection("unknown_schedule", f"{e.kind} for a schedule that does not exist")
+        return cur
 
-    def _tick(self, tenant: str, req: p.RunRequested) -> None:
+    @folds(p.ScheduleCreated)
+    def _created(self, tx: Tx, e: Envelope, c: p.ScheduleCreated) -> None:
+        cur = self.get(e.tenant, c.schedule_id)
+        if cur is not None:
+            raise Rejection("schedule_exists", f"schedule {cur.id} already exists")
+        view = r.ScheduleView(
+            id=c.schedule_id,
+            tenant=e.tenant,
+            cron=c.cron,
+            timezone=c.timezone,
+            mode=c.mode,
+            selection=c.selection,
+            only_if=c.only_if,
+            limits=c.limits,
+            subscriptions=list(c.subscriptions),
+            paused=not c.enabled,
+            active_since_ms=r.physical_ms(e.hlc),
+        )
+        self._set(e.tenant, view)
+
+    @folds(p.ScheduleUpdated)
+    def _updated(self, tx: Tx, e: Envelope, u: p.ScheduleUpdated) -> None:
+        cur = self._existing(e, u.schedule_id)
+        changes = {f: getattr(u, f) for f in _PATCH if getattr(u, f) is not UNSET}
+        if "subscriptions" in changes:
+            changes["subscriptions"] = list(changes["subscriptions"])
+        moved = any(f in changes and changes[f] != getattr(cur, f) for f in _PATCH[:2])
+        if moved:  # a new cron or zone: ticks of the old one are not owed
+            changes["active_since_ms"] = max(cur.active_since_ms, r.physical_ms(e.hlc))
+        self._set(e.tenant, msgspec.structs.replace(cur, **changes))
+
+    @folds(p.ScheduleStateChange, kinds=("schedule.paused",))
+    def _paused(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None:
+        cur = self._existing(e, s.schedule_id)
+        if cur.paused:
+            raise Rejection("already_paused", f"schedule {cur.id} is already paused")
+        self._set(e.tenant, msgspec.structs.replace(cur, paused=True))
+
+    @folds(p.ScheduleStateChange, kinds=("schedule.resumed",))
+    def _resumed(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None:
+        cur = self._existing(e, s.schedule_id)
+        if not cur.paused:
+            raise Rejection("not_paused", f"schedule {cur.id} is not paused")
+        # Ticks that fell into the pause are not owed either.
+        since = max(cur.active_since_ms, r.physical_ms(e.hlc))
+        self._set(e.tenant, msgspec.structs.replace(cur, paused=False, active_since_ms=since))
+
+    @folds(p.ScheduleStateChange, kinds=("schedule.deleted",))
+    def _deleted(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None:
+        cur = self._existing(e, s.schedule_id)
+        self._set(e.tenant, msgspec.structs.replace(cur, deleted=True))
+
+    @folds(p.RunRequested)
+    def _tick(self, tx: Tx, e: Envelope, req: p.RunRequested) -> None:
         """A cron run's request is the tick of its schedule: the latest one fired."""
         if req.trigger != "cron" or req.schedule_id is None:
             return
-        cur = self.get(tenant, req.schedule_id)
+        cur = self.get(e.tenant, req.schedule_id)
         if cur is None:
             raise Rejection("unknown_schedule", f"a cron tick of unknown {req.schedule_id}")
         at = parse_utc_ms(req.reason.scheduled_for)
         if at is None or (cur.last_fired_ms or -1) >= at:
             return
-        self.by_tenant[tenant][cur.id] = msgspec.structs.replace(cur, last_fired_ms=at)
-        self._dirty.add((tenant, cur.id))
+        self._set(e.tenant, msgspec.structs.replace(cur, last_fired_ms=at))
 
     def flush(self, tx: Tx) -> None:
         table = tx.table(SCHEDULES_CF)
@@ -168,9 +169,6 @@ class PlannerRuns(Projection):
     """Requested runs (pending until planned or cancelled), planned markers, the backlog."""
 
     name: ClassVar[str] = "pl_runs"
-    kinds: ClassVar[frozenset[str]] = frozenset(
-        {"run.requested", "run.planned", "run.cancel_requested"}
-    )
     creates: ClassVar[frozenset[str]] = frozenset({"run.requested"})
     families: ClassVar[tuple[str, ...]] = (RUNS_CF, BACKLOG_CF)
 
@@ -207,43 +205,40 @@ class PlannerRuns(Projection):
             out[b.tenant] = out.get(b.tenant, 0) + b.spilled
         return out
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        pl = event.payload
-        t = event.tenant
-        table = tx.table(RUNS_CF)
-        k = r.key(t, pl.run_id)
-        raw = table.get(k)
-        cur = None if raw is None else r.decode_run(raw)
-        ms = r.physical_ms(event.hlc)
-        if event.kind == "run.requested":
-            if cur is not None:
-                raise Rejection("run_exists", f"run {pl.run_id} was already requested")
-            b = self.backlog.get((t, pl.run_id))
-            rec = r.RunRecord(
-                run_id=pl.run_id,
-                tenant=t,
-                event_id=event.id,
-                hlc=event.hlc,
-                ms=ms,
-                request=pl,
-                offset=b.offset if b else 0,
-                root_run_id=b.root_run_id if b else None,
-                cause_ms=b.cause_ms if b else ms,
-            )
-            table.put(k, r.encode(rec))
-            if b is not None:
-                tx.table(BACKLOG_CF).delete(k)
-                del self.backlog[(t, pl.run_id)]
-            self.pending[(t, pl.run_id)] = rec
-        elif event.kind == "run.planned":
-            self._planned(tx, cur, event, pl, ms)
-        else:
-            self._cancel(tx, cur, t, pl.run_id)
+    @staticmethod
+    def _current(tx: Tx, tenant: str, run_id: str) -> r.RunRecord | None:
+        raw = tx.table(RUNS_CF).get(r.key(tenant, run_id))
+        return None if raw is None else r.decode_run(raw)
 
-    def _planned(
-        self, tx: Tx, cur: r.RunRecord | None, event: Envelope, pl: p.RunPlanned, ms: int
-    ) -> None:
-        t = event.tenant
+    @folds(p.RunRequested)
+    def _requested(self, tx: Tx, e: Envelope, pl: p.RunRequested) -> None:
+        t = e.tenant
+        if self._current(tx, t, pl.run_id) is not None:
+            raise Rejection("run_exists", f"run {pl.run_id} was already requested")
+        b = self.backlog.get((t, pl.run_id))
+        ms = r.physical_ms(e.hlc)
+        rec = r.RunRecord(
+            run_id=pl.run_id,
+            tenant=t,
+            event_id=e.id,
+            hlc=e.hlc,
+            ms=ms,
+            request=pl,
+            offset=b.offset if b else 0,
+            root_run_id=b.root_run_id if b else None,
+            cause_ms=b.cause_ms if b else ms,
+        )
+        tx.table(RUNS_CF).put(r.key(t, pl.run_id), r.encode(rec))
+        if b is not None:
+            tx.table(BACKLOG_CF).delete(r.key(t, pl.run_id))
+            del self.backlog[(t, pl.run_id)]
+        self.pending[(t, pl.run_id)] = rec
+
+    @folds(p.RunPlanned)
+    def _planned(self, tx: Tx, e: Envelope, pl: p.RunPlanned) -> None:
+        t = e.tenant
+        cur = self._current(tx, t, pl.run_id)
+        ms = r.physical_ms(e.hlc)
         if cur is None:
             raise Rejection("unknown_run", f"run.planned for run {pl.run_id}, never requested")
         if cur.state == "planned":
@@ -271,7 +266,10 @@ class PlannerRuns(Projection):
             tx.table(BACKLOG_CF).put(r.key(t, b.run_id), r.encode(b))
             self.backlog[(t, b.run_id)] = b
 
-    def _cancel(self, tx: Tx, cur: r.RunRecord | None, tenant: str, run_id: str) -> None:
+    @folds(p.RunCancelRequested)
+    def _cancel(self, tx: Tx, e: Envelope, c: p.RunCancelRequested) -> None:
+        tenant, run_id = e.tenant, c.run_id
+        cur = self._current(tx, tenant, run_id)
         if cur is None:
             raise Rejection("unknown_run", f"a cancel for run {run_id}, never requested")
         if cur.state == "requested":
@@ -300,8 +298,7 @@ class LastReports(Projection):
     or critical findings — for ``onlyIf.lastReportOlderThanDays`` and nightly ordering."""
 
     name: ClassVar[str] = "pl_reports"
-    kinds: ClassVar[frozenset[str]] = frozenset({"verdict.recorded"})
-    creates: ClassVar[frozenset[str]] = kinds
+    creates: ClassVar[frozenset[str]] = frozenset({"verdict.recorded"})
     """An image's first report creates its entry (reports are about images, not runs)."""
     families: ClassVar[tuple[str, ...]] = (REPORTS_CF,)
 
@@ -320,8 +317,8 @@ class LastReports(Projection):
     def get(self, tenant: str) -> Mapping[str, tuple[int, int]]:
         return self.by_tenant.get(tenant, {})
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        v = event.payload
+    @folds(p.VerdictRecorded)
+    def _verdict(self, tx: Tx, event: Envelope, v: p.VerdictRecorded) -> None:
         if v.status != "ok":
             return  # a failed evaluation is not a report
         ms = r.physical_ms(event.hlc)

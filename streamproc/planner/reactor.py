@@ -135,7 +135,6 @@ class PlannerReactor(Reactor):
         self.recovered = False
         """Whether the restart check (:mod:`.recovery`) has succeeded in this term."""
         self.check = RestartCheck()
-        self.reenqueued = 0
 
     # ------------------------------------------------------------------ the pass
 
@@ -194,7 +193,6 @@ class PlannerReactor(Reactor):
             return
         check.succeeded()
         ctx.problems.pop(RECOVERY_PROBLEM, None)
-        self.reenqueued += out.requeued
         metrics.PLANNER_REQUEUED.inc(out.requeued)
         log.log(
             logging.WARNING if out.requeued else logging.INFO,

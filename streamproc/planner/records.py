@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from streamproc.events import payloads as p
+from streamproc.projections.schedule import ScheduleBase
 
 SEP = b"\x00"
 Source = Literal["feedser", "vexer"]
@@ -34,20 +35,11 @@ def physical_ms(hlc: str) -> int:
     return int(hlc.split(":", 1)[0])
 
 
-class ScheduleView(msgspec.Struct, kw_only=True):
-    """A schedule as the planner needs it: what to select, limits, and the cron anchor."""
+class ScheduleView(ScheduleBase, kw_only=True):
+    """A schedule as the planner needs it: the shared record (what to select, limits) and the
+    cron anchor, which only the planner keeps (it folds ``run.requested`` for it); name,
+    notify rule, authors and versions are the read model's business, not stored here."""
 
-    id: str
-    tenant: str
-    cron: str
-    timezone: str
-    mode: p.Mode = "analysis-only"
-    selection: p.Selection = msgspec.field(default_factory=p.Selection)
-    only_if: p.OnlyIf = msgspec.field(default_factory=p.OnlyIf)
-    limits: p.Limits = msgspec.field(default_factory=p.Limits)
-    subscriptions: list[str] = []
-    paused: bool = False
-    deleted: bool = False
     active_since_ms: int = 0
     """Cron ticks at or before this are never fired: creation, resume, cron or zone change."""
     last_fired_ms: int | None = None

@@ -12,6 +12,8 @@ import msgspec
 
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope
+from streamproc.events.payloads import Payload
+from streamproc.fold import folds, payloads_of
 from streamproc.hlc import sort_key
 from streamproc.projection import Projection, Tx
 
@@ -29,8 +31,7 @@ _enc = msgspec.json.Encoder(order="sorted")
 
 class Activity(Projection):
     name: ClassVar[str] = "activity"
-    kinds: ClassVar[frozenset[str]] = frozenset(KINDS)
-    creates: ClassVar[frozenset[str]] = kinds
+    creates: ClassVar[frozenset[str]] = frozenset(KINDS)
     """Counters per tenant: any event is the first of its tenant's."""
 
     def __init__(self) -> None:
@@ -38,7 +39,9 @@ class Activity(Projection):
         self._last: dict[str, tuple[int, int, str]] = {}
         self._dirty: set[str] = set()
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
+    @folds(*payloads_of(KINDS))
+    def _event(self, tx: Tx, event: Envelope, _: Payload) -> None:
+        """Every kind alike: only the envelope (tenant, kind, HLC, id) is read."""
         t = event.tenant
         act = self._cache.get(t)
         if act is None:

@@ -4,12 +4,13 @@ export is recognised long after JetStream's duplicate window has passed."""
 from __future__ import annotations
 
 import hashlib
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import msgspec
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import FeedserExport, VexerExport
+from streamproc.fold import folds
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ExportRecord, encode
@@ -29,14 +30,14 @@ def export_key(tenant: str, kind: str, export_id: str) -> bytes:
 
 class Exports(Projection):
     name: ClassVar[str] = "rm_exports"
-    kinds: ClassVar[frozenset[str]] = frozenset({"export.feedser", "export.vexer"})
-    creates: ClassVar[frozenset[str]] = kinds
+    creates: ClassVar[frozenset[str]] = frozenset({"export.feedser", "export.vexer"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        payload = event.payload
-        assert isinstance(payload, FeedserExport | VexerExport)
-        kind = "feedser" if event.kind == "export.feedser" else "vexer"
+    @folds(FeedserExport, VexerExport)
+    def _export(self, tx: Tx, event: Envelope, payload: FeedserExport | VexerExport) -> None:
+        kind: Literal["feedser", "vexer"] = (
+            "feedser" if isinstance(payload, FeedserExport) else "vexer"
+        )
         table = tx.table(CF)
         k = export_key(event.tenant, kind, payload.export_id)
         if table.get(k) is not None:

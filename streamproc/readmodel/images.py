@@ -13,7 +13,8 @@ from typing import ClassVar
 import msgspec
 
 from streamproc.events.envelope import Envelope
-from streamproc.events.payloads import ImageIndexed
+from streamproc.events.payloads import ImageIndexed, ImageRemoved
+from streamproc.fold import folds
 from streamproc.impact.publish import payload_digest
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
@@ -53,10 +54,8 @@ def usage_known(p: ImageIndexed) -> bool:
     return explicit if explicit is not None else any(c.used for c in p.components)
 
 
-def summarize(event: Envelope, seq: int) -> ImageSummary:
+def summarize(event: Envelope, p: ImageIndexed, seq: int) -> ImageSummary:
     """The record an ``image.indexed`` event makes (pure)."""
-    p = event.payload
-    assert isinstance(p, ImageIndexed)
     comps = p.components
     used = sum(1 for c in comps if c.used)
     return ImageSummary(
@@ -83,19 +82,21 @@ def image_key(tenant: str, digest: str) -> bytes:
 
 class Images(Projection):
     name: ClassVar[str] = "rm_images"
-    kinds: ClassVar[frozenset[str]] = frozenset({"image.indexed", "image.removed"})
     creates: ClassVar[frozenset[str]] = frozenset({"image.indexed"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
+    @folds(ImageIndexed)
+    def _indexed(self, tx: Tx, event: Envelope, p: ImageIndexed) -> None:
+        tx.table(CF).put(
+            image_key(event.tenant, p.digest), _enc.encode(summarize(event, p, tx.seq))
+        )
+
+    @folds(ImageRemoved)
+    def _removed(self, tx: Tx, event: Envelope, p: ImageRemoved) -> None:
         table = tx.table(CF)
-        k = image_key(event.tenant, event.payload.digest)
-        if event.kind == "image.indexed":
-            table.put(k, _enc.encode(summarize(event, tx.seq)))
-            return
+        k = image_key(event.tenant, p.digest)
         if table.get(k) is None:
             raise Rejection(
-                "image_not_indexed",
-                f"image {event.payload.digest} of tenant {event.tenant} is not indexed",
+                "image_not_indexed", f"image {p.digest} of tenant {event.tenant} is not indexed"
             )
         table.delete(k)

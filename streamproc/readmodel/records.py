@@ -9,35 +9,26 @@ import msgspec
 from streamproc.events.payloads import (
     Coverage,
     Finding,
-    Limits,
     Mode,
     NotifyRule,
-    OnlyIf,
     RunReason,
     RunStats,
     Selection,
     Trigger,
 )
+from streamproc.projections.schedule import ScheduleBase
 
 RunState = Literal["requested", "planned", "queued", "running", "completed", "cancelled", "error"]
 TERMINAL: frozenset[str] = frozenset({"completed", "cancelled", "error"})
 SegmentStateName = Literal["planned", "enqueued", "running", "completed", "failed"]
 
 
-class ScheduleRecord(msgspec.Struct, kw_only=True):
-    id: str
-    tenant: str
+class ScheduleRecord(ScheduleBase, kw_only=True):
+    """A schedule as the API shows it: the shared record plus what only the read model keeps
+    (name, notify rule, authors, times and the version that is the ETag)."""
+
     name: str
-    cron: str
-    timezone: str
-    mode: Mode
-    selection: Selection
-    only_if: OnlyIf
     notify: NotifyRule
-    limits: Limits
-    subscriptions: list[str]
-    paused: bool = False
-    deleted: bool = False
     created_by: str | None = None
     updated_by: str | None = None
     created_ms: int = 0

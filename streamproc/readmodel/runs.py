@@ -19,6 +19,7 @@ import msgspec
 from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.fold import folds
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys, retention
 from streamproc.readmodel.exports import Exports
@@ -39,22 +40,9 @@ CF = "rm_runs"
 BY_TIME_CF = "rm_runs_by_time"
 DELTAS_CF = "rm_run_deltas"
 _EMPTY_STATS = p.RunStats()
-RUN_KINDS: frozenset[str] = frozenset(
-    {
-        "run.requested",
-        "run.planned",
-        "run.cancel_requested",
-        "run.cancelled",
-        "run.completed",
-        "segment.enqueued",
-        "segment.started",
-        "segment.completed",
-        "segment.failed",
-        "verdict.recorded",
-    }
-)
 CLOCK_KINDS: frozenset[str] = Schedules.kinds | Exports.kinds
-"""Other kinds the read model folds: they only advance its retention clock."""
+"""Other kinds the read model folds (:meth:`Runs._clock`): they only advance its retention
+clock."""
 
 
 def run_key(tenant: str, run_id: str) -> bytes:
@@ -98,7 +86,6 @@ def _is_delta(v: p.VerdictRecorded) -> bool:
 
 class Runs(Projection):
     name: ClassVar[str] = "rm_runs"
-    kinds: ClassVar[frozenset[str]] = RUN_KINDS | CLOCK_KINDS
     creates: ClassVar[frozenset[str]] = frozenset({"run.requested"})
     """Everything else needs its run (``unknown_run``); a segment comes with the run's plan
     or its ``segment.enqueued``, and ``segment.started|completed|failed`` and verdicts of
@@ -142,36 +129,48 @@ class Runs(Projection):
             self._cache[k] = rec
         return None if rec is None or self._expired(rec, now) else rec
 
+    def _run(self, tx: Tx, e: Envelope, run_id: str) -> tuple[bytes, RunRecord | None]:
+        """The run's key and record as of this event's time (the clock moves only later)."""
+        k = run_key(e.tenant, run_id)
+        return k, self._get(tx, k, max(self._now, physical_ms(e)))
+
+    def _live_run(self, tx: Tx, e: Envelope, run_id: str) -> tuple[bytes, RunRecord]:
+        """The run an update is for: ``unknown_run`` or ``run_finished`` otherwise."""
+        k, rec = self._run(tx, e, run_id)
+        return k, _live(rec, e)
+
     def _touch(self, k: bytes, rec: RunRecord, event: Envelope, seq: int) -> None:
+        """The event applied to the run: record it and move the clock."""
         rec.updated_ms = physical_ms(event)
         rec.version = seq
         self._cache[k] = rec
         self._dirty.add(k)
+        self._advance(event)
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        now = max(self._now, physical_ms(event))
-        if event.kind in RUN_KINDS:
-            pl = event.payload
-            k = run_key(event.tenant, pl.run_id)
-            rec = self._get(tx, k, now)
-            handler = getattr(self, "_" + event.kind.replace(".", "_"))
-            rec = handler(tx, rec, event, pl)
-            self._touch(k, rec, event, tx.seq)
-        self._now = now  # only once the event applied: a rejected one moves nothing
+    def _advance(self, event: Envelope) -> None:
+        """Only once the event applied: a rejected one moves nothing."""
+        self._now = max(self._now, physical_ms(event))
+
+    @folds(
+        p.ScheduleCreated, p.ScheduleUpdated, p.ScheduleStateChange, p.FeedserExport, p.VexerExport
+    )
+    def _clock(self, tx: Tx, e: Envelope, _: p.Payload) -> None:
+        """Schedules and exports only advance the retention clock."""
+        self._advance(e)
 
     # -------------------------------------------------------------- run lifecycle
 
-    def _run_requested(
-        self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunRequested
-    ) -> RunRecord:
+    @folds(p.RunRequested)
+    def _run_requested(self, tx: Tx, e: Envelope, r: p.RunRequested) -> None:
+        k, rec = self._run(tx, e, r.run_id)
         if rec is not None:
             raise Rejection("run_exists", f"run {r.run_id} already exists")
-        stale = self._cache.get(run_key(e.tenant, r.run_id))
+        stale = self._cache.get(k)
         if stale is not None and stale.finished_ms is not None:
             # past its retention but not deleted yet (same batch): the id is free again
             self._purge(tx, stale.tenant, stale.id, stale.requested_seq, stale.finished_ms)
         tx.table(BY_TIME_CF).put(time_key(e.tenant, tx.seq, r.run_id), b"")
-        return RunRecord(
+        rec = RunRecord(
             id=r.run_id,
             tenant=e.tenant,
             trigger=r.trigger,
@@ -184,11 +183,11 @@ class Runs(Projection):
             requested_ms=physical_ms(e),
             requested_seq=tx.seq,
         )
+        self._touch(k, rec, e, tx.seq)
 
-    def _run_planned(
-        self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunPlanned
-    ) -> RunRecord:
-        rec = _live(rec, e)
+    @folds(p.RunPlanned)
+    def _run_planned(self, tx: Tx, e: Envelope, r: p.RunPlanned) -> None:
+        k, rec = self._live_run(tx, e, r.run_id)
         if rec.state not in ("requested", "queued"):
             raise Rejection("invalid_transition", f"run.planned for a run already {rec.state}")
         if rec.state == "requested":  # segments may be enqueued before the plan is recorded
@@ -207,15 +206,14 @@ class Runs(Projection):
         rec.segments = segs
         rec.degraded = r.degraded
         rec.degraded_reason = r.degraded_reason
-        return rec
+        self._touch(k, rec, e, tx.seq)
 
-    def _run_cancel_requested(
-        self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunCancelRequested
-    ) -> RunRecord:
-        rec = _live(rec, e)
+    @folds(p.RunCancelRequested)
+    def _run_cancel_requested(self, tx: Tx, e: Envelope, r: p.RunCancelRequested) -> None:
+        k, rec = self._live_run(tx, e, r.run_id)
         rec.cancel_requested = True
         rec.cancel_reason = r.reason
-        return rec
+        self._touch(k, rec, e, tx.seq)
 
     def _finish(
         self, tx: Tx, rec: RunRecord, e: Envelope, state: str, stats: p.RunStats
@@ -229,39 +227,35 @@ class Runs(Projection):
             rec.stats = stats  # the runner's final count wins over the folded one
         return rec
 
-    def _run_cancelled(
-        self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunCancelled
-    ) -> RunRecord:
-        rec = _live(rec, e)
+    @folds(p.RunCancelled)
+    def _run_cancelled(self, tx: Tx, e: Envelope, r: p.RunCancelled) -> None:
+        k, rec = self._live_run(tx, e, r.run_id)
         if r.reason and not rec.cancel_reason:
             rec.cancel_reason = r.reason
-        return self._finish(tx, rec, e, "cancelled", r.stats)
+        self._touch(k, self._finish(tx, rec, e, "cancelled", r.stats), e, tx.seq)
 
-    def _run_completed(
-        self, tx: Tx, rec: RunRecord | None, e: Envelope, r: p.RunCompleted
-    ) -> RunRecord:
-        rec = _live(rec, e)
+    @folds(p.RunCompleted)
+    def _run_completed(self, tx: Tx, e: Envelope, r: p.RunCompleted) -> None:
+        k, rec = self._live_run(tx, e, r.run_id)
         rec.coverage = r.coverage
         rec.error = r.error
-        return self._finish(tx, rec, e, r.state, r.stats)
+        self._touch(k, self._finish(tx, rec, e, r.state, r.stats), e, tx.seq)
 
     # -------------------------------------------------------------- segments
 
-    def _segment_enqueued(
-        self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentEnqueued
-    ) -> RunRecord:
-        rec = _live(rec, e)
+    @folds(p.SegmentEnqueued)
+    def _segment_enqueued(self, tx: Tx, e: Envelope, s: p.SegmentEnqueued) -> None:
+        k, rec = self._live_run(tx, e, s.run_id)
         if s.segment_id in rec.segments:  # planned (or a repeat): it must still be open
             _open_segment(rec, s.segment_id, e)
         rec.segments = {**rec.segments, s.segment_id: SegmentState(len(s.digests), "enqueued")}
         if rec.state in ("requested", "planned"):
             rec.state = "queued"
-        return rec
+        self._touch(k, rec, e, tx.seq)
 
-    def _segment_started(
-        self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentStarted
-    ) -> RunRecord:
-        rec = _live(rec, e)
+    @folds(p.SegmentStarted)
+    def _segment_started(self, tx: Tx, e: Envelope, s: p.SegmentStarted) -> None:
+        k, rec = self._live_run(tx, e, s.run_id)
         seg = _open_segment(rec, s.segment_id, e)
         rec.segments = {
             **rec.segments,
@@ -270,12 +264,11 @@ class Runs(Projection):
         if rec.state != "running":
             rec.state = "running"
             rec.started_ms = rec.started_ms or physical_ms(e)
-        return rec
+        self._touch(k, rec, e, tx.seq)
 
-    def _segment_completed(
-        self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentCompleted
-    ) -> RunRecord:
-        rec = _live(rec, e)
+    @folds(p.SegmentCompleted)
+    def _segment_completed(self, tx: Tx, e: Envelope, s: p.SegmentCompleted) -> None:
+        k, rec = self._live_run(tx, e, s.run_id)
         seg = _open_segment(rec, s.segment_id, e)
         rec.segments = {
             **rec.segments,
@@ -288,12 +281,11 @@ class Runs(Projection):
             failed=st.failed + s.failed,
             cancelled=st.cancelled + s.cancelled,
         )
-        return rec
+        self._touch(k, rec, e, tx.seq)
 
-    def _segment_failed(
-        self, tx: Tx, rec: RunRecord | None, e: Envelope, s: p.SegmentFailed
-    ) -> RunRecord:
-        rec = _live(rec, e)
+    @folds(p.SegmentFailed)
+    def _segment_failed(self, tx: Tx, e: Envelope, s: p.SegmentFailed) -> None:
+        k, rec = self._live_run(tx, e, s.run_id)
         seg = _open_segment(rec, s.segment_id, e)
         attempts = max(seg.attempts, s.deliveries)
         if not s.dead_lettered:  # a retryable failure: it will be delivered again
@@ -301,15 +293,15 @@ class Runs(Projection):
                 **rec.segments,
                 s.segment_id: SegmentState(seg.images, seg.state, attempts),
             }
-            return rec
+            self._touch(k, rec, e, tx.seq)
+            return
         rec.segments = {**rec.segments, s.segment_id: SegmentState(seg.images, "failed", attempts)}
         rec.stats = msgspec.structs.replace(rec.stats, failed=rec.stats.failed + seg.images)
-        return rec
+        self._touch(k, rec, e, tx.seq)
 
-    def _verdict_recorded(
-        self, tx: Tx, rec: RunRecord | None, e: Envelope, v: p.VerdictRecorded
-    ) -> RunRecord:
-        rec = _live(rec, e)
+    @folds(p.VerdictRecorded)
+    def _verdict_recorded(self, tx: Tx, e: Envelope, v: p.VerdictRecorded) -> None:
+        k, rec = self._live_run(tx, e, v.run_id)
         if v.segment_id not in rec.segments:
             raise Rejection(
                 "unknown_segment", f"a verdict of segment {v.segment_id}, not in run {rec.id}"
@@ -345,7 +337,7 @@ class Runs(Projection):
         elif old is not None:
             table.delete(dk)
         rec.stats = msgspec.structs.replace(st, deltas=deltas, new_criticals=crit)
-        return rec
+        self._touch(k, rec, e, tx.seq)
 
     # -------------------------------------------------------------- batch hooks
 
@@ -391,4 +383,4 @@ class Runs(Projection):
         deltas = tx.table(DELTAS_CF)
         for dk in [k for k, _ in deltas.scan(delta_prefix(tenant, run_id))]:
             deltas.delete(dk)
-        metrics.RUNS_PRUNED.labels(tenant).inc()
+        tx.count(metrics.RUNS_PRUNED, tenant)

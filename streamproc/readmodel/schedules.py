@@ -14,6 +14,7 @@ from msgspec import UNSET
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.fold import folds
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ScheduleRecord, decode_schedule, encode
@@ -26,9 +27,7 @@ def physical_ms(event: Envelope) -> int:
     return int(event.hlc.split(":", 1)[0])
 
 
-def created(event: Envelope, seq: int) -> ScheduleRecord:
-    c = event.payload
-    assert isinstance(c, p.ScheduleCreated)
+def created(event: Envelope, c: p.ScheduleCreated, seq: int) -> ScheduleRecord:
     ms = physical_ms(event)
     return ScheduleRecord(
         id=c.schedule_id,
@@ -51,61 +50,69 @@ def created(event: Envelope, seq: int) -> ScheduleRecord:
     )
 
 
-def apply(rec: ScheduleRecord | None, event: Envelope, seq: int) -> ScheduleRecord:
-    """The next state of one schedule, or :class:`Rejection` (pure; ``rec`` is not mutated)."""
-    kind = event.kind
-    if kind == "schedule.created":
-        if rec is not None:
-            raise Rejection("schedule_exists", f"schedule {rec.id} already exists")
-        return created(event, seq)
-    if rec is None or rec.deleted:
-        raise Rejection("unknown_schedule", f"{kind} for a schedule that does not exist")
-    ms = physical_ms(event)
-    if kind == "schedule.updated":
-        u = event.payload
-        assert isinstance(u, p.ScheduleUpdated)
-        changes = {f: getattr(u, f) for f in p.SCHEDULE_PATCHABLE if getattr(u, f) is not UNSET}
-        return msgspec.structs.replace(
-            rec, **changes, updated_by=u.updated_by, updated_ms=ms, version=seq
-        )
-    s = event.payload
-    assert isinstance(s, p.ScheduleStateChange)
-    if kind == "schedule.paused":
-        if rec.paused:
-            raise Rejection("already_paused", f"schedule {rec.id} is already paused")
-        return msgspec.structs.replace(
-            rec, paused=True, updated_by=s.by, updated_ms=ms, version=seq
-        )
-    if kind == "schedule.resumed":
-        if not rec.paused:
-            raise Rejection("not_paused", f"schedule {rec.id} is not paused")
-        return msgspec.structs.replace(
-            rec, paused=False, updated_by=s.by, updated_ms=ms, version=seq
-        )
-    if kind == "schedule.deleted":
-        return msgspec.structs.replace(
-            rec, deleted=True, deleted_ms=ms, updated_by=s.by, updated_ms=ms, version=seq
-        )
-    raise Rejection("unhandled_kind", kind)  # pragma: no cover - kinds are declared below
-
-
 class Schedules(Projection):
+    """One record per schedule; each fold checks, then writes the next state (a new
+    record: the stored one is never mutated)."""
+
     name: ClassVar[str] = "rm_schedules"
-    kinds: ClassVar[frozenset[str]] = frozenset(
-        {
-            "schedule.created",
-            "schedule.updated",
-            "schedule.paused",
-            "schedule.resumed",
-            "schedule.deleted",
-        }
-    )
     creates: ClassVar[frozenset[str]] = frozenset({"schedule.created"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        table = tx.table(CF)
-        k = keys.key(event.tenant, event.payload.schedule_id)
-        raw = table.get(k)
+    @staticmethod
+    def _existing(tx: Tx, event: Envelope, schedule_id: str) -> ScheduleRecord:
+        """The schedule an update is for: ``unknown_schedule`` if absent or deleted."""
+        raw = tx.table(CF).get(keys.key(event.tenant, schedule_id))
         rec = decode_schedule(raw) if raw is not None else None
-        table.put(k, encode(apply(rec, event, tx.seq)))
+        if rec is None or rec.deleted:
+            raise Rejection("unknown_schedule", f"{event.kind} for a schedule that does not exist")
+        return rec
+
+    @staticmethod
+    def _put(tx: Tx, event: Envelope, rec: ScheduleRecord) -> None:
+        tx.table(CF).put(keys.key(event.tenant, rec.id), encode(rec))
+
+    @folds(p.ScheduleCreated)
+    def _created(self, tx: Tx, e: Envelope, c: p.ScheduleCreated) -> None:
+        if tx.table(CF).get(keys.key(e.tenant, c.schedule_id)) is not None:
+            raise Rejection("schedule_exists", f"schedule {c.schedule_id} already exists")
+        self._put(tx, e, created(e, c, tx.seq))
+
+    @folds(p.ScheduleUpdated)
+    def _updated(self, tx: Tx, e: Envelope, u: p.ScheduleUpdated) -> None:
+        rec = self._existing(tx, e, u.schedule_id)
+        changes = {f: getattr(u, f) for f in p.SCHEDULE_PATCHABLE if getattr(u, f) is not UNSET}
+        self._put(
+            tx,
+            e,
+            msgspec.structs.replace(
+                rec, **changes, updated_by=u.updated_by, updated_ms=physical_ms(e), version=tx.seq
+            ),
+        )
+
+    @folds(p.ScheduleStateChange, kinds=("schedule.paused",))
+    def _paused(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None:
+        rec = self._existing(tx, e, s.schedule_id)
+        if rec.paused:
+            raise Rejection("already_paused", f"schedule {rec.id} is already paused")
+        self._put(tx, e, self._changed(rec, e, s, tx.seq, paused=True))
+
+    @folds(p.ScheduleStateChange, kinds=("schedule.resumed",))
+    def _resumed(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None:
+        rec = self._existing(tx, e, s.schedule_id)
+        if not rec.paused:
+            raise Rejection("not_paused", f"schedule {rec.id} is not paused")
+        self._put(tx, e, self._changed(rec, e, s, tx.seq, paused=False))
+
+    @folds(p.ScheduleStateChange, kinds=("schedule.deleted",))
+    def _deleted(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None:
+        rec = self._existing(tx, e, s.schedule_id)
+        ms = physical_ms(e)
+        self._put(tx, e, self._changed(rec, e, s, tx.seq, deleted=True, deleted_ms=ms))
+
+    @staticmethod
+    def _changed(
+        rec: ScheduleRecord, e: Envelope, s: p.ScheduleStateChange, seq: int, **fields: object
+    ) -> ScheduleRecord:
+        return msgspec.structs.replace(
+            rec, **fields, updated_by=s.by, updated_ms=physical_ms(e), version=seq
+        )

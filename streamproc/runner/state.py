@@ -18,6 +18,7 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
+from streamproc.fold import folds
 from streamproc.hlc import sort_key
 from streamproc.planner.changes import export_run_id
 from streamproc.projection import Projection, Rejection, Table, Tx
@@ -121,23 +122,6 @@ def failure_category(error: str | None) -> str:
 
 class RunnerState(Projection):
     name: ClassVar[str] = "runner"
-    kinds: ClassVar[frozenset[str]] = frozenset(
-        {
-            "export.feedser",
-            "export.vexer",
-            "schedule.created",
-            "schedule.updated",
-            "schedule.deleted",
-            "run.requested",
-            "run.planned",
-            "run.cancel_requested",
-            "run.completed",
-            "run.cancelled",
-            "segment.completed",
-            "segment.failed",
-            "verdict.recorded",
-        }
-    )
     creates: ClassVar[frozenset[str]] = frozenset(
         {"export.feedser", "export.vexer", "schedule.created", "run.requested"}
     )
@@ -191,14 +175,13 @@ class RunnerState(Projection):
             )
         return rec
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        getattr(self, "_" + event.kind.replace(".", "_"))(tx, event, event.payload)
-
     # ------------------------------------------------------------------ exports
 
+    @folds(p.FeedserExport)
     def _export_feedser(self, tx: Tx, e: Envelope, x: p.FeedserExport) -> None:
         self._export(tx, e, "feedser", x.export_id)
 
+    @folds(p.VexerExport)
     def _export_vexer(self, tx: Tx, e: Envelope, x: p.VexerExport) -> None:
         self._export(tx, e, "vexer", x.export_id)
 
@@ -211,6 +194,7 @@ class RunnerState(Projection):
 
     # ------------------------------------------------------------------ schedules
 
+    @folds(p.ScheduleCreated)
     def _schedule_created(self, tx: Tx, e: Envelope, s: p.ScheduleCreated) -> None:
         t = tx.table(RULES_CF)
         if t.get(key(e.tenant, s.schedule_id)) is not None:
@@ -224,6 +208,7 @@ class RunnerState(Projection):
             raise Rejection("unknown_schedule", f"{e.kind} for a schedule that does not exist")
         return raw
 
+    @folds(p.ScheduleUpdated)
     def _schedule_updated(self, tx: Tx, e: Envelope, s: p.ScheduleUpdated) -> None:
         t = tx.table(RULES_CF)
         rule = decode_rule(self._rule(t, e, s.schedule_id))
@@ -233,6 +218,7 @@ class RunnerState(Projection):
             rule.limits = s.limits
         t.put(key(e.tenant, s.schedule_id), _enc.encode(rule))
 
+    @folds(p.ScheduleStateChange, kinds=("schedule.deleted",))
     def _schedule_deleted(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None:
         t = tx.table(RULES_CF)
         self._rule(t, e, s.schedule_id)
@@ -240,6 +226,7 @@ class RunnerState(Projection):
 
     # ------------------------------------------------------------------ runs
 
+    @folds(p.RunRequested)
     def _run_requested(self, tx: Tx, e: Envelope, r: p.RunRequested) -> None:
         k = key(e.tenant, r.run_id)
         if self._load(tx, k) is not None:
@@ -274,6 +261,7 @@ class RunnerState(Projection):
                     t.delete(ek)
         return ms
 
+    @folds(p.RunPlanned)
     def _run_planned(self, tx: Tx, e: Envelope, r: p.RunPlanned) -> None:
         _, rec = self._run(tx, e, r.run_id)
         if rec.planned:
@@ -284,27 +272,32 @@ class RunnerState(Projection):
         rec.schedule_ids = list(dict.fromkeys([*rec.schedule_ids, *r.schedule_ids]))
         rec.segments = {s.segment_id: s.images for s in r.segments}
 
+    @folds(p.RunCancelRequested)
     def _run_cancel_requested(self, tx: Tx, e: Envelope, r: p.RunCancelRequested) -> None:
         _, rec = self._run(tx, e, r.run_id)
         if rec.terminal is None and not rec.cancel_requested:
             rec.cancel_requested = True
             rec.cancel_reason = r.reason
 
+    @folds(p.RunCompleted)
     def _run_completed(self, tx: Tx, e: Envelope, r: p.RunCompleted) -> None:
         _, rec = self._run(tx, e, r.run_id)
         rec.terminal = rec.terminal or r.state
 
+    @folds(p.RunCancelled)
     def _run_cancelled(self, tx: Tx, e: Envelope, r: p.RunCancelled) -> None:
         _, rec = self._run(tx, e, r.run_id)
         rec.terminal = rec.terminal or "cancelled"
 
     # ------------------------------------------------------------------ segments
 
+    @folds(p.SegmentCompleted)
     def _segment_completed(self, tx: Tx, e: Envelope, s: p.SegmentCompleted) -> None:
         rec = self._segment(tx, e, s.run_id, s.segment_id)
         if s.segment_id not in rec.done:
             rec.done = {**rec.done, s.segment_id: SegDone(s.completed, s.failed, s.cancelled)}
 
+    @folds(p.SegmentFailed)
     def _segment_failed(self, tx: Tx, e: Envelope, s: p.SegmentFailed) -> None:
         rec = self._segment(tx, e, s.run_id, s.segment_id)
         if not s.dead_lettered:
@@ -319,6 +312,7 @@ class RunnerState(Projection):
 
     # ------------------------------------------------------------------ verdicts
 
+    @folds(p.VerdictRecorded)
     def _verdict_recorded(self, tx: Tx, e: Envelope, v: p.VerdictRecorded) -> None:
         rec = self._segment(tx, e, v.run_id, v.segment_id)
         vt = tx.table(VERDICTS_CF)

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from streamproc import exitcodes
 from streamproc.config import environment
 from streamproc.configfile.cli import add_config_flag
-
-DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 
 
 def register(
@@ -139,7 +138,7 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
         print("streamproc: nothing to sign the export with: pass --secret (or set "
               "STREAMPROC_FEEDSER_SECRET; `make run` prints it) or --ed25519-seed-file",
               file=sys.stderr)  # fmt: skip
-        return 2
+        return exitcodes.USAGE
 
     def headers(raw: bytes, delivery: str) -> dict[str, str]:
         return signed_headers(raw, delivery, secret=secret, ed25519_seed=seed, source=args.source)
@@ -155,12 +154,12 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
         why = str(exc) or type(exc).__name__
         print(f"streamproc: the gateway at {args.url} did not answer ({why}); run this again "
               "to send the same export", file=sys.stderr)  # fmt: skip
-        return 1
+        return exitcodes.FAILED
     shown = answer if isinstance(answer, str) else json.dumps(answer)
     print(f"gateway answered {status}: {shown}")
     if status >= 300:
         print("streamproc: export not accepted; run this again to send the same export",
               file=sys.stderr)  # fmt: skip
-        return 1
+        return exitcodes.FAILED
     save(next_state(db, body))
-    return 0
+    return exitcodes.OK

@@ -1,6 +1,6 @@
 """``make run``'s demo: a reference scanner (when no scanner URL is configured), a small
-catalog of the real SBOMs in ``tests/data/sboms`` indexed for tenant ``demo``, a schedule
-subscribed to Feedser exports, and a printed guide of commands to try.
+catalog of the real SBOMs in ``demo_data/sboms`` (package data) indexed for tenant ``demo``,
+a schedule subscribed to Feedser exports, and a printed guide of commands to try.
 
 The catalog is published as ``image.indexed`` events like any other SBOM: the scanner
 learns the images from the log (its ``scanner`` role, which ``up --demo`` runs), so nothing
@@ -30,7 +30,9 @@ from streamproc.impact.sbom import parse_sbom
 from streamproc.scanner.images import IndexedImages
 from streamproc.scanner.service import ScannerService, start_scanner
 
-DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
+DATA = Path(__file__).resolve().parent / "demo_data"
+"""The demo's SBOMs, advisories, KEV catalog and Debian source map: package data, so an
+installed wheel runs the demo too (test-only advisories stay under tests/data)."""
 BASELINE = ("GHSA-r9hx-vwmv-q579", "GHSA-5h86-8mv2-jq9f", "DSA-5497-1")
 """Advisories the demo scanner starts with; the others are the Feedser export to try."""
 

@@ -27,7 +27,8 @@ import msgspec
 
 from streamproc.bus import jsapi
 from streamproc.events.envelope import Envelope
-from streamproc.events.payloads import ImageIndexed
+from streamproc.events.payloads import ImageIndexed, ImageRemoved
+from streamproc.fold import folds
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.reactor import RoleSpec
 from streamproc.state.store import Store
@@ -69,29 +70,34 @@ def _sbom_key(key: str) -> bytes:
 
 class ScannerImages(Projection):
     name: ClassVar[str] = "scanner_images"
-    kinds: ClassVar[frozenset[str]] = frozenset({"image.indexed", "image.removed"})
     creates: ClassVar[frozenset[str]] = frozenset({"image.indexed"})
     families: ClassVar[tuple[str, ...]] = (CF,)
 
-    def fold(self, tx: Tx, event: Envelope) -> None:
+    @folds(ImageIndexed)
+    def _indexed(self, tx: Tx, event: Envelope, pl: ImageIndexed) -> None:
         t = tx.table(CF)
-        tenant, pl = event.tenant, event.payload
+        tenant = event.tenant
         ik = image_key(tenant, pl.digest)
         old = t.get(ik)
-        if isinstance(pl, ImageIndexed):
-            purls = sorted({c.purl for c in pl.components})
-            key = sbom_key(purls)
-            if old is not None:
-                prev = _image.decode(old).sbom_key
-                if prev == key:
-                    return  # same packages: nothing to change
-                self._release(t, prev)
-            raw = t.get(_sbom_key(key))
-            have = _sbom.decode(raw) if raw is not None else SbomEntry(0, purls)
-            t.put(_sbom_key(key), _enc.encode(SbomEntry(have.images + 1, have.purls)))
-            t.put(ik, _enc.encode(ImageEntry(key)))
-            t.put(_digest_key(tenant, pl.digest), b"")
-            return
+        purls = sorted({c.purl for c in pl.components})
+        key = sbom_key(purls)
+        if old is not None:
+            prev = _image.decode(old).sbom_key
+            if prev == key:
+                return  # same packages: nothing to change
+            self._release(t, prev)
+        raw = t.get(_sbom_key(key))
+        have = _sbom.decode(raw) if raw is not None else SbomEntry(0, purls)
+        t.put(_sbom_key(key), _enc.encode(SbomEntry(have.images + 1, have.purls)))
+        t.put(ik, _enc.encode(ImageEntry(key)))
+        t.put(_digest_key(tenant, pl.digest), b"")
+
+    @folds(ImageRemoved)
+    def _removed(self, tx: Tx, event: Envelope, pl: ImageRemoved) -> None:
+        t = tx.table(CF)
+        tenant = event.tenant
+        ik = image_key(tenant, pl.digest)
+        old = t.get(ik)
         if old is None:
             raise Rejection("image_not_indexed", f"image {pl.digest} of tenant {tenant}")
         self._release(t, _image.decode(old).sbom_key)

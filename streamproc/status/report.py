@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 from nats.js.errors import BucketNotFoundError
 
+from streamproc import exitcodes
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import Settings
@@ -23,7 +24,7 @@ from streamproc.status.record import (
     decode,
 )
 
-EXIT_UNHEALTHY = 1
+EXIT_UNHEALTHY = exitcodes.FAILED
 
 
 async def read_heartbeats(nc: FastClient, prefix: str) -> list[Heartbeat] | None:

@@ -18,8 +18,8 @@ from streamproc.events.envelope import Envelope, decode
 from streamproc.hlc import HybridLogicalClock
 from streamproc.projector import Projector
 from streamproc.reactor import RoleContext
-from streamproc.samples import BASE_MS, sample_event
 from streamproc.state.store import RocksStore, Store
+from tests.samples import BASE_MS, sample_event
 
 SEED = bytes(range(32))
 KEY_ID = "test-auditor"

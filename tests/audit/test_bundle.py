@@ -29,9 +29,9 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.events.envelope import Envelope
 from streamproc.hlc import Timestamp
-from streamproc.samples import BASE_MS
 from streamproc.state.store import RocksStore
 from tests.audit.helpers import chained_events, fold, signer
+from tests.samples import BASE_MS
 
 T = "acme"
 NOW = BASE_MS + 10_000_000  # the importer's clock in these tests

@@ -24,9 +24,9 @@ from streamproc.audit.entry import (
 from streamproc.events import payloads as p
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import new_event
-from streamproc.samples import sample_event
 from streamproc.state.store import RocksStore
 from tests.audit.conftest import Pristine
+from tests.samples import sample_event
 
 
 def test_every_catalog_kind_is_classified() -> None:

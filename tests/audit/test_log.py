@@ -14,11 +14,11 @@ from streamproc.audit.verify import verify_tenant
 from streamproc.events.envelope import Envelope, encode
 from streamproc.hlc import Timestamp
 from streamproc.projection import Folder
-from streamproc.samples import BASE_MS, sample_event
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore, RocksStore, Store
 from tests.audit.helpers import chained_events, keyring, signer
+from tests.samples import BASE_MS, sample_event
 
 
 def apply(folder: Folder, events: list[Envelope], first_seq: int = 1, batch: int = 0) -> int:

@@ -27,7 +27,6 @@ from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.replay import rebuild
-from streamproc.samples import BASE_MS
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
 from tests.audit.conftest import Pristine
@@ -40,6 +39,7 @@ from tests.audit.helpers import (
     snapshot_events,
 )
 from tests.audit.test_tamper import change_digest
+from tests.samples import BASE_MS
 
 
 def _reactor(settings: Settings, **audit: object) -> SnapshotReactor:

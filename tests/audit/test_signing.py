@@ -31,10 +31,10 @@ from streamproc.config import ConfigError, Settings
 from streamproc.events.envelope import encode
 from streamproc.hlc import Timestamp
 from streamproc.projection import Folder
-from streamproc.samples import BASE_MS
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 from tests.audit.helpers import chained_events, signer
+from tests.samples import BASE_MS
 
 SEED = bytes(range(32))
 PUB = base64.b64encode(bytes(SigningKey(SEED).verify_key)).decode()

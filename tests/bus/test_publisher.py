@@ -7,7 +7,7 @@ import pytest
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient, PayloadTooLarge
 from streamproc.bus.publisher import NoStream, Publisher, WrongExpectedSequence
-from streamproc.samples import sample_event
+from tests.samples import sample_event
 
 
 async def test_pipelined_publish_returns_contiguous_sequences(

@@ -12,6 +12,7 @@ from streamproc.config import ConfigError
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode
 from streamproc.projection import Folder
+from streamproc.projector import report
 from streamproc.readmodel import Exports, Runs, Schedules
 from streamproc.readmodel.queries import ReadModel
 from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX, retention_days
@@ -36,7 +37,8 @@ def fold(events: Sequence[Envelope], batch: int, days: int = 180) -> MemoryStore
     for i in range(0, len(events), batch):
         chunk = events[i : i + batch]
         msgs = [(i + j + 1, f"x.{e.kind}", encode(e)) for j, e in enumerate(chunk)]
-        folder.apply(msgs, keys.Checkpoint("S", "epoch", i + len(chunk)))
+        folded = folder.apply(msgs, keys.Checkpoint("S", "epoch", i + len(chunk)))
+        report("test", folded, log_each=False)  # metrics are counted from the result
     return store
 
 

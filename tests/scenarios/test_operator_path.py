@@ -40,6 +40,8 @@ YAML_ADVISORY = "GHSA-8q59-q68h-6hv4"
 REQUESTS_ADVISORY = "GHSA-j8r2-6x86-q33q"
 """requests 2.3.0 to < 2.31.0, Proxy-Authorization leak (CVE-2023-32681): medium."""
 CLI = [sys.executable, "-m", "streamproc.cli"]
+TEST_OSV = Path(__file__).resolve().parents[1] / "data" / "osv"
+"""The two advisories above are test data, not the demo's (which ships with the package)."""
 
 
 def clean_env(**ports: int) -> dict[str, str]:
@@ -170,7 +172,7 @@ async def test_the_operators_path_from_a_generated_sbom_to_a_delta(tmp_path: Pat
                 # The real advisories, where the scanner reads them (the guide's step 3).
                 osv = work / "data" / "demo" / "osv"
                 for vuln in (YAML_ADVISORY, REQUESTS_ADVISORY):
-                    shutil.copy(DATA / "osv" / f"{vuln}.json", osv)
+                    shutil.copy(TEST_OSV / f"{vuln}.json", osv)
                 async with http.post(f"{node.scanner}/advisories/reload") as r:
                     assert r.status == 200, await r.text()
 

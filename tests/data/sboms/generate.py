@@ -1,4 +1,5 @@
-"""Regenerate the test SBOMs from this machine's real package sets.
+"""Regenerate the demo SBOMs (package data in streamproc/scanner/demo_data/sboms, which the
+tests reach through the links beside this file) from this machine's real package sets.
 
 Run with the project venv: ``.venv/bin/python tests/data/sboms/generate.py``. Debian
 packages come from dpkg-query, Python packages from ``pip list``; output is deterministic
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from packageurl import PackageURL
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[3] / "streamproc" / "scanner" / "demo_data" / "sboms"
 STAMP = "2025-01-01T00:00:00Z"
 
 
