@@ -12,7 +12,7 @@ import hashlib
 import logging
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -34,7 +34,7 @@ from streamproc.ops_http import add_ops_routes, ops_app
 from streamproc.projection import Projection
 from streamproc.projector import Projector
 from streamproc.reactor import Reactor, RoleContext, RoleSpec
-from streamproc.roles import projections_for, spec_for
+from streamproc.roles import spec_for
 from streamproc.scanner.demo import seed_demo
 from streamproc.signals import install_stop_signals
 from streamproc.state.store import RocksStore
@@ -53,11 +53,14 @@ class System:
         *,
         http: bool = True,
         store_lock: StoreLock | None = None,
+        specs: Mapping[str, RoleSpec] | None = None,
     ) -> None:
         """``store_lock``: the embedded server's store, already taken (``owner.claim``);
-        without it, and without a NATS URL, ``start`` takes it or refuses."""
+        without it, and without a NATS URL, ``start`` takes it or refuses. ``specs``: roles
+        set up otherwise than the registry's (a role process's command-line options)."""
         self.settings = settings
         self.roles = list(roles)
+        self.specs = {r: (specs or {}).get(r) or spec_for(r) for r in self.roles}
         self.http = http
         self.store_lock = store_lock
         self.server: EmbeddedNats | None = None
@@ -81,7 +84,7 @@ class System:
         self._serving: list[asyncio.Task[None]] = []
         self._sock: socket.socket | None = None
         self._ops_sock: socket.socket | None = None
-        self.serves_api = any(spec_for(r).routes is not None for r in self.roles)
+        self.serves_api = any(spec.routes is not None for spec in self.specs.values())
 
     @property
     def nats_url(self) -> str:
@@ -124,7 +127,9 @@ class System:
         )
         shared: dict[str, Projection] = {}
         for role, store in zip(self.roles, self.stores, strict=True):
-            projections = [p for p in projections_for(role) if p.name not in shared]
+            spec = self.specs[role]
+            fresh = [make() for make in spec.projections]
+            projections = [p for p in fresh if p.name not in shared]
             shared.update({p.name: p for p in projections})
             proj = Projector(
                 self.nc,
@@ -139,7 +144,6 @@ class System:
             await proj.start()
             self.projectors[role] = proj
             self.tasks.append(asyncio.create_task(proj.run(), name=f"projector-{role}"))
-            spec = spec_for(role)
             ctx = RoleContext(
                 role=role,
                 settings=s,
@@ -166,6 +170,8 @@ class System:
                 self.tasks.append(
                     asyncio.create_task(react_loop(proj, reactors, ctx), name=f"reactors-{role}")
                 )
+            for i, service in enumerate(spec.background):
+                self.tasks.append(asyncio.create_task(service(ctx), name=f"{role}-service-{i}"))
         if self.http:
             # Bodies stay compressed until a handler decompresses them under a cap (and
             # webhook signatures cover the bytes as sent).
@@ -174,7 +180,7 @@ class System:
             )
             add_ops_routes(app, self.ready, metrics=not self.serves_api)
             for role, ctx in self.contexts.items():
-                hook = spec_for(role).routes
+                hook = self.specs[role].routes
                 if hook is not None:
                     hook(app, ctx)
             self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=30)
@@ -375,11 +381,16 @@ async def react_loop(
 
 
 async def run_roles(
-    settings: Settings, roles: Sequence[str], *, http: bool = True, demo: bool = False
+    settings: Settings,
+    roles: Sequence[str],
+    *,
+    http: bool = True,
+    demo: bool = False,
+    specs: Mapping[str, RoleSpec] | None = None,
 ) -> int:
     # A second `up` on this data directory stops here, before it touches anything.
     lock = None if settings.nats_url else await claim(settings.nats_dir, settings.node_id)
-    system = System(settings, roles, http=http, store_lock=lock)
+    system = System(settings, roles, http=http, store_lock=lock, specs=specs)
     stop = asyncio.Event()
     install_stop_signals(stop)
     demo_env = None

@@ -69,12 +69,6 @@ def service_subject(prefix: str, service: str, endpoint: str) -> str:
 # ---------------------------------------------------------------- consumers
 
 
-def work_consumer(tenant: str, priority: int) -> str:
-    """The runners' durable consumer of one (tenant, priority): work-queue consumers must not
-    overlap, so there is exactly one per filter subject."""
-    return f"runner_{tenant}_p{priority}"
-
-
 def projector_consumer(role: str, *where: str) -> str:
     """``proj_<role>[_<node>_<state dir hash>]``: a projector's durable consumer, distinct
     for every process hosting the role (``app.py``); letters, digits, ``_`` and ``-`` only."""
@@ -124,6 +118,13 @@ PL_REPORTS: Final = "pl_reports"
 PL_RUNS: Final = "pl_runs"
 PL_SCHEDULES: Final = "pl_schedules"
 
+
+def work_consumer(tenant: str, priority: int, group: str = RUNNER) -> str:
+    """The runners' durable consumer of one (tenant, priority): work-queue consumers must not
+    overlap, so there is exactly one per filter subject."""
+    return f"{group}_{tenant}_p{priority}"
+
+
 # ---------------------------------------------------------------- column families
 # A projection without ``families`` keeps its state in one column family named after it
 # (the read model's, ``activity``, ``scanner_images``); these are the others.
@@ -138,6 +139,8 @@ RUNNER_RULES_CF: Final = "runner_rules"
 RUNNER_SUMMARY_CF: Final = "runner_summary"
 RUNNER_OPEN_CF: Final = "runner_open"
 """Runs not yet completed or cancelled: what the runner's completion reactor looks at."""
+RUNNER_SUMMARY_IMAGES_CF: Final = "runner_summary_images"
+RUNNER_EXPORTS_CF: Final = "runner_exports"
 
 PL_SCHEDULES_CF: Final = PL_SCHEDULES
 PL_RUNS_CF: Final = PL_RUNS

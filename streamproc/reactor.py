@@ -9,9 +9,9 @@ projections only, never reactors.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from aiohttp import web
 
@@ -71,3 +71,9 @@ class RoleSpec:
     singleton: bool = False
     """Its reactors must act in one process at a time: they run only where the role's lease
     is held (:mod:`streamproc.leadership`); other instances fold and stand by."""
+    background: list[Callable[[RoleContext], Coroutine[Any, Any, None]]] = field(
+        default_factory=list
+    )
+    """The role's long-running services (the runner's segment workers): each coroutine is
+    started with the role, on every instance, and cancelled when the process stops (it
+    cleans up as it unwinds); one that ends with an error stops the process."""

@@ -14,6 +14,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -23,6 +24,9 @@ from streamproc.bus.session import run
 from streamproc.cliargs import OPS_PORT_HELP
 from streamproc.cliargs import settings as cli_settings
 from streamproc.config import Settings, environment
+
+if TYPE_CHECKING:  # the role machinery is imported when a role runs, not to parse options
+    from streamproc.reactor import RoleSpec
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 DEFAULT_PORTS = {"gateway": 8480, "planner": 8481, "runner": 8482, "auditor": 8483}
@@ -71,13 +75,14 @@ def process_settings(args: argparse.Namespace, role: str) -> Settings:
     return msgspec.structs.replace(s, **changes) if changes else s
 
 
-def serve(settings: Settings, role: str, *, http: bool = True) -> int:
-    """Run the role until SIGINT/SIGTERM; logs (lease changes among them) go to stderr."""
+def serve(settings: Settings, role: str, *, http: bool = True, spec: RoleSpec | None = None) -> int:
+    """Run the role until SIGINT/SIGTERM (``spec``: set up otherwise than the registry's
+    one, e.g. from the command line); logs (lease changes among them) go to stderr."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        return run(run_roles(settings, [role], http=http))
+        return run(run_roles(settings, [role], http=http, specs={role: spec} if spec else None))
     except OSError as exc:  # e.g. the HTTP port is taken
         print(f"streamproc {role}: {exc}", file=sys.stderr)
         return exitcodes.USAGE

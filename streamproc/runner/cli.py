@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from streamproc import roles
 from streamproc.cliargs import common as _common
 from streamproc.configfile import activate
 from streamproc.role_cli import add_process_options, process_settings, serve
@@ -37,10 +36,9 @@ def cmd_runner(args: argparse.Namespace) -> int:
     runner = load_runner(
         {"scanner_url": args.scanner_url, "workers": args.workers, "inflight": args.inflight}
     )
-    roles.ROLES["runner"] = make_runner(runner)
     # ``python -m streamproc.runner`` keeps its old contract: HTTP only with --http-port.
     http = args.http_port is not None if getattr(args, "http_opt_in", False) else True
-    return serve(settings, "runner", http=http)
+    return serve(settings, "runner", http=http, spec=make_runner(runner))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,10 @@
 """The ``runner`` role: the runner projection, segment workers and run completion.
 
-Register it in :mod:`streamproc.roles` as ``"runner": RUNNER``. The workers start with the
-role's reactor (the first time it runs) and stop with it: they consume the work queue, the
-max-deliveries advisory (dead letters of segments whose last runner died) and call the
-scanner; the reactor also finishes runs whose segments are all accounted for.
+Register it in :mod:`streamproc.roles` as ``"runner": RUNNER``. The workers are the role's
+long-running service (``RoleSpec.background``): they start with the role and stop with the
+process; they consume the work queue and the max-deliveries advisory (dead letters of
+segments whose last runner died) and call the scanner. The reactor finishes runs whose
+segments are all accounted for.
 """
 
 from __future__ import annotations
@@ -12,12 +13,20 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Coroutine
 from typing import Any, ClassVar
 
 import msgspec
 
 from streamproc import metrics
-from streamproc.config import Settings
+from streamproc.bus.workqueue import (
+    MaxDeliveries,
+    QueueConfig,
+    WorkQueueConsumer,
+    delete_message,
+    get_message,
+    max_deliveries_subject,
+)
 from streamproc.events import payloads as p
 from streamproc.events.envelope import EventError, decode, new_event
 from streamproc.ids import derive_id
@@ -29,7 +38,6 @@ from streamproc.runner.segment import SegmentRunner
 from streamproc.runner.settings import RunnerSettings
 from streamproc.runner.settings import load as load_runner_settings
 from streamproc.runner.state import RunnerState
-from streamproc.runner.workqueue import MaxDeliveries, WorkQueue, delete_message, get_message
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +50,13 @@ class Workers:
         self.s = settings
         nc = ctx.publisher.nc
         self.work_stream = stream_names(ctx.settings.prefix)[1]
-        self.queue = WorkQueue(nc, ctx.settings.prefix, self.work_stream, settings)
+        config = QueueConfig(
+            ack_wait_s=settings.ack_wait_s,
+            max_deliver=settings.max_deliver,
+            discovery_s=settings.discovery_s,
+            idle_poll_s=settings.idle_poll_s,
+        )
+        self.queue = WorkQueueConsumer(nc, ctx.settings.prefix, self.work_stream, config)
         self.client = ScannerClient(
             settings.scanner_url,
             timeout_s=settings.call_timeout_s,
@@ -57,12 +71,19 @@ class Workers:
         self.tasks: list[asyncio.Task[None]] = []
         self._advisories: Any = None
 
+    async def run(self) -> None:
+        """Work until cancelled (then stop cleanly); a worker's failure ends it."""
+        try:
+            await self.start()
+            await asyncio.gather(*self.tasks)
+        finally:
+            await self.close()
+
     async def start(self) -> None:
         await self.queue.start()
         nc = self.ctx.publisher.nc
         self._advisories = await nc.subscribe(
-            f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self.work_stream}.*",
-            cb=self._on_max_deliveries,
+            max_deliveries_subject(self.work_stream), cb=self._on_max_deliveries
         )
         for i in range(self.s.workers):
             self.tasks.append(asyncio.create_task(self._work(), name=f"runner-worker-{i}"))
@@ -110,60 +131,42 @@ class Workers:
         except (msgspec.DecodeError, EventError) as exc:
             log.error("max-deliveries advisory not handled: %s", exc)
 
-    def failure(self) -> BaseException | None:
-        for t in self.tasks:
-            if t.done() and not t.cancelled() and t.exception() is not None:
-                return t.exception()
-        return None
-
     async def close(self) -> None:
         for t in self.tasks:
             t.cancel()
+        await self.segments.close()  # publishes in flight end: no segment waits on them
         for t in self.tasks:
             with contextlib.suppress(BaseException):
                 await t
+        self.tasks.clear()
         if self._advisories is not None:
             with contextlib.suppress(Exception):
                 await self._advisories.unsubscribe()
+            self._advisories = None
         await self.queue.close()
         await self.client.close()
 
 
 class RunnerReactor(Reactor):
+    """Finishes runs whose segments are all accounted for."""
+
     interval: ClassVar[float | None] = 0.2
 
-    def __init__(self, settings: Settings, runner: RunnerSettings | None = None) -> None:
-        self.settings = settings
-        self.runner = runner or load_runner_settings()
-        self.workers: Workers | None = None
+    def __init__(self) -> None:
         self.completer = Completer()
 
     async def react(self, ctx: RoleContext) -> None:
-        if self.workers is None:
-            self.workers = Workers(ctx, self.runner)
-            await self.workers.start()
-            current = asyncio.current_task()
-            if current is not None:  # the workers live and die with the reactor loop
-                workers = self.workers
-                current.add_done_callback(lambda _t: _close_soon(workers))
-        failure = self.workers.failure()
-        if failure is not None:
-            raise failure
         await self.completer.check(ctx)
 
 
-def _close_soon(workers: Workers) -> None:
-    for t in workers.tasks:
-        t.cancel()
-    if workers.client._pool is not None:
-        workers.client._pool.close_now()
-    with contextlib.suppress(RuntimeError):
-        asyncio.get_running_loop().create_task(workers.close())
-
-
 def make_runner(runner: RunnerSettings | None = None) -> RoleSpec:
-    """A runner role with fixed settings (tests, benches) instead of the environment's."""
-    return RoleSpec([RunnerState], [lambda s: RunnerReactor(s, runner)])
+    """A runner role with the given settings (``streamproc runner``'s options, tests,
+    benches); without, the environment's, read when the role starts."""
+
+    def workers(ctx: RoleContext) -> Coroutine[Any, Any, None]:
+        return Workers(ctx, runner or load_runner_settings()).run()
+
+    return RoleSpec([RunnerState], [lambda _s: RunnerReactor()], background=[workers])
 
 
-RUNNER = RoleSpec([RunnerState], [lambda s: RunnerReactor(s)])
+RUNNER = make_runner()

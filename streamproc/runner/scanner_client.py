@@ -126,8 +126,8 @@ class ScannerClient:
 
     async def _call(
         self, method: str, path: str, body: Any = None, key: str | None = None
-    ) -> tuple[Any, float, int]:
-        """(decoded JSON, latency of the successful attempt, retries) or an exception."""
+    ) -> tuple[bytes, float, int]:
+        """(answer body, latency of the successful attempt, retries) or an exception."""
         headers = {"Content-Type": "application/json"}
         if key:
             headers[IDEMPOTENCY_KEY] = key
@@ -151,7 +151,7 @@ class ScannerClient:
             else:
                 elapsed = time.perf_counter() - t0
                 if status < 300:
-                    return msgspec.json.decode(raw), elapsed, retries
+                    return raw, elapsed, retries
                 if status == 429 or status >= 500:
                     reason = "429" if status == 429 else "5xx"
                     last = f"http_{status}: {raw[:200].decode(errors='replace')}"
@@ -190,10 +190,10 @@ class ScannerClient:
             body["tenant"] = tenant
         if policy_revision:
             body["policyRevision"] = policy_revision
-        doc, elapsed, retries = await self._call("POST", "/reports", body, key)
+        raw, elapsed, retries = await self._call("POST", "/reports", body, key)
         try:
-            report = msgspec.convert(doc, ScanReport)
-        except msgspec.ValidationError as exc:
+            report = _report.decode(raw)
+        except msgspec.DecodeError as exc:  # ValidationError included
             raise ImageFailed(f"invalid_report: {exc}") from None
         for f in report.findings:
             if f.severity not in _SEVERITIES:
@@ -201,21 +201,34 @@ class ScannerClient:
         self._latency.observe(elapsed)
         return report, elapsed, retries
 
+    async def _json(
+        self, method: str, path: str, body: Any = None, key: str | None = None
+    ) -> tuple[dict[str, Any], int]:
+        """(JSON object answered, retries)."""
+        raw, _, retries = await self._call(method, path, body, key)
+        try:
+            doc = msgspec.json.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise ImageFailed(f"invalid_answer: {method} {path}: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ImageFailed(f"invalid_answer: {method} {path}: not a JSON object")
+        return doc, retries
+
     async def refresh(self, digest: str, key: str, poll_s: float = 0.05) -> tuple[str, int]:
         """Content refresh: resolve the image's tag; if it moved, scan the new content and
         wait for it. Returns (the digest to report on, retries)."""
-        image, _, r1 = await self._call("GET", f"/images/{digest}")
+        image, r1 = await self._json("GET", f"/images/{digest}")
         ref = image.get("ref")
         if not ref:
             return digest, r1
-        resolved, _, r2 = await self._call("GET", f"/resolve?ref={ref}")
+        resolved, r2 = await self._json("GET", f"/resolve?ref={ref}")
         current = resolved.get("digest") or digest
         if current == digest:
             return digest, r1 + r2
-        scan, _, r3 = await self._call("POST", "/scans", {"imageRef": ref}, key + ":scan")
+        scan, r3 = await self._json("POST", "/scans", {"imageRef": ref}, key + ":scan")
         deadline = time.monotonic() + self.budget_s
         while True:
-            state, _, _ = await self._call("GET", f"/scans/{scan['scanId']}")
+            state, _ = await self._json("GET", f"/scans/{scan['scanId']}")
             if state.get("status") == "completed":
                 return state.get("imageDigest") or current, r1 + r2 + r3
             if state.get("status") == "failed":

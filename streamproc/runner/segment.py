@@ -7,7 +7,13 @@ images that already have a verdict in this run; every id it emits is derived fro
 (``derive_id(run, digest, "verdict")`` …), so whatever a killed runner had in flight is
 de-duplicated by JetStream when the redelivered segment emits it again; and the scanner is
 called with ``Idempotency-Key = derive_id(run, digest, "scan")``. An image's Notify message
-is published *before* its verdict: the verdict's presence then proves the message was stored.
+is stored *before* its verdict is published: the verdict's presence then proves the message
+was stored; and every verdict of a segment is stored before its ``segment.completed``.
+
+The images of a segment are evaluated ``min(inflight, the schedules' limits.parallelism)``
+at a time; what each one decided (:mod:`streamproc.runner.verdict`) goes to the
+:class:`~streamproc.runner.outbox.Outbox`, which publishes many images' messages and
+verdicts together while the lanes go on with their next scanner calls.
 """
 
 from __future__ import annotations
@@ -21,30 +27,28 @@ from dataclasses import dataclass, field
 
 from streamproc import metrics, tracing
 from streamproc.bus import jsapi
+from streamproc.bus.workqueue import WorkItem, WorkQueueConsumer
 from streamproc.events import payloads as p
-from streamproc.events.envelope import Envelope, EventError, decode, new_event
+from streamproc.events.envelope import Envelope, EventError, decode, encode, new_event
 from streamproc.hlc import ClockSkewError, Timestamp
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
 from streamproc.reactor import RoleContext
-from streamproc.runner.delta import Delta, FindingKey, combine_rules, matches
+from streamproc.runner.delta import FindingKey, combine_rules
 from streamproc.runner.latency import RunLatency
+from streamproc.runner.outbox import Outbox, Record, Tally
 from streamproc.runner.scanner_client import ImageFailed, ScannerClient, ScannerUnavailable
 from streamproc.runner.settings import RunnerSettings
 from streamproc.runner.state import Reader, RunRec
-from streamproc.runner.workqueue import WorkItem, WorkQueue
+from streamproc.runner.verdict import Decision, ImageJob, decide, decide_failed, scan_key
 
 log = logging.getLogger(__name__)
-_OK = metrics.VERDICTS.labels("ok")
-_FAILED = metrics.VERDICTS.labels("failed")
 
 
-def verdict_id(run_id: str, digest: str) -> str:
-    return derive_id(run_id, digest, "verdict")
-
-
-def scan_key(run_id: str, digest: str) -> str:
-    return derive_id(run_id, digest, "scan")
+def lanes(inflight: int, parallelism: int | None) -> int:
+    """Scanner calls in flight for a segment: the runner's limit, capped by the schedules'
+    ``limits.parallelism`` when they set one (a cap never raises the limit)."""
+    return min(inflight, parallelism) if parallelism else inflight
 
 
 class TokenBucket:
@@ -91,7 +95,7 @@ class SegmentRunner:
         ctx: RoleContext,
         settings: RunnerSettings,
         client: ScannerClient,
-        queue: WorkQueue,
+        queue: WorkQueueConsumer,
         runner_id: str,
     ) -> None:
         self.ctx = ctx
@@ -101,7 +105,8 @@ class SegmentRunner:
         self.runner_id = runner_id
         self.reader = Reader(ctx.store)
         self.prefix = ctx.settings.prefix
-        self.latency = RunLatency(ctx.publisher.nc, ctx.settings.events_stream, self.prefix)
+        self.latency = RunLatency()
+        self.outbox = Outbox(ctx.publisher, self._stored)
         self.recent: OrderedDict[tuple[str, str], list[FindingKey]] = OrderedDict()
         """Findings this process recorded last per image: the projection may not have
         folded them yet when the same image comes up again in the next run."""
@@ -131,9 +136,11 @@ class SegmentRunner:
         hit = self.recent.get((tenant, digest))
         return hit if hit is not None else self.reader.previous(tenant, digest)
 
-    def _remember(self, tenant: str, digest: str, findings: list[FindingKey]) -> None:
-        self.recent[(tenant, digest)] = findings
-        self.recent.move_to_end((tenant, digest))
+    def _stored(self, record: Record) -> None:
+        """An image's verdict is on the log: its findings are the next delta's baseline."""
+        k = (record.tenant, record.digest)
+        self.recent[k] = record.findings
+        self.recent.move_to_end(k)
         while len(self.recent) > 100_000:
             self.recent.popitem(last=False)
 
@@ -146,6 +153,9 @@ class SegmentRunner:
                 if r.limits.parallelism:
                     caps.append(r.limits.parallelism)
         return combine_rules(rules), min(caps) if caps else None
+
+    async def close(self) -> None:
+        await self.outbox.close()
 
     # ------------------------------------------------------------------ one segment
 
@@ -205,10 +215,16 @@ class SegmentRunner:
         cancelled = asyncio.Event()
         heart = asyncio.create_task(self._heartbeat(item, tenant, run_id, cancelled))
         out = Outcome()
+        tally = Tally()
+        job = ImageJob(tenant, run_id, sid, "", env.id,
+                       tuple(run.schedule_ids) if run else (), rule)  # fmt: skip
         try:
-            left = await self._images(
-                env, seg, todo, rule, run, cap or self.s.inflight, cancelled, out
-            )
+            try:
+                left = await self._images(
+                    job, seg, todo, run, lanes(self.s.inflight, cap), cancelled, out, tally
+                )
+            finally:
+                await tally.settled()  # every verdict stored (raises the first failure)
         except ScannerUnavailable as exc:
             await self._attempt_failed(item, env, seg, str(exc))
             return
@@ -222,7 +238,7 @@ class SegmentRunner:
     async def _heartbeat(
         self, item: WorkItem, tenant: str, run_id: str, cancelled: asyncio.Event
     ) -> None:
-        """``+WPI`` keeps the segment ours; the run's cancel request is checked meanwhile."""
+        """``progress`` keeps the segment ours; the run's cancel request is checked meanwhile."""
         beat = self.s.heartbeat_s
         last = time.monotonic()
         while True:
@@ -236,33 +252,36 @@ class SegmentRunner:
 
     async def _images(
         self,
-        env: Envelope,
+        job: ImageJob,
         seg: p.SegmentEnqueued,
         todo: list[str],
-        rule: p.NotifyRule,
         run: RunRec | None,
         width: int,
         cancelled: asyncio.Event,
         out: Outcome,
+        tally: Tally,
     ) -> int:
         """Evaluate ``todo`` with ``width`` calls in flight; returns the images left undone
-        because the run was cancelled. Raises ScannerUnavailable to fail the attempt."""
+        because the run was cancelled. Raises ScannerUnavailable to fail the attempt (and
+        stops early when a publish failed: :meth:`Tally.settled` raises it)."""
         bucket = TokenBucket(seg.rate_per_second)
         queue = iter(todo)
         left = len(todo)
         failure: list[BaseException] = []
+        refresh = seg.mode == "content-refresh"
 
         async def lane() -> None:
             nonlocal left
             for digest in queue:
-                if cancelled.is_set() or failure:
+                if cancelled.is_set() or failure or tally.error is not None:
                     return
                 await bucket.take()
                 try:
-                    await self._image(env, seg, digest, rule, run, out)
+                    decision = await self._evaluate(job.of(digest), refresh, out)
                 except ScannerUnavailable as exc:
                     failure.append(exc)
                     return
+                self._hand_over(decision, run, tally)
                 left -= 1
 
         await asyncio.gather(*(lane() for _ in range(min(width, max(1, len(todo))))))
@@ -270,101 +289,38 @@ class SegmentRunner:
             raise failure[0]
         return left
 
-    async def _image(
-        self,
-        env: Envelope,
-        seg: p.SegmentEnqueued,
-        digest: str,
-        rule: p.NotifyRule,
-        run: RunRec | None,
-        out: Outcome,
-    ) -> None:
-        tenant, run_id = env.tenant, seg.run_id
-        key = scan_key(run_id, digest)
-        vid = verdict_id(run_id, digest)
+    async def _evaluate(self, job: ImageJob, refresh: bool, out: Outcome) -> Decision:
+        """Ask the scanner about one image and decide what its verdict and message say."""
+        key = scan_key(job.run_id, job.digest)
         try:
-            with tracing.span("report_call", tenant=tenant, run_id=run_id, digest=digest):
-                target = digest
-                if seg.mode == "content-refresh":
-                    target, extra = await self.client.refresh(digest, key)
+            with tracing.span(
+                "report_call", tenant=job.tenant, run_id=job.run_id, digest=job.digest
+            ):
+                target = job.digest
+                if refresh:
+                    target, extra = await self.client.refresh(job.digest, key)
                     out.retries += extra
-                report, elapsed, retries = await self.client.report(target, key, tenant=tenant)
+                report, elapsed, retries = await self.client.report(target, key, tenant=job.tenant)
         except ImageFailed as exc:
             out.failed += 1
-            verdict = p.VerdictRecorded(
-                run_id=run_id, segment_id=seg.segment_id, digest=digest, status="failed",
-                error=str(exc)[:2000],
-            )  # fmt: skip
-            with tracing.span("persist", tenant=tenant, run_id=run_id, digest=digest):
-                ev = await self._emit("verdict.recorded", tenant, verdict, vid, env.id)
-            _FAILED.inc()
-            await self.latency.first_verdict(tenant, run_id, run, ev.hlc)
-            return
+            return decide_failed(job, str(exc), self._stamp())
         out.retries += retries
         out.latencies.append(elapsed * 1000)
-        findings = [
-            p.Finding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity, kev=f.kev, link=f.link)  # type: ignore[arg-type]
-            for f in report.findings
-        ]
-        cves = {
-            f.vuln_id: next((a for a in f.aliases if a.startswith("CVE-")), f.vuln_id)
-            for f in report.findings
-            if f.kev
-        }
-        delta = Delta(self._previous(tenant, digest), findings, cves)
-        stamp = self._stamp()
-        ts = nm.iso(stamp.physical)
-        msg: nm.AnyMessage
-        if delta.positive and matches(delta, rule):
-            msg = nm.RescanDelta(
-                id=nm.image_message_id(vid), tenant=tenant, run_id=run_id, ts=ts,
-                image_digest=digest, verdict_id=vid,
-                schedule_ids=list(run.schedule_ids) if run else [],
-                new_criticals=delta.new_criticals, new_high=delta.new_high,
-                kev_hits=delta.kev_hits,
-                top_findings=[
-                    nm.TopFinding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity,
-                                  kev=f.kev, link=f.link)
-                    for f in delta.top
-                ],
-                report_url=report.report_url,
-                attestation=nm.Attestation(uuid=report.attestation.uuid,
-                                           verified=report.attestation.verified)
-                if report.attestation else None,
-            )  # fmt: skip
-            worst = "critical" if delta.new_criticals else "high" if delta.new_high else "other"
-            metrics.DELTA_IMAGES.labels("kev" if delta.kev_hits else worst).inc()
-        else:
-            counts = nm.SeverityCounts()
-            for f in findings:
-                setattr(counts, f.severity, getattr(counts, f.severity) + 1)
-            msg = nm.ReportReady(
-                id=nm.image_message_id(vid), tenant=tenant, run_id=run_id, ts=ts,
-                image_digest=digest, verdict_id=vid, findings=counts,
-                new_findings=len(delta.new), report_url=report.report_url,
-            )  # fmt: skip
-        kind = nm.kind_of(msg)
-        with tracing.span("emit", tenant=tenant, run_id=run_id, digest=digest, kind=kind):
-            await self.ctx.publisher.publish(
-                nm.subject(self.prefix, tenant, kind), nm.encode(msg), msg.id
-            )
-        metrics.NOTIFY_MESSAGES.labels(kind).inc()
-        verdict = p.VerdictRecorded(
-            run_id=run_id, segment_id=seg.segment_id, digest=digest, status="ok",
-            new_criticals=delta.new_criticals, new_high=delta.new_high,
-            kev_hits=delta.kev_hits, top_findings=delta.top, findings=findings,
-            report_url=report.report_url,
-        )  # fmt: skip
-        event = new_event(
-            "verdict.recorded", tenant, verdict, stamp, event_id=vid, causation_id=env.id,
-            correlation_id=run_id,
-        )  # fmt: skip
-        with tracing.span("persist", tenant=tenant, run_id=run_id, digest=digest):
-            await self.ctx.publisher.publish_event(event)
-        self._remember(tenant, digest, [(f.purl, f.vuln_id, f.severity, f.kev) for f in findings])
         out.ok += 1
-        _OK.inc()
-        await self.latency.first_verdict(tenant, run_id, run, event.hlc)
+        return decide(job, report, self._previous(job.tenant, job.digest), self._stamp())
+
+    def _hand_over(self, d: Decision, run: RunRec | None, tally: Tally) -> None:
+        """Encode the image's message and verdict and give them to the outbox."""
+        v = d.verdict
+        notify = kind = None
+        if d.message is not None:
+            kind = nm.kind_of(d.message)
+            notify = (nm.subject(self.prefix, v.tenant, kind), nm.encode(d.message), d.message.id)
+        verdict = (self.ctx.publisher.subject_of(v), encode(v), v.id)
+        run_id, digest = v.payload.run_id, v.payload.digest
+        record = Record(v.tenant, run_id, digest, verdict, notify, kind, d.findings, d.worse)
+        self.outbox.put(record, tally)
+        self.latency.first_verdict(v.tenant, run_id, run, int(v.hlc.split(":", 1)[0]))
 
     # ------------------------------------------------------------------ endings
 

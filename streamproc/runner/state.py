@@ -3,8 +3,11 @@
 Folded from the event log, purely: run plans (their segment lists), cancel requests, segment
 outcomes, every verdict (per run and digest, so a redelivered segment skips what is already
 verdicted), each image's latest findings (the "previous verdict" deltas are computed
-against), per-run per-vulnerability newly affected images (the run summary), and the notify
-rules and limits of schedules. The completion reactor and the segment workers read it.
+against), per-run per-vulnerability newly affected images (the run summary), the notify
+rules and limits of schedules, and when each run's cause happened (the run latency metric:
+the earliest export an export-driven run was coalesced from, else its ``run.requested``;
+an export's time is kept until the run that claims it is requested). The completion reactor
+and the segment workers read it.
 """
 
 from __future__ import annotations
@@ -16,25 +19,35 @@ import msgspec
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
+from streamproc.hlc import sort_key
 from streamproc.names import (
     RUNNER,
+    RUNNER_EXPORTS_CF,
     RUNNER_IMAGES_CF,
     RUNNER_OPEN_CF,
     RUNNER_RULES_CF,
     RUNNER_RUNS_CF,
     RUNNER_SUMMARY_CF,
+    RUNNER_SUMMARY_IMAGES_CF,
     RUNNER_VERDICTS_CF,
 )
+from streamproc.planner.changes import export_run_id
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.runner.delta import FindingKey, new_findings
 
+RUNS_CF = RUNNER_RUNS_CF
+VERDICTS_CF = RUNNER_VERDICTS_CF
 IMAGES_CF = RUNNER_IMAGES_CF
+RULES_CF = RUNNER_RULES_CF
+SUMMARY_CF = RUNNER_SUMMARY_CF
+"""(tenant, run, vulnerability) → how many images it newly affects (``VulnAgg``)."""
+SUMMARY_IMAGES_CF = RUNNER_SUMMARY_IMAGES_CF
+"""(tenant, run, vulnerability, n) → the n-th of those images (the first ``SUMMARY_IMAGES``):
+one small key each, so a batch of verdicts never rewrites a growing list."""
 OPEN_CF = RUNNER_OPEN_CF
 """Runs not yet completed or cancelled: what the completion reactor looks at."""
-RULES_CF = RUNNER_RULES_CF
-RUNS_CF = RUNNER_RUNS_CF
-SUMMARY_CF = RUNNER_SUMMARY_CF
-VERDICTS_CF = RUNNER_VERDICTS_CF
+EXPORTS_CF = RUNNER_EXPORTS_CF
+"""(tenant, source, export id) → the export's HLC time (ms), until a run claims it."""
 SEP = b"\x00"
 SUMMARY_IMAGES = 1000
 """Digests kept per vulnerability in a run summary (the count is always exact)."""
@@ -71,6 +84,8 @@ class RunRec(msgspec.Struct, kw_only=True):
     deltas: int = 0
     new_criticals: int = 0
     failure_reasons: dict[str, int] = {}
+    cause_ms: int = 0
+    """HLC time (ms) of what caused the run: its earliest export, else its request."""
 
     def accounted(self) -> bool:
         return self.planned and all(s in self.done for s in self.segments)
@@ -92,6 +107,7 @@ class VulnAgg(msgspec.Struct, kw_only=True):
     kev: bool
     count: int = 0
     digests: list[str] = []
+    """Filled by :meth:`Reader.summary` (stored apart, in ``SUMMARY_IMAGES_CF``)."""
 
 
 class Rule(msgspec.Struct, kw_only=True):
@@ -117,7 +133,9 @@ def failure_category(error: str | None) -> str:
 
 class RunnerState(Projection):
     name: ClassVar[str] = RUNNER
-    creates: ClassVar[frozenset[str]] = frozenset({"schedule.created", "run.requested"})
+    creates: ClassVar[frozenset[str]] = frozenset(
+        {"export.feedser", "export.vexer", "schedule.created", "run.requested"}
+    )
     """A run is known from its request on: every later event of an unknown run (or of a
     segment its plan does not list) is rejected, so nothing stays open that never ran."""
     families: ClassVar[tuple[str, ...]] = (
@@ -126,8 +144,13 @@ class RunnerState(Projection):
         IMAGES_CF,
         RULES_CF,
         SUMMARY_CF,
+        SUMMARY_IMAGES_CF,
         OPEN_CF,
+        EXPORTS_CF,
     )
+    version: ClassVar[int] = 2
+    """2: export times and each run's cause time (the run latency metric); a summary's
+    images one key each."""
 
     def __init__(self) -> None:
         self._runs: dict[bytes, RunRec] = {}
@@ -162,6 +185,23 @@ class RunnerState(Projection):
                 "unknown_segment", f"{e.kind} for segment {segment_id}, not in run {run_id}'s plan"
             )
         return rec
+
+    # ------------------------------------------------------------------ exports
+
+    @folds(p.FeedserExport)
+    def _export_feedser(self, tx: Tx, e: Envelope, x: p.FeedserExport) -> None:
+        self._export(tx, e, "feedser", x.export_id)
+
+    @folds(p.VexerExport)
+    def _export_vexer(self, tx: Tx, e: Envelope, x: p.VexerExport) -> None:
+        self._export(tx, e, "vexer", x.export_id)
+
+    @staticmethod
+    def _export(tx: Tx, e: Envelope, source: str, export_id: str) -> None:
+        t = tx.table(EXPORTS_CF)
+        k = key(e.tenant, source, export_id)
+        if t.get(k) is None:  # a redelivered export keeps its first time
+            t.put(k, b"%d" % sort_key(e.hlc)[0])
 
     # ------------------------------------------------------------------ schedules
 
@@ -208,8 +248,29 @@ class RunnerState(Projection):
             trigger=r.trigger,
             mode=r.mode,
             schedule_ids=[r.schedule_id] if r.schedule_id else [],
+            cause_ms=self._cause_ms(tx, e, r),
         )
         self._dirty.add(k)
+
+    @staticmethod
+    def _cause_ms(tx: Tx, e: Envelope, r: p.RunRequested) -> int:
+        """The request's time, or its earliest export's when the request is the run those
+        exports were coalesced into (a spill continuation names them too, but is not it);
+        that run claims its exports, whose times are then forgotten."""
+        ms = sort_key(e.hlc)[0]
+        feedser, vexer = r.reason.feedser_export_ids, r.reason.vexer_export_ids
+        claims = r.trigger in ("feedser", "vexer")
+        if not claims or export_run_id(e.tenant, feedser + vexer) != r.run_id:
+            return ms
+        t = tx.table(EXPORTS_CF)
+        for source, ids in (("feedser", feedser), ("vexer", vexer)):
+            for export_id in ids:
+                ek = key(e.tenant, source, export_id)
+                raw = t.get(ek)
+                if raw is not None:
+                    ms = min(ms, int(raw))
+                    t.delete(ek)
+        return ms
 
     @folds(p.RunPlanned)
     def _run_planned(self, tx: Tx, e: Envelope, r: p.RunPlanned) -> None:
@@ -306,8 +367,8 @@ class RunnerState(Projection):
                 self._aggs[sk] = agg
             # One verdict per (run, image) was checked above, so the image is new here.
             agg.count += 1
-            if len(agg.digests) < SUMMARY_IMAGES:
-                agg.digests.append(v.digest)
+            if agg.count <= SUMMARY_IMAGES:
+                tx.table(SUMMARY_IMAGES_CF).put(sk + SEP + b"%08d" % agg.count, v.digest.encode())
             agg.kev = agg.kev or vuln[2]
         it.put(ik, _enc.encode(ImageRec(sorted(current))))
 
@@ -373,7 +434,11 @@ class Reader:
 
     def summary(self, tenant: str, run_id: str) -> dict[str, VulnAgg]:
         prefix = key(tenant, run_id) + SEP
-        return {
+        out = {
             k[len(prefix) :].decode(): decode_vuln(v)
             for k, v in self.store.scan(SUMMARY_CF, prefix)  # type: ignore[attr-defined]
         }
+        for k, v in self.store.scan(SUMMARY_IMAGES_CF, prefix):  # type: ignore[attr-defined]
+            vuln = k[len(prefix) :].rsplit(SEP, 1)[0].decode()
+            out[vuln].digests.append(v.decode())  # in the order they were folded
+        return out

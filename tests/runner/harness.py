@@ -16,7 +16,6 @@ from typing import Any
 
 import msgspec
 
-from streamproc import roles
 from streamproc.app import System
 from streamproc.bus import jsapi
 from streamproc.bus.publisher import Publisher
@@ -77,17 +76,11 @@ def register_sbom_text(svc: ScannerService, digest: str, document: bytes) -> Non
     svc.catalog.add_image(digest, key)
 
 
-async def start_runner(
-    tmp: Path, url: str, prefix: str, runner: RunnerSettings, *, role: str = "runner-test"
-) -> System:
-    """The registry is only read while the system starts: the test role leaves no trace."""
-    roles.ROLES[role] = make_runner(runner)
+async def start_runner(tmp: Path, url: str, prefix: str, runner: RunnerSettings) -> System:
+    """The runner role with ``runner`` settings, as ``streamproc runner`` starts it."""
     settings = Settings(data_dir=tmp, nats_url=url, prefix=prefix, node_id="test")
-    system = System(settings, [role], http=False)
-    try:
-        await system.start()
-    finally:
-        roles.ROLES.pop(role, None)
+    system = System(settings, ["runner"], http=False, specs={"runner": make_runner(runner)})
+    await system.start()
     return system
 
 

@@ -1,0 +1,143 @@
+"""What one image's scanner answer becomes: its ``verdict.recorded`` event and its Notify
+message (``rescan.delta`` when the verdict got worse in a way the run's rule cares about,
+``report.ready`` otherwise). Pure: the caller brings the previous findings, the rule and
+the HLC stamp; :mod:`streamproc.runner.segment` does the calls and the publishing.
+
+Every id is derived from the cause: the verdict's from (run, image), the Notify message's
+from the verdict's, so whatever a crashed runner emitted is emitted again with the same ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streamproc.events import payloads as p
+from streamproc.events.envelope import Envelope, new_event
+from streamproc.hlc import Timestamp
+from streamproc.ids import derive_id
+from streamproc.notify import messages as nm
+from streamproc.runner.delta import Delta, FindingKey, matches
+from streamproc.runner.scanner_client import ScanReport
+
+
+def verdict_id(run_id: str, digest: str) -> str:
+    return derive_id(run_id, digest, "verdict")
+
+
+def scan_key(run_id: str, digest: str) -> str:
+    """The scanner call's ``Idempotency-Key``."""
+    return derive_id(run_id, digest, "scan")
+
+
+@dataclass(frozen=True, slots=True)
+class ImageJob:
+    """One image of a segment, with what its verdict and message need to say."""
+
+    tenant: str
+    run_id: str
+    segment_id: str
+    digest: str
+    cause_id: str
+    """The ``segment.enqueued`` event's id: the verdict's causation."""
+    schedule_ids: tuple[str, ...]
+    rule: p.NotifyRule
+
+    def of(self, digest: str) -> ImageJob:
+        """The same segment's job for another image."""
+        return ImageJob(self.tenant, self.run_id, self.segment_id, digest, self.cause_id,
+                        self.schedule_ids, self.rule)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Envelope
+    message: nm.AnyMessage | None
+    """None for a failed image: no Notify message."""
+    findings: list[FindingKey]
+    """The image's findings now: the next verdict's "previous"."""
+    worse: str | None
+    """For a ``rescan.delta``: the worst new finding (``kev``, ``critical``, ``high``,
+    ``other``)."""
+
+
+def findings_of(report: ScanReport) -> list[p.Finding]:
+    return [
+        p.Finding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity, kev=f.kev, link=f.link)  # type: ignore[arg-type]
+        for f in report.findings
+    ]
+
+
+def kev_names(report: ScanReport) -> dict[str, str]:
+    """A KEV finding's CVE alias (the KEV catalog names CVEs) by its vulnerability id."""
+    return {
+        f.vuln_id: next((a for a in f.aliases if a.startswith("CVE-")), f.vuln_id)
+        for f in report.findings
+        if f.kev
+    }
+
+
+def decide(
+    job: ImageJob, report: ScanReport, previous: list[FindingKey] | None, stamp: Timestamp
+) -> Decision:
+    """The verdict and Notify message of an image the scanner reported on."""
+    vid = verdict_id(job.run_id, job.digest)
+    findings = findings_of(report)
+    delta = Delta(previous, findings, kev_names(report))
+    ts = nm.iso(stamp.physical)
+    msg: nm.AnyMessage
+    worse: str | None = None
+    if delta.positive and matches(delta, job.rule):
+        msg = nm.RescanDelta(
+            id=nm.image_message_id(vid), tenant=job.tenant, run_id=job.run_id, ts=ts,
+            image_digest=job.digest, verdict_id=vid, schedule_ids=list(job.schedule_ids),
+            new_criticals=delta.new_criticals, new_high=delta.new_high,
+            kev_hits=delta.kev_hits,
+            top_findings=[
+                nm.TopFinding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity,
+                              kev=f.kev, link=f.link)
+                for f in delta.top
+            ],
+            report_url=report.report_url,
+            attestation=nm.Attestation(uuid=report.attestation.uuid,
+                                       verified=report.attestation.verified)
+            if report.attestation else None,
+        )  # fmt: skip
+        worst = "critical" if delta.new_criticals else "high" if delta.new_high else "other"
+        worse = "kev" if delta.kev_hits else worst
+    else:
+        counts = nm.SeverityCounts()
+        for f in findings:
+            setattr(counts, f.severity, getattr(counts, f.severity) + 1)
+        msg = nm.ReportReady(
+            id=nm.image_message_id(vid), tenant=job.tenant, run_id=job.run_id, ts=ts,
+            image_digest=job.digest, verdict_id=vid, findings=counts,
+            new_findings=len(delta.new), report_url=report.report_url,
+        )  # fmt: skip
+    verdict = p.VerdictRecorded(
+        run_id=job.run_id, segment_id=job.segment_id, digest=job.digest, status="ok",
+        new_criticals=delta.new_criticals, new_high=delta.new_high,
+        kev_hits=delta.kev_hits, top_findings=delta.top, findings=findings,
+        report_url=report.report_url,
+    )  # fmt: skip
+    return Decision(
+        _event(job, verdict, vid, stamp),
+        msg,
+        [(f.purl, f.vuln_id, f.severity, f.kev) for f in findings],
+        worse,
+    )
+
+
+def decide_failed(job: ImageJob, error: str, stamp: Timestamp) -> Decision:
+    """The verdict of an image the scanner refused (an unknown image, an invalid report)."""
+    verdict = p.VerdictRecorded(
+        run_id=job.run_id, segment_id=job.segment_id, digest=job.digest, status="failed",
+        error=error[:2000],
+    )  # fmt: skip
+    return Decision(_event(job, verdict, verdict_id(job.run_id, job.digest), stamp), None, [], None)
+
+
+def _event(job: ImageJob, verdict: p.VerdictRecorded, vid: str, stamp: Timestamp) -> Envelope:
+    return new_event(
+        "verdict.recorded", job.tenant, verdict, stamp, event_id=vid, causation_id=job.cause_id,
+        correlation_id=job.run_id,
+    )  # fmt: skip
