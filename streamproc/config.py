@@ -48,7 +48,7 @@ class _SetEnvironment(Mapping[str, str]):
 
 def environment() -> Mapping[str, str]:
     """Every setting reader looks here: the process environment, then the config file."""
-    return ChainMap(_SetEnvironment(), _FILE_ENV)  # type: ignore[arg-type]
+    return ChainMap(_SetEnvironment(), _FILE_ENV)  # type: ignore[arg-type]  # ChainMap over two mappings of str; typeshed wants MutableMapping
 
 
 def file_document(section: str) -> dict[str, object]:

@@ -58,7 +58,7 @@ class Table:
         v = self._pending.get(key, _MISSING)
         if v is _MISSING:
             return self._store.get(self._cf, key)
-        return v  # type: ignore[return-value]
+        return v  # type: ignore[return-value]  # a pending value is bytes or None (a delete), _MISSING excluded above
 
     def put(self, key: bytes, value: bytes) -> None:
         self._tx.undo.append((self._pending, key, self._pending.get(key, _MISSING)))

@@ -93,7 +93,9 @@ def cmd_role_process(args: argparse.Namespace) -> int:
     return serve(process_settings(args, role), role)
 
 
-def register(subparsers: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: Common
+) -> None:
     for role in ("gateway", "planner", "auditor"):
         p = subparsers.add_parser(role, help=HELP[role], description=HELP[role])
         add_process_options(p, common, role)

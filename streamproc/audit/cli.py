@@ -207,7 +207,7 @@ def _keys_arg(p: argparse.ArgumentParser) -> None:
 
 
 def register(
-    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     common: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     """Add ``chain verify|prove|verify-proof|held|log`` and ``bundle export|import``."""

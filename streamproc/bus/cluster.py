@@ -172,10 +172,10 @@ class ClusterNode:
         """A monitoring endpoint's JSON, or None when the node does not answer."""
         try:
             with urllib.request.urlopen(self.monitor_url + path, timeout=timeout) as r:
-                return json.loads(r.read())  # type: ignore[no-any-return]
+                return json.loads(r.read())  # type: ignore[no-any-return]  # json.loads is Any; a monitoring document is a JSON object
         except urllib.error.HTTPError as exc:  # /healthz answers 503 with a JSON body
             try:
-                return json.loads(exc.read())  # type: ignore[no-any-return]
+                return json.loads(exc.read())  # type: ignore[no-any-return]  # json.loads is Any; a monitoring document is a JSON object
             except ValueError:
                 return None
         except (OSError, ValueError):

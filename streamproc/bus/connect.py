@@ -186,7 +186,7 @@ async def connect(
     limit = per_try * attempts * len(servers(url))
     try:
         async with asyncio.timeout(limit):
-            await nc.connect(servers=servers(url), **opts)  # type: ignore[arg-type]
+            await nc.connect(servers=servers(url), **opts)  # type: ignore[arg-type]  # nats-py's connect options are typed one by one; opts holds them by name
     except Exception as exc:
         reason = str(exc) or type(exc).__name__
         if isinstance(exc, TimeoutError):

@@ -90,7 +90,7 @@ async def request(
     if isinstance(doc, dict) and doc.get("error"):
         e = msgspec.convert(doc["error"], _Err)
         raise JsApiError(e.code, e.err_code, e.description)
-    return doc  # type: ignore[no-any-return]
+    return doc  # type: ignore[no-any-return]  # a JetStream API answer is a JSON object (checked above)
 
 
 async def stream_info(nc: Client, stream: str) -> StreamInfo | None:

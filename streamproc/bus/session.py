@@ -24,7 +24,7 @@ CLUSTER_DIR = "nats-cluster"
 
 
 def run(coro: Awaitable[int]) -> int:
-    return uvloop.run(coro)  # type: ignore[arg-type]
+    return uvloop.run(coro)  # type: ignore[arg-type]  # uvloop.run is typed for Coroutine; every caller passes one
 
 
 async def with_nats(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -> int:

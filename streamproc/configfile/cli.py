@@ -27,7 +27,7 @@ from streamproc.gateway.settings import load as load_gateway
 
 
 def register(
-    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     common: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     cfg = subparsers.add_parser("config", help="the settings file: check, show, reference")

@@ -60,7 +60,7 @@ class Document:
 
 
 def _k(path: str, env: str, type_: Type, default: object, description: str, **kw: object) -> Key:
-    return Key(path, env, type_, default, description, **kw)  # type: ignore[arg-type]
+    return Key(path, env, type_, default, description, **kw)  # type: ignore[arg-type]  # the keyword arguments are Key fields, checked by the registry tests
 
 
 SECTIONS: dict[str, str] = {

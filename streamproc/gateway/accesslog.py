@@ -44,7 +44,7 @@ def _now_text() -> str:
     if _stamp[1] != sec:
         _stamp[0] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sec))
         _stamp[1] = sec
-    return _stamp[0]  # type: ignore[return-value]
+    return _stamp[0]  # type: ignore[return-value]  # slot 0 of the cache is always the str stamp
 
 
 def new_request_id() -> str:
@@ -169,7 +169,7 @@ def observe_request(paths: tuple[str, ...]) -> Middleware:
             timer = _timers[key] = metrics.HTTP_REQUEST_SECONDS.labels(
                 route, request.method, str(resp.status)
             )
-        timer.observe(elapsed)  # type: ignore[attr-defined]
+        timer.observe(elapsed)  # type: ignore[attr-defined]  # prometheus-client's labels() returns the metric's own type untyped
         if _sink is not None or (_via_logging and access.isEnabledFor(logging.INFO)):
             line = _enc.encode(
                 AccessRecord(

@@ -145,7 +145,7 @@ class Gateway:
         self.tls_runner = runner
         port = cfg.port
         with contextlib.suppress(Exception):
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # aiohttp's site._server is private and typed Optional[AbstractServer]
         self.tls_url = f"https://{cfg.host}:{port}"
         log.info("gateway HTTPS listener on %s", self.tls_url)
 

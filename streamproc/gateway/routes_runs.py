@@ -3,6 +3,7 @@ and links to deltas, the deltas themselves, and best-effort cancel."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -43,7 +44,7 @@ def _found(gw: Gateway, tenant: str, run_id: str) -> RunRecord:
     return rec
 
 
-def _loader(gw: Gateway, tenant: str, run_id: str):  # type: ignore[no-untyped-def]
+def _loader(gw: Gateway, tenant: str, run_id: str) -> Callable[[], RunView | None]:
     def load() -> RunView | None:
         rec = gw.rm.run(tenant, run_id)
         return None if rec is None else run_view(rec)

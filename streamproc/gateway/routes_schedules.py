@@ -4,6 +4,7 @@ soft-delete, with optimistic concurrency through ``If-Match`` = the schedule's v
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -68,7 +69,7 @@ def _found(gw: Gateway, tenant: str, sid: str) -> ScheduleRecord:
     return rec
 
 
-def _view_loader(gw: Gateway, tenant: str, sid: str):  # type: ignore[no-untyped-def]
+def _view_loader(gw: Gateway, tenant: str, sid: str) -> Callable[[], ScheduleView | None]:
     def load() -> ScheduleView | None:
         rec = gw.rm.schedule(tenant, sid)
         return None if rec is None else schedule_view(rec, _now(), 5)

@@ -195,7 +195,7 @@ async def _record(
                 continue
             seq = out.seq if isinstance(out, PubAck) else _taken_by(out)
             if seq is None:
-                failure = failure or out  # type: ignore[assignment]
+                failure = failure or out  # type: ignore[assignment]  # out is an exception when it is not a PubAck (return_exceptions)
                 continue
             # The subject (or the id, within the duplicate window) holds this export already,
             # and the read model has not folded it yet: a repeat, or a conflicting body?

@@ -243,7 +243,7 @@ def load(
     for suffix, field in (("REQUIRED_MODES", "required_modes"), ("TOKEN_TYPES", "token_types")):
         if env.get(ENV_PREFIX + suffix):
             raw[field] = _listed(env[ENV_PREFIX + suffix])
-    dpop = dict(raw.get("dpop") or {})  # type: ignore[call-overload]
+    dpop = dict(raw.get("dpop") or {})  # type: ignore[call-overload]  # raw is the config mapping (object values); dpop is a table there
     for suffix, field in _DPOP_SCALARS.items():
         if env.get(ENV_PREFIX + suffix):
             dpop[field] = env[ENV_PREFIX + suffix]
@@ -253,7 +253,7 @@ def load(
     raw["dpop"] = dpop
     if env.get(ENV_PREFIX + "ISSUER") and env.get(ENV_PREFIX + "ISSUER_KEY"):
         kid, _, key = env[ENV_PREFIX + "ISSUER_KEY"].partition("=")
-        issuers = list(raw.get("issuers") or [])  # type: ignore[call-overload]
+        issuers = list(raw.get("issuers") or [])  # type: ignore[call-overload]  # raw is the config mapping (object values); issuers is a list there
         issuer: dict[str, object] = {
             "issuer": env[ENV_PREFIX + "ISSUER"],
             "keys": [{"kid": kid, "public_key": key}],

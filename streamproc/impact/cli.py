@@ -181,7 +181,7 @@ def _common_index(p: argparse.ArgumentParser) -> None:
 
 
 def register(
-    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     common: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     """Add ``index add|remove|stats``."""

@@ -248,7 +248,7 @@ class Group:
         """Read-only view of one chunk (open or stored): suffix -> ids."""
         got = self.open.get(chunk)
         if got is not None:
-            return tuple(  # type: ignore[return-value]
+            return tuple(  # type: ignore[return-value]  # the open chunk holds four maps of this shape
                 {
                     s: member_bitmap(m)
                     for s, m in chain(got[2 * side].items(), got[2 * side + 1].items())

@@ -179,7 +179,7 @@ class Ingest(IndexState):
             fc = self._flat_c[chunk] = {}
         found: list[Member | None] = list(map(fc.get, purls))
         if None not in found:
-            return found  # type: ignore[return-value]
+            return found  # type: ignore[return-value]  # no None in found (checked above)
         missing = list(compress(range(len(found)), map(_is_none, found)))
         mpks = [pks[i] for i in missing]
         groups = self._groups
@@ -217,7 +217,7 @@ class Ingest(IndexState):
                 m = got[1][purl[len(pk) :]] = fc[purl] = [got[0].gid]
                 got[0].open_members += 1
             found[i] = m
-        return found  # type: ignore[return-value]
+        return found  # type: ignore[return-value]  # every None slot was filled in the loop
 
     def _resolve_used(
         self, purls: Sequence[str], used: Sequence[bool], chunk: int, members: list[Member]
@@ -229,19 +229,19 @@ class Ingest(IndexState):
         upurls = list(compress(purls, used))
         found: list[Member | None] = list(map(fu.get, upurls))
         if None not in found:
-            return found  # type: ignore[return-value]
+            return found  # type: ignore[return-value]  # no None in found (checked above)
         umembers = list(compress(members, used))
         for j in compress(range(len(found)), map(_is_none, found)):
             purl = upurls[j]
             m = fu.get(purl)  # a purl listed twice
             if m is None:
                 gid = umembers[j][0]
-                g = self._groups[self._pk_by_gid[gid]]  # type: ignore[index]
+                g = self._groups[self._pk_by_gid[gid]]  # type: ignore[index]  # a member's gid is live, so its product key is not None
                 m = self._open(g, chunk)[2][purl[len(g.pk) :]] = [gid]
                 g.open_members += 1
                 fu[purl] = m
             found[j] = m
-        return found  # type: ignore[return-value]
+        return found  # type: ignore[return-value]  # every None slot was filled in the loop
 
     # -- stripping and pruning (re-index, removal) -----------------------------------------
     def _strip(self, iid: int, old: ImageRecord, chunk: int) -> tuple[list[int], list[bytes]]:
@@ -251,9 +251,9 @@ class Ingest(IndexState):
         if self.source is not None:
             cold = [pk for gid in old.gids if (pk := by_gid[gid]) not in groups]
             if cold:
-                self._load_groups(cold)  # type: ignore[arg-type]
+                self._load_groups(cold)  # type: ignore[arg-type]  # an indexed image's gids are live, so their product keys are not None
         for gid in old.gids:
-            g = groups[by_gid[gid]]  # type: ignore[index]
+            g = groups[by_gid[gid]]  # type: ignore[index]  # as above
             self._stale(g)
             for members in self._open(g, chunk):
                 for m in members.values():

@@ -37,7 +37,7 @@ class Persistence(IndexState):
         for chunk, gids in self._dirty_chunks.items():
             suffix = chunk.to_bytes(2, "big")
             for gid in gids:
-                g = groups.get(by_gid[gid])  # type: ignore[arg-type]
+                g = groups.get(by_gid[gid])  # type: ignore[arg-type]  # a dirty gid is live, so its product key is not None
                 if g is None or g.gid != gid or chunk not in g.open:
                     continue  # deleted (its chunks are in _dead), or not changed after all
                 gid4 = gid.to_bytes(4, "big")
@@ -195,7 +195,7 @@ class Persistence(IndexState):
         chunk = iid >> K.CHUNK_BITS
         rows: dict[str, tuple[str, bool]] = {}
         for gid in rec.gids:
-            g = self._group(self._pk_by_gid[gid])  # type: ignore[arg-type]
+            g = self._group(self._pk_by_gid[gid])  # type: ignore[arg-type]  # a record's gids are live, so their product keys are not None
             assert g is not None
             cmap, umap = g.chunk_members(chunk)
             for suffix, ids in cmap.items():

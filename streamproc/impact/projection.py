@@ -67,7 +67,7 @@ class _ProductKeys(Sequence[str]):
     def __len__(self) -> int:
         return len(self._comps)
 
-    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]  # a read-only Sequence[str] view; the slice overload is not needed
         return self._comps[i].product_key
 
 

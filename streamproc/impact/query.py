@@ -174,7 +174,7 @@ class Queries(IndexState):
         found: list[BitMap | None] = list(map((self._up if side else self._cp).get, keys))
         if not any(map(_is_none, found)):  # all in memory (no pass touching each bitmap)
             self._mark_recent(keys)
-            return found, found  # type: ignore[return-value]
+            return found, found  # type: ignore[return-value]  # no None in found (checked by the any() above)
         groups = self._groups
         cold_union: BitMap | None = None
         rest = set(compress(keys, map(_is_none, found)))

@@ -219,7 +219,7 @@ class IndexState:
             ]
         self._groups.update(zip(pks, out, strict=True))
         if self._lru is not None:
-            self._lru.set_many(pks, list(map(Group.size, out)))  # type: ignore[arg-type]
+            self._lru.set_many(pks, list(map(Group.size, out)))  # type: ignore[arg-type]  # pks are str product keys (the LRU also holds owner bytes)
         return out
 
     def _get_chunks(self, keys: list[bytes]) -> list[bytes]:
@@ -228,7 +228,7 @@ class IndexState:
         if None in vals:
             k = keys[vals.index(None)]
             raise LookupError(f"impact chunk {k.hex()} is missing from the store")
-        return vals  # type: ignore[return-value]
+        return vals  # type: ignore[return-value]  # no None left (raised above)
 
     def _admit(self, g: Group) -> None:
         self._groups[g.pk] = g
@@ -321,7 +321,7 @@ class IndexState:
         groups, by_gid = self._groups, self._pk_by_gid
         for gids in self._pending.values():
             for gid in gids:
-                g = groups.get(by_gid[gid])  # type: ignore[arg-type]
+                g = groups.get(by_gid[gid])  # type: ignore[arg-type]  # a pending gid is live, so its product key is not None
                 if g is not None and g.gid == gid:
                     self._stale(g)
         self._pending.clear()

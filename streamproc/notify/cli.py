@@ -27,7 +27,7 @@ from streamproc.notify.schemas import write_all
 
 
 def register(
-    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     common: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     notify = subparsers.add_parser("notify", help="the Notify side: tail deltas, JSON Schemas")

@@ -118,7 +118,7 @@ def decode(data: bytes) -> AnyMessage:
 
 
 def kind_of(msg: AnyMessage) -> str:
-    return msg.__struct_config__.tag  # type: ignore[return-value]
+    return msg.__struct_config__.tag  # type: ignore[return-value]  # every message Struct is tagged with a str
 
 
 def subject(prefix: str, tenant: str, kind: str) -> str:

@@ -220,7 +220,7 @@ class Runs(Projection):
     def _finish(
         self, tx: Tx, rec: RunRecord, e: Envelope, state: str, stats: p.RunStats
     ) -> RunRecord:
-        rec.state = state  # type: ignore[assignment]
+        rec.state = state  # type: ignore[assignment]  # state is one of RunRecord's Literal values at every caller
         rec.finished_ms = physical_ms(e)
         tx.table(EXPIRY_CF).put(
             expiry_key(rec.finished_ms, rec.tenant, rec.id), rec.requested_seq.to_bytes(8, "big")

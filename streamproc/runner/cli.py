@@ -18,7 +18,7 @@ from streamproc.runner.settings import load as load_runner
 
 
 def register(
-    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     common: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     p = subparsers.add_parser(

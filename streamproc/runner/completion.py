@@ -83,7 +83,7 @@ def summary_vulns(aggs: dict[str, VulnAgg]) -> list[nm.VulnImages]:
     return [
         nm.VulnImages(
             vuln_id=vid,
-            severity=a.severity,  # type: ignore[arg-type]
+            severity=a.severity,  # type: ignore[arg-type]  # severity was validated against the Literal when the verdict was folded
             kev=a.kev,
             image_count=a.count,
             images=list(a.digests),
@@ -124,7 +124,7 @@ class Completer:
             tenant=rec.tenant,
             run_id=rec.run_id,
             ts=nm.iso(stamp.physical),
-            state=state,  # type: ignore[arg-type]
+            state=state,  # type: ignore[arg-type]  # state is one of the Literal values by the branch above
             totals=nm.RunTotals(
                 candidates=stats.candidates,
                 completed=stats.completed,
@@ -149,7 +149,7 @@ class Completer:
             kind, eid = "run.completed", derive_id(rec.run_id, "completed")
             payload = p.RunCompleted(
                 run_id=rec.run_id,
-                state=state,  # type: ignore[arg-type]
+                state=state,  # type: ignore[arg-type]  # state is one of the Literal values by the branch above
                 stats=stats,
                 coverage=coverage,
                 error=None

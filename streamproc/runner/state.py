@@ -406,7 +406,7 @@ class Reader:
         self.store = store
 
     def _get(self, cf: str, k: bytes) -> bytes | None:
-        return self.store.get(cf, k)  # type: ignore[attr-defined,no-any-return]
+        return self.store.get(cf, k)  # type: ignore[attr-defined,no-any-return]  # the store is a Readable (Store or snapshot) that the constructor takes untyped
 
     def run(self, tenant: str, run_id: str) -> RunRec | None:
         raw = self._get(RUNS_CF, key(tenant, run_id))
@@ -426,7 +426,7 @@ class Reader:
 
     def open_runs(self) -> list[RunRec]:
         out = []
-        for k, _ in self.store.scan(OPEN_CF):  # type: ignore[attr-defined]
+        for k, _ in self.store.scan(OPEN_CF):  # type: ignore[attr-defined]  # as above
             raw = self._get(RUNS_CF, k)
             if raw is not None:
                 out.append(decode_run(raw))
@@ -436,9 +436,9 @@ class Reader:
         prefix = key(tenant, run_id) + SEP
         out = {
             k[len(prefix) :].decode(): decode_vuln(v)
-            for k, v in self.store.scan(SUMMARY_CF, prefix)  # type: ignore[attr-defined]
+            for k, v in self.store.scan(SUMMARY_CF, prefix)  # type: ignore[attr-defined]  # as above
         }
-        for k, v in self.store.scan(SUMMARY_IMAGES_CF, prefix):  # type: ignore[attr-defined]
+        for k, v in self.store.scan(SUMMARY_IMAGES_CF, prefix):  # type: ignore[attr-defined]  # as above
             vuln = k[len(prefix) :].rsplit(SEP, 1)[0].decode()
             out[vuln].digests.append(v.decode())  # in the order they were folded
         return out

@@ -62,7 +62,7 @@ class Decision:
 
 def findings_of(report: ScanReport) -> list[p.Finding]:
     return [
-        p.Finding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity, kev=f.kev, link=f.link)  # type: ignore[arg-type]
+        p.Finding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity, kev=f.kev, link=f.link)  # type: ignore[arg-type]  # the scanner's severity is a str validated against the event's Literal on encode
         for f in report.findings
     ]
 

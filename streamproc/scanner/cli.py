@@ -39,7 +39,7 @@ from streamproc.signals import install_stop_signals
 
 
 def register(
-    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     common: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     p = subparsers.add_parser(

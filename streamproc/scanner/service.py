@@ -157,7 +157,7 @@ class ScannerService:
         """Faults apply to the scanner API, never to the admin and health endpoints."""
         path = request.path
         if path.startswith("/admin") or path == "/healthz":
-            return await handler(request)  # type: ignore[no-any-return]
+            return await handler(request)  # type: ignore[no-any-return]  # aiohttp's handler type returns StreamResponse untyped here
         delay = self.faults.delay_s()
         if delay:
             await asyncio.sleep(delay)
@@ -173,7 +173,7 @@ class ScannerService:
                 headers["Retry-After"] = f"{cfg.retry_after_s:g}"
             status = 429 if fault == "429" else cfg.status_5xx
             return _error(status, f"simulated {fault}", headers)
-        return await handler(request)  # type: ignore[no-any-return]
+        return await handler(request)  # type: ignore[no-any-return]  # aiohttp's handler type returns StreamResponse untyped here
 
     # ------------------------------------------------------------------ scanner API
 

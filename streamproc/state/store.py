@@ -214,7 +214,7 @@ class RocksStore(Store):
         self._cfs.clear()
         self._handles.clear()
         self._db.close()
-        self._db = None  # type: ignore[assignment]
+        self._db = None  # type: ignore[assignment]  # a closed store holds no database; every use after close is a bug
         if self._lock_fd >= 0:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
