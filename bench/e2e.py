@@ -47,6 +47,7 @@ from streamproc.bus.publisher import Publisher  # noqa: E402
 from streamproc.bus.server import EmbeddedNats, free_port  # noqa: E402
 from streamproc.events import payloads as p  # noqa: E402
 from streamproc.events.envelope import new_event  # noqa: E402
+from streamproc.events.payloads import export_ref  # noqa: E402
 from streamproc.ids import derive_id  # noqa: E402
 from streamproc.impact.purls import normalize_image_purls  # noqa: E402
 from streamproc.impact.sbom import read_sbom  # noqa: E402
@@ -281,7 +282,9 @@ async def export_latency(tmp: Path, nats_url: str, trials: int = 20) -> list[flo
                         "advisories": [{"vulnId": TRIAL_ADVISORY, "severity": "high",
                                         "productKeys": ["pkg:pypi/setuptools"]}],
                     }  # fmt: skip
-                    run = export_run_id(tenant, [body["exportId"]]).encode()  # the trial's run
+                    # the trial's run: exports are known by their source-scoped ref
+                    ref = export_ref(f"feedser-{k}", str(body["exportId"]))
+                    run = export_run_id(tenant, [ref]).encode()
                     first = await waiter(
                         nc, f"{prefix}.notify.{tenant}.rescan.delta", lambda m, r=run: r in m.data
                     )
