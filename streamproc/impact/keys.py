@@ -117,10 +117,6 @@ def pack_chunks(chunks: Collection[int]) -> bytes:
     return b"".join(c.to_bytes(2, "big") for c in sorted(chunks))
 
 
-def unpack_chunks(raw: bytes) -> list[int]:
-    return [int.from_bytes(raw[i : i + 2], "big") for i in range(0, len(raw), 2)]
-
-
 def scoped(tenant: str, value: str) -> str:
     """Name of a tenant-scoped value; tenants never contain NUL, so this is unambiguous."""
     return tenant + SEP + value

@@ -116,10 +116,6 @@ class Persistence(IndexState):
         """(product groups resident, product groups known)."""
         return len(self._groups), len(self._gids)
 
-    @property
-    def warm_done(self) -> bool:
-        return self._warm_cursor is None
-
     def warm_step(self, budget: int = 2000) -> bool:
         """Load up to ``budget`` groups (or owner bitmaps) that are not resident; True when
         warming is finished (everything loaded, or the memory bound reached)."""
