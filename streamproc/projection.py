@@ -127,9 +127,8 @@ class Projection:
     Its handlers are methods marked with :func:`streamproc.fold.folds`; the kinds it reads
     (``kinds``) are theirs, set when the class is created. A projection that declares
     ``kinds`` and overrides :meth:`fold` instead is the *untyped adapter*: it dispatches
-    itself (only ``impact``, whose ingest path is redesigned on its own; its kinds are still
-    checked against the catalog). ``tests/test_fold.py`` holds every role's
-    projections to this.
+    itself (its kinds are still checked against the catalog); no role's projection is one,
+    which ``tests/test_fold.py`` holds them to.
 
     Updates never create (DESIGN.md principle 1). Of the kinds a projection folds, only
     those in ``creates`` may bring a new entity into the view; those in ``observes`` never

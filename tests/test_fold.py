@@ -1,5 +1,5 @@
 """The one fold style: every role's projection folds through typed handlers checked against
-the event catalog (only ``impact`` is the untyped adapter), registration refuses what does
+the event catalog (none is on the untyped adapter), registration refuses what does
 not fit the catalog, and what folds tally is counted once, after the batch commits."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 from tests.samples import sample_event
 
-ADAPTERS = {"impact"}
+ADAPTERS: set[str] = set()
 """Projections still on the untyped adapter (``kinds`` + their own ``fold``)."""
 
 

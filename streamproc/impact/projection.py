@@ -27,6 +27,7 @@ from prometheus_client import Gauge
 from streamproc.config import environment
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import Component, FeedserExport, ImageIndexed, ImageRemoved
+from streamproc.fold import folds
 from streamproc.impact import keys as K
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.ingest import canonical_key
@@ -97,9 +98,6 @@ def _env_cache_bytes() -> int | None:
 
 class ImpactProjection(Projection):
     name: ClassVar[str] = IMPACT
-    kinds: ClassVar[frozenset[str]] = frozenset(
-        {"image.indexed", "image.removed", "export.feedser"}
-    )
     creates: ClassVar[frozenset[str]] = frozenset({"image.indexed", "export.feedser"})
     """An export's advisories add vuln keys; removing an image needs it indexed."""
     families: ClassVar[tuple[str, ...]] = K.FAMILIES
@@ -173,52 +171,56 @@ class ImpactProjection(Projection):
         _settle_gc()
 
     # -- folding ---------------------------------------------------------------------------
-    def fold(self, tx: Tx, event: Envelope) -> None:
-        if self._gc_was is None:
-            # A batch allocates ~10^5 containers that all outlive it; letting the cyclic
-            # GC walk the whole index for them doubled the fold time. Back on at flush.
-            self._gc_was = gc.isenabled()
-            gc.disable()
-        p = event.payload
+    @folds(ImageIndexed)
+    def _indexed(self, tx: Tx, e: Envelope, p: ImageIndexed) -> None:
+        self._batch_started()
+        comps = p.components
         try:
-            if isinstance(p, ImageIndexed):
-                self._indexed(event.tenant, p)
-            elif isinstance(p, ImageRemoved):
-                if not self.index.remove_image(event.tenant, p.digest):
-                    raise Rejection(
-                        "image_not_indexed",
-                        f"image {p.digest} of tenant {event.tenant} is not in the index",
-                    )
-            elif isinstance(p, FeedserExport):
-                self._advisories(p)
+            self.index.index_components(
+                e.tenant,
+                p.digest,
+                list(map(_PURL, comps)),
+                _ProductKeys(comps),
+                list(map(_USED, comps)),
+                registry=p.registry,
+                repo=p.repository,
+                namespace=p.namespace or "",
+                tags=p.tags,
+                labels=p.labels,
+                usage_known=p.usage_known,
+            )
         except PurlError as exc:
             raise Rejection("invalid_purl", f"{exc.purl!r}: {exc.reason}") from None
         except TooManyKeysError as exc:
             raise Rejection("too_many_keys", str(exc)) from None
 
-    def _indexed(self, tenant: str, p: ImageIndexed) -> None:
-        comps = p.components
-        self.index.index_components(
-            tenant,
-            p.digest,
-            list(map(_PURL, comps)),
-            _ProductKeys(comps),
-            list(map(_USED, comps)),
-            registry=p.registry,
-            repo=p.repository,
-            namespace=p.namespace or "",
-            tags=p.tags,
-            labels=p.labels,
-            usage_known=p.usage_known,
-        )
+    @folds(ImageRemoved)
+    def _removed(self, tx: Tx, e: Envelope, p: ImageRemoved) -> None:
+        self._batch_started()
+        if not self.index.remove_image(e.tenant, p.digest):
+            raise Rejection(
+                "image_not_indexed", f"image {p.digest} of tenant {e.tenant} is not in the index"
+            )
 
-    def _advisories(self, p: FeedserExport) -> None:
+    @folds(FeedserExport)
+    def _advisories(self, tx: Tx, e: Envelope, p: FeedserExport) -> None:
+        self._batch_started()
         total = sum(len(a.product_keys) for a in p.advisories)
         if total > MAX_KEYS_PER_QUERY:
-            raise TooManyKeysError(total)
-        rows = [(a.vuln_id, [canonical_key(k) for k in a.product_keys]) for a in p.advisories]
+            raise Rejection("too_many_keys", str(TooManyKeysError(total)))
+        try:
+            rows = [(a.vuln_id, [canonical_key(k) for k in a.product_keys]) for a in p.advisories]
+        except PurlError as exc:
+            raise Rejection("invalid_purl", f"{exc.purl!r}: {exc.reason}") from None
         for vuln, keys in rows:  # all checked above: nothing applies unless everything can
             self.index.add_vuln_keys(vuln, keys)
+
+    def _batch_started(self) -> None:
+        if self._gc_was is None:
+            # A batch allocates ~10^5 containers that all outlive it; letting the cyclic
+            # GC walk the whole index for them doubled the fold time. Back on at flush.
+            self._gc_was = gc.isenabled()
+            gc.disable()
 
     def flush(self, tx: Tx) -> None:
         """Hand the batch's changes to ``tx`` in bulk (~100,000 values a batch; the per-event
