@@ -9,8 +9,9 @@ with the checkpoint, so replaying the same events yields byte-identical state.
 
 from __future__ import annotations
 
+import gc
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -108,6 +109,12 @@ class Tx:
         self.undo.append((self.counts, k, self.counts.get(k, _MISSING)))
         self.counts[k] = self.counts.get(k, 0) + n
 
+    def put_flushed(self, cf: str, items: Mapping[bytes, bytes | None]) -> None:
+        """A projection's bulk writes from :meth:`Projection.flush`, after the batch's last
+        fold: nothing is left to roll back there, so no per-event undo is kept."""
+        self.table(cf)
+        self.writes[cf].update(items)
+
     def begin(self, seq: int) -> None:
         self.seq = seq
         self.undo.clear()
@@ -140,6 +147,9 @@ class Projection:
     name: ClassVar[str]
     kinds: ClassVar[frozenset[str]]
     version: ClassVar[int] = 1
+    pauses_gc: ClassVar[bool] = False
+    """True: the runtime keeps the cyclic garbage collector off while it folds a batch for
+    this projection (the fold stays pure; see :meth:`Folder.apply`)."""
     families: ClassVar[tuple[str, ...]] = ()
     creates: ClassVar[frozenset[str]] = frozenset()
     """Kinds that may be the first this view sees of an entity: they need no other entity
@@ -278,6 +288,7 @@ class Folder:
         names = [p.name for p in self.projections]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate projection names in {names}")
+        self._pauses_gc = any(p.pauses_gc for p in self.projections)
         self._dispatch: dict[str, list[Projection]] = {}
         for p in self.projections:
             for k in p.kinds:
@@ -331,6 +342,18 @@ class Folder:
         ``subjects``) and to record a quarantined message. Rejections and quarantined
         messages are recorded in the same batch; what happened is returned, for the caller
         to count and log once the batch is committed."""
+        # A projection whose batches allocate long-lived containers by the hundred thousand
+        # asks for the cyclic GC to stay off until the batch is committed (or dropped).
+        paused = self._pauses_gc and gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            return self._apply(messages, checkpoint)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _apply(self, messages: Iterable[Sequence[Any]], checkpoint: keys.Checkpoint) -> Folded:
         tx = Tx(self.store)
         meta = tx.table(keys.META_CF)
         dispatch = self._dispatch

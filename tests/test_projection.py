@@ -3,6 +3,7 @@ format checks, batch-size independence and discard on a failed commit."""
 
 from __future__ import annotations
 
+import gc
 import random
 from typing import ClassVar
 
@@ -513,3 +514,38 @@ def test_discard_called_when_a_fold_raises():
     acme = read_all(store)["acme"]
     assert acme.events == 2, acme
     assert toy.discarded == 1
+
+
+class Hoarder(Seen):
+    """Asks the runtime to keep the cyclic GC off while its batches fold."""
+
+    name: ClassVar[str] = "hoarder"
+    pauses_gc: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self.gc_during: list[bool] = []
+        self.fail = False
+
+    def fold(self, tx: Tx, event: Envelope) -> None:
+        self.gc_during.append(gc.isenabled())
+        if self.fail:
+            raise RuntimeError("a fold that breaks: the batch does not commit")
+        super().fold(tx, event)
+
+
+def test_the_runtime_pauses_the_gc_for_a_projection_that_asks_and_restores_it():
+    store = MemoryStore()
+    hoarder = Hoarder()
+    folder = Folder(store, [hoarder])
+    assert gc.isenabled()
+    folder.apply([ev(1), ev(2)], cp(2))
+    assert hoarder.gc_during == [False, False] and gc.isenabled()
+    hoarder.fail = True  # a batch that cannot commit: the GC is back on all the same
+    with pytest.raises(RuntimeError):
+        folder.apply([ev(3)], cp(3))
+    assert gc.isenabled()
+    plain = Folder(MemoryStore(), [Seen()])
+    seen: list[bool] = []
+    plain.projections[0].fold = lambda tx, e: seen.append(gc.isenabled())  # type: ignore[method-assign]
+    plain.apply([ev(4)], cp(4))
+    assert seen == [True]
