@@ -11,9 +11,11 @@ found through the monitoring endpoint (meta group) and the JetStream API (a stre
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -31,7 +33,6 @@ from streamproc.bus.server import (
     PORT_TAKEN,
     NatsServerError,
     find_binary,
-    free_port,
     spawn,
 )
 from streamproc.signals import install_stop_signals
@@ -42,6 +43,17 @@ CLUSTER_NAME = "streamproc"
 PORT_ATTEMPTS = 3
 DEPLOY_PORTS = (4222, 6222, 8222)
 """First client, route and monitoring port of ``deploy/nats/cluster`` (node i adds i)."""
+
+
+def free_ports(host: str, n: int) -> list[int]:
+    """``n`` distinct free ports. All are bound at once: picked one at a time, a port released
+    by one pick can come back as a later one (a node's client and route port were once the
+    same, and the node could not listen)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 @dataclass(frozen=True)
@@ -216,17 +228,19 @@ class NatsCluster:
         self.host = host
         self.fixed_ports = ports
         binary = binary or find_binary()
+        picked = self._ports(n)
         self.nodes = [
-            ClusterNode(f"n{i + 1}", self.base_dir, host, self._ports(i), binary, pass_fds)
+            ClusterNode(f"n{i + 1}", self.base_dir, host, picked[i], binary, pass_fds)
             for i in range(n)
         ]
         self._write_configs()
 
-    def _ports(self, i: int) -> NodePorts:
+    def _ports(self, n: int) -> list[NodePorts]:
         p = self.fixed_ports
-        if p is None:
-            return NodePorts(free_port(self.host), free_port(self.host), free_port(self.host))
-        return NodePorts(p[0] + i, p[1] + i, p[2] + i)
+        if p is not None:
+            return [NodePorts(p[0] + i, p[1] + i, p[2] + i) for i in range(n)]
+        got = free_ports(self.host, 3 * n)
+        return [NodePorts(*got[3 * i : 3 * i + 3]) for i in range(n)]
 
     def _write_configs(self) -> None:
         routes = [node.ports.route for node in self.nodes]
@@ -268,8 +282,8 @@ class NatsCluster:
                 if not (fresh and PORT_TAKEN in str(exc)) or attempt + 1 == PORT_ATTEMPTS:
                     raise
                 log.warning("cluster start: %s; again on other ports", exc)
-                for i, node in enumerate(self.nodes):
-                    node.ports = self._ports(i)
+                for node, ports in zip(self.nodes, self._ports(len(self.nodes)), strict=True):
+                    node.ports = ports
                 self._write_configs()
             except BaseException:
                 self.stop()

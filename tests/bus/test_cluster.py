@@ -139,9 +139,14 @@ def test_a_port_taken_before_a_node_binds_it_starts_the_cluster_on_others(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        picks = iter([port])
-        real = cluster_mod.free_port
-        monkeypatch.setattr(cluster_mod, "free_port", lambda host: next(picks, None) or real(host))
+        first = iter([True])
+        real = cluster_mod.free_ports
+
+        def picks(host: str, n: int) -> list[int]:  # the first pick's first port is taken
+            got = real(host, n)
+            return [port, *got[1:]] if next(first, False) else got
+
+        monkeypatch.setattr(cluster_mod, "free_ports", picks)
         c = NatsCluster(tmp_path / "cluster", 3)
         assert c.nodes[0].ports.client == port
         c.start()
@@ -150,3 +155,11 @@ def test_a_port_taken_before_a_node_binds_it_starts_the_cluster_on_others(
             assert all(n.running for n in c.nodes) and c.meta_leader()
         finally:
             c.stop()
+
+
+def test_a_clusters_free_ports_are_all_different() -> None:
+    from streamproc.bus.cluster import free_ports
+
+    for _ in range(20):  # picked one at a time, 60 ports repeated one about every 7 tries
+        got = free_ports("127.0.0.1", 60)
+        assert len(set(got)) == 60
