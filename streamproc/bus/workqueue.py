@@ -75,9 +75,6 @@ class QueueConfig:
     """How often idle workers look again without being woken."""
 
 
-consumer_name = work_consumer
-
-
 def parse_work_subject(subject: str) -> tuple[str, int] | None:
     """(tenant, priority) of ``<prefix>.work.<tenant>.segment.<priority>``, else None."""
     parts = subject.split(".")
@@ -168,7 +165,7 @@ class WorkQueueConsumer:
         if priority in self.tenants.get(tenant, {}):
             return
         c = self.config
-        name = consumer_name(tenant, priority, c.group)
+        name = work_consumer(tenant, priority, c.group)
         config = {
             "durable_name": name,
             "filter_subject": work_subject(self.prefix, tenant, priority),

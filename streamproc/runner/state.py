@@ -34,6 +34,7 @@ from streamproc.names import (
 from streamproc.planner.changes import export_run_id
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.runner.delta import FindingKey, new_findings
+from streamproc.state.store import Store
 
 RUNS_CF = RUNNER_RUNS_CF
 VERDICTS_CF = RUNNER_VERDICTS_CF
@@ -402,11 +403,11 @@ class RunnerState(Projection):
 class Reader:
     """Reads of committed state for the workers and reactors (never inside a fold)."""
 
-    def __init__(self, store: object) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def _get(self, cf: str, k: bytes) -> bytes | None:
-        return self.store.get(cf, k)  # type: ignore[attr-defined,no-any-return]  # the store is a Readable (Store or snapshot) that the constructor takes untyped
+        return self.store.get(cf, k)
 
     def run(self, tenant: str, run_id: str) -> RunRec | None:
         raw = self._get(RUNS_CF, key(tenant, run_id))
@@ -426,7 +427,7 @@ class Reader:
 
     def open_runs(self) -> list[RunRec]:
         out = []
-        for k, _ in self.store.scan(OPEN_CF):  # type: ignore[attr-defined]  # as above
+        for k, _ in self.store.scan(OPEN_CF):
             raw = self._get(RUNS_CF, k)
             if raw is not None:
                 out.append(decode_run(raw))
@@ -436,9 +437,9 @@ class Reader:
         prefix = key(tenant, run_id) + SEP
         out = {
             k[len(prefix) :].decode(): decode_vuln(v)
-            for k, v in self.store.scan(SUMMARY_CF, prefix)  # type: ignore[attr-defined]  # as above
+            for k, v in self.store.scan(SUMMARY_CF, prefix)
         }
-        for k, v in self.store.scan(SUMMARY_IMAGES_CF, prefix):  # type: ignore[attr-defined]  # as above
+        for k, v in self.store.scan(SUMMARY_IMAGES_CF, prefix):
             vuln = k[len(prefix) :].rsplit(SEP, 1)[0].decode()
             out[vuln].digests.append(v.decode())  # in the order they were folded
         return out

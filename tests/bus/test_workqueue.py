@@ -12,9 +12,9 @@ from streamproc.bus.publisher import Publisher
 from streamproc.bus.workqueue import (
     QueueConfig,
     WorkQueueConsumer,
-    consumer_name,
     parse_work_subject,
 )
+from streamproc.names import work_consumer
 
 
 async def test_round_robin_across_tenants_most_urgent_first(
@@ -38,7 +38,7 @@ async def test_round_robin_across_tenants_most_urgent_first(
         assert sorted(first_round) == ["big-1", "small-4", "tiny-8"]
         assert order[3:] == [f"big-6-{i}" for i in range(5)]
         info = await nc.request(
-            f"$JS.API.CONSUMER.INFO.{stream_names[1]}.{consumer_name('big', 6)}", b"", timeout=5
+            f"$JS.API.CONSUMER.INFO.{stream_names[1]}.{work_consumer('big', 6)}", b"", timeout=5
         )
         assert b'"filter_subject":"%s.work.big.segment.6"' % prefix.encode() in info.data
     finally:
