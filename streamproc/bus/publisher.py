@@ -71,9 +71,10 @@ class NoStream(Exception):
 
 
 _reply_decoder = msgspec.json.Decoder(_Reply)
-_STORED = metrics.PUBLISHED.labels("stored")
-_DUPLICATE = metrics.PUBLISHED.labels("duplicate")
-_REFUSED = metrics.PUBLISHED.labels("refused")
+# Counted on every acknowledgement (two a webhook): plain adds, read as usual when scraped.
+_STORED = metrics.loop_counter(metrics.PUBLISHED.labels("stored"))
+_DUPLICATE = metrics.loop_counter(metrics.PUBLISHED.labels("duplicate"))
+_REFUSED = metrics.loop_counter(metrics.PUBLISHED.labels("refused"))
 
 
 class _Sink:
@@ -307,13 +308,13 @@ class Publisher:
             p.sink.settle(p.index, PublishError(0, 0, f"bad reply {data[:200]!r}", p.subject))
             return
         if r.error is not None:
-            _REFUSED.inc()
+            _REFUSED()
             cls = WrongExpectedSequence if r.error.err_code == WRONG_LAST_SEQUENCE else PublishError
             p.sink.settle(
                 p.index, cls(r.error.code, r.error.err_code, r.error.description, p.subject)
             )
             return
-        (_DUPLICATE if r.duplicate else _STORED).inc()
+        (_DUPLICATE if r.duplicate else _STORED)()
         p.sink.settle(p.index, PubAck(r.stream, r.seq, r.duplicate))
 
     async def _sweep(self) -> None:

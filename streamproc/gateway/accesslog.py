@@ -129,7 +129,7 @@ def _route(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-_timers: dict[tuple[str, str, int], object] = {}
+_timers: dict[tuple[str, str, int], Callable[[float], None]] = {}
 
 
 def observe_request(paths: tuple[str, ...]) -> Middleware:
@@ -166,10 +166,10 @@ def observe_request(paths: tuple[str, ...]) -> Middleware:
         key = (route, request.method, resp.status)
         timer = _timers.get(key)
         if timer is None:
-            timer = _timers[key] = metrics.HTTP_REQUEST_SECONDS.labels(
-                route, request.method, str(resp.status)
+            timer = _timers[key] = metrics.loop_histogram(
+                metrics.HTTP_REQUEST_SECONDS.labels(route, request.method, str(resp.status))
             )
-        timer.observe(elapsed)  # type: ignore[attr-defined]  # prometheus-client's labels() returns the metric's own type untyped
+        timer(elapsed)
         if _sink is not None or (_via_logging and access.isEnabledFor(logging.INFO)):
             line = _enc.encode(
                 AccessRecord(

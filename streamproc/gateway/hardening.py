@@ -34,7 +34,13 @@ async def read_body(request: web.Request, cap: int) -> bytes:
     if declared is not None and declared > cap:
         raise too_large("request body", declared, cap)
     if declared is not None and declared <= _CHUNK:
-        data = await request.content.read()
+        content = request.content
+        if content.is_eof() and content.exception() is None:
+            # The whole body came in with the headers (the usual small POST): take it as it
+            # is buffered, without a read loop awaiting an end that has already come.
+            data = content.read_nowait()
+        else:
+            data = await content.read()
         if len(data) > cap:
             raise too_large("request body", None, cap)
         return data

@@ -73,7 +73,7 @@ _DECODERS: dict[str, msgspec.json.Decoder[FeedserExportBody | VexerExportBody]] 
 log = logging.getLogger(__name__)
 _LAST_SEQ = re.compile(r"wrong last sequence: (\d+)")
 _RESULTS = {
-    (kind, result): metrics.SCHEDULER_EVENTS.labels(kind, result)
+    (kind, result): metrics.loop_counter(metrics.SCHEDULER_EVENTS.labels(kind, result))
     for kind in ("feedser", "vexer")
     for result in ("accepted", "duplicate", "refused", "failed")
 }
@@ -249,7 +249,7 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         await hooks.refuse_seen(delivery)
         raw = await hooks.read_signed(request, source, delivery, gw.body_cap)
     except ProblemError:
-        _RESULTS[kind, "refused"].inc()
+        _RESULTS[kind, "refused"]()
         raise
     try:
         data = decode_content(raw, request.headers.get("Content-Encoding"), gw.inflated_cap)
@@ -259,9 +259,9 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         await _remember(gw, delivery)
     except BaseException as exc:
         failed = isinstance(exc, ProblemError) and exc.status >= 500
-        _RESULTS[kind, "failed" if failed else "refused"].inc()
+        _RESULTS[kind, "failed" if failed else "refused"]()
         raise
-    _RESULTS[kind, "accepted" if status == 202 else "duplicate"].inc()
+    _RESULTS[kind, "accepted" if status == 202 else "duplicate"]()
     return json_response(accepted, status)
 
 

@@ -86,6 +86,10 @@ def _is_delta(v: p.VerdictRecorded) -> bool:
     return v.new_criticals > 0 or v.new_high > 0 or bool(v.kev_hits)
 
 
+_AFTER_EVERY_RUN = 1 << 64
+"""Past any finish time (8-byte milliseconds in the index key)."""
+
+
 class Runs(Projection):
     name: ClassVar[str] = CF
     creates: ClassVar[frozenset[str]] = frozenset({"run.requested"})
@@ -108,10 +112,15 @@ class Runs(Projection):
         self._store: Store | None = None
         self._now = 0
         """The retention clock: the newest event time applied (committed, then this batch's)."""
+        self._first_due: int | None = None
+        """No run in the finish-time index finished before this (a lower bound; None:
+        unknown). Every batch moves the clock, so without it every batch would seek the index
+        to find nothing due: it is sought only once the cutoff passes this."""
 
     def open(self, store: Store) -> None:
         self._store = store
         self._now = retention.decode_ms(store.get(EXPIRY_CF, retention.CLOCK_KEY))
+        self._first_due = None
 
     def _expired(self, rec: RunRecord, now: int) -> bool:
         return (
@@ -225,6 +234,8 @@ class Runs(Projection):
         tx.table(EXPIRY_CF).put(
             expiry_key(rec.finished_ms, rec.tenant, rec.id), rec.requested_seq.to_bytes(8, "big")
         )
+        if self._first_due is not None:
+            self._first_due = min(self._first_due, rec.finished_ms)
         if stats != _EMPTY_STATS:
             rec.stats = stats  # the runner's final count wins over the folded one
         return rec
@@ -355,27 +366,34 @@ class Runs(Projection):
         if retention.decode_ms(expiry.get(retention.CLOCK_KEY)) != self._now:
             expiry.put(retention.CLOCK_KEY, retention.encode_ms(self._now))
         if self.keep_ms > 0:
-            self._prune(tx, self._now - self.keep_ms)
+            cutoff = self._now - self.keep_ms
+            if self._first_due is None or self._first_due < cutoff:
+                self._first_due = self._prune(tx, cutoff)
 
     def discard(self) -> None:
         self._dirty.clear()
         self._cache.clear()
+        self._first_due = None  # this batch's prune did not commit: the index is as it was
         if self._store is not None:  # back to the committed clock
             self._now = retention.decode_ms(self._store.get(EXPIRY_CF, retention.CLOCK_KEY))
 
     # -------------------------------------------------------------- retention
 
-    def _prune(self, tx: Tx, cutoff: int) -> None:
+    def _prune(self, tx: Tx, cutoff: int) -> int:
         """Delete every run that finished before ``cutoff``: a seek into the finish-time
-        index, never a scan of the runs."""
+        index, never a scan of the runs. The finish time of the first run kept (after the
+        index's end: one no run can have), before which nothing else is due."""
         due = []
+        first_kept = _AFTER_EVERY_RUN
         for k, v in tx.table(EXPIRY_CF).scan(FINISHED_PREFIX):
             finished, tenant, run_id = retention.parse_expiry_key(k)
             if finished >= cutoff:
+                first_kept = finished
                 break
             due.append((tenant, run_id, int.from_bytes(v, "big"), finished))
         for tenant, run_id, requested_seq, finished in due:
             self._purge(tx, tenant, run_id, requested_seq, finished)
+        return first_kept
 
     def _purge(self, tx: Tx, tenant: str, run_id: str, requested_seq: int, finished: int) -> None:
         """Remove one run with everything keyed by it: record, listing key, deltas, index."""

@@ -111,6 +111,46 @@ def test_idle_log_prunes_nothing_until_its_next_event() -> None:
     assert ReadModel(store).run("t1", "r") is None
 
 
+class _FailsOnce(MemoryStore):
+    """A store whose next commit fails (a full disk, say), once."""
+
+    fail = False
+
+    def commit(self, writes: dict[str, dict[bytes, bytes | None]]) -> None:
+        if self.fail:
+            self.fail = False
+            raise OSError("no space left on device")
+        super().commit(writes)
+
+
+def test_a_run_finished_after_the_index_was_found_empty_still_leaves_on_time() -> None:
+    store = _FailsOnce()
+    folder = Folder(store, [Schedules(), Runs(retention_days=30), Exports()], "test")
+    seq = 0
+
+    def apply(*events: Envelope) -> None:
+        nonlocal seq
+        msgs = [(seq + i + 1, "x", encode(e)) for i, e in enumerate(events)]
+        seq += len(events)
+        folder.apply(msgs, keys.Checkpoint("S", "e", seq))
+
+    apply(at(0, "export.feedser", p.FeedserExport(export_id="e0")))  # nothing indexed yet
+    apply(
+        at(1, "run.requested", requested("r")), at(2, "run.completed", p.RunCompleted(run_id="r"))
+    )
+    for day in (10, 20, 31.9):  # batches that find nothing due
+        apply(at(day, "export.feedser", p.FeedserExport(export_id=f"e{day}")))
+        assert ReadModel(store).run("t1", "r") is not None
+    store.fail = True  # the batch that prunes it does not commit ...
+    with pytest.raises(OSError):
+        apply(at(32.5, "export.feedser", p.FeedserExport(export_id="e32")))
+    assert ReadModel(store).run("t1", "r") is not None
+    seq -= 1
+    apply(at(32.5, "export.feedser", p.FeedserExport(export_id="e32")))  # ... its retry does
+    assert ReadModel(store).run("t1", "r") is None
+    assert [k for k, _ in store.scan(EXPIRY_CF, FINISHED_PREFIX)] == []
+
+
 def test_paging_skips_pruned_runs_and_keeps_order() -> None:
     events = []
     for i in range(12):
