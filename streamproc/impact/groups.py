@@ -302,9 +302,8 @@ class Group:
 def bulk_union(groups: Iterable[Group], side: int) -> BitMap:
     """The images of one side (0 contains, 1 used) of many groups' *stored* chunks, as one
     union decoded in bulk: no per-product bitmap, no Python work per product."""
-    decoded = K.decode_sides(
-        list(chain.from_iterable(map(dict.values, map(_CHUNKS, groups)))), side
-    )
+    dec = K.side_decoder(side)
+    decoded = list(map(dec.decode, chain.from_iterable(map(dict.values, map(_CHUNKS, groups)))))
     smalls = chain.from_iterable(map(dict.values, map(itemgetter(2 * side), decoded)))
     bm = K.bitmap(list(chain.from_iterable(map(_AFTER1, smalls))))
     bigs = chain.from_iterable(map(dict.values, map(itemgetter(2 * side + 1), decoded)))
