@@ -9,7 +9,7 @@ import random
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
-from streamproc.impact.groups import Group
+from streamproc.impact.groups import Group, bulk_union
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
 from streamproc.impact.stats import logical_bitmaps
@@ -130,3 +130,36 @@ def test_member_bytes_do_not_depend_on_history() -> None:
     cs, cb, _, _ = K.decode_chunk(g.encode_chunk(0))  # type: ignore[arg-type]
     assert cb == {} and cs == {"@1": [5, *final[: K.BIG // 2]]}
     assert opened[0]["@1"] is m  # the fold's flat map still points at the same member
+
+
+def test_bulk_union_of_stored_chunks_is_the_union_of_their_products() -> None:
+    """The cold path's bulk union (no per-product bitmap) answers as building every product
+    bitmap one by one: small and big members, both sides, several chunks each."""
+    rnd = random.Random(11)
+    raws: dict[int, dict[int, bytes]] = {}
+    for gid in range(40):
+        for chunk in sorted(rnd.sample(range(3), rnd.randint(1, 3))):
+            base = chunk * K.CHUNK_IDS
+            cs: dict[str, list[int]] = {}
+            cb: dict[str, bytes] = {}
+            us: dict[str, list[int]] = {}
+            ub: dict[str, bytes] = {}
+            for v in range(rnd.randint(1, 4)):
+                ids = sorted(rnd.sample(range(base, base + 500), rnd.choice([1, 5, K.BIG, 60])))
+                used = ids[: len(ids) // 2]
+                if len(ids) <= K.BIG:
+                    cs[f"@{v}"] = [gid, *ids]
+                else:
+                    cb[f"@{v}"] = K.bitmap(ids).serialize()
+                if used and len(used) <= K.BIG:
+                    us[f"@{v}"] = [gid, *used]
+                elif used:
+                    ub[f"@{v}"] = K.bitmap(used).serialize()
+            raws.setdefault(gid, {})[chunk] = K.encode_chunk(cs, cb, us, ub)
+    for side in (0, 1):
+        groups = [Group.load(gid, f"pkg:npm/p{gid}", items.items()) for gid, items in raws.items()]
+        want = BitMap.union(BitMap(), *(g.product(side) for g in groups))
+        fresh = [Group.load(gid, f"pkg:npm/p{gid}", items.items()) for gid, items in raws.items()]
+        got = bulk_union(fresh, side)
+        assert got == want
+        assert len(got) > 100

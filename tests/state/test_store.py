@@ -6,9 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rocksdict import Options, Rdict
 
 from streamproc.state.digest import state_digest
-from streamproc.state.keys import META_CF
+from streamproc.state.keys import META_CF, POINT_READ_FAMILIES
 from streamproc.state.store import MemoryStore, RocksStore, StateLocked, Store
 
 KEYS = [b"a", b"a\x00", b"a/1", b"a/2", b"a/10", b"ab", b"b", b"b/1", b"\xff", b"\xff\xff"]
@@ -214,6 +215,70 @@ def test_rocks_second_open_is_locked(tmp_path):
         assert second.get(META_CF, b"k") == b"v"
     finally:
         second.close()
+
+
+POINT = sorted(POINT_READ_FAMILIES)[0]
+VALUES = {b"k%05d" % i: b"abc" * 50 for i in range(2000)}  # compressible on purpose
+
+
+def _tables(s: RocksStore, cf: str) -> dict[str, int]:
+    """Sizes from RocksDB's aggregated table properties of one family's files."""
+    raw = s._cfs[cf].property_value("rocksdb.aggregated-table-properties")
+    pairs = (item.split("=", 1) for item in raw.split("; ") if "=" in item)
+    return {k: int(v) for k, v in pairs if v.isdigit()}
+
+
+def test_rocks_point_read_families_are_uncompressed_with_bloom_filters(tmp_path):
+    path = tmp_path / "state"
+    s = RocksStore(path)
+    s.ensure_families([POINT, "t"])
+    s.commit({POINT: VALUES, "t": VALUES})
+    s.close()
+    s = RocksStore(path)  # reopening writes the recovered log into table files
+    try:
+        point, other = _tables(s, POINT), _tables(s, "t")
+        assert point["# entries"] == other["# entries"] == len(VALUES)
+        assert point["data block size"] >= 300_000  # 2,000 values of 150 bytes, as they are
+        assert other["data block size"] < 100_000  # the default family options compress
+        assert point["filter block size"] > 0
+        assert other["filter block size"] == 0
+        assert s.get_many(POINT, list(VALUES)) == list(VALUES.values())
+    finally:
+        s.close()
+
+
+def test_rocks_opens_a_point_read_family_written_with_the_default_options(tmp_path):
+    """A state directory from before the point-read options (compressed blocks, no filters)
+    opens and reads as it did; new table files get the new options."""
+    path = tmp_path / "state"
+    plain = Options(raw_mode=True)
+    plain.create_if_missing(True)
+    plain.create_missing_column_families(True)
+    families = {META_CF: Options(raw_mode=True), POINT: Options(raw_mode=True)}
+    db = Rdict(str(path), plain, column_families=families)
+    cf = db.get_column_family(POINT)
+    for k, v in VALUES.items():
+        cf[k] = v
+    cf.flush()
+    del cf  # a family's handle keeps the database open
+    db.close()
+
+    s = RocksStore(path)
+    try:
+        before = _tables(s, POINT)
+        assert before["data block size"] < 100_000
+        assert before["filter block size"] == 0
+        assert s.get_many(POINT, list(VALUES)) == list(VALUES.values())
+        s.commit({POINT: {b"k00007": b"new", b"z": b"added"}})
+        assert s.get(POINT, b"k00007") == b"new"
+    finally:
+        s.close()
+    view = RocksStore(path, read_only=True)
+    try:
+        assert view.get(POINT, b"z") == b"added"
+        assert [k for k, _ in view.scan(POINT)] == sorted([*VALUES, b"z"])
+    finally:
+        view.close()
 
 
 def _populate(s: Store, extra: bytes = b"") -> None:
