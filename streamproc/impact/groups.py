@@ -32,14 +32,7 @@ Opened = list[Members]
 """[contains small, contains big, used small, used big]: exact-purl suffix -> member."""
 
 _OVERHEAD = 600
-"""Resident bytes of a loaded group beside its stored chunks (object, maps, cache entry)."""
-_PER_OPEN_CHUNK = 500
-"""An open chunk's four member maps and its slot in ``open`` (tracemalloc: ~300-400 B, the
-rest allocator overhead as RSS shows it)."""
-_PER_OPEN_MEMBER = 450
-"""One open member: its list (``[gid, ids...]``, room for 3 ids), its suffix key, its
-flat-map key (the purl) and the two map slots (tracemalloc: 300-380 B, ~1.4x in RSS).
-Estimating 200 let the RSS of an ingest reach twice the cache bound."""
+_PER_OPEN_MEMBER = 200
 _BIGLEN = K.BIG + 1
 _AFTER1 = itemgetter(slice(1, None))
 _deserialize = BitMap.deserialize
@@ -302,13 +295,8 @@ class Group:
 
     def size(self) -> int:
         """Estimated resident bytes, O(1): the stored chunks, about as much again for the
-        product bitmaps rebuilt from them, and the open chunks with their decoded members."""
-        return (
-            _OVERHEAD
-            + 2 * self.raw_bytes
-            + _PER_OPEN_CHUNK * len(self.open)
-            + _PER_OPEN_MEMBER * self.open_members
-        )
+        product bitmaps rebuilt from them, and the decoded members of open chunks."""
+        return _OVERHEAD + 2 * self.raw_bytes + _PER_OPEN_MEMBER * self.open_members
 
 
 def bulk_union(groups: Iterable[Group], side: int) -> BitMap:
