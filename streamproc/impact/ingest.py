@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import compress, repeat
 from operator import is_, itemgetter
+from sys import intern
 
 from pyroaring import BitMap
 
@@ -39,6 +40,15 @@ _is_none = partial(is_, None)
 def _consume(it: Iterable[object]) -> None:
     """Run an iterator of C calls to the end without a Python-level loop."""
     deque(it, maxlen=0)
+
+
+def _new_member(gid: int) -> Member:
+    """An empty member ``[gid]`` with room for three ids: most exact purls hold a few ids
+    per chunk, and a list literal grown by ``append`` reserves eight slots (32 bytes more
+    for each of the ~10^6 members of a large catalog)."""
+    m = [gid, gid, gid, gid]
+    del m[1:]
+    return m
 
 
 def _discard(m: Member, iid: int) -> None:
@@ -214,7 +224,8 @@ class Ingest(IndexState):
                 if got is None:
                     g = seen[pk] or self._new_group(pk)
                     got = made[pk] = (g, self._open(g, chunk)[0])
-                m = got[1][purl[len(pk) :]] = fc[purl] = [got[0].gid]
+                # suffixes ("@1.2.3", "@1.0?arch=amd64") repeat across products: one copy
+                m = got[1][intern(purl[len(pk) :])] = fc[purl] = _new_member(got[0].gid)
                 got[0].open_members += 1
             found[i] = m
         return found  # type: ignore[return-value]  # every None slot was filled in the loop
@@ -237,7 +248,7 @@ class Ingest(IndexState):
             if m is None:
                 gid = umembers[j][0]
                 g = self._groups[self._pk_by_gid[gid]]  # type: ignore[index]  # a member's gid is live, so its product key is not None
-                m = self._open(g, chunk)[2][purl[len(g.pk) :]] = [gid]
+                m = self._open(g, chunk)[2][intern(purl[len(g.pk) :])] = _new_member(gid)
                 g.open_members += 1
                 fu[purl] = m
             found[j] = m

@@ -5,6 +5,7 @@ or on the order of adds and removals), and answered exactly, cold or warm."""
 from __future__ import annotations
 
 import random
+import sys
 
 from pyroaring import BitMap
 
@@ -163,3 +164,19 @@ def test_bulk_union_of_stored_chunks_is_the_union_of_their_products() -> None:
         got = bulk_union(fresh, side)
         assert got == want
         assert len(got) > 100
+
+
+def test_new_members_share_suffixes_and_have_room_for_three_ids() -> None:
+    """The fold's new members are compact (the ~10^6 open members of a large catalog are
+    most of an ingest's memory): one suffix string across products, no list regrowth for
+    the first three ids."""
+    a = ("pkg:npm/left-pad@1.3.0", "pkg:npm/left-pad", True)
+    b = ("pkg:npm/right-pad@1.3.0", "pkg:npm/right-pad", True)
+    proj = fold(MemoryStore(), [indexed("t", i, [a, b]) for i in range(3)], sizes=[1])
+    groups = proj.index._groups
+    (sa, ma), (sb, _) = (next(iter(groups[pk].open[0][0].items())) for pk in (a[1], b[1]))
+    assert sa == sb == "@1.3.0" and sa is sb
+    assert ma == [groups[a[1]].gid, 0, 1, 2]
+    (ua,) = groups[a[1]].open[0][2].values()
+    assert ua == ma and ua is not ma
+    assert sys.getsizeof(ma) == sys.getsizeof([0, 0, 0, 0])  # allocated once, for 4 slots
