@@ -45,12 +45,22 @@ class Rejection(Exception):
 
 
 class Table:
-    """One column family as seen by a batch: reads see the batch's own pending writes."""
+    """One column family as seen by a batch: reads see the batch's own pending writes.
 
-    __slots__ = ("_cf", "_pending", "_store", "_tx")
+    It holds the batch's undo log, not the batch: a reference back to the ``Tx`` would make
+    a cycle, and a batch's writes (tens of MB) would then wait for a full collection of the
+    cyclic GC, which a large index (and the GC pause around each batch) makes rare."""
 
-    def __init__(self, tx: Tx, store: Store, cf: str, pending: dict[bytes, bytes | None]) -> None:
-        self._tx = tx
+    __slots__ = ("_cf", "_pending", "_store", "_undo")
+
+    def __init__(
+        self,
+        undo: list[tuple[dict[Any, Any], Any, object]],
+        store: Store,
+        cf: str,
+        pending: dict[bytes, bytes | None],
+    ) -> None:
+        self._undo = undo
         self._store = store
         self._cf = cf
         self._pending = pending
@@ -62,11 +72,11 @@ class Table:
         return v  # type: ignore[return-value]  # a pending value is bytes or None (a delete), _MISSING excluded above
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._tx.undo.append((self._pending, key, self._pending.get(key, _MISSING)))
+        self._undo.append((self._pending, key, self._pending.get(key, _MISSING)))
         self._pending[key] = value
 
     def delete(self, key: bytes) -> None:
-        self._tx.undo.append((self._pending, key, self._pending.get(key, _MISSING)))
+        self._undo.append((self._pending, key, self._pending.get(key, _MISSING)))
         self._pending[key] = None
 
     def scan(self, prefix: bytes = b"", start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
@@ -98,7 +108,7 @@ class Tx:
     def table(self, cf: str) -> Table:
         t = self._tables.get(cf)
         if t is None:
-            t = Table(self, self.store, cf, self.writes.setdefault(cf, {}))
+            t = Table(self.undo, self.store, cf, self.writes.setdefault(cf, {}))
             self._tables[cf] = t
         return t
 
