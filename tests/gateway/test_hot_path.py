@@ -75,13 +75,14 @@ async def test_every_webhook_is_counted_once_in_each_series(gw: Harness) -> None
     delta = {k: after[k] - before[k] for k in before}
     # Two recorded exports, each for two tenants, plus three claimed deliveries (c-1, c-2,
     # c-3; the replay of c-1 claimed nothing) — every one acknowledged as stored.
-    assert delta == {
+    exact = ("accepted", "duplicate", "refused", "202", "409")
+    assert {k: delta[k] for k in exact} == {
         "accepted": 2,
         "duplicate": 1,
         "refused": 1,
         "202": 2,
         "409": 1,
-    } | {k: delta[k] for k in ("stored", "ticks")}
+    }
     # Other work of the process may publish and stamp too: at least these.
     assert delta["stored"] >= 2 * 2 + 3 and delta["ticks"] >= 2 * 2
     buckets = sum(
