@@ -26,6 +26,7 @@ from streamproc.bus.owner import StoreLock, claim
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.services import Served
+from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.hlc import HybridLogicalClock
@@ -326,9 +327,11 @@ async def serve_when_current(
     (NATS unavailable) is tried again."""
     target = proj.head
     while proj.applied < target:
+        checkpoint()
         with contextlib.suppress(TimeoutError):
             await proj.wait_for(target, 60)
     while True:
+        checkpoint()
         try:
             served[role] = await start(ctx)
         except Exception as exc:
@@ -345,6 +348,7 @@ async def active_react_loop(
     """A singleton role's reactors run only while this process holds the role's lease;
     every later term starts with fresh reactors (nothing remembered from an earlier one)."""
     while True:
+        checkpoint()
         await leader.wait_active()
         try:
             await react_loop(proj, reactors, ctx, leader.active)
@@ -366,6 +370,7 @@ async def react_loop(
     intervals = [r.interval for r in reactors if r.interval]
     tick = min(intervals) if intervals else None
     while True:
+        checkpoint()  # a reactor's NATS call can lose the stop (cancellation.py)
         # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the cancellation that
         # System.close() sends, and the close would hang.
         try:

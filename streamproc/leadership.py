@@ -22,6 +22,7 @@ from typing import Literal
 from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
+from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
 from streamproc.lease import Lease, NatsFailure, holder_id, lease_ttl, open_bucket
 from streamproc.projector import Projector
@@ -79,6 +80,7 @@ class Leadership:
 
     async def wait_active(self) -> None:
         while True:
+            checkpoint()
             await self._active.wait()
             if self.active():
                 return
@@ -88,6 +90,7 @@ class Leadership:
         """Keep the lease (or try to take it) until cancelled."""
         try:
             while not self._stopped:
+                checkpoint()
                 await self.step()
                 await self._pause()
         finally:

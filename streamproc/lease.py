@@ -29,6 +29,7 @@ from nats.js.kv import KeyValue
 
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
+from streamproc.cancellation import checkpoint
 from streamproc.config import ConfigError, environment
 from streamproc.names import lease_bucket
 
@@ -87,6 +88,7 @@ T = TypeVar("T")
 async def _patiently(call: Callable[[], Awaitable[T]]) -> T:
     deadline = time.monotonic() + SETUP_BUDGET_S
     while True:
+        checkpoint()
         try:
             return await call()
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError):

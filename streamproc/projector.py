@@ -15,6 +15,7 @@ from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import ConsumerGone, PullLoop, RawMessage
+from streamproc.cancellation import checkpoint
 from streamproc.names import projector_consumer
 from streamproc.projection import Folded, Folder, Projection
 from streamproc.state.keys import Checkpoint
@@ -344,13 +345,15 @@ class Projector:
             raise self.failure
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((seq, fut))
-        await asyncio.wait_for(fut, timeout)
+        async with asyncio.timeout(timeout):  # not wait_for: see cancellation.py
+            await fut
 
     async def run(self, until_seq: int | None = None) -> None:
         """Fold until stopped (or until ``until_seq`` is applied). I/O errors stop the
         process rather than skip: nothing is acked that was not committed."""
         try:
             while not self._stop.is_set():
+                checkpoint()
                 if until_seq is not None and self.applied >= until_seq:
                     return
                 await self.step()

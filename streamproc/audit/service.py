@@ -35,6 +35,7 @@ from streamproc.audit.signing import build_keyring
 from streamproc.audit.verify import UnknownTenant, verify_tenant
 from streamproc.bus import services
 from streamproc.bus.services import Served, ServiceFailure
+from streamproc.cancellation import checkpoint
 from streamproc.queries import AUDITOR, VERIFY, ChainVerification, VerifyQuery, read_query
 from streamproc.reactor import RoleContext
 from streamproc.state.store import RocksStore
@@ -151,6 +152,7 @@ class Verifications:
     async def _work(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            checkpoint()
             key, wait = self._next()
             if key is None:
                 self._wake.clear()

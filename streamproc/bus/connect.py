@@ -192,7 +192,8 @@ async def connect(
         if isinstance(exc, TimeoutError):
             reason = f"no connection within {limit:g} s"
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(nc.close(), 1)
+                async with asyncio.timeout(1):
+                    await nc.close()
         # The server's own refusal (authorization) says more than the reset that follows it.
         cause = next((e for e in reversed(recent) if not isinstance(e, OSError)), None)
         cause = cause or (recent[-1] if recent else None)

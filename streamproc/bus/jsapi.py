@@ -17,6 +17,8 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from streamproc.cancellation import checkpoint
+
 T = TypeVar("T")
 API = "$JS.API"
 STREAM_NOT_FOUND = 10059
@@ -131,6 +133,7 @@ async def with_retries(
     ``budget_s``; any other error, and the last transient one, is raised."""
     deadline = time.monotonic() + budget_s
     while True:
+        checkpoint()
         try:
             return await call()
         except JsApiError as exc:

@@ -20,6 +20,7 @@ import msgspec
 
 from streamproc import metrics
 from streamproc.bus.fastclient import FastClient, status_of
+from streamproc.cancellation import checkpoint
 from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import Envelope, encode
 from streamproc.names import DEFAULT_PREFIX
@@ -320,6 +321,7 @@ class Publisher:
     async def _sweep(self) -> None:
         """Resend timed-out (and no-responder) messages with the same id, or give up."""
         while True:
+            checkpoint()
             await asyncio.sleep(0.05)
             if not self._pending:
                 continue

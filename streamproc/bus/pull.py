@@ -196,7 +196,8 @@ class PullLoop:
                 await self._ready.wait()
             else:
                 try:
-                    await asyncio.wait_for(self._ready.wait(), timeout)
+                    async with asyncio.timeout(timeout):  # not wait_for: cancellation.py
+                        await self._ready.wait()
                 except TimeoutError:
                     # A request lost in a reconnect would stall us: the server ends every
                     # request within ``expires``, so after a quiet period start afresh.

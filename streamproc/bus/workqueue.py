@@ -41,6 +41,7 @@ from streamproc.bus.pull import (
     RawMessage,
     acknowledge,
 )
+from streamproc.cancellation import checkpoint
 from streamproc.ids import ascii_int
 from streamproc.names import RUNNER, WORK, all_of, work_consumer, work_subject
 
@@ -203,6 +204,7 @@ class WorkQueueConsumer:
         self._waiting += 1
         try:
             while True:
+                checkpoint()
                 if self._taken:
                     return self._taken.popleft()
                 await asyncio.sleep(0)  # workers freed in the same instant ask together

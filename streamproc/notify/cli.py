@@ -18,6 +18,7 @@ from streamproc import exitcodes
 from streamproc.bus import jsapi
 from streamproc.bus.pull import ConsumerGone
 from streamproc.bus.session import nats_session
+from streamproc.cancellation import checkpoint
 from streamproc.config import Settings, environment, load
 from streamproc.names import NOTIFY_TAIL, stream_names
 from streamproc.notify import messages as nm
@@ -141,6 +142,7 @@ async def _follow(
     feed: NotifyConsumer, once: bool, show: Callable[[nm.AnyMessage, int], None]
 ) -> int:
     while True:
+        checkpoint()
         batch = await feed.fetch(timeout=1.0)
         if not batch and once:
             return 0

@@ -17,6 +17,7 @@ from typing import Any
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import PullLoop
+from streamproc.cancellation import checkpoint
 from streamproc.names import DEFAULT_PREFIX, NOTIFY_TAIL, stream_names
 from streamproc.notify import messages as nm
 
@@ -116,6 +117,7 @@ class NotifyConsumer:
     async def __aiter__(self) -> AsyncIterator[tuple[nm.AnyMessage, int]]:
         """Yields each message; it is acknowledged when the loop asks for the next one."""
         while True:
+            checkpoint()
             batch = await self.fetch()
             if not batch:
                 await asyncio.sleep(0)

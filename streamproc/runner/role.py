@@ -27,6 +27,7 @@ from streamproc.bus.workqueue import (
     get_message,
     max_deliveries_subject,
 )
+from streamproc.cancellation import checkpoint
 from streamproc.events import payloads as p
 from streamproc.events.envelope import EventError, decode, new_event
 from streamproc.ids import derive_id
@@ -90,6 +91,7 @@ class Workers:
 
     async def _work(self) -> None:
         while True:
+            checkpoint()
             item = await self.queue.next()
             try:
                 await self.segments.handle(item)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from streamproc import metrics, tracing
 from streamproc.bus import jsapi
 from streamproc.bus.workqueue import WorkItem, WorkQueueConsumer
+from streamproc.cancellation import checkpoint
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, EventError, decode, encode, new_event
 from streamproc.hlc import ClockSkewError, Timestamp
@@ -242,6 +243,7 @@ class SegmentRunner:
         beat = self.s.heartbeat_s
         last = time.monotonic()
         while True:
+            checkpoint()
             await asyncio.sleep(min(0.25, beat))
             run = self.reader.run(tenant, run_id)
             if run is not None and run.cancel_requested:

@@ -17,6 +17,7 @@ from nats.js.kv import KeyValue
 from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
+from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
 from streamproc.status.record import Heartbeat, encode, interval_s, open_bucket
 
@@ -145,6 +146,7 @@ class StatusHeartbeat:
 
     async def _loop(self) -> None:
         while True:
+            checkpoint()
             await asyncio.sleep(self.interval)
             await self._beat_logged()
 
