@@ -18,8 +18,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/streamproc up --demo
 
+# Two test processes (pytest-xdist): most tests wait on servers and subprocesses, so two share
+# two cores well; each has its own nats-server and temporary directories.
 test: $(STAMP) lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist worksteal
 
 # Browser tests of the console: Playwright drives Debian's Chromium (never a downloaded one).
 test-ui: $(STAMP)
