@@ -344,7 +344,11 @@ class Projector:
             raise self.failure
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((seq, fut))
-        await asyncio.wait_for(fut, timeout)
+        try:  # asyncio.timeout: on 3.11 wait_for can drop a cancellation (System.close's)
+            async with asyncio.timeout(timeout):
+                await fut
+        finally:
+            fut.cancel()  # a no-op once resolved
 
     async def run(self, until_seq: int | None = None) -> None:
         """Fold until stopped (or until ``until_seq`` is applied). I/O errors stop the

@@ -195,8 +195,9 @@ class PullLoop:
             if timeout is None:
                 await self._ready.wait()
             else:
-                try:
-                    await asyncio.wait_for(self._ready.wait(), timeout)
+                try:  # asyncio.timeout: on 3.11 wait_for can drop a cancellation
+                    async with asyncio.timeout(timeout):
+                        await self._ready.wait()
                 except TimeoutError:
                     # A request lost in a reconnect would stall us: the server ends every
                     # request within ``expires``, so after a quiet period start afresh.
