@@ -345,8 +345,11 @@ class Projector:
             raise self.failure
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((seq, fut))
-        async with asyncio.timeout(timeout):  # not wait_for: see cancellation.py
-            await fut
+        try:  # not wait_for: see cancellation.py
+            async with asyncio.timeout(timeout):
+                await fut
+        finally:
+            fut.cancel()  # a no-op once resolved
 
     async def run(self, until_seq: int | None = None) -> None:
         """Fold until stopped (or until ``until_seq`` is applied). I/O errors stop the

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from secrets import token_hex
+from typing import Any
 
 from nats import errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
@@ -139,6 +142,41 @@ class FastClient(Client):
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
         handler(subject, reply, data, headers or b"")
+
+    async def _request_new_style(
+        self,
+        subject: str,
+        payload: bytes,
+        timeout: float = 1,
+        headers: dict[str, Any] | None = None,
+    ) -> Msg:
+        """nats-py's request, waiting with ``asyncio.timeout`` instead of ``asyncio.wait_for``.
+
+        On Python 3.11 ``wait_for`` returns the reply and drops a cancellation that arrives
+        in the same loop iteration as it: the cancelled task runs on. ``System.close()``
+        cancelling the status heartbeat just as a reply came in then waited for it forever,
+        and ``streamproc up`` did not stop on SIGINT (docs/operations.md, "Stopping")."""
+        if self.is_draining_pubs:
+            raise errors.ConnectionDrainingError
+        if not self._resp_sub_prefix:
+            await self._init_request_sub()
+        assert self._resp_sub_prefix
+        token = self._nuid.next()
+        token.extend(token_hex(2).encode())
+        inbox = self._resp_sub_prefix[:]
+        inbox.extend(token)
+        key = token.decode()
+        future: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda _: self._resp_map.pop(key, None))
+        self._resp_map[key] = future
+        try:
+            await self.publish(subject, payload, reply=inbox.decode(), headers=headers)
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            raise errors.TimeoutError from None
+        finally:
+            future.cancel()  # a no-op once answered; else it leaves the response map
 
     def _hpub(self, subject: str, reply: str, header: bytes, payload: bytes) -> bytes:
         """The ``HPUB`` command, after nats-py's ``publish`` guards: a closed or draining

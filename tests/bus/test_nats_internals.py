@@ -1,9 +1,9 @@
 """The nats-py internals streamproc relies on are still there, with the same shape.
 
-``bus/fastclient.py`` replaces nats-py's parser and calls its private send/flush methods, and
-``lease.py`` builds a ``KeyValue`` by hand. A nats-py release may move any of it without
-notice: these tests fail naming the attribute that changed, instead of a client that silently
-drops or queues messages."""
+``bus/fastclient.py`` replaces nats-py's parser and its request wait and calls its private
+send/flush methods, and ``lease.py`` builds a ``KeyValue`` by hand. A nats-py release may move
+any of it without notice: these tests fail naming the attribute that changed, instead of a
+client that silently drops or queues messages."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from nats import errors
 from nats.aio.client import Client
 from nats.js import client as js_client
 from nats.js.kv import KeyValue
+from nats.nuid import NUID
 from nats.protocol import parser
 
 from streamproc.bus.connect import connect
@@ -32,6 +33,9 @@ METHODS: dict[tuple[type, str], list[str]] = {
     (Client, "_process_msg"): ["self", "sid", "subject", "reply", "data", "headers"],
     (Client, "_send_command"): ["self", "cmd", "priority"],
     (Client, "_flush_pending"): ["self", "force_flush"],
+    (Client, "_request_new_style"): ["self", "subject", "payload", "timeout", "headers"],
+    (Client, "_init_request_sub"): ["self"],
+    (Client, "_request_sub_callback"): ["self", "msg"],
     (parser.Parser, "__init__"): ["self", "nc"],
     (parser.Parser, "parse"): ["self", "data"],
     (parser.Parser, "reset"): ["self"],
@@ -46,6 +50,8 @@ CLIENT_ATTRIBUTES: dict[str, Any] = {
     "_pending_data_size": int,
     "_pending": list,
     "_server_info": dict,
+    "_resp_map": dict,
+    "_nuid": NUID,
     "stats": dict,
 }
 """Attributes of a fresh ``Client`` read or replaced, with their types."""
