@@ -182,19 +182,18 @@ class Queries(IndexState):
         cold_union: BitMap | None = None
         rest = set(compress(keys, map(_is_none, found)))
         if self.source is not None:  # cold products: one multi-get for all of them
-            cold = self._cold_gids(rest)
-            if len(cold) > 1:
-                with gc_paused():
-                    if self._stored:  # read by an earlier query: answered one by one below
-                        cold = self._unstash(cold)[1]
-                    if not bulk:
-                        self._load_gids(cold)
-                    elif len(cold) > 1:
-                        cold_union = stored_union(self._read_cold(cold), side)
-                        if len(cold) == len(rest):  # every key left is one of them
-                            rest.clear()
-                        else:
-                            rest.difference_update(map(self._pk_by_gid.__getitem__, cold))
+            with gc_paused():
+                if self._stored:  # read by an earlier query: answered one by one below
+                    self._unstash(rest)
+                cold = self._cold_gids(rest)
+                if len(cold) > 1 and not bulk:
+                    self._read_groups(cold)
+                elif len(cold) > 1:
+                    cold_union = stored_union(self._read_cold(cold), side)
+                    if len(cold) == len(rest):  # every key left is one of them
+                        rest.clear()
+                    else:
+                        rest.difference_update(map(self._pk_by_gid.__getitem__, cold))
         if rest:  # keys in memory but stale, exact purls, other spellings, unknown keys
             for i in compress(range(len(found)), map(_is_none, found)):
                 key = keys[i]

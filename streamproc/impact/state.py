@@ -144,22 +144,21 @@ class IndexState:
 
     def _load_groups(self, pks: list[str]) -> list[Group]:
         """Build the groups of known products that have none in memory (in no particular
-        order); see ``_load_gids``."""
-        return self._load_gids(list(map(self._gids.__getitem__, pks)))
+        order): from ``_stored`` where a query left their chunk, the others read."""
+        out = self._unstash(pks) if self._stored else []
+        if out:
+            pks = list(filterfalse(self._groups.__contains__, pks))
+        got = self._read_groups(list(map(self._gids.__getitem__, pks))) if pks else []
+        return [*out, *got] if out else got
 
-    def _load_gids(self, gids: list[int]) -> list[Group]:
-        """Build the groups of these known group ids (none resident): from ``_stored``
-        where a query left their chunk, the others with one multi-get of all their chunks
-        (a cold load can be ~10,000 at once: everything per product is C-level maps).
+    def _read_groups(self, gids: list[int]) -> list[Group]:
+        """Build the groups of these known group ids (none resident, none in ``_stored``)
+        with one multi-get of all their chunks (a cold load can be ~10,000 at once:
+        everything per product is C-level maps).
 
         The multi-get asks for its keys in key order, which reads the table files front to
         back (a fifth to a third less CPU than in query order)."""
         assert self.source is not None
-        out: list[Group] = []
-        if self._stored:
-            out, gids = self._unstash(gids)
-            if not gids:
-                return out
         gids = sorted(gids)
         pks: list[str] = list(map(self._pk_by_gid.__getitem__, gids))  # type: ignore[arg-type]  # a known product's gid maps back to its key
         dirs = list(map(self._gdir.__getitem__, gids))
@@ -181,27 +180,26 @@ class IndexState:
         self._groups.update(zip(pks, got, strict=True))
         if self._lru is not None:
             self._lru.set_many(pks, list(map(Group.size, got)))  # type: ignore[arg-type]  # pks are str product keys (the LRU also holds owner bytes)
-        return [*out, *got] if out else got
+        return got
 
-    def _unstash(self, gids: list[int]) -> tuple[list[Group], list[int]]:
-        """Groups built from ``_stored`` for the ids among ``gids`` a query left there
+    def _unstash(self, pks: Iterable[str]) -> list[Group]:
+        """Build the groups of the products among ``pks`` that a query left in ``_stored``
         (no read; their cache entries stay as they are: a fresh one-chunk group has the
-        same estimated size), and the ids that were not there."""
+        same estimated size)."""
         stored = self._stored
-        pks = list(map(self._pk_by_gid.__getitem__, gids))
-        hit = list(map(stored.__contains__, pks))
-        if not any(hit):
-            return [], gids
-        hgids = list(compress(gids, hit))
-        hpks = list(compress(pks, hit))
-        chunks = map(_U16, map(_AFTER4, map(self._gdir.__getitem__, hgids)))
-        out = list(map(Group.single, hgids, hpks, chunks, map(stored.pop, hpks)))  # type: ignore[arg-type]  # a known product's gid maps back to its key
-        self._groups.update(zip(hpks, out, strict=True))  # type: ignore[arg-type]  # as above
-        return out, list(compress(gids, map(not_, hit)))
+        hit = list(filter(stored.__contains__, pks))
+        if not hit:
+            return []
+        gids = list(map(self._gids.__getitem__, hit))
+        chunks = map(_U16, map(_AFTER4, map(self._gdir.__getitem__, gids)))
+        out = list(map(Group.single, gids, hit, chunks, map(stored.pop, hit)))
+        self._groups.update(zip(hit, out, strict=True))
+        return out
 
     def _cold_gids(self, pks: Iterable[str]) -> list[int]:
-        """Group ids of the known products among ``pks`` that have no group in memory
-        (those in ``_stored`` included): one look-up per key, however many are resident."""
+        """Group ids of the known products among ``pks`` that have no group in memory (ids
+        in ``_stored`` included: ``_unstash`` first): one look-up per key, however many
+        groups are resident."""
         groups = self._groups
         todo = filterfalse(groups.__contains__, pks) if groups else pks
         # filter with partial(is_not, None): C-level, but typeshed wants a TypeGuard.
@@ -218,7 +216,7 @@ class IndexState:
         single = list(map(_IS6, map(len, dirs)))
         extra: list[bytes] = []
         if not all(single):
-            several = self._load_gids(list(compress(gids, map(not_, single))))
+            several = self._read_groups(list(compress(gids, map(not_, single))))
             extra = list(chain.from_iterable(map(dict.values, map(_CHUNKS, several))))
             gids = list(compress(gids, single))
             dirs = list(compress(dirs, single))
