@@ -24,7 +24,17 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 
-__all__ = ["Group", "Member", "Opened", "bitmap_bytes", "bulk_union", "find", "member_bitmap"]
+__all__ = [
+    "Group",
+    "Member",
+    "Opened",
+    "bitmap_bytes",
+    "bulk_union",
+    "find",
+    "member_bitmap",
+    "stored_sizes",
+    "stored_union",
+]
 
 Member = list[Any]
 Members = dict[str, Member]
@@ -302,8 +312,14 @@ class Group:
 def bulk_union(groups: Iterable[Group], side: int) -> BitMap:
     """The images of one side (0 contains, 1 used) of many groups' *stored* chunks, as one
     union decoded in bulk: no per-product bitmap, no Python work per product."""
-    dec = K.side_decoder(side)
-    decoded = list(map(dec.decode, chain.from_iterable(map(dict.values, map(_CHUNKS, groups)))))
+    return stored_union(chain.from_iterable(map(dict.values, map(_CHUNKS, groups))), side)
+
+
+def stored_union(raws: Iterable[bytes], side: int) -> BitMap:
+    """The images of one side (0 contains, 1 used) of stored chunks, as one union decoded
+    in bulk (what a cold query needs of the products it reads: no group, no bitmap per
+    product)."""
+    decoded = list(map(K.side_decoder(side).decode, raws))
     smalls = chain.from_iterable(map(dict.values, map(itemgetter(2 * side), decoded)))
     bm = K.bitmap(list(chain.from_iterable(map(_AFTER1, smalls))))
     bigs = chain.from_iterable(map(dict.values, map(itemgetter(2 * side + 1), decoded)))
@@ -311,6 +327,13 @@ def bulk_union(groups: Iterable[Group], side: int) -> BitMap:
     if big:
         bm.update(*big)
     return bm
+
+
+def stored_sizes(raws: list[bytes]) -> list[int]:
+    """``Group.size`` of fresh one-chunk groups of these stored chunks (C-level maps): what
+    a chunk kept without its group is charged to the cache, so that building the group
+    later changes nothing there."""
+    return list(map(_OVERHEAD.__add__, map((2).__mul__, map(len, raws))))
 
 
 def bitmap_bytes(bm: BitMap) -> int:

@@ -313,7 +313,7 @@ class Ingest(IndexState):
         del self._gids[g.pk]
         self._dirty_names.add(K.PRODUCT + g.pk.encode())
         self._pk_by_gid[g.gid] = None
-        self._gchunks[g.gid] = b""
+        self._gdir[g.gid] = b""
         self._free_gids.add(g.gid)
 
     # -- owners ----------------------------------------------------------------------------

@@ -1,18 +1,22 @@
-"""Getting changes out (per batch) and committed state back in (lazily, or by warming).
+"""Getting changes out (per batch) and committed state back in (at opening, lazily, or
+by warming).
 
-After a batch, ``dirty_writes()`` returns every (column family -> key -> value-or-None) the
-batch changed, built in bulk (one msgspec call per touched product chunk, C-level maps for
-the rest); the projection hands them to the batch's transaction, and ``clear_dirty()``
-then trims the cache. Warming loads product groups in group-id order (the order products
-were first seen: the popular ones first) in small slices, from committed bytes only,
-until everything or the bound is in.
+``restore()`` reads the resident maps (the product directory, image ids, tags, vulns) in
+bulk when the index is opened. After a batch, ``dirty_writes()`` returns every (column
+family -> key -> value-or-None) the batch changed, built in bulk (one msgspec call per
+touched product chunk, C-level maps for the rest); the projection hands them to the
+batch's transaction, and ``clear_dirty()`` then trims the cache. Warming loads product
+groups in group-id order (the order products were first seen: the popular ones first) in
+small slices, from committed bytes only, until everything or the bound is in.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterator
 from itertools import islice, repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter, setitem
 
 from pyroaring import BitMap
 
@@ -22,17 +26,78 @@ from streamproc.impact.records import IndexedImage
 from streamproc.impact.state import IndexState
 
 Item = tuple[str, bytes, bytes | None]
+_KEY = itemgetter(0)
+_VALUE = itemgetter(1)
+_FIRST4 = itemgetter(slice(0, 4))
+_AFTER1 = itemgetter(slice(1, None))
+_THIRD = itemgetter(2)
 _PK = attrgetter("pk")
 Writes = dict[str, dict[bytes, bytes | None]]
 
 
+def _consume(it: Iterator[object]) -> None:
+    deque(it, maxlen=0)
+
+
 class Persistence(IndexState):
+    # -- restoring -------------------------------------------------------------------------
+    def restore(self) -> None:
+        """Load the resident maps from the source (at start, and after a discarded batch)."""
+        self._reset()
+        if self.source is None:
+            return
+        gids: list[int] = []
+        pks: list[str] = []
+        dirs: list[bytes] = []
+        ids: list[int] = []
+        scoped: list[str] = []
+        for kind, names, raws in self._scan_names():
+            if kind == K.PRODUCT:
+                pks, dirs = names, raws
+                # int.from_bytes mapped with repeat("big"): C-level, but typeshed's Literal
+                # byteorder does not match a repeat of str.
+                gids = list(map(int.from_bytes, map(_FIRST4, raws), repeat("big")))  # type: ignore[arg-type]
+                self._gids = dict(zip(pks, gids, strict=True))
+            elif kind == K.DIGEST:
+                scoped, ids = names, list(map(int.from_bytes, raws, repeat("big")))  # type: ignore[arg-type]  # as above
+                self._digests = dict(zip(scoped, ids, strict=True))
+            elif kind == K.TAGS:
+                self._tags = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
+            elif kind == K.VULN:
+                self._vulns = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
+        # id -> name tables, filled by C-level maps (hundreds of thousands of entries)
+        self._digest_by_id = [None] * (max(ids, default=-1) + 1)
+        digests = map(_THIRD, map(str.partition, scoped, repeat(K.SEP)))
+        _consume(map(setitem, repeat(self._digest_by_id), ids, digests))
+        self._free = BitMap(range(len(self._digest_by_id))) - BitMap(ids)
+        top = max(gids, default=-1) + 1
+        self._pk_by_gid = [None] * top
+        self._gdir = [b""] * top
+        _consume(map(setitem, repeat(self._pk_by_gid), gids, pks))
+        _consume(map(setitem, repeat(self._gdir), gids, dirs))
+        self._free_gids = BitMap(range(top)) - BitMap(gids)
+
+    def _scan_names(self) -> list[tuple[bytes, list[str], list[bytes]]]:
+        """The names column family as (kind, names, values), read in bulk: ~300,000
+        entries for a 50,000-image catalog, so per-item Python is what opening costs."""
+        assert self.source is not None
+        pairs = list(self.source.scan(K.NAMES_CF))
+        keys = list(map(_KEY, pairs))
+        out = []
+        for kind in (K.DIGEST, K.PRODUCT, K.TAGS, K.VULN):
+            lo = bisect_left(keys, kind)
+            hi = bisect_left(keys, bytes([kind[0] + 1]), lo)
+            names = list(map(bytes.decode, map(_AFTER1, keys[lo:hi])))
+            out.append((kind, names, list(map(_VALUE, pairs[lo:hi]))))
+        return out
+
+    # -- batches ---------------------------------------------------------------------------
     def dirty_writes(self) -> Writes:
         """Per column family, key -> serialized value (None = delete), changed since the
         last ``clear_dirty``. Encodes the touched chunks (normalising their members)."""
         groups_cf: dict[bytes, bytes | None] = dict.fromkeys(self._dead)
         names: dict[bytes, bytes | None] = {}
-        by_gid, groups, gchunks = self._pk_by_gid, self._groups, self._gchunks
+        by_gid, groups, gdir = self._pk_by_gid, self._groups, self._gdir
         resized: list[Group] = []
         for chunk, gids in self._dirty_chunks.items():
             suffix = chunk.to_bytes(2, "big")
@@ -43,8 +108,8 @@ class Persistence(IndexState):
                 gid4 = gid.to_bytes(4, "big")
                 groups_cf[gid4 + suffix] = g.store_chunk(chunk)
                 if g.chunk_set_changed:  # the product directory entry changes
-                    packed = gchunks[gid] = K.pack_chunks(g.chunks)
-                    names[K.PRODUCT + g.pk.encode()] = gid4 + packed
+                    value = gdir[gid] = gid4 + K.pack_chunks(g.chunks)
+                    names[K.PRODUCT + g.pk.encode()] = value
                 resized.append(g)
         if self._lru is not None and resized:
             self._lru.set_many(list(map(_PK, resized)), list(map(Group.size, resized)))
@@ -74,7 +139,7 @@ class Persistence(IndexState):
         kind, name = key[:1], key[1:].decode()
         if kind == K.PRODUCT:
             gid = self._gids.get(name)
-            return None if gid is None else K.u32(gid) + self._gchunks[gid]
+            return None if gid is None else self._gdir[gid]
         if kind == K.DIGEST:
             iid = self._digests.get(name)
             return None if iid is None else K.u32(iid)
@@ -114,7 +179,7 @@ class Persistence(IndexState):
     @property
     def warm_progress(self) -> tuple[int, int]:
         """(product groups resident, product groups known)."""
-        return len(self._groups), len(self._gids)
+        return len(self._groups) + len(self._stored), len(self._gids)
 
     def warm_step(self, budget: int = 2000) -> bool:
         """Load up to ``budget`` groups (or owner bitmaps) that are not resident; True when
@@ -147,6 +212,7 @@ class Persistence(IndexState):
         for gid, items in groups.items():
             pk = self._pk_by_gid[gid] if gid < len(self._pk_by_gid) else None
             if pk is not None and pk not in self._groups:
+                self._stored.pop(pk, None)  # built into a group here, with its bitmaps
                 g = Group.load(gid, pk, items)
                 self._products(g)
                 self._admit(g)

@@ -17,7 +17,7 @@ from operator import is_
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
-from streamproc.impact.groups import bulk_union
+from streamproc.impact.groups import stored_union
 from streamproc.impact.purls import check_key_count, is_product_key, normalize_purl
 from streamproc.impact.results import ImpactSet, covers, union, union_within
 from streamproc.impact.selector import Selector, tag_matcher
@@ -167,9 +167,12 @@ class Queries(IndexState):
         Products not in memory are loaded with one multi-get. With ``bulk`` (and more than
         one of them) their images come back as a single union in ``hits``, and their
         entries in the per-key list stay None: building ~10,000 product bitmaps one by one
-        is what made the first query after a restart slow. Callers that need every key's
-        bitmap (``unmatched``) ask again with ``bulk=False`` (the groups are in memory by
-        then; each bitmap is built on first use)."""
+        is what made the first query after a restart slow. Nor are their groups built:
+        their stored chunks are kept (``_stored``) and a group is built from them when
+        something needs it, e.g. the next query naming the product, which then builds
+        its bitmap as for any resident group. Callers that need every key's bitmap
+        (``unmatched``) ask again with ``bulk=False`` (the chunks are in memory by then;
+        each bitmap is built on first use)."""
         side = 1 if usage_only else 0
         found: list[BitMap | None] = list(map((self._up if side else self._cp).get, keys))
         if not any(map(_is_none, found)):  # all in memory (no pass touching each bitmap)
@@ -179,13 +182,18 @@ class Queries(IndexState):
         cold_union: BitMap | None = None
         rest = set(compress(keys, map(_is_none, found)))
         if self.source is not None:  # cold products: one multi-get for all of them
-            cold = (self._gids.keys() & rest) - groups.keys()
-            if len(cold) > 1:
-                with gc_paused():
-                    loaded = self._load_groups(list(cold))
-                    if bulk:
-                        cold_union = bulk_union(loaded, side)
-                        rest -= cold
+            with gc_paused():
+                if self._stored:  # read by an earlier query: answered one by one below
+                    self._unstash(rest)
+                cold = self._cold_gids(rest)
+                if len(cold) > 1 and not bulk:
+                    self._read_groups(cold)
+                elif len(cold) > 1:
+                    cold_union = stored_union(self._read_cold(cold), side)
+                    if len(cold) == len(rest):  # every key left is one of them
+                        rest.clear()
+                    else:
+                        rest.difference_update(map(self._pk_by_gid.__getitem__, cold))
         if rest:  # keys in memory but stale, exact purls, other spellings, unknown keys
             for i in compress(range(len(found)), map(_is_none, found)):
                 key = keys[i]
@@ -197,7 +205,7 @@ class Queries(IndexState):
                     found[i] = bm if bm or not side else None
                 else:
                     found[i] = self._bitmap_for(key, usage_only)
-        hits = [bm for bm in found if bm]
+        hits = list(filter(None, found))  # the non-empty ones (C-level)
         if cold_union:
             hits.append(cold_union)
         self._mark_recent(keys)

@@ -18,35 +18,26 @@ closing and re-decoding them cost more than all the appends.
 from __future__ import annotations
 
 import gc
-from bisect import bisect_left
-from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from itertools import chain, repeat
-from operator import itemgetter, setitem
+from itertools import chain, compress, filterfalse
+from operator import attrgetter, is_not, itemgetter, not_
 from typing import cast
 
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.cache import Lru
-from streamproc.impact.groups import Group, Member, Opened, bitmap_bytes
+from streamproc.impact.groups import Group, Member, Opened, bitmap_bytes, stored_sizes
 from streamproc.impact.records import ImageRecord, decode_record
 from streamproc.state.store import Store
 
-_KEY = itemgetter(0)
-_VALUE = itemgetter(1)
-_FIRST4 = itemgetter(slice(0, 4))
 _AFTER4 = itemgetter(slice(4, None))
-_AFTER1 = itemgetter(slice(1, None))
-_THIRD = itemgetter(2)
-_IS2 = (2).__eq__
+_CHUNKS = attrgetter("chunks")
+_IS6 = (6).__eq__
+_is_not_none = partial(is_not, None)
 _U16 = partial(int.from_bytes, byteorder="big")
-
-
-def _consume(it: Iterator[object]) -> None:
-    deque(it, maxlen=0)
 
 
 @contextmanager
@@ -78,10 +69,17 @@ class IndexState:
         self._records: dict[int, bytes] = {}
         self._gids: dict[str, int] = {}
         self._pk_by_gid: list[str | None] = []
-        self._gchunks: list[bytes] = []
-        """Per group id, its stored chunk numbers (packed u16): what a cold load reads."""
+        self._gdir: list[bytes] = []
+        """Per group id, its product directory value: gid u32 + its stored chunk numbers
+        (u16 each). For a one-chunk product that is exactly its chunk's key in
+        ``impact_groups``: what a cold load asks for, with no bytes built per product."""
         self._free_gids = BitMap()
         self._groups: dict[str, Group] = {}
+        self._stored: dict[str, bytes] = {}
+        """One-chunk products a query read cold, as their stored chunk (product key -> the
+        chunk's bytes), not yet built into a :class:`Group`: the query unions their images
+        straight from these bytes, and a group is built from them (no read) when anything
+        needs one. Cached and evicted like groups (the same estimated size)."""
         self._cp: dict[str, BitMap] = {}
         self._up: dict[str, BitMap] = {}
         self._popular: set[str] = set()
@@ -104,56 +102,6 @@ class IndexState:
         self._dirty_names: set[bytes] = set()
         self._warm_cursor: bytes | None = b""
         self._warm_owners: bytes | None = b""
-
-    def restore(self) -> None:
-        """Load the resident maps from the source (at start, and after a discarded batch)."""
-        self._reset()
-        if self.source is None:
-            return
-        gids: list[int] = []
-        pks: list[str] = []
-        packed: list[bytes] = []
-        ids: list[int] = []
-        scoped: list[str] = []
-        for kind, names, raws in self._scan_names():
-            if kind == K.PRODUCT:
-                pks, packed = names, list(map(_AFTER4, raws))
-                # int.from_bytes mapped with repeat("big"): C-level, but typeshed's Literal
-                # byteorder does not match a repeat of str.
-                gids = list(map(int.from_bytes, map(_FIRST4, raws), repeat("big")))  # type: ignore[arg-type]
-                self._gids = dict(zip(pks, gids, strict=True))
-            elif kind == K.DIGEST:
-                scoped, ids = names, list(map(int.from_bytes, raws, repeat("big")))  # type: ignore[arg-type]  # as above
-                self._digests = dict(zip(scoped, ids, strict=True))
-            elif kind == K.TAGS:
-                self._tags = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
-            elif kind == K.VULN:
-                self._vulns = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
-        # id -> name tables, filled by C-level maps (hundreds of thousands of entries)
-        self._digest_by_id = [None] * (max(ids, default=-1) + 1)
-        digests = map(_THIRD, map(str.partition, scoped, repeat(K.SEP)))
-        _consume(map(setitem, repeat(self._digest_by_id), ids, digests))
-        self._free = BitMap(range(len(self._digest_by_id))) - BitMap(ids)
-        top = max(gids, default=-1) + 1
-        self._pk_by_gid = [None] * top
-        self._gchunks = [b""] * top
-        _consume(map(setitem, repeat(self._pk_by_gid), gids, pks))
-        _consume(map(setitem, repeat(self._gchunks), gids, packed))
-        self._free_gids = BitMap(range(top)) - BitMap(gids)
-
-    def _scan_names(self) -> list[tuple[bytes, list[str], list[bytes]]]:
-        """The names column family as (kind, names, values), read in bulk: ~300,000
-        entries for a 50,000-image catalog, so per-item Python is what opening costs."""
-        assert self.source is not None
-        pairs = list(self.source.scan(K.NAMES_CF))
-        keys = list(map(_KEY, pairs))
-        out = []
-        for kind in (K.DIGEST, K.PRODUCT, K.TAGS, K.VULN):
-            lo = bisect_left(keys, kind)
-            hi = bisect_left(keys, bytes([kind[0] + 1]), lo)
-            names = list(map(bytes.decode, map(_AFTER1, keys[lo:hi])))
-            out.append((kind, names, list(map(_VALUE, pairs[lo:hi]))))
-        return out
 
     # -- images ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -195,37 +143,91 @@ class IndexState:
         return self._load_groups([pk])[0]
 
     def _load_groups(self, pks: list[str]) -> list[Group]:
-        """Load known, non-resident products with one multi-get of all their chunks (a
-        cold query loads ~10,000 at once: everything per product is C-level maps).
+        """Build the groups of known products that have none in memory (in no particular
+        order): from ``_stored`` where a query left their chunk, the others read."""
+        out = self._unstash(pks) if self._stored else []
+        if out:
+            pks = list(filterfalse(self._groups.__contains__, pks))
+        got = self._read_groups(list(map(self._gids.__getitem__, pks))) if pks else []
+        return [*out, *got] if out else got
 
-        Returns the groups in group-id order: the multi-get asks for its keys in key order,
-        which reads the table files front to back (a fifth to a third less CPU than in query
-        order)."""
+    def _read_groups(self, gids: list[int]) -> list[Group]:
+        """Build the groups of these known group ids (none resident, none in ``_stored``)
+        with one multi-get of all their chunks (a cold load can be ~10,000 at once:
+        everything per product is C-level maps).
+
+        The multi-get asks for its keys in key order, which reads the table files front to
+        back (a fifth to a third less CPU than in query order)."""
         assert self.source is not None
-        gids = sorted(map(self._gids.__getitem__, pks))
-        pks = list(map(self._pk_by_gid.__getitem__, gids))  # type: ignore[arg-type]  # a known product's gid maps back to its key
-        packed = list(map(self._gchunks.__getitem__, gids))
-        # C-level map; typeshed's Literal byteorder does not match a repeat of str.
-        heads = list(map(int.to_bytes, gids, repeat(4), repeat("big")))  # type: ignore[arg-type]
-        if all(map(_IS2, map(len, packed))):  # one chunk each: the common case
-            keys = list(map(bytes.__add__, heads, packed))
-            vals = self._get_chunks(keys)
-            out = list(map(Group.single, gids, pks, map(_U16, packed), vals))
+        gids = sorted(gids)
+        pks: list[str] = list(map(self._pk_by_gid.__getitem__, gids))  # type: ignore[arg-type]  # a known product's gid maps back to its key
+        dirs = list(map(self._gdir.__getitem__, gids))
+        if all(map(_IS6, map(len, dirs))):  # one chunk each: the common case
+            vals = self._get_chunks(dirs)
+            got = list(map(Group.single, gids, pks, map(_U16, map(_AFTER4, dirs)), vals))
         else:
-            keys, spans = [], []
-            for head, raw in zip(heads, packed, strict=True):
+            keys: list[bytes] = []
+            spans: list[int] = []
+            for d in dirs:
                 spans.append(len(keys))
-                keys.extend(head + raw[i : i + 2] for i in range(0, len(raw), 2))
+                keys.extend(d[:4] + d[i : i + 2] for i in range(4, len(d), 2))
             vals = self._get_chunks(keys)
             ends = [*spans[1:], len(keys)]
-            out = [
+            got = [
                 Group.load(gid, pk, [(_U16(keys[n][4:]), vals[n]) for n in range(lo, hi)])
                 for gid, pk, lo, hi in zip(gids, pks, spans, ends, strict=True)
             ]
-        self._groups.update(zip(pks, out, strict=True))
+        self._groups.update(zip(pks, got, strict=True))
         if self._lru is not None:
-            self._lru.set_many(pks, list(map(Group.size, out)))  # type: ignore[arg-type]  # pks are str product keys (the LRU also holds owner bytes)
+            self._lru.set_many(pks, list(map(Group.size, got)))  # type: ignore[arg-type]  # pks are str product keys (the LRU also holds owner bytes)
+        return got
+
+    def _unstash(self, pks: Iterable[str]) -> list[Group]:
+        """Build the groups of the products among ``pks`` that a query left in ``_stored``
+        (no read; their cache entries stay as they are: a fresh one-chunk group has the
+        same estimated size)."""
+        stored = self._stored
+        hit = list(filter(stored.__contains__, pks))
+        if not hit:
+            return []
+        gids = list(map(self._gids.__getitem__, hit))
+        chunks = map(_U16, map(_AFTER4, map(self._gdir.__getitem__, gids)))
+        out = list(map(Group.single, gids, hit, chunks, map(stored.pop, hit)))
+        self._groups.update(zip(hit, out, strict=True))
         return out
+
+    def _cold_gids(self, pks: Iterable[str]) -> list[int]:
+        """Group ids of the known products among ``pks`` that have no group in memory (ids
+        in ``_stored`` included: ``_unstash`` first): one look-up per key, however many
+        groups are resident."""
+        groups = self._groups
+        todo = filterfalse(groups.__contains__, pks) if groups else pks
+        # filter with partial(is_not, None): C-level, but typeshed wants a TypeGuard.
+        return list(filter(_is_not_none, map(self._gids.get, todo)))  # type: ignore[arg-type]
+
+    def _read_cold(self, gids: list[int]) -> list[bytes]:
+        """The stored chunks of these known products (no group in memory, none in
+        ``_stored``), for a query that unions their images in bulk: one multi-get in key
+        order. One-chunk products are kept as their chunk's bytes in ``_stored`` (no
+        :class:`Group`, no per-product Python work); the others are built into groups."""
+        assert self.source is not None
+        gids = sorted(gids)
+        dirs = list(map(self._gdir.__getitem__, gids))
+        single = list(map(_IS6, map(len, dirs)))
+        extra: list[bytes] = []
+        if not all(single):
+            several = self._read_groups(list(compress(gids, map(not_, single))))
+            extra = list(chain.from_iterable(map(dict.values, map(_CHUNKS, several))))
+            gids = list(compress(gids, single))
+            dirs = list(compress(dirs, single))
+        if not gids:
+            return extra
+        vals = self._get_chunks(dirs)
+        pks = list(map(self._pk_by_gid.__getitem__, gids))
+        self._stored.update(zip(pks, vals, strict=True))  # type: ignore[arg-type]  # a known product's gid maps back to its key
+        if self._lru is not None:
+            self._lru.set_many(pks, stored_sizes(vals))  # type: ignore[arg-type]  # pks are str product keys (the LRU also holds owner bytes)
+        return [*vals, *extra] if extra else vals
 
     def _get_chunks(self, keys: list[bytes]) -> list[bytes]:
         assert self.source is not None
@@ -275,11 +277,11 @@ class IndexState:
         gid = self._free_gids.min() if self._free_gids else len(self._pk_by_gid)
         if gid == len(self._pk_by_gid):
             self._pk_by_gid.append(pk)
-            self._gchunks.append(b"")
+            self._gdir.append(K.u32(gid))
         else:
             self._free_gids.remove(gid)
             self._pk_by_gid[gid] = pk
-            self._gchunks[gid] = b""
+            self._gdir[gid] = K.u32(gid)
         self._gids[pk] = gid  # its directory entry is written with its first chunk
         g = self._groups[pk] = Group(gid, pk)  # sized for the cache bound at flush
         return g
@@ -364,6 +366,8 @@ class IndexState:
                 g = self._groups.get(key)
                 if g is not None:
                     self._drop_group(g)
+                else:
+                    self._stored.pop(key, None)
             else:
                 self._owners.pop(cast(bytes, key), None)  # an owner key: not a product's str
 
@@ -372,6 +376,8 @@ class IndexState:
         """Estimated bytes of cached groups and owners (what ``max_bytes`` bounds)."""
         if self._lru is not None:
             return self._lru.total
-        return sum(g.size() for g in self._groups.values()) + sum(
-            map(bitmap_bytes, self._owners.values())
+        return (
+            sum(g.size() for g in self._groups.values())
+            + sum(stored_sizes(list(self._stored.values())))
+            + sum(map(bitmap_bytes, self._owners.values()))
         )
