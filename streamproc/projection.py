@@ -21,6 +21,7 @@ from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, EventError, decode
 from streamproc.fold import Handler, handlers_of
 from streamproc.state import keys
+from streamproc.state.malloc import Trimmer
 from streamproc.state.store import Store
 
 if TYPE_CHECKING:
@@ -160,6 +161,10 @@ class Projection:
     pauses_gc: ClassVar[bool] = False
     """True: the runtime keeps the cyclic garbage collector off while it folds a batch for
     this projection (the fold stays pure; see :meth:`Folder.apply`)."""
+    trims_malloc: ClassVar[bool] = False
+    """True: the runtime hands the C allocator's free memory back to the OS after a batch
+    (rate-limited, :mod:`streamproc.state.malloc`): for views whose batches free tens of MB
+    of chunk values and memtables into glibc's heap."""
     families: ClassVar[tuple[str, ...]] = ()
     creates: ClassVar[frozenset[str]] = frozenset()
     """Kinds that may be the first this view sees of an entity: they need no other entity
@@ -299,6 +304,7 @@ class Folder:
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate projection names in {names}")
         self._pauses_gc = any(p.pauses_gc for p in self.projections)
+        self._trimmer = Trimmer() if any(p.trims_malloc for p in self.projections) else None
         self._dispatch: dict[str, list[Projection]] = {}
         for p in self.projections:
             for k in p.kinds:
@@ -362,6 +368,8 @@ class Folder:
         finally:
             if paused:
                 gc.enable()
+            if self._trimmer is not None:  # the batch's writes are freed by now
+                self._trimmer.after_batch()
 
     def _apply(self, messages: Iterable[Sequence[Any]], checkpoint: keys.Checkpoint) -> Folded:
         tx = Tx(self.store)

@@ -142,6 +142,13 @@ KEYS: tuple[Key, ...] = (
        minimum=1, maximum=1000),
     _k("projector.batch", "STREAMPROC_BATCH", "int", 1000,
        "events folded per batch (one RocksDB WriteBatch, one ack)", minimum=1, maximum=10000),
+    _k("projector.malloc_trim_s", "STREAMPROC_MALLOC_TRIM_S", "float", 5.0,
+       "a projector whose view frees tens of MB per batch (the impact index) hands glibc's "
+       "free memory back to the OS after a batch at most this often, in seconds (0: never)",
+       minimum=0),
+    _k("projector.write_buffer_mb", "STREAMPROC_WRITE_BUFFER_MB", "int", 64,
+       "RocksDB memtable memory of one state directory, all its column families together, "
+       "in MB (each memtable a quarter of it; 0: RocksDB's own, 64 MB per family)", minimum=0),
     # ------------------------------------------------------------------ streams, lease, status
     _k("streams.replicas", "STREAMPROC_STREAM_REPLICAS", "int", 0,
        "stream replicas; 0 = 3 when the cluster has at least 3 nodes, else 1",

@@ -104,6 +104,9 @@ class ImpactProjection(Projection):
     pauses_gc: ClassVar[bool] = True
     """A batch allocates ~10^5 containers that all outlive it; letting the cyclic GC walk the
     whole index for them doubled the fold time."""
+    trims_malloc: ClassVar[bool] = True
+    """A batch frees its writes (tens of MB of chunk values) and RocksDB its flushed
+    memtables into glibc's heap, whose holes stay in the RSS until trimmed."""
     version: ClassVar[int] = 4
     """4: image records say whether usage is known, with a usage-known owner bitmap per
     tenant (3: small members as lists, big ones as roaring, never run-optimised; 2:

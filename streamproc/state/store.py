@@ -26,8 +26,10 @@ from rocksdict import (
     Rdict,
     ReadOptions,
     WriteBatch,
+    WriteBufferManager,
 )
 
+from streamproc.config import environment
 from streamproc.state.keys import LOCK_FILE, META_CF, POINT_READ_FAMILIES
 
 Writes = Mapping[str, Mapping[bytes, bytes | None]]
@@ -118,12 +120,28 @@ def _prefix_end(prefix: bytes) -> bytes | None:
     return p[:-1] + bytes([p[-1] + 1]) if p else None
 
 
-def _options(family: str | None = None) -> Options:
+WRITE_BUFFER_ENV = "STREAMPROC_WRITE_BUFFER_MB"
+DEFAULT_WRITE_BUFFER_MB = 64
+
+
+def write_buffer_bytes() -> int:
+    """``STREAMPROC_WRITE_BUFFER_MB`` (default 64; 0 or less: RocksDB's defaults)."""
+    raw = environment().get(WRITE_BUFFER_ENV, "").strip()
+    mb = int(raw) if raw else DEFAULT_WRITE_BUFFER_MB
+    return max(mb, 0) << 20
+
+
+def _options(family: str | None = None, wbm: WriteBufferManager | None = None) -> Options:
     """The database's options, or one column family's (tuned for point reads if listed in
-    ``POINT_READ_FAMILIES``)."""
+    ``POINT_READ_FAMILIES``). ``wbm``: the store's memtable bound, shared by its families."""
     o = Options(raw_mode=True)
     o.create_if_missing(True)
     o.create_missing_column_families(True)
+    if wbm is not None:
+        # RocksDB's default is 64 MB of memtable per family (x2 while one flushes), every
+        # family on its own; one bound for them all, each memtable a quarter of it
+        o.set_write_buffer_manager(wbm)
+        o.set_write_buffer_size(max(wbm.get_buffer_size() // 4, 1 << 20))
     if family in POINT_READ_FAMILIES:
         table = BlockBasedOptions()
         table.set_bloom_filter(10, False)  # ~1 % false positives, a full-file filter
@@ -159,7 +177,11 @@ class RocksStore(Store):
         existing = (
             Rdict.list_cf(str(self.path), _options()) if (self.path / "CURRENT").exists() else []
         )
-        cfs = {n: _options(n) for n in existing if n != "default"}
+        limit = 0 if read_only else write_buffer_bytes()
+        self._wbm = WriteBufferManager(limit, False) if limit else None
+        """Bounds the memtables of all this store's families together (no stall: over the
+        bound, RocksDB flushes the largest memtable)."""
+        cfs = {n: _options(n, self._wbm) for n in existing if n != "default"}
         if read_only:
             self._db = Rdict(
                 str(self.path),
@@ -168,8 +190,8 @@ class RocksStore(Store):
                 access_type=AccessType.read_only(),
             )
         else:
-            cfs.setdefault(META_CF, _options(META_CF))
-            self._db = Rdict(str(self.path), _options(), column_families=cfs)
+            cfs.setdefault(META_CF, _options(META_CF, self._wbm))
+            self._db = Rdict(str(self.path), _options(None, self._wbm), column_families=cfs)
         self._handles = {n: self._db.get_column_family_handle(n) for n in cfs}
         self._cfs = {n: self._db.get_column_family(n) for n in cfs}
 
@@ -181,7 +203,7 @@ class RocksStore(Store):
             if n not in self._cfs:
                 if self.read_only:
                     raise KeyError(f"column family {n!r} does not exist in {self.path}")
-                self._cfs[n] = self._db.create_column_family(n, _options(n))
+                self._cfs[n] = self._db.create_column_family(n, _options(n, self._wbm))
                 self._handles[n] = self._db.get_column_family_handle(n)
 
     def get(self, cf: str, key: bytes) -> bytes | None:

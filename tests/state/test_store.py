@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -346,3 +347,33 @@ def test_digest_differs_by_family_layout(tmp_path):
     d.commit({"x": {b"ab": b"c"}})
     e.commit({"x": {b"a": b"bc"}})
     assert state_digest(d) != state_digest(e)
+
+
+def _memtables(s: RocksStore) -> int:
+    return sum(
+        cf.property_int_value("rocksdb.cur-size-all-mem-tables") or 0 for cf in s._cfs.values()
+    )
+
+
+@pytest.mark.parametrize("bound_mb", [4, 0])
+def test_rocks_bounds_the_memtables_of_all_families_together(tmp_path, monkeypatch, bound_mb):
+    """``STREAMPROC_WRITE_BUFFER_MB`` bounds the memtables of every family of a store
+    together (RocksDB's own default, 0, keeps up to 64 MB per family): 32 MB written across
+    two families stays within a small multiple of a 4 MB bound, and all of it is readable."""
+    monkeypatch.setenv("STREAMPROC_WRITE_BUFFER_MB", str(bound_mb))
+    s = RocksStore(tmp_path / "state")
+    try:
+        s.ensure_families(["t", "u"])
+        rnd = random.Random(3)
+        peak = 0
+        for b in range(32):
+            value = rnd.randbytes(16_384)
+            s.commit({("t", "u")[b % 2]: {b"%02d/%03d" % (b, k): value for k in range(64)}})
+            peak = max(peak, _memtables(s))
+        if bound_mb:
+            assert peak <= 3 * (bound_mb << 20), peak
+        else:
+            assert peak >= 30 << 20, peak  # nothing flushed: the bound is what flushes
+        assert s.get("u", b"31/063") is not None and s.get("t", b"00/000") is not None
+    finally:
+        s.close()
