@@ -14,9 +14,9 @@ import aiohttp
 from nats.js.errors import KeyWrongLastSequenceError
 
 from streamproc.bus import jsapi
+from streamproc.bus.cluster import free_ports
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import free_port
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import wall_ms
@@ -132,7 +132,7 @@ def start_pair(
     role: str, url: str, prefix: str, tmp: Path, names: tuple[str, str], **env: str
 ) -> tuple[list[subprocess.Popen[bytes]], tuple[int, int], tuple[Path, Path]]:
     """Two processes of ``role``, each with its own data directory and port."""
-    ports = free_port(), free_port()
+    ports = tuple(free_ports("127.0.0.1", 2))
     dirs = tmp / names[0], tmp / names[1]
     procs = [start_role(role, url, prefix, d, p, **env) for d, p in zip(dirs, ports, strict=True)]
     return procs, ports, dirs

@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from streamproc.bus.cluster import free_ports
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.bus.server import EmbeddedNats
 from tests.helpers import publish_samples
 from tests.samples import sample_event
 
@@ -27,7 +28,7 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def test_up_starts_everything_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    nats_port, http_port, ops_port = free_port(), free_port(), free_port()
+    nats_port, http_port, ops_port = free_ports("127.0.0.1", 3)
     proc = subprocess.Popen(
         [
             sys.executable,

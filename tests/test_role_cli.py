@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from streamproc.bus import jsapi
+from streamproc.bus.cluster import free_ports
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
@@ -106,7 +107,7 @@ async def test_a_standby_planner_process_takes_over_after_sigkill(
     env = {"STREAMPROC_LEASE_TTL_S": TTL, "STREAMPROC_PLANNER_DEBOUNCE_S": "0"}
     events_stream = stream_names[0]
     await publish_planner_inputs(publisher)
-    ports = free_port(), free_port()
+    ports = tuple(free_ports("127.0.0.1", 2))
     dirs = tmp_path / "pa", tmp_path / "pb"
     first = start_role("planner", nats_server.url, prefix, dirs[0], ports[0], **env)
     second = None

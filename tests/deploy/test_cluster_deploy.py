@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from streamproc.bus import streams
-from streamproc.bus.cluster import DEPLOY_PORTS, NodePorts, cluster_size, node_config
+from streamproc.bus.cluster import DEPLOY_PORTS, NodePorts, cluster_size, free_ports, node_config
 from streamproc.bus.connect import connect
-from streamproc.bus.server import find_binary, free_port
+from streamproc.bus.server import find_binary
 from streamproc.cli import build_parser
 from streamproc.configfile.registry import known_env
 from tests.helpers import eventually
@@ -78,7 +78,8 @@ def scripts_on_free_ports(tmp_path: Path) -> tuple[Path, dict[int, int]]:
     """Copies of the confs (moved to free ports) and of the scripts as shipped."""
     here = tmp_path / "deploy" / "nats" / "cluster"
     here.mkdir(parents=True)
-    moved = {port: free_port() for base in DEPLOY_PORTS for port in range(base, base + 3)}
+    shipped = [port for base in DEPLOY_PORTS for port in range(base, base + 3)]
+    moved = dict(zip(shipped, free_ports("127.0.0.1", len(shipped)), strict=True))  # distinct
     for name in ("n1.conf", "n2.conf", "n3.conf"):
         text = (CLUSTER / name).read_text()
         text = re.sub(r":(\d{4})\b", lambda m: f":{moved.get(int(m[1]), int(m[1]))}", text)

@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 from streamproc import status
 from streamproc.app import System
 from streamproc.bus import jsapi
+from streamproc.bus.cluster import free_ports
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
@@ -153,7 +154,7 @@ async def test_a_failing_restart_check_is_not_ready_backs_off_and_recovers(
     work = stream_names[1]
     monkeypatch.setenv(status.INTERVAL_ENV, "0.2")
     monkeypatch.setenv("STREAMPROC_LEASE_TTL_S", "1.5")
-    ports = free_port(), free_port()
+    ports = tuple(free_ports("127.0.0.1", 2))
     systems = [
         System(Settings(data_dir=tmp_path / f"p{i}", nats_url=nats_server.url, prefix=prefix,
                         node_id=f"p{i}", http_port=ports[i]), ["planner"])
