@@ -29,7 +29,7 @@ from rocksdict import (
     WriteBufferManager,
 )
 
-from streamproc.config import environment
+from streamproc.config import ConfigError, environment
 from streamproc.state.keys import LOCK_FILE, META_CF, POINT_READ_FAMILIES
 
 Writes = Mapping[str, Mapping[bytes, bytes | None]]
@@ -124,11 +124,19 @@ WRITE_BUFFER_ENV = "STREAMPROC_WRITE_BUFFER_MB"
 DEFAULT_WRITE_BUFFER_MB = 64
 
 
-def write_buffer_bytes() -> int:
-    """``STREAMPROC_WRITE_BUFFER_MB`` (default 64; 0 or less: RocksDB's defaults)."""
-    raw = environment().get(WRITE_BUFFER_ENV, "").strip()
-    mb = int(raw) if raw else DEFAULT_WRITE_BUFFER_MB
-    return max(mb, 0) << 20
+def write_buffer_bytes(env: Mapping[str, str] | None = None) -> int:
+    """``STREAMPROC_WRITE_BUFFER_MB`` (``projector.write_buffer_mb``), validated, in bytes:
+    default 64 MB, 0: RocksDB's own defaults."""
+    raw = ((environment() if env is None else env).get(WRITE_BUFFER_ENV) or "").strip()
+    if not raw:
+        return DEFAULT_WRITE_BUFFER_MB << 20
+    try:
+        mb = int(raw)
+    except ValueError:
+        raise ConfigError(f"{WRITE_BUFFER_ENV}={raw!r}: not a whole number of MB") from None
+    if mb < 0:
+        raise ConfigError(f"{WRITE_BUFFER_ENV}={raw}: MB, 0 or more (0: RocksDB's defaults)")
+    return mb << 20
 
 
 def _options(family: str | None = None, wbm: WriteBufferManager | None = None) -> Options:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from streamproc.config import ConfigError
 from streamproc.events.envelope import encode
 from streamproc.impact.projection import ImpactProjection
 from streamproc.projection import Folder
@@ -70,6 +71,19 @@ def test_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     assert malloc.Trimmer().interval_s == malloc.DEFAULT_TRIM_S
     monkeypatch.setenv(malloc.TRIM_ENV, "0")
     assert malloc.Trimmer().interval_s == 0.0
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("soon", "'soon': not a number of seconds"),
+        ("-1", "-1: seconds, 0 or more"),
+        ("nan", "nan: seconds, 0 or more"),
+    ],
+)
+def test_a_bad_interval_is_a_config_error_naming_the_variable(raw: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=f"^STREAMPROC_MALLOC_TRIM_S={reason}"):
+        malloc.trim_interval_s({malloc.TRIM_ENV: raw})
 
 
 def fold_two_batches(path: Path) -> Folder:

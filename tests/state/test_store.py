@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
+from streamproc.config import ConfigError
 from streamproc.state.digest import state_digest
 from streamproc.state.keys import META_CF, POINT_READ_FAMILIES
-from streamproc.state.store import MemoryStore, RocksStore, StateLocked, Store
+from streamproc.state.store import MemoryStore, RocksStore, StateLocked, Store, write_buffer_bytes
 
 KEYS = [b"a", b"a\x00", b"a/1", b"a/2", b"a/10", b"ab", b"b", b"b/1", b"\xff", b"\xff\xff"]
 
@@ -377,3 +378,12 @@ def test_rocks_bounds_the_memtables_of_all_families_together(tmp_path, monkeypat
         assert s.get("u", b"31/063") is not None and s.get("t", b"00/000") is not None
     finally:
         s.close()
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"), [("64MB", "'64MB': not a whole number of MB"), ("-1", "-1: MB, 0 or more")]
+)
+def test_a_bad_write_buffer_bound_is_a_config_error_naming_the_variable(raw, reason):
+    with pytest.raises(ConfigError, match=f"^STREAMPROC_WRITE_BUFFER_MB={reason}"):
+        write_buffer_bytes({"STREAMPROC_WRITE_BUFFER_MB": raw})
+    assert write_buffer_bytes({}) == 64 << 20 and write_buffer_bytes({"X": "1"}) == 64 << 20
