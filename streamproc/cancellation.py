@@ -3,12 +3,13 @@
 On Python 3.11, ``asyncio.wait_for`` returns the awaited result when its task is cancelled
 in the instant that result arrives: the ``CancelledError`` is dropped, while the task's
 count of cancel requests (``Task.cancelling()``) stays raised (fixed in 3.12, gh-86296).
-nats-py waits with ``wait_for`` in every request, acknowledged publish and flush, so a
-background loop cancelled by a shutdown could carry on as if nothing had happened, and the
-shutdown's ``await task`` would wait for ever (seen: a heartbeat that kept beating after
-``System.close()`` cancelled it). Every loop that runs until cancelled calls
-:func:`checkpoint` at each turn; our own waits use ``asyncio.timeout``, which keeps the
-count straight.
+nats-py waited that way in every request, so a background loop cancelled by a shutdown
+could carry on as if nothing had happened, and the shutdown's ``await task`` would wait for
+ever (seen: a heartbeat that kept beating after ``System.close()`` cancelled it).
+``FastClient`` now waits for replies with ``asyncio.timeout``, as do our own waits; nats-py
+still uses ``wait_for`` in ``flush``, its KV watchers and its async-publish window, and any
+library may. So every loop that runs until cancelled also calls :func:`checkpoint` at each
+turn: a stop dropped anywhere below it ends the loop at its next turn.
 
 At the bottom of the layer order, beside ``signals``: the bus, the roles and the runtime
 all stop their loops the same way.
