@@ -148,12 +148,13 @@ class Projection:
     itself (its kinds are still checked against the catalog); no role's projection is one,
     which ``tests/test_fold.py`` holds them to.
 
-    Updates never create (DESIGN.md principle 1). Of the kinds a projection folds, only
-    those in ``creates`` may bring a new entity into the view; those in ``observes`` never
-    create nor reject; every other kind updates something that must already be there, and
-    for an unknown run, segment, schedule or image the fold raises :class:`Rejection`.
-    ``tests/test_updates_never_create.py`` folds every such kind for an unknown entity
-    into every registered projection; docs/events.md lists the classification."""
+    Updates never create (docs/conformance.md, "Every message kind handled"). Of the kinds a
+    projection folds, only those in ``creates`` may bring a new entity into the view; those
+    in ``observes`` never create nor reject; every other kind updates something that must
+    already be there, and for an unknown run, segment, schedule or image the fold raises
+    :class:`Rejection`. ``tests/test_updates_never_create.py`` folds every such kind for an
+    unknown entity into every registered projection; docs/events.md lists the
+    classification."""
 
     name: ClassVar[str]
     kinds: ClassVar[frozenset[str]]

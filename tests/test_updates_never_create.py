@@ -1,6 +1,7 @@
-"""Updates never create (DESIGN.md principle 1), checked for every registered projection:
-each kind a projection folds that is not one of its creating kinds, for an unknown run,
-segment, schedule or image, is a rejection with a named reason that changes nothing."""
+"""Updates never create (docs/conformance.md, "Every message kind handled"), checked for
+every registered projection: each kind a projection folds that is not one of its creating
+kinds, for an unknown run, segment, schedule or image, is a rejection with a named reason
+that changes nothing."""
 
 from __future__ import annotations
 

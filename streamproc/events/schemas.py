@@ -121,12 +121,13 @@ and aggregate's (`wrong_subject`), since NATS permissions confine producers by s
 FOLDS_HEADER = """
 ## Which events create
 
-Updates never create (DESIGN.md principle 1). Per projection, the kinds that may bring a
-new entity into it, the kinds that update an entity that must exist — for an unknown run,
-segment, schedule or image the event is rejected with a named reason (`unknown_run`,
-`unknown_segment`, `unknown_schedule`, `image_not_indexed`, …) — and the kinds it only
-observes (never creating, never rejected). Each projection declares this (`creates`,
-`observes`); a test folds every update kind for an unknown entity into every projection.
+Updates never create ([conformance](conformance.md#every-message-kind-handled)). Per
+projection, the kinds that may bring a new entity into it, the kinds that update an entity
+that must exist — for an unknown run, segment, schedule or image the event is rejected with
+a named reason (`unknown_run`, `unknown_segment`, `unknown_schedule`, `image_not_indexed`,
+…) — and the kinds it only observes (never creating, never rejected). Each projection
+declares this (`creates`, `observes`); a test folds every update kind for an unknown entity
+into every projection.
 
 A rejection is recorded with its reason in the same batch, logged once at warning with the
 event id, counted in `streamproc_rejected_events_total{projection,reason}` and shown by
