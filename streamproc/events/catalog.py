@@ -30,9 +30,12 @@ class KindSpec:
     folded_by: str = ""
     upcasters: dict[int, Upcaster] = field(default_factory=dict)
     """``upcasters[v]`` turns a version-``v`` payload dict into version ``v + 1``."""
+    subject_field: str = ""
+    """Where the subject's id comes from when not ``id_field`` (a VEX document's versions
+    share one subject)."""
 
     def aggregate_id(self, payload: p.Payload) -> str:
-        return str(getattr(payload, self.id_field))
+        return str(getattr(payload, self.subject_field or self.id_field))
 
     def decoder(self) -> msgspec.json.Decoder[Any]:
         return _DECODERS[self.kind]
@@ -105,9 +108,10 @@ KINDS: dict[str, KindSpec] = {
             "vexer",
             "ref",
             version=2,
-            emitted_by="gateway (webhook)",
-            folded_by="planner (cursors), read model",
+            emitted_by="gateway (webhook, PUT /vex/{documentId}), vexer CLI",
+            folded_by="planner (changes, cursors), runner (claims), read model (documents)",
             upcasters={1: _unscoped_export},
+            subject_field="subject_id",
         ),
         KindSpec(
             "image.indexed",

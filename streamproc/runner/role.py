@@ -33,6 +33,7 @@ from streamproc.events.envelope import EventError, decode, new_event
 from streamproc.ids import derive_id
 from streamproc.names import stream_names
 from streamproc.reactor import Reactor, RoleContext, RoleSpec
+from streamproc.runner.claims_state import VexClaims
 from streamproc.runner.completion import Completer
 from streamproc.runner.scanner_client import ScannerClient
 from streamproc.runner.segment import SegmentRunner
@@ -168,7 +169,7 @@ def make_runner(runner: RunnerSettings | None = None) -> RoleSpec:
     def workers(ctx: RoleContext) -> Coroutine[Any, Any, None]:
         return Workers(ctx, runner or load_runner_settings()).run()
 
-    return RoleSpec([RunnerState], [lambda _s: RunnerReactor()], background=[workers])
+    return RoleSpec([RunnerState, VexClaims], [lambda _s: RunnerReactor()], background=[workers])
 
 
 RUNNER = make_runner()

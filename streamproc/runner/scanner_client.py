@@ -32,6 +32,12 @@ class ScannerUnavailable(Exception):
     """Transient failures outlasted the retry budget: the scanner is unhealthy."""
 
 
+class Epss(msgspec.Struct, kw_only=True):
+    score: float
+    percentile: float
+    date: str | None = None
+
+
 class Finding(msgspec.Struct, kw_only=True, rename="camel"):
     purl: str
     vuln_id: str
@@ -39,6 +45,7 @@ class Finding(msgspec.Struct, kw_only=True, rename="camel"):
     kev: bool = False
     link: str | None = None
     aliases: list[str] = []
+    epss: Epss | None = None
 
 
 class Attestation(msgspec.Struct, kw_only=True, rename="camel"):

@@ -35,6 +35,8 @@ from streamproc.hlc import ClockSkewError, Timestamp
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
 from streamproc.reactor import RoleContext
+from streamproc.runner.claims import ClaimView
+from streamproc.runner.claims_state import ClaimsReader
 from streamproc.runner.delta import FindingKey, combine_rules
 from streamproc.runner.latency import RunLatency
 from streamproc.runner.outbox import Outbox, Record, Tally
@@ -105,6 +107,7 @@ class SegmentRunner:
         self.queue = queue
         self.runner_id = runner_id
         self.reader = Reader(ctx.store)
+        self.claims = ClaimsReader(ctx.store)
         self.prefix = ctx.settings.prefix
         self.latency = RunLatency()
         self.outbox = Outbox(ctx.publisher, self._stored)
@@ -217,8 +220,11 @@ class SegmentRunner:
         heart = asyncio.create_task(self._heartbeat(item, tenant, run_id, cancelled))
         out = Outcome()
         tally = Tally()
+        claims = ClaimView(
+            lambda vuln: self.claims.entries(tenant, vuln), self.claims.as_of(tenant, run_id)
+        )
         job = ImageJob(tenant, run_id, sid, "", env.id,
-                       tuple(run.schedule_ids) if run else (), rule)  # fmt: skip
+                       tuple(run.schedule_ids) if run else (), rule, claims)  # fmt: skip
         try:
             try:
                 left = await self._images(

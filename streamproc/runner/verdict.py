@@ -16,8 +16,9 @@ from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import Timestamp
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
+from streamproc.runner.claims import NO_CLAIMS, ClaimView, apply_claims
 from streamproc.runner.delta import Delta, FindingKey, matches
-from streamproc.runner.scanner_client import ScanReport
+from streamproc.runner.scanner_client import Epss, Finding, ScanReport
 
 
 def verdict_id(run_id: str, digest: str) -> str:
@@ -41,11 +42,13 @@ class ImageJob:
     """The ``segment.enqueued`` event's id: the verdict's causation."""
     schedule_ids: tuple[str, ...]
     rule: p.NotifyRule
+    claims: ClaimView = NO_CLAIMS
+    """The tenant's VEX claims as of the run's position (one view per segment)."""
 
     def of(self, digest: str) -> ImageJob:
         """The same segment's job for another image."""
         return ImageJob(self.tenant, self.run_id, self.segment_id, digest, self.cause_id,
-                        self.schedule_ids, self.rule)  # fmt: skip
+                        self.schedule_ids, self.rule, self.claims)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,29 +63,41 @@ class Decision:
     ``other``)."""
 
 
-def findings_of(report: ScanReport) -> list[p.Finding]:
+def _epss(e: Epss | None) -> p.Epss | None:
+    return None if e is None else p.Epss(score=e.score, percentile=e.percentile, date=e.date)
+
+
+def findings_of(findings: list[Finding]) -> list[p.Finding]:
     return [
-        p.Finding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity, kev=f.kev, link=f.link)  # type: ignore[arg-type]  # the scanner's severity is a str validated against the event's Literal on encode
-        for f in report.findings
-    ]
+        p.Finding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity, kev=f.kev, link=f.link,  # type: ignore[arg-type]  # the scanner's severity is a str validated against the event's Literal on encode
+                  epss=_epss(f.epss))
+        for f in findings
+    ]  # fmt: skip
 
 
-def kev_names(report: ScanReport) -> dict[str, str]:
+def kev_names(findings: list[Finding]) -> dict[str, str]:
     """A KEV finding's CVE alias (the KEV catalog names CVEs) by its vulnerability id."""
     return {
         f.vuln_id: next((a for a in f.aliases if a.startswith("CVE-")), f.vuln_id)
-        for f in report.findings
+        for f in findings
         if f.kev
     }
 
 
 def decide(
-    job: ImageJob, report: ScanReport, previous: list[FindingKey] | None, stamp: Timestamp
+    job: ImageJob,
+    report: ScanReport,
+    previous: list[FindingKey] | None,
+    stamp: Timestamp,
 ) -> Decision:
-    """The verdict and Notify message of an image the scanner reported on."""
+    """The verdict and Notify message of an image the scanner reported on: the tenant's
+    VEX claims (``job.claims``, as of the run's position) are applied to the report first,
+    whichever scanner made it, so the verdict, the delta and the message see only what
+    stands."""
     vid = verdict_id(job.run_id, job.digest)
-    findings = findings_of(report)
-    delta = Delta(previous, findings, kev_names(report))
+    vex = apply_claims(report.findings, job.digest, job.claims)
+    findings = findings_of(vex.kept)
+    delta = Delta(previous, findings, kev_names(vex.kept))
     ts = nm.iso(stamp.physical)
     msg: nm.AnyMessage
     worse: str | None = None
@@ -94,7 +109,7 @@ def decide(
             kev_hits=delta.kev_hits,
             top_findings=[
                 nm.TopFinding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity,
-                              kev=f.kev, link=f.link)
+                              kev=f.kev, link=f.link, epss=nm.epss_of(f.epss))
                 for f in delta.top
             ],
             report_url=report.report_url,
@@ -117,7 +132,7 @@ def decide(
         run_id=job.run_id, segment_id=job.segment_id, digest=job.digest, status="ok",
         new_criticals=delta.new_criticals, new_high=delta.new_high,
         kev_hits=delta.kev_hits, top_findings=delta.top, findings=findings,
-        report_url=report.report_url,
+        report_url=report.report_url, suppressed=vex.suppressed, vex_documents=vex.documents,
     )  # fmt: skip
     return Decision(
         _event(job, verdict, vid, stamp),
