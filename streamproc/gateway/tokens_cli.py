@@ -19,7 +19,13 @@ from streamproc import exitcodes
 from streamproc.gateway import jwt
 from streamproc.gateway.dpop import access_token_hash
 from streamproc.gateway.tls import x5t_s256
-from streamproc.names import ADMIN_SCOPE, AUDIENCE, IMAGES_WRITE_SCOPE, READ_SCOPE
+from streamproc.names import (
+    ADMIN_SCOPE,
+    AUDIENCE,
+    IMAGES_WRITE_SCOPE,
+    READ_SCOPE,
+    VEX_WRITE_SCOPE,
+)
 
 DEFAULT_ISSUER = "https://authority.local"
 
@@ -139,7 +145,8 @@ def register(subparsers: Any) -> None:
         "--scope",
         action="append",
         default=[],
-        help=f"{READ_SCOPE}, {ADMIN_SCOPE} and/or {IMAGES_WRITE_SCOPE} (repeatable)",
+        help=f"{READ_SCOPE}, {ADMIN_SCOPE}, {IMAGES_WRITE_SCOPE} and/or {VEX_WRITE_SCOPE} "
+        "(repeatable)",
     )
     p.add_argument("--audience", default=AUDIENCE)
     p.add_argument("--issuer", help="default: the key file's iss")

@@ -1,0 +1,160 @@
+"""VEX documents over HTTP against a real gateway (nats-server, RocksDB, aiohttp): each
+format in, the export.vexer it records, versions, identical re-sends, scopes and tenants,
+and the 4xx for what is not a VEX document."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from streamproc.bus import jsapi
+from streamproc.events.envelope import decode
+from tests.gateway.harness import BASE, Harness, token
+from tests.helpers import eventually
+
+VEX = f"{BASE}/vex"
+DATA = Path(__file__).parent.parent / "data" / "vex"
+
+
+def doc(name: str) -> dict[str, Any]:
+    return json.loads((DATA / name).read_text())
+
+
+async def put(gw: Harness, doc_id: str, body: Any, tok: str | None = None, q: str = "") -> Any:
+    return await gw.call("PUT", f"{VEX}/{doc_id}{q}", tok=tok or token(), json=body)
+
+
+async def exports(gw: Harness) -> list[Any]:
+    """Every export.vexer in the log, decoded, in order."""
+    nc = gw.gateway.ctx.publisher.nc
+    stream = gw.gateway.ctx.settings.events_stream
+    info = await jsapi.stream_info(nc, stream)
+    assert info is not None
+    out = []
+    for seq in range(max(1, info.state.first_seq), info.state.last_seq + 1):
+        m = await jsapi.request(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq})
+        e = decode(base64.b64decode(m["message"]["data"]))
+        if e.kind == "export.vexer":
+            out.append(e)
+    return out
+
+
+async def test_each_format_is_recorded_with_its_changed_claims(gw: Harness) -> None:
+    for doc_id, name, n in (
+        ("wolfi-git", "openvex/spec-minimal.json", 2),
+        ("jackson", "cyclonedx/bom-examples-vex.json", 1),
+        ("rh-cve-2023-1370", "csaf/redhat-cve-2023-1370.json", 33),
+    ):
+        status, body, _ = await put(gw, doc_id, doc(name))
+        assert status == 202, body
+        assert body["changedClaims"] == n and body["claims"] == n
+        assert body["exportId"] == f"vex-documents:{doc_id}@1"
+    recorded = await exports(gw)
+    assert [e.payload.export_id for e in recorded] == [
+        "wolfi-git@1",
+        "jackson@1",
+        "rh-cve-2023-1370@1",
+    ]
+    first = recorded[0].payload
+    assert [c.status for c in first.changed_claims] == ["affected→fixed"] * 2
+    assert {c.document_id for c in first.changed_claims} == {"wolfi-git"}
+    assert first.documents[0].format == "openvex"
+    jackson = recorded[1].payload.changed_claims[0]
+    assert (jackson.status, jackson.justification) == (
+        "affected→not_affected",
+        "code_not_reachable",
+    )
+
+
+async def test_identical_resend_changes_nothing_and_a_newer_version_replaces(
+    gw: Harness,
+) -> None:
+    v1 = doc("openvex/spec-minimal.json")
+    status, body, _ = await put(gw, "git", v1, q="?wait=true")
+    assert status == 200 and body["applied"] and body["changedClaims"] == 2
+    status, again, _ = await put(gw, "git", v1)
+    assert status == 200 and again["unchanged"] and again["changedClaims"] == 0
+    assert again["eventId"] == body["eventId"]
+    v2 = copy.deepcopy(v1)
+    v2["version"] = 2
+    v2["statements"][0]["products"] = [v1["statements"][0]["products"][1]]  # x86_64 only
+    v2["statements"][0]["status"] = "not_affected"
+    v2["statements"][0]["justification"] = "vulnerable_code_not_present"
+    status, body, _ = await put(gw, "git", v2, q="?wait=true")
+    assert status == 200 and body["changedClaims"] == 2, body
+    last = (await exports(gw))[-1].payload
+    assert [(c.product_key, c.status, c.removed) for c in last.changed_claims] == [
+        ("pkg:apk/wolfi/git@2.39.0-r1?arch=armv7", "fixed→affected", True),
+        ("pkg:apk/wolfi/git@2.39.0-r1?arch=x86_64", "fixed→not_affected", False),
+    ]
+    assert len(await exports(gw)) == 2
+    status, view, _ = await gw.call("GET", f"{VEX}/git", tok=token())
+    assert status == 200 and view["version"] == "2" and view["claims"] == 1
+    status, page, _ = await gw.call("GET", VEX, tok=token())
+    assert [d["documentId"] for d in page["items"]] == ["git"]
+
+    status, problem, _ = await put(gw, "git", v1)
+    assert status == 409 and problem["type"].endswith("stale-version")
+    v2b = copy.deepcopy(v2)
+    v2b["author"] = "someone else"
+    status, problem, _ = await put(gw, "git", v2b)
+    assert status == 409 and problem["type"].endswith("version-conflict")
+    assert len(await exports(gw)) == 2
+
+
+async def test_tenants_and_scopes(gw: Harness) -> None:
+    body = doc("openvex/spec-minimal.json")
+    narrow = token(scopes="scheduler.vex.write")
+    status, _, _ = await put(gw, "d", body, tok=narrow, q="?wait=true")
+    assert status == 200
+    status, _, _ = await put(gw, "d", body, tok=token(scopes="scheduler.read"))
+    assert status == 403
+    status, _, _ = await put(gw, "d", body, tok=token(scopes="scheduler.images.write"))
+    assert status == 403
+    status, _, _ = await gw.call("GET", f"{VEX}/d", tok=token(tenant="other"))
+    assert status == 404
+    status, other, _ = await put(gw, "d", body, tok=token(tenant="other"))
+    assert status == 202 and not other["unchanged"]  # the same id is another tenant's own
+    recorded = await eventually(lambda: _two(gw))
+    assert sorted(e.tenant for e in recorded) == ["acme", "other"]
+
+
+async def _two(gw: Harness) -> list[Any] | None:
+    out = await exports(gw)
+    return out if len(out) == 2 else None
+
+
+async def test_what_is_not_a_vex_document(gw: Harness) -> None:
+    cases: list[tuple[str, Any, int, str]] = [
+        ("d", {"spdxVersion": "SPDX-2.3"}, 422, "unknown-format"),
+        ("d", doc("openvex/go-vex-v020-1.vex.json"), 422, "schema-violation"),
+        ("d", doc("csaf/oasis-2022-evd-uc-03-ms-001.json"), 422, "no-claims"),
+        ("bad/id", doc("openvex/spec-minimal.json"), 404, ""),
+        ("-x", doc("openvex/spec-minimal.json"), 400, "invalid-parameter"),
+    ]
+    for doc_id, body, status, slug in cases:
+        got, problem, _ = await put(gw, doc_id, body)
+        assert got == status, (doc_id, problem)
+        if slug:
+            assert problem["type"].endswith(slug), problem
+    status, problem, _ = await gw.call(
+        "PUT", f"{VEX}/d", tok=token(), data=b"{nope", headers={"Content-Type": "application/json"}
+    )
+    assert status == 400 and problem["type"].endswith("malformed-json")
+    status, problem, _ = await gw.call(
+        "PUT", f"{VEX}/d", tok=token(), data=b"x", headers={"Content-Type": "text/plain"}
+    )
+    assert status == 415
+    big = b'{"a": "' + b"x" * (gw.gateway.body_cap + 10) + b'"}'
+    status, problem, _ = await gw.call(
+        "PUT", f"{VEX}/d", tok=token(), data=big, headers={"Content-Type": "application/json"}
+    )
+    assert status == 413
+    schema = doc("openvex/spec-minimal.json")
+    schema["statements"][0]["status"] = "maybe"
+    status, problem, _ = await put(gw, "d", schema)
+    assert status == 422 and problem["field"] == "$.statements[0].status"
+    assert await exports(gw) == []
