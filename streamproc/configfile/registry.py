@@ -207,6 +207,9 @@ KEYS: tuple[Key, ...] = (
        "runs planned per reactor pass, round-robin across tenants", minimum=1),
     _k("planner.preview_sample", "STREAMPROC_PLANNER_PREVIEW_SAMPLE", "int", 20,
        "sample digests returned by a preview", minimum=0),
+    _k("planner.epss_high_percentile", "STREAMPROC_PLANNER_EPSS_HIGH_PERCENTILE", "float",
+       0.9, "a changed finding whose EPSS percentile is at least this ranks its images with "
+       "the critical ones (and counts as high-EPSS)", minimum=0, maximum=1),
     # ------------------------------------------------------------------ runner, scanner
     _k("runner.workers", "STREAMPROC_RUNNER_WORKERS", "int", 2,
        "segments processed at once by one runner process", minimum=1, maximum=256),

@@ -1,5 +1,5 @@
 """The planner's export projection: exports awaiting their debounce window, which run claimed
-which export, the per-tenant cursors, and the KEV/critical flags of vulns.
+which export, the per-tenant cursors, and the KEV/critical flags and EPSS of vulns.
 
 A storm of deliveries of one export id folds once: later copies are rejected as
 ``duplicate_export``. An export is *pending* until a ``run.requested`` naming it is folded
@@ -99,19 +99,20 @@ class PlannerExports(Projection):
         change: KeyChange
         if isinstance(pl, p.FeedserExport):
             change, flags = feedser_change(pl)
-            for vuln, f in sorted(flags.items()):
+            epss = {a.vuln_id: a.epss for a in pl.advisories if a.epss is not None}
+            for vuln in sorted(flags.keys() | epss.keys()):
                 vk = r.key(t, vuln)
                 old = vulns.get(vk)
-                merged = f | (old[0] if old else 0)
-                if old is None or merged != old[0]:
-                    vulns.put(vk, bytes([merged]))
+                held_flags, held_epss = r.decode_vuln(old)
+                new = r.encode_vuln(flags.get(vuln, 0) | held_flags, epss.get(vuln) or held_epss)
+                if new != old:
+                    vulns.put(vk, new)
         else:
 
-            def flags_of(vuln: str) -> int:
-                raw = vulns.get(r.key(t, vuln))
-                return raw[0] if raw else 0
+            def vuln_of(vuln: str) -> tuple[int, p.Epss | None]:
+                return r.decode_vuln(vulns.get(r.key(t, vuln)))
 
-            change = vexer_change(pl, flags_of)
+            change = vexer_change(pl, vuln_of)
         rec = r.ExportRecord(
             export_id=ref,
             source=source,
@@ -123,6 +124,7 @@ class PlannerExports(Projection):
             kev_keys=change.kev_keys,
             critical_keys=change.critical_keys,
             kev_vulns=change.kev_vulns,
+            epss=change.epss,
         )
         table.put(k, r.encode(rec))
         self.pending.setdefault((t, source), {})[ref] = rec
@@ -227,7 +229,13 @@ class PlannerExports(Projection):
             e = r.decode_export(raw)
             if not e.released and e.run_id is not None:
                 slim = msgspec.structs.replace(
-                    e, keys=[], kev_keys=[], critical_keys=[], kev_vulns=[], released=True
+                    e,
+                    keys=[],
+                    kev_keys=[],
+                    critical_keys=[],
+                    kev_vulns=[],
+                    epss=[],
+                    released=True,
                 )
                 table.put(k, r.encode(slim))
         claims.delete(r.key(tenant, run_id))
