@@ -23,7 +23,7 @@ from streamproc.cliargs import add_config_flag
 from streamproc.cliargs import settings as _settings
 from streamproc.config import environment, load
 from streamproc.role_cli import DEFAULT_NATS_URL
-from streamproc.scanner.advisories import AdvisoryDb
+from streamproc.scanner.advisories import AdvisoryDb, AdvisoryError
 from streamproc.scanner.faults import FaultConfig
 from streamproc.scanner.feedser import (
     build_export,
@@ -54,6 +54,7 @@ def register(
     p.add_argument("--port", type=int, default=8490)
     p.add_argument("--osv", type=Path, help="directory of OSV JSON advisories")
     p.add_argument("--kev", type=Path, help="CISA KEV catalog JSON")
+    p.add_argument("--epss", type=Path, help="FIRST's EPSS scores CSV (gzipped or not)")
     p.add_argument("--debian-sources", type=Path, help="Debian binary→source package map")
     p.add_argument("--latency-ms", type=float, default=0.0, help="simulated latency per call")
     p.add_argument("--jitter-ms", type=float, default=0.0)
@@ -64,6 +65,7 @@ def register(
     p = fsub.add_parser("export", help="send new/changed OSV advisories as the Feedser webhook")
     p.add_argument("--osv", type=Path, required=True, help="directory of OSV JSON advisories")
     p.add_argument("--kev", type=Path, help="CISA KEV catalog JSON (marks KEV ids)")
+    p.add_argument("--epss", type=Path, help="FIRST's EPSS scores CSV (ranks the work)")
     p.add_argument("--debian-sources", type=Path, help="Debian binary→source package map")
     p.add_argument("--url", default="http://127.0.0.1:8480", help="gateway base URL")
     p.add_argument("--secret", help="HMAC secret (default $STREAMPROC_FEEDSER_SECRET)")
@@ -95,13 +97,14 @@ def cmd_scanner(args: argparse.Namespace) -> int:
                 port=args.port,
                 osv_dir=args.osv,
                 kev_file=args.kev,
+                epss_file=args.epss,
                 sources=args.debian_sources,
                 images=IndexedImages.of(system),
                 faults=FaultConfig(latency_ms=args.latency_ms, jitter_ms=args.jitter_ms),
             )
             db = svc.catalog.db
             print(f"reference scanner on {svc.url}: {len(db.advisories)} advisories, "
-                  f"{len(db.kev)} KEV ids; images from {settings.events_stream} on "
+                  f"{len(db.kev)} KEV ids, {len(db.epss)} EPSS scores; images from {settings.events_stream} on "
                   f"{settings.nats_url}, state in {settings.state_dir('scanner')}",
                   flush=True)  # fmt: skip
             stop = asyncio.Event()
@@ -117,7 +120,11 @@ def cmd_scanner(args: argparse.Namespace) -> int:
 
 def cmd_feedser_export(args: argparse.Namespace) -> int:
     state_path = args.state or load({"data_dir": args.data_dir}).data_dir / "feedser-export.json"
-    db = AdvisoryDb.load(args.osv, args.kev, args.debian_sources)
+    try:
+        db = AdvisoryDb.load(args.osv, args.kev, args.debian_sources, args.epss)
+    except AdvisoryError as exc:
+        print(f"streamproc: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
     state = load_state(state_path)
     body = build_export(db, state)
     if body is None:

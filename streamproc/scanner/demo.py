@@ -104,6 +104,7 @@ async def seed_demo(
         svc = await start_scanner(
             port=scanner_port, osv_dir=osv_dir, kev_file=DATA / "kev.json",
             sources=osv_dir.parent / "debian-sources.json", images=IndexedImages.of(system),
+            epss_file=DATA / "epss.csv",
         )  # fmt: skip
         url = svc.url
     images: dict[str, str] = {}
@@ -169,6 +170,7 @@ def render_guide(gateway: str, scanner: str, osv_dir: Path, tenant: str, setting
         "  # 4. ... and the advisory aggregator tells the scheduler (signed Feedser webhook;",
         "  #    STREAMPROC_FEEDSER_SECRET exported as above)",
         f"  {cli} feedser export{data_dir} --osv {osv_dir} --kev {data}/kev.json \\",
+        f"      --epss {data}/epss.csv \\",
         f"      --debian-sources {sources} --url {gateway} \\",
         '      --secret "$STREAMPROC_FEEDSER_SECRET"',
         "",

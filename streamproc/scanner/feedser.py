@@ -4,7 +4,7 @@ webhook, as an advisory aggregator would send it.
 A state file remembers each advisory's content digest from the last successful export, so
 only new or changed OSV records go out: their product keys (version-less purls, Debian source
 packages expanded to their binary packages), the KEV ids among them, and one entry per
-advisory (vulnId, productKeys, severity, kev). The export id is derived from the content,
+advisory (vulnId, productKeys, severity, kev, and its EPSS when an EPSS file is given). The export id is derived from the content,
 and the body being sent is kept in the state file as ``pending`` until the gateway accepts
 it, so a retry after a refusal or a lost answer sends the very same body again (its
 ``window`` included), which the gateway recognises as the same export. The body is
@@ -57,9 +57,16 @@ def build_export(
         keys.update(product_keys)
         if a.kev:
             kev.update(c for c in a.cves if c in db.kev)
-        entries.append(
-            {"vulnId": a.id, "productKeys": product_keys, "severity": a.severity, "kev": a.kev}
-        )
+        entry: dict[str, Any] = {
+            "vulnId": a.id,
+            "productKeys": product_keys,
+            "severity": a.severity,
+            "kev": a.kev,
+        }
+        epss = db.epss_of(a)
+        if epss is not None:
+            entry["epss"] = {"score": epss.score, "percentile": epss.percentile, "date": epss.date}
+        entries.append(entry)
     export_id = "osv-" + h.hexdigest()[:24]
     pending = state.get("pending")
     if isinstance(pending, dict) and pending.get("exportId") == export_id:
