@@ -1,4 +1,5 @@
-"""``streamproc scanner`` (the reference scanner) and ``streamproc feedser export``.
+"""``streamproc scanner`` (the reference scanner), ``streamproc feedser export`` and
+``streamproc vexer export``.
 
 Registered by :mod:`streamproc.cli` with ``scanner_cli.register(sub, _common)``.
 """
@@ -23,9 +24,11 @@ from streamproc.cliargs import add_config_flag
 from streamproc.cliargs import settings as _settings
 from streamproc.config import environment, load
 from streamproc.role_cli import DEFAULT_NATS_URL
+from streamproc.scanner import vexer
 from streamproc.scanner.advisories import AdvisoryDb, AdvisoryError
 from streamproc.scanner.faults import FaultConfig
 from streamproc.scanner.feedser import (
+    WEBHOOK_PATH,
     build_export,
     load_state,
     next_state,
@@ -81,6 +84,30 @@ def register(
     p.add_argument("--dry-run", action="store_true", help="print the body; send nothing")
     p.set_defaults(fn=cmd_feedser_export)
 
+    vexer = subparsers.add_parser("vexer", help="VEX-source tools")
+    vsub = vexer.add_subparsers(dest="vexer_command", required=True)
+    p = vsub.add_parser(
+        "export",
+        help="send the changed claims of a directory of VEX documents as the Vexer webhook",
+        description="Reads every *.json in --vex (OpenVEX, CycloneDX VEX, CSAF 2.0 VEX), "
+        "checks each against its format's schema, and sends the claims that changed since "
+        "the last export (remembered in --state) as a signed Vexer webhook.",
+    )
+    p.add_argument("--vex", type=Path, required=True, help="directory of VEX documents")
+    p.add_argument("--url", default="http://127.0.0.1:8480", help="gateway base URL")
+    p.add_argument("--secret", help="HMAC secret (default $STREAMPROC_VEXER_SECRET)")
+    p.add_argument("--ed25519-seed-file", type=Path, help="32-byte Ed25519 seed to sign with")
+    p.add_argument("--source", help="X-Scheduler-Source (needed with several Vexer sources)")
+    p.add_argument(
+        "--data-dir", help="data directory (default ./data, STREAMPROC_DATA_DIR): holds the state"
+    )
+    p.add_argument(
+        "--state", type=Path, help="what was exported already (default DATA/vexer-export.json)"
+    )
+    add_config_flag(p)
+    p.add_argument("--dry-run", action="store_true", help="print the body; send nothing")
+    p.set_defaults(fn=cmd_vexer_export)
+
 
 def cmd_scanner(args: argparse.Namespace) -> int:
     settings = _settings(args)
@@ -104,9 +131,9 @@ def cmd_scanner(args: argparse.Namespace) -> int:
             )
             db = svc.catalog.db
             print(f"reference scanner on {svc.url}: {len(db.advisories)} advisories, "
-                  f"{len(db.kev)} KEV ids, {len(db.epss)} EPSS scores; images from {settings.events_stream} on "
-                  f"{settings.nats_url}, state in {settings.state_dir('scanner')}",
-                  flush=True)  # fmt: skip
+                  f"{len(db.kev)} KEV ids, {len(db.epss)} EPSS scores; images from "
+                  f"{settings.events_stream} on {settings.nats_url}, state in "
+                  f"{settings.state_dir('scanner')}", flush=True)  # fmt: skip
             stop = asyncio.Event()
             install_stop_signals(stop)
             return await system.wait(stop)
@@ -116,6 +143,78 @@ def cmd_scanner(args: argparse.Namespace) -> int:
             await system.close()
 
     return int(uvloop.run(main()))
+
+
+def _send(
+    args: argparse.Namespace,
+    kind: str,
+    body: dict[str, Any],
+    save: Callable[[dict[str, Any]], None],
+    pending: dict[str, Any],
+    path: str,
+) -> int:
+    """Sign and POST ``body`` (``pending`` saved first, so a retry sends the same export):
+    ``OK`` when the gateway accepted it; otherwise the exit code, and a message that says
+    what to do."""
+    var = f"STREAMPROC_{kind.upper()}_SECRET"
+    secret = args.secret or environment().get(var)
+    seed = args.ed25519_seed_file.read_bytes()[:32] if args.ed25519_seed_file else None
+    if not secret and not seed:
+        print(f"streamproc: nothing to sign the export with: pass --secret (or set {var}; "
+              "`make run` prints it) or --ed25519-seed-file", file=sys.stderr)  # fmt: skip
+        return exitcodes.USAGE
+
+    def headers(raw: bytes, delivery: str) -> dict[str, str]:
+        return signed_headers(raw, delivery, secret=secret, ed25519_seed=seed, source=args.source)
+
+    save(pending)
+    try:
+        status, answer = asyncio.run(post_export(args.url, body, headers, path=path))
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        why = str(exc) or type(exc).__name__
+        print(f"streamproc: the gateway at {args.url} did not answer ({why}); run this again "
+              "to send the same export", file=sys.stderr)  # fmt: skip
+        return exitcodes.FAILED
+    shown = answer if isinstance(answer, str) else json.dumps(answer)
+    print(f"gateway answered {status}: {shown}")
+    if status >= 300:
+        print("streamproc: export not accepted; run this again to send the same export",
+              file=sys.stderr)  # fmt: skip
+        return exitcodes.FAILED
+    return exitcodes.OK
+
+
+def _saver(path: Path) -> Callable[[dict[str, Any]], None]:
+    def save(doc: dict[str, Any]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+
+    return save
+
+
+def cmd_vexer_export(args: argparse.Namespace) -> int:
+    state_path = args.state or load({"data_dir": args.data_dir}).data_dir / "vexer-export.json"
+    try:
+        docs = vexer.read_dir(args.vex)
+        state = load_state(state_path)
+        body = vexer.build_export(docs, state)
+    except vexer.VexDirError as exc:
+        print(f"streamproc: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    if body is None:
+        print(f"no changed VEX claims in {args.vex} since the last export")
+        return 0
+    print(f"export {body['exportId']}: {len(body['documents'])} documents, "
+          f"{len(body['changedClaims'])} changed claims")  # fmt: skip
+    if args.dry_run:
+        print(json.dumps(body, indent=2))
+        return 0
+    save = _saver(state_path)
+    sent = _send(args, "vexer", body, save, sending_state(state, body), vexer.WEBHOOK_PATH)
+    if sent != exitcodes.OK:
+        return sent
+    save(vexer.next_state(docs, body))
+    return exitcodes.OK
 
 
 def cmd_feedser_export(args: argparse.Namespace) -> int:
@@ -135,34 +234,9 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(json.dumps(body, indent=2))
         return 0
-    secret = args.secret or environment().get("STREAMPROC_FEEDSER_SECRET")
-    seed = args.ed25519_seed_file.read_bytes()[:32] if args.ed25519_seed_file else None
-    if not secret and not seed:
-        print("streamproc: nothing to sign the export with: pass --secret (or set "
-              "STREAMPROC_FEEDSER_SECRET; `make run` prints it) or --ed25519-seed-file",
-              file=sys.stderr)  # fmt: skip
-        return exitcodes.USAGE
-
-    def headers(raw: bytes, delivery: str) -> dict[str, str]:
-        return signed_headers(raw, delivery, secret=secret, ed25519_seed=seed, source=args.source)
-
-    def save(doc: dict[str, Any]) -> None:
-        state_path.parent.mkdir(parents=True, exist_ok=True)
-        state_path.write_text(json.dumps(doc, indent=1) + "\n")
-
-    save(sending_state(state, body))  # a retry sends this very body
-    try:
-        status, answer = asyncio.run(post_export(args.url, body, headers))
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        why = str(exc) or type(exc).__name__
-        print(f"streamproc: the gateway at {args.url} did not answer ({why}); run this again "
-              "to send the same export", file=sys.stderr)  # fmt: skip
-        return exitcodes.FAILED
-    shown = answer if isinstance(answer, str) else json.dumps(answer)
-    print(f"gateway answered {status}: {shown}")
-    if status >= 300:
-        print("streamproc: export not accepted; run this again to send the same export",
-              file=sys.stderr)  # fmt: skip
-        return exitcodes.FAILED
+    save = _saver(state_path)
+    sent = _send(args, "feedser", body, save, sending_state(state, body), WEBHOOK_PATH)
+    if sent != exitcodes.OK:
+        return sent
     save(next_state(db, body))
     return exitcodes.OK

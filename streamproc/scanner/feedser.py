@@ -4,10 +4,11 @@ webhook, as an advisory aggregator would send it.
 A state file remembers each advisory's content digest from the last successful export, so
 only new or changed OSV records go out: their product keys (version-less purls, Debian source
 packages expanded to their binary packages), the KEV ids among them, and one entry per
-advisory (vulnId, productKeys, severity, kev, and its EPSS when an EPSS file is given). The export id is derived from the content,
-and the body being sent is kept in the state file as ``pending`` until the gateway accepts
-it, so a retry after a refusal or a lost answer sends the very same body again (its
-``window`` included), which the gateway recognises as the same export. The body is
+advisory (vulnId, productKeys, severity, kev, and its EPSS when an EPSS file is given). The
+export id is derived from the content, and the body being sent is kept in the state file as
+``pending`` until the gateway accepts it, so a retry after a refusal or a lost answer sends
+the very same body again (its ``window`` included), which the gateway recognises as the same
+export. The body is
 signed ``sha256=HMAC(secret, timestamp + "." + body)`` (or Ed25519), the gateway's scheme.
 """
 
@@ -115,7 +116,7 @@ def signed_headers(
         sig = SigningKey(ed25519_seed).sign(signed).signature
         sigs.append("ed25519=" + base64.urlsafe_b64encode(sig).decode().rstrip("="))
     if not sigs:
-        raise ValueError("a Feedser webhook needs an HMAC secret or an Ed25519 key")
+        raise ValueError("a signed webhook needs an HMAC secret or an Ed25519 key")
     headers = {
         "Content-Type": "application/json",
         "X-Scheduler-Signature": ",".join(sigs),
@@ -128,11 +129,16 @@ def signed_headers(
 
 
 async def post_export(
-    url: str, body: dict[str, Any], headers_for: Any, timeout_s: float = 30.0
+    url: str,
+    body: dict[str, Any],
+    headers_for: Any,
+    timeout_s: float = 30.0,
+    path: str = WEBHOOK_PATH,
 ) -> tuple[int, Any]:
+    """POST a signed export webhook (Feedser's by default) and return (status, answer)."""
     raw = json.dumps(body, separators=(",", ":")).encode()
     delivery = f"{body['exportId']}.{int(time.time() * 1000)}"
-    target = url.rstrip("/") + WEBHOOK_PATH
+    target = url.rstrip("/") + path
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with (
         aiohttp.ClientSession(timeout=timeout) as s,
