@@ -4,9 +4,13 @@ and the 4xx for what is not a VEX document."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +162,57 @@ async def test_what_is_not_a_vex_document(gw: Harness) -> None:
     status, problem, _ = await put(gw, "d", schema)
     assert status == 422 and problem["field"] == "$.statements[0].status"
     assert await exports(gw) == []
+
+
+def _vexer_cli(gw: Harness, tmp: Path, vex: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    seed = tmp / "vexer.seed"
+    seed.write_bytes(b"\x04" * 32)  # VEXER_KEYS[0] of the harness's vexer-main source
+    argv = [sys.executable, "-m", "streamproc.cli", "vexer", "export", "--vex", str(vex),
+            "--url", gw.url, "--ed25519-seed-file", str(seed), "--source", "vexer-main",
+            "--state", str(tmp / "vexer-export.json"), *more]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+async def test_vexer_export_sends_the_changed_claims_of_a_directory(
+    gw: Harness, tmp_path: Path
+) -> None:
+    vex = tmp_path / "vex"
+    vex.mkdir()
+    shutil.copy(DATA / "openvex" / "spec-minimal.json", vex / "git.json")
+    shutil.copy(DATA / "csaf" / "redhat-cve-2023-1370.json", vex)
+    done = await asyncio.to_thread(_vexer_cli, gw, tmp_path, vex)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 documents, 35 changed claims" in done.stdout and "gateway answered 202" in done.stdout
+    again = await asyncio.to_thread(_vexer_cli, gw, tmp_path, vex)
+    assert again.returncode == 0 and "no changed VEX claims" in again.stdout
+
+    (vex / "redhat-cve-2023-1370.json").unlink()  # withdrawn: its claims go
+    v2 = doc("openvex/spec-minimal.json")
+    v2["version"] = 2
+    v2["statements"][0]["status"] = "under_investigation"
+    (vex / "git.json").write_text(json.dumps(v2))
+    done = await asyncio.to_thread(_vexer_cli, gw, tmp_path, vex)
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = await eventually(lambda: _n(gw, 2))
+    first, second = (e.payload for e in recorded)
+    assert first.source == "vexer-main" and {d.document_id for d in first.documents} == {
+        "https://openvex.dev/docs/example/vex-9fb3463de1b57",
+        "CVE-2023-1370",
+    }
+    statuses = {(c.document_id, c.status, c.removed) for c in second.changed_claims}
+    assert statuses == {
+        ("https://openvex.dev/docs/example/vex-9fb3463de1b57", "fixed→under_investigation", False),
+        ("CVE-2023-1370", "not_affected→affected", True),
+        ("CVE-2023-1370", "fixed→affected", True),
+    }
+
+    (vex / "bad.json").write_text(
+        '{"bomFormat": "CycloneDX", "specVersion": "1.5", "version": "x"}'
+    )
+    bad = await asyncio.to_thread(_vexer_cli, gw, tmp_path, vex)
+    assert bad.returncode == 2 and "bad.json" in bad.stderr and "JSON Schema" in bad.stderr
+
+
+async def _n(gw: Harness, n: int) -> list[Any] | None:
+    out = await exports(gw)
+    return out if len(out) == n else None
