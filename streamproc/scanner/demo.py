@@ -1,6 +1,6 @@
 """``make run``'s demo: a reference scanner (when no scanner URL is configured), a small
 catalog of the real SBOMs in ``demo_data/sboms`` (package data) indexed for tenant ``demo``,
-a schedule subscribed to Feedser exports, and a printed guide of commands to try.
+a schedule subscribed to Feedser and Vexer exports, and a printed guide of commands to try.
 
 The catalog is published as ``image.indexed`` events like any other SBOM: the scanner
 learns the images from the log (its ``scanner`` role, which ``up --demo`` runs), so nothing
@@ -116,7 +116,7 @@ async def seed_demo(
                                 event_id=derive_id("demo", tenant, digest)))  # fmt: skip
     schedule = p.ScheduleCreated(
         schedule_id="demo-nightly", name="Demo nightly", cron="0 2 * * *", timezone="UTC",
-        subscriptions=["feedser"], created_by="make run",
+        subscriptions=["feedser", "vexer"], created_by="make run",
     )  # fmt: skip
     events.append(new_event("schedule.created", tenant, schedule, system.clock.now(),
                             event_id=derive_id("demo", tenant, "schedule")))  # fmt: skip

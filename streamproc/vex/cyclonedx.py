@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from streamproc.vex.claims import Collector
-from streamproc.vex.model import Document, Status, clip
+from streamproc.vex.model import SUPPRESSING, Document, Status, clip
 
 STATES: dict[str, Status] = {
     "not_affected": "not_affected",
@@ -67,14 +67,19 @@ def parse(doc: dict[str, Any]) -> Document:
         if state not in STATES:
             out.skip(where, "no analysis.state: a finding, not a VEX statement")
             continue
-        why = analysis.get("justification") or analysis.get("detail")
+        status = STATES[state]
+        why = (
+            analysis.get("justification") or analysis.get("detail")
+            if status in SUPPRESSING
+            else None
+        )
         order = (str(v.get("updated") or v.get("published") or ""), n)
         for a, affect in enumerate(v.get("affects") or []):
             purl, reason = _purl_of(str(affect.get("ref", "")), refs)
             if purl is None:
                 out.skip(f"{where}.affects[{a}]", reason)
                 continue
-            out.add(purl, str(v.get("id", "")), STATES[state], clip(why), None, order, where)
+            out.add(purl, str(v.get("id", "")), status, clip(why), None, order, where)
     return out.document(
         "cyclonedx", str(doc.get("serialNumber") or ""), str(doc.get("version", 1)), len(vulns)
     )
