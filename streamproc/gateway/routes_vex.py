@@ -23,7 +23,7 @@ from streamproc import metrics
 from streamproc.bus.jsapi import JsApiError, last_on_subject
 from streamproc.bus.publisher import WrongExpectedSequence
 from streamproc.events import payloads as p
-from streamproc.events.catalog import subject_for
+from streamproc.events.catalog import aggregate_subject
 from streamproc.events.envelope import EventError, decode
 from streamproc.gateway.auth import READ, VEX_WRITE, Principal
 from streamproc.gateway.hardening import decode_content, read_body, require_json
@@ -84,7 +84,7 @@ def _read(data: bytes) -> Document:
         raise ProblemError(exc.status, exc.slug, exc.detail, field=exc.field) from None
 
 
-def _held(gw: Gateway, data: bytes | None, document_id: str) -> p.VexDocument | None:
+def _held(data: bytes | None, document_id: str) -> p.VexDocument | None:
     """The version the document subject's last event recorded (None: never recorded)."""
     if not data:
         return None
@@ -165,39 +165,60 @@ def _answer(document_id: str, doc: Document, changed: int, **kw: object) -> VexA
     )
 
 
+def _subject(gw: Gateway, tenant: str, document_id: str) -> str:
+    """Where every version of the document is recorded (``VexerExport.subject_id``)."""
+    return aggregate_subject(
+        gw.ctx.settings.prefix, tenant, "vexer", f"{p.VEX_DOCUMENT_SOURCE}/{document_id}"
+    )
+
+
+async def _last(gw: Gateway, subject: str, document_id: str) -> tuple[int, p.VexDocument | None]:
+    """The document subject's last sequence, and the version its event recorded."""
+    try:
+        last, data = await last_on_subject(
+            gw.ctx.publisher.nc, gw.ctx.settings.events_stream, subject
+        )
+    except JsApiError as exc:
+        raise ProblemError(
+            503,
+            "log-unavailable",
+            f"the event log did not answer: {exc.description}; retrying is safe",
+            headers=UNAVAILABLE_HEADERS,
+        ) from None
+    return last, _held(data, document_id)
+
+
+def _unchanged(gw: Gateway, tenant: str, held: p.VexDocument, last: int) -> web.Response:
+    """The same bytes as the version held: nothing to record, nothing to parse again."""
+    rec = VexReader(gw.ctx.store).document(tenant, held.document_id)
+    return json_response(
+        VexAccepted(
+            document_id=held.document_id,
+            format=held.format,
+            version=held.version,
+            statements=held.statements,
+            claims=held.claims,
+            changed_claims=0,
+            unchanged=True,
+            export_id=rec.export_id if rec else None,
+            event_id=rec.event_id if rec else None,
+            seq=last,
+            applied=gw.ctx.applied() >= last,
+        ),
+        200,
+    )
+
+
 async def _record(
     gw: Gateway, request: web.Request, tenant: str, document_id: str, doc: Document, sha: str
 ) -> web.Response:
-    settings = gw.ctx.settings
     vex = VexReader(gw.ctx.store)
-    probe = _payload(document_id, doc, sha, [])
-    subject = subject_for(settings.prefix, tenant, "export.vexer", probe)
+    subject = _subject(gw, tenant, document_id)
     for _ in range(ATTEMPTS):
-        try:
-            last, data = await last_on_subject(gw.ctx.publisher.nc, settings.events_stream, subject)
-        except JsApiError as exc:
-            raise ProblemError(
-                503,
-                "log-unavailable",
-                f"the event log did not answer: {exc.description}; retrying is safe",
-                headers=UNAVAILABLE_HEADERS,
-            ) from None
-        held = _held(gw, data, document_id)
+        last, held = await _last(gw, subject, document_id)
         if _compare(held, doc, sha):
-            rec = vex.document(tenant, document_id)
-            return json_response(
-                _answer(
-                    document_id,
-                    doc,
-                    0,
-                    unchanged=True,
-                    export_id=rec.export_id if rec else None,
-                    event_id=rec.event_id if rec else None,
-                    seq=last,
-                    applied=gw.ctx.applied() >= last,
-                ),
-                200,
-            )
+            assert held is not None
+            return _unchanged(gw, tenant, held, last)
         if last and not await applied(gw, last):
             raise ProblemError(
                 503,
@@ -249,9 +270,13 @@ async def put_vex(gw: Gateway, request: web.Request, who: Principal | None) -> w
         require_json(request)
         raw = await read_body(request, gw.body_cap)
         data = decode_content(raw, request.headers.get("Content-Encoding"), gw.inflated_cap)
-        doc = _read(data)
         sha = hashlib.sha256(data).hexdigest()
-        response = await _record(gw, request, who.tenant, document_id, doc, sha)
+        last, held = await _last(gw, _subject(gw, who.tenant, document_id), document_id)
+        if held is not None and held.sha256 == sha:
+            response = _unchanged(gw, who.tenant, held, last)
+        else:
+            doc = _read(data)
+            response = await _record(gw, request, who.tenant, document_id, doc, sha)
     except ProblemError as exc:
         _RESULTS["failed" if exc.status >= 500 else "refused"].inc()
         raise
