@@ -82,6 +82,7 @@ SECTIONS: dict[str, str] = {
     "gateway": "the HTTP API: tokens, webhooks, body limits",
     "gateway.dpop": "DPoP proof checking",
     "feedser": "the `streamproc feedser export` client",
+    "vexer": "the `streamproc vexer export` client",
     "client": "commands that call the gateway: DPoP key and tokens",
     "notify": "the Notify HTTP feed (gateway) and the `streamproc notify tail` client",
 }
@@ -322,6 +323,8 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ clients
     _k("feedser.secret", "STREAMPROC_FEEDSER_SECRET", "str", None,
        "HMAC secret `streamproc feedser export` signs with", secret=True, default_text="none"),
+    _k("vexer.secret", "STREAMPROC_VEXER_SECRET", "str", None,
+       "HMAC secret `streamproc vexer export` signs with", secret=True, default_text="none"),
     _k("client.dpop_key", "STREAMPROC_CLIENT_DPOP_KEY", "str", None,
        "the DPoP key (private Ed25519 JWK) every command that calls the gateway signs its "
        "proofs with; created on first use with mode 0600",
