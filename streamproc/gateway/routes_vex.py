@@ -54,6 +54,8 @@ _RESULTS = {
     for r in ("accepted", "duplicate", "refused", "failed")
 }
 ATTEMPTS = 3
+Answer = tuple[VexAccepted, int]
+"""The answer's body and status."""
 DOCUMENT_ID = Param(
     "documentId",
     "path",
@@ -188,10 +190,10 @@ async def _last(gw: Gateway, subject: str, document_id: str) -> tuple[int, p.Vex
     return last, _held(data, document_id)
 
 
-def _unchanged(gw: Gateway, tenant: str, held: p.VexDocument, last: int) -> web.Response:
+def _unchanged(gw: Gateway, tenant: str, held: p.VexDocument, last: int) -> Answer:
     """The same bytes as the version held: nothing to record, nothing to parse again."""
     rec = VexReader(gw.ctx.store).document(tenant, held.document_id)
-    return json_response(
+    return (
         VexAccepted(
             document_id=held.document_id,
             format=held.format,
@@ -211,7 +213,7 @@ def _unchanged(gw: Gateway, tenant: str, held: p.VexDocument, last: int) -> web.
 
 async def _record(
     gw: Gateway, request: web.Request, tenant: str, document_id: str, doc: Document, sha: str
-) -> web.Response:
+) -> Answer:
     vex = VexReader(gw.ctx.store)
     subject = _subject(gw, tenant, document_id)
     for _ in range(ATTEMPTS):
@@ -259,7 +261,7 @@ async def _record(
             seq=ack.seq,
             applied=done or gw.ctx.applied() >= ack.seq,
         )
-        return json_response(body, 200 if done else 202)
+        return body, 200 if done else 202
     raise ProblemError(409, "concurrent-update", f"document {document_id} keeps changing; retry")
 
 
@@ -273,17 +275,15 @@ async def put_vex(gw: Gateway, request: web.Request, who: Principal | None) -> w
         sha = hashlib.sha256(data).hexdigest()
         last, held = await _last(gw, _subject(gw, who.tenant, document_id), document_id)
         if held is not None and held.sha256 == sha:
-            response = _unchanged(gw, who.tenant, held, last)
+            body, status = _unchanged(gw, who.tenant, held, last)
         else:
             doc = _read(data)
-            response = await _record(gw, request, who.tenant, document_id, doc, sha)
+            body, status = await _record(gw, request, who.tenant, document_id, doc, sha)
     except ProblemError as exc:
         _RESULTS["failed" if exc.status >= 500 else "refused"].inc()
         raise
-    _RESULTS[
-        "duplicate" if response.status == 200 and not wants_wait(request) else "accepted"
-    ].inc()
-    return response
+    _RESULTS["duplicate" if body.unchanged else "accepted"].inc()
+    return json_response(body, status)
 
 
 def _view(rec: VexDocumentRecord) -> VexDocumentView:
