@@ -165,6 +165,10 @@ AUDIT_SNAPSHOTS_CF: Final = "audit_snapshots"
 RM_RUNS_BY_TIME_CF: Final = "rm_runs_by_time"
 RM_RUN_DELTAS_CF: Final = "rm_run_deltas"
 RM_RUNS_EXPIRY_CF: Final = "rm_runs_expiry"
+RM_RUN_EXPORTS_CF: Final = "rm_run_exports"
+"""Every export a run covers, in order: what ``GET /runs/{id}/exports`` pages through."""
+RM_CURSORS_CF: Final = "rm_cursors"
+"""``impact_cursors``: per tenant, the latest export of each source a planned run covers."""
 
 # ---------------------------------------------------------------- HTTP API
 
