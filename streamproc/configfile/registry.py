@@ -355,6 +355,10 @@ DOCUMENTS: tuple[Document, ...] = (
 
 RENAMED: dict[str, str] = {"planner.default_max_jobs": "planner.max_jobs_per_run"}
 """Keys of earlier versions, and the key each became: a file using one is refused with it."""
+RENAMED_ENV: dict[str, str] = {
+    "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS": "STREAMPROC_PLANNER_MAX_JOBS_PER_RUN"
+}
+"""Their variables: set, they stop the process that reads the new one, naming it."""
 
 CONFIG_ENV = "STREAMPROC_CONFIG"
 """Names the config file when ``--config`` is not given."""

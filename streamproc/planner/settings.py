@@ -36,6 +36,7 @@ from typing import Literal
 import msgspec
 
 from streamproc.config import ConfigError, environment
+from streamproc.configfile.registry import RENAMED_ENV
 
 MissedTicks = Literal["latest", "none", "all-capped"]
 
@@ -57,10 +58,6 @@ ENV = {
     "max_runs_per_pass": "STREAMPROC_PLANNER_MAX_RUNS_PER_PASS",
     "preview_sample": "STREAMPROC_PLANNER_PREVIEW_SAMPLE",
 }
-
-
-RENAMED_ENV = {"STREAMPROC_PLANNER_DEFAULT_MAX_JOBS": "STREAMPROC_PLANNER_MAX_JOBS_PER_RUN"}
-"""Variables of earlier versions: set, they stop the process with the name to use."""
 
 
 class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):

@@ -111,6 +111,9 @@ class Runs(Projection):
         run_exports.ITEMS_CF,
         run_exports.CURSORS_CF,
     )
+    reads: ClassVar[tuple[str, ...]] = (Exports.name,)
+    """Each export a run names, as recorded: its id as sent and its time (the run's order,
+    its first exports, the cursor it moves)."""
 
     def __init__(self, retention_days: int | None = None) -> None:
         """``retention_days`` defaults to ``STREAMPROC_READMODEL_RETENTION_DAYS``; 0 turns
