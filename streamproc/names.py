@@ -174,6 +174,9 @@ RM_CURSORS_CF: Final = "rm_cursors"
 
 API_BASE: Final = "/api/v1/scheduler"
 """Every REST operation's path starts here (docs/api.md)."""
+PAGE_BYTES: Final = 256_000
+"""The most a list response may weigh (docs/api.md): a page ends before the item that would
+take it past this, and the next page goes on from there."""
 
 AUDIENCE: Final = "scheduler"
 """The token audience the gateway expects unless configured (``gateway.audience``)."""

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from streamproc import names
 from streamproc.ids import ascii_int
 from streamproc.problems import ProblemError
 from streamproc.readmodel.keys import CursorError
@@ -16,9 +17,9 @@ from streamproc.readmodel.queries import Page
 T = TypeVar("T")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
-PAGE_BYTES = 256_000
-"""The most a list response may weigh: a page ends early, before the item that would take
-it past this (``nextCursor`` goes on from there). A page always holds at least one item."""
+PAGE_BYTES = names.PAGE_BYTES
+"""A page ends early, before the item that would take it past this (``nextCursor`` goes on
+from there). A page always holds at least one item."""
 _CURSOR_ROOM = 3_000
 """Bytes kept for ``nextCursor`` (a cursor is at most 2,048 bytes, base64url)."""
 _enc = msgspec.json.Encoder()
