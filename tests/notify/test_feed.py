@@ -351,7 +351,7 @@ async def test_a_page_is_bounded_by_bytes_as_well_as_by_messages(
                     vuln_id=f"CVE-2026-{i}", severity="high", image_count=1000, images=digests
                 )
             ],
-        )  # fmt: skip
+        )
         for i in range(4)
     ]
     await publish(publisher, prefix, summaries)
