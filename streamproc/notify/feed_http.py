@@ -80,7 +80,7 @@ class FeedEvent(msgspec.Struct, kw_only=True, rename="camel"):
 def _within(messages: list[direct.DirectMsg], max_bytes: int) -> int:
     """How many of ``messages`` a page holds within ``max_bytes`` (at least one: a page
     always moves); the next page asks from the last one held."""
-    size = 0
+    size = 1_000  # the page's own fields
     for i, m in enumerate(messages):
         size += len(m.data) + 200  # the event's own fields around its payload
         if i and size > max_bytes:
