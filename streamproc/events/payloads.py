@@ -81,7 +81,9 @@ class OnlyIf(Payload, kw_only=True):
 class NotifyRule(Payload, kw_only=True):
     on_new_findings: bool = True
     min_severity: Severity = "high"
-    include_kev: bool = True
+    include_kev: bool = msgspec.field(default=True, name="includeKEV")
+    """The specification's name: ``includeKEV`` (the camel rename alone would say
+    ``includeKev``)."""
 
 
 class Limits(Payload, kw_only=True):
@@ -94,7 +96,7 @@ class ScheduleCreated(Payload, kw_only=True):
     schedule_id: Str
     name: Name
     enabled: bool = True
-    cron: Str
+    cron: Str = msgspec.field(name="whenCron")
     timezone: Str
     mode: Mode = "analysis-only"
     selection: Selection = msgspec.field(default_factory=Selection)
@@ -116,7 +118,7 @@ class ScheduleUpdated(Payload, kw_only=True):
 
     schedule_id: Str
     name: Name | UnsetType = UNSET
-    cron: Str | UnsetType = UNSET
+    cron: Str | UnsetType = msgspec.field(default=UNSET, name="whenCron")
     timezone: Str | UnsetType = UNSET
     mode: Mode | UnsetType = UNSET
     selection: Selection | UnsetType = UNSET
@@ -172,8 +174,10 @@ class AdvisoryChange(Payload, kw_only=True):
     product_keys: KeyList
     severity: Severity | None = None
     kev: bool = False
-    epss: Epss | None = None
-    """Additional field: the advisory's EPSS (its CVE's), ranking the work it causes."""
+    epss: Epss | UnsetType = UNSET
+    """Additional field: the advisory's EPSS (its CVE's), ranking the work it causes.
+    Additional fields are left out when unset, so events recorded before them keep their
+    bytes (the audit chain hashes payloads)."""
 
 
 SourceName = Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}(?!\n)$")]
@@ -222,14 +226,14 @@ class ChangedClaim(Payload, kw_only=True):
     status: Annotated[str, Meta(max_length=64)]
     """``from→to``: the claim's status before and after (``affected`` where there was or is
     no claim: a finding without one stands)."""
-    justification: Annotated[str, Meta(max_length=512)] | None = None
+    justification: Annotated[str, Meta(max_length=512)] | UnsetType = UNSET
     """Additional field: why, for the new status (a VEX justification or impact statement)."""
-    document_id: Str | None = None
+    document_id: Str | UnsetType = UNSET
     """Additional field: the VEX document the claim belongs to (absent: the export's
     source speaks for itself)."""
-    image_digest: Digest | None = None
+    image_digest: Digest | UnsetType = UNSET
     """Additional field: the claim holds inside this image only."""
-    removed: bool = False
+    removed: bool | UnsetType = UNSET
     """Additional field: the document no longer makes this claim (``to`` is ``affected``)."""
 
     @property
@@ -268,7 +272,7 @@ class VexerExportBody(Payload, kw_only=True):
     export_id: Str
     changed_claims: Annotated[list[ChangedClaim], Meta(max_length=MAX_KEYS)] = []
     window: Window | None = None
-    documents: Annotated[list[VexDocument], Meta(max_length=10_000)] = []
+    documents: Annotated[list[VexDocument], Meta(max_length=10_000)] | UnsetType = UNSET
     """Additional field: the documents whose claims changed (``streamproc vexer export``,
     ``PUT /vex/{documentId}``)."""
 
@@ -288,7 +292,7 @@ class VexerExport(VexerExportBody, kw_only=True):
         """The export's subject: its ref, except for a document recorded through the API,
         whose versions share one subject (``vex-documents/<documentId>``) so that a stale
         version cannot be recorded after a newer one (expected last subject sequence)."""
-        if self.source == VEX_DOCUMENT_SOURCE and len(self.documents) == 1:
+        if self.source == VEX_DOCUMENT_SOURCE and self.documents and len(self.documents) == 1:
             return f"{VEX_DOCUMENT_SOURCE}/{self.documents[0].document_id}"
         return self.ref
 
@@ -471,7 +475,7 @@ class Finding(Payload, kw_only=True):
     severity: Severity
     kev: bool = False
     link: Annotated[str, Meta(max_length=2048)] | None = None
-    epss: Epss | None = None
+    epss: Epss | UnsetType = UNSET
 
 
 class Suppressed(Payload, kw_only=True):
@@ -504,9 +508,9 @@ class VerdictRecorded(Payload, kw_only=True):
     top_findings: Annotated[list[Finding], Meta(max_length=100)] = []
     findings: Annotated[list[Finding], Meta(max_length=MAX_KEYS)] = []
     report_url: Annotated[str, Meta(max_length=2048)] | None = None
-    suppressed: Annotated[list[Suppressed], Meta(max_length=MAX_KEYS)] = []
+    suppressed: Annotated[list[Suppressed], Meta(max_length=MAX_KEYS)] | UnsetType = UNSET
     """Findings of the scanner's report that VEX claims dropped (not in ``findings``)."""
-    vex_documents: Annotated[list[VexApplied], Meta(max_length=10_000)] = []
+    vex_documents: Annotated[list[VexApplied], Meta(max_length=10_000)] | UnsetType = UNSET
     """The VEX documents whose claims matched a finding of the report (any status)."""
 
 

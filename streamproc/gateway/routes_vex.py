@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiohttp import web
+from msgspec import UNSET
 
 from streamproc import metrics
 from streamproc.bus.jsapi import JsApiError, last_on_subject
@@ -144,10 +145,10 @@ def _payload(document_id: str, doc: Document, sha256: str, changes: list[Change]
             product_key=ch.claim.purl,
             vuln_id=ch.claim.vuln_id,
             status=ch.transition,
-            justification=None if ch.removed else ch.claim.justification,
+            justification=(None if ch.removed else ch.claim.justification) or UNSET,
             document_id=document_id,
-            image_digest=ch.claim.image,
-            removed=ch.removed,
+            image_digest=ch.claim.image or UNSET,
+            removed=ch.removed or UNSET,
         )
         for ch in changes
     ]

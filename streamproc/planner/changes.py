@@ -60,7 +60,7 @@ def feedser_change(x: p.FeedserExport) -> tuple[KeyChange, dict[str, int]]:
         if f & CRITICAL:
             critical.update(a.product_keys)
     kev_vulns = kev_ids | {a.vuln_id for a in x.advisories if a.kev}
-    epss = epss_groups((a.epss, a.product_keys) for a in x.advisories if a.epss is not None)
+    epss = epss_groups((a.epss, a.product_keys) for a in x.advisories if isinstance(a.epss, p.Epss))
     change = KeyChange(sorted(keys), sorted(kev_keys), sorted(critical), sorted(kev_vulns), epss)
     return change, flags
 
@@ -115,7 +115,9 @@ class Changes:
             kev.update(e.kev_keys)
             crit.update(e.critical_keys)
             vulns.update(e.kev_vulns)
-            ranked.extend((p.Epss(score=g.score, percentile=g.percentile), g.keys) for g in e.epss)
+            ranked.extend(
+                (p.Epss(score=g.score, percentile=g.percentile), g.keys) for g in e.epss or ()
+            )
         return cls(
             frozenset(keys),
             frozenset(kev),

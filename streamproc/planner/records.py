@@ -10,8 +10,10 @@ import struct
 from typing import Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from streamproc.events import payloads as p
+from streamproc.projections.cursor import CursorBase
 from streamproc.projections.schedule import ScheduleBase
 
 SEP = b"\x00"
@@ -74,22 +76,20 @@ class ExportRecord(msgspec.Struct, kw_only=True):
     critical_keys: list[str] = []
     kev_vulns: list[str] = []
     """KEV vuln ids, mapped to product keys through the index's vuln map at plan time."""
-    epss: list[EpssKeys] = []
-    """The EPSS of the changed findings, by product key: the order of the work."""
+    epss: list[EpssKeys] | UnsetType = UNSET
+    """The EPSS of the changed findings, by product key: the order of the work (left out of
+    the record when there is none, so records of exports without EPSS keep their bytes)."""
     run_id: str | None = None
     """The run that claimed it (its ``run.requested`` was folded); None while pending."""
     released: bool = False
     """Planned completely: keys dropped, only the id is kept (so a re-delivery is ignored)."""
 
 
-class Cursor(msgspec.Struct, kw_only=True):
-    """The latest export of each source that a planned run covers (``impact_cursors``), and
-    when each source's latest coalescing window opened."""
+class Cursor(CursorBase, kw_only=True):
+    """The latest export of each source that a planned run covers (``impact_cursors``, as
+    :mod:`streamproc.projections.cursor` folds it), and when each source's latest coalescing
+    window opened."""
 
-    feedser_last_export_id: str | None = None
-    feedser_ms: int = 0
-    vexer_last_export_id: str | None = None
-    vexer_ms: int = 0
     feedser_window_ms: int | None = None
     """HLC ms of the latest ``run.requested`` that claimed Feedser exports: the exports
     stamped within the debounce after it coalesce into the next run (None: none yet)."""

@@ -77,8 +77,8 @@ class VexDocuments(Projection):
             if c.removed:
                 t.delete(k)
             else:
-                t.put(k, _enc.encode(_Held(c.after, c.justification)))
-        for d in x.documents:
+                t.put(k, _enc.encode(_Held(c.after, c.justification or None)))
+        for d in x.documents or ():
             rec = VexDocumentRecord(
                 document_id=d.document_id,
                 format=d.format,

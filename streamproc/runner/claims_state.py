@@ -10,6 +10,8 @@ scanner's answer and the log up to its run's request, and a replay decides the s
 For that a claim keeps its history while runs that may need an older value are open: each
 entry says at which sequence it took effect, an update drops the entries no open run of the
 tenant can still see, and each tenant's open runs' positions are kept here (``w`` keys).
+Positions are kept only once the tenant has claims (``n`` key): a run requested before its
+first claim sees none, and a tenant without VEX leaves no trace here.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from streamproc.state.store import Store
 
 CF = RUNNER_VEX
 SEP = b"\x00"
-_CLAIMS, _RUN, _OPEN = b"c", b"r", b"w"
+_CLAIMS, _RUN, _OPEN, _HAS = b"c", b"r", b"w", b"n"
 """``c`` tenant, vuln → claim entries; ``r`` tenant, run → the run's position; ``w`` tenant →
-the positions of its open runs (sorted)."""
+the positions of its open runs (sorted); ``n`` tenant: it has had claims."""
 
 
 class Entry(msgspec.Struct, array_like=True, frozen=True):
@@ -98,7 +100,7 @@ class VexClaims(Projection):
     @folds(p.VexerExport)
     def _export(self, tx: Tx, e: Envelope, x: p.VexerExport) -> None:
         t = tx.table(CF)
-        versions = {d.document_id: d.version for d in x.documents}
+        versions = {d.document_id: d.version for d in x.documents or ()}
         own = x.source or "vexer"
         wm = self._open(tx, e.tenant)
         watermark = wm[0] if wm else None
@@ -115,7 +117,7 @@ class VexClaims(Projection):
                 c.image_digest or "",
                 tx.seq,
                 "" if c.removed else c.after,
-                c.justification,
+                c.justification or None,
                 versions.get(doc),
             )
             k = claims_key(e.tenant, c.vuln_id)
@@ -130,6 +132,8 @@ class VexClaims(Projection):
                 t.put(k, _enc.encode(kept))
             else:
                 t.delete(k)
+        if changed:
+            t.put(_HAS + e.tenant.encode(), b"")
 
     # ------------------------------------------------------------------ runs' positions
 
@@ -140,6 +144,8 @@ class VexClaims(Projection):
     @folds(p.RunRequested)
     def _requested(self, tx: Tx, e: Envelope, r: p.RunRequested) -> None:
         t = tx.table(CF)
+        if t.get(_HAS + e.tenant.encode()) is None:
+            return  # no claims yet: the run sees none (``as_of`` 0)
         rk = _run_key(e.tenant, r.run_id)
         if t.get(rk) is not None:
             raise Rejection("run_exists", f"run {r.run_id} was already requested")
@@ -169,10 +175,11 @@ class ClaimsReader:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def as_of(self, tenant: str, run_id: str) -> int | None:
-        """The position a run's claims are read at: its ``run.requested``'s sequence."""
+    def as_of(self, tenant: str, run_id: str) -> int:
+        """The position a run's claims are read at: its ``run.requested``'s sequence (0 for
+        a run requested before its tenant had any claim)."""
         raw = self.store.get(CF, _run_key(tenant, run_id))
-        return abs(int(raw)) if raw is not None else None
+        return abs(int(raw)) if raw is not None else 0
 
     def entries(self, tenant: str, vuln: str) -> list[Entry]:
         raw = self.store.get(CF, claims_key(tenant, vuln))

@@ -82,7 +82,7 @@ def summary_vulns(aggs: dict[str, VulnAgg]) -> list[nm.VulnImages]:
         aggs.items(),
         key=lambda kv: (
             not kv[1].kev,
-            -(kv[1].epss.score if kv[1].epss else 0.0),
+            -(kv[1].epss.score if isinstance(kv[1].epss, p.Epss) else 0.0),
             -RANK[kv[1].severity],
             -kv[1].count,
             kv[0],
@@ -93,7 +93,7 @@ def summary_vulns(aggs: dict[str, VulnAgg]) -> list[nm.VulnImages]:
             vuln_id=vid,
             severity=a.severity,  # type: ignore[arg-type]  # severity was validated against the Literal when the verdict was folded
             kev=a.kev,
-            epss=nm.epss_of(a.epss),
+            epss=nm.epss_of(a.epss or None),
             image_count=a.count,
             images=list(a.digests),
             truncated=a.count > len(a.digests),
@@ -141,7 +141,7 @@ class Completer:
                 cancelled=stats.cancelled,
                 deltas=stats.deltas,
                 new_criticals=stats.new_criticals,
-                resolved=rec.resolved,
+                resolved=rec.resolved or 0,
             ),
             vulnerabilities=summary_vulns(reader.summary(rec.tenant, rec.run_id)),
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
@@ -84,8 +85,9 @@ class RunRec(msgspec.Struct, kw_only=True):
     terminal: str | None = None
     deltas: int = 0
     new_criticals: int = 0
-    resolved: int = 0
-    """Findings of the images' previous verdicts that a VEX claim dropped in this run."""
+    resolved: int | UnsetType = UNSET
+    """Findings of the images' previous verdicts that a VEX claim dropped in this run (left
+    out until there is one, so runs without VEX keep their bytes)."""
     failure_reasons: dict[str, int] = {}
     cause_ms: int = 0
     """HLC time (ms) of what caused the run: its earliest export, else its request."""
@@ -109,14 +111,38 @@ class VulnAgg(msgspec.Struct, kw_only=True):
     severity: str
     kev: bool
     count: int = 0
-    epss: p.Epss | None = None
+    epss: p.Epss | UnsetType = UNSET
     """The highest EPSS among the vulnerability's new findings in the run."""
     digests: list[str] = []
     """Filled by :meth:`Reader.summary` (stored apart, in ``SUMMARY_IMAGES_CF``)."""
 
 
+class StoredNotify(msgspec.Struct, kw_only=True, rename="camel"):
+    """A schedule's notify rule as this view stores it: its own keys (those schema-2 events
+    had), so a renamed API or event field never changes the runner's state format."""
+
+    on_new_findings: bool = True
+    min_severity: p.Severity = "high"
+    include_kev: bool = True
+
+    @classmethod
+    def of(cls, rule: p.NotifyRule) -> StoredNotify:
+        return cls(
+            on_new_findings=rule.on_new_findings,
+            min_severity=rule.min_severity,
+            include_kev=rule.include_kev,
+        )
+
+    def rule(self) -> p.NotifyRule:
+        return p.NotifyRule(
+            on_new_findings=self.on_new_findings,
+            min_severity=self.min_severity,
+            include_kev=self.include_kev,
+        )
+
+
 class Rule(msgspec.Struct, kw_only=True):
-    notify: p.NotifyRule = msgspec.field(default_factory=p.NotifyRule)
+    notify: StoredNotify = msgspec.field(default_factory=StoredNotify)
     limits: p.Limits = msgspec.field(default_factory=p.Limits)
 
 
@@ -153,9 +179,10 @@ class RunnerState(Projection):
         OPEN_CF,
         EXPORTS_CF,
     )
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 2
     """2: export times and each run's cause time (the run latency metric); a summary's
-    images one key each. 3: findings resolved by VEX claims, EPSS in the run summary."""
+    images one key each. (What VEX claims resolved and the EPSS of a summary's
+    vulnerabilities are fields left out until set: states without them keep their bytes.)"""
 
     def __init__(self) -> None:
         self._runs: dict[bytes, RunRec] = {}
@@ -215,7 +242,10 @@ class RunnerState(Projection):
         t = tx.table(RULES_CF)
         if t.get(key(e.tenant, s.schedule_id)) is not None:
             raise Rejection("schedule_exists", f"schedule {s.schedule_id} already exists")
-        t.put(key(e.tenant, s.schedule_id), _enc.encode(Rule(notify=s.notify, limits=s.limits)))
+        t.put(
+            key(e.tenant, s.schedule_id),
+            _enc.encode(Rule(notify=StoredNotify.of(s.notify), limits=s.limits)),
+        )
 
     @staticmethod
     def _rule(t: Table, e: Envelope, schedule_id: str) -> bytes:
@@ -229,7 +259,7 @@ class RunnerState(Projection):
         t = tx.table(RULES_CF)
         rule = decode_rule(self._rule(t, e, s.schedule_id))
         if s.notify is not msgspec.UNSET:
-            rule.notify = s.notify
+            rule.notify = StoredNotify.of(s.notify)
         if s.limits is not msgspec.UNSET:
             rule.limits = s.limits
         t.put(key(e.tenant, s.schedule_id), _enc.encode(rule))
@@ -360,10 +390,12 @@ class RunnerState(Projection):
         current = [(f.purl, f.vuln_id, f.severity, f.kev) for f in v.findings]
         if v.suppressed and previous:
             gone = {(s.purl, s.vuln_id) for s in v.suppressed}
-            rec.resolved += sum(1 for f in previous if (f[0], f[1]) in gone)
+            n = sum(1 for f in previous if (f[0], f[1]) in gone)
+            if n:
+                rec.resolved = (rec.resolved or 0) + n
         epss: dict[str, p.Epss] = {}
         for f in v.findings:
-            if f.epss is not None and (
+            if isinstance(f.epss, p.Epss) and (
                 f.vuln_id not in epss or f.epss.score > epss[f.vuln_id].score
             ):
                 epss[f.vuln_id] = f.epss
@@ -385,7 +417,9 @@ class RunnerState(Projection):
                 tx.table(SUMMARY_IMAGES_CF).put(sk + SEP + b"%08d" % agg.count, v.digest.encode())
             agg.kev = agg.kev or vuln[2]
             score = epss.get(vuln[0])
-            if score is not None and (agg.epss is None or score.score > agg.epss.score):
+            if score is not None and (
+                not isinstance(agg.epss, p.Epss) or score.score > agg.epss.score
+            ):
                 agg.epss = score
         it.put(ik, _enc.encode(ImageRec(sorted(current))))
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msgspec import UNSET, UnsetType
+
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import Timestamp
@@ -63,8 +65,8 @@ class Decision:
     ``other``)."""
 
 
-def _epss(e: Epss | None) -> p.Epss | None:
-    return None if e is None else p.Epss(score=e.score, percentile=e.percentile, date=e.date)
+def _epss(e: Epss | None) -> p.Epss | UnsetType:
+    return UNSET if e is None else p.Epss(score=e.score, percentile=e.percentile, date=e.date)
 
 
 def findings_of(findings: list[Finding]) -> list[p.Finding]:
@@ -109,7 +111,7 @@ def decide(
             kev_hits=delta.kev_hits,
             top_findings=[
                 nm.TopFinding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity,
-                              kev=f.kev, link=f.link, epss=nm.epss_of(f.epss))
+                              kev=f.kev, link=f.link, epss=nm.epss_of(f.epss or None))
                 for f in delta.top
             ],
             report_url=report.report_url,
@@ -132,7 +134,8 @@ def decide(
         run_id=job.run_id, segment_id=job.segment_id, digest=job.digest, status="ok",
         new_criticals=delta.new_criticals, new_high=delta.new_high,
         kev_hits=delta.kev_hits, top_findings=delta.top, findings=findings,
-        report_url=report.report_url, suppressed=vex.suppressed, vex_documents=vex.documents,
+        report_url=report.report_url, suppressed=vex.suppressed or UNSET,
+        vex_documents=vex.documents or UNSET,
     )  # fmt: skip
     return Decision(
         _event(job, verdict, vid, stamp),

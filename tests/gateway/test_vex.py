@@ -90,7 +90,7 @@ async def test_identical_resend_changes_nothing_and_a_newer_version_replaces(
     status, body, _ = await put(gw, "git", v2, q="?wait=true")
     assert status == 200 and body["changedClaims"] == 2, body
     last = (await exports(gw))[-1].payload
-    assert [(c.product_key, c.status, c.removed) for c in last.changed_claims] == [
+    assert [(c.product_key, c.status, bool(c.removed)) for c in last.changed_claims] == [
         ("pkg:apk/wolfi/git@2.39.0-r1?arch=armv7", "fixed→affected", True),
         ("pkg:apk/wolfi/git@2.39.0-r1?arch=x86_64", "fixed→not_affected", False),
     ]
@@ -199,7 +199,7 @@ async def test_vexer_export_sends_the_changed_claims_of_a_directory(
         "https://openvex.dev/docs/example/vex-9fb3463de1b57",
         "CVE-2023-1370",
     }
-    statuses = {(c.document_id, c.status, c.removed) for c in second.changed_claims}
+    statuses = {(c.document_id, c.status, bool(c.removed)) for c in second.changed_claims}
     assert statuses == {
         ("https://openvex.dev/docs/example/vex-9fb3463de1b57", "fixed→under_investigation", False),
         ("CVE-2023-1370", "not_affected→affected", True),
