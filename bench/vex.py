@@ -7,12 +7,13 @@ issue`` and PUTs the document: the gateway decodes it, checks it against the Ope
 Schema, normalises 10,000 statements to claims, compares them with the claims held and
 records the ``export.vexer`` of the 10,000 that changed (a new document). The time is the
 PUT's, until its 202 (the event acknowledged by JetStream). Each trial sends a new document
-id (and one trial re-sends an identical document: nothing changes). Beside it, in this
-process, the baseline: decoding the same bytes and a bare normalisation loop (tuples of the
+id; then, once the read model has folded them, identical re-sends (nothing changes: the
+version held is read from the document subject's last event, the bytes are not parsed).
+Beside it, in this process, the baseline: decoding the same bytes and a bare normalisation loop (tuples of the
 statement's purl, vulnerability, status and justification; no schema, no purl parsing).
 
 Prints a table, then one line of JSON: ``vex_statements_per_s`` (median of the trials),
-``vex_put_ms``, ``export_vexer_bytes`` (the stored event), ``unchanged_put_ms``,
+``vex_put_ms``, ``export_vexer_bytes`` (the stored event), ``unchanged_put_ms`` (median),
 ``baseline_statements_per_s`` and ``ratio`` (product / baseline). Only 127.0.0.1 is
 targeted; it stops by itself.
 """
@@ -104,7 +105,7 @@ async def start(cwd: Path) -> tuple[subprocess.Popen[bytes], dict[str, str], str
 
 def token(cwd: Path, env: dict[str, str]) -> str:
     argv = [*CLI, "token", "issue", "--key", "data/dev/issuer.jwk", "--tenant", "demo",
-            "--scope", "scheduler.vex.write"]  # fmt: skip
+            "--scope", "scheduler.vex.write", "--scope", "scheduler.read"]  # fmt: skip
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -136,6 +137,18 @@ async def put(http: aiohttp.ClientSession, url: str, tok: str, body: bytes) -> t
     return elapsed, answer
 
 
+async def folded(http: aiohttp.ClientSession, url: str, tok: str) -> None:
+    """Wait until the gateway's read model shows the last document (its folds are done)."""
+    headers = {"Authorization": f"Bearer {tok}"}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        async with http.get(url, headers=headers) as r:
+            if r.status == 200:
+                return
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"{url} never showed up")
+
+
 async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-vex-") as tmp:
         cwd = Path(tmp)
@@ -155,8 +168,13 @@ async def main() -> None:
                     times.append(elapsed)
                     if i == 0:
                         size = await stored_size(cwd, env, answer["seq"])
-                again, answer = await put(http, f"{api}/bench-0", tok, docs[0])
-                assert answer["unchanged"], answer
+                await folded(http, f"{api}/bench-{TRIALS - 1}", tok)
+                resends = []
+                for _ in range(TRIALS):
+                    elapsed, answer = await put(http, f"{api}/bench-0", tok, docs[0])
+                    assert answer["unchanged"], answer
+                    resends.append(elapsed)
+                again = statistics.median(resends)
         finally:
             proc.send_signal(signal.SIGINT)
             try:
