@@ -9,8 +9,9 @@ records the ``export.vexer`` of the 10,000 that changed (a new document). The ti
 PUT's, until its 202 (the event acknowledged by JetStream). Each trial sends a new document
 id; then, once the read model has folded them, identical re-sends (nothing changes: the
 version held is read from the document subject's last event, the bytes are not parsed).
-Beside it, in this process, the baseline: decoding the same bytes and a bare normalisation loop (tuples of the
-statement's purl, vulnerability, status and justification; no schema, no purl parsing).
+Beside it, in this process, the baseline: decoding the same bytes and a bare normalisation
+loop (tuples of the statement's purl, vulnerability, status and justification; no schema, no
+purl parsing).
 
 Prints a table, then one line of JSON: ``vex_statements_per_s`` (median of the trials),
 ``vex_put_ms``, ``export_vexer_bytes`` (the stored event), ``unchanged_put_ms`` (median),
