@@ -162,7 +162,3 @@ def matches(claim_purl: str, finding_purl: str) -> bool:
         return False
     return c.qualifiers <= f.qualifiers
 
-
-def product_key(purl: str) -> str:
-    """The version-less product key of a claim's purl: what the planner resolves."""
-    return normalize_purl(purl).product_key

@@ -13,9 +13,6 @@ from typing import Literal
 
 Format = Literal["openvex", "cyclonedx", "csaf"]
 Status = Literal["not_affected", "affected", "fixed", "under_investigation", "false_positive"]
-STATUSES: frozenset[str] = frozenset(
-    {"not_affected", "affected", "fixed", "under_investigation", "false_positive"}
-)
 SUPPRESSING: frozenset[str] = frozenset({"not_affected", "false_positive", "fixed"})
 """A claim with one of these drops the finding it matches (and records why); ``affected``
 and ``under_investigation`` keep it."""
