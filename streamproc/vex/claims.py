@@ -161,4 +161,3 @@ def matches(claim_purl: str, finding_purl: str) -> bool:
     if c.version is not None and c.version != f.version:
         return False
     return c.qualifiers <= f.qualifiers
-
