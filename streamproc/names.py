@@ -96,6 +96,11 @@ def status_bucket(prefix: str) -> str:
     return f"{prefix}_status"
 
 
+def sbom_bucket(prefix: str) -> str:
+    """The object store holding every indexed SBOM as sent, by ``sha256:<hex>``."""
+    return f"{prefix.replace('.', '_')}_sboms"
+
+
 def feed_bucket(prefix: str) -> str:
     """Registrations and checkpoints of the Notify HTTP feed's consumers."""
     return f"{prefix}_feed"

@@ -23,6 +23,8 @@ MAX_KEYS = 100_000
 Str = Annotated[str, Meta(min_length=1, max_length=512)]
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 Digest = Annotated[str, Meta(pattern=r"^[a-z0-9]+:[a-f0-9]{32,128}(?!\n)$")]
+SbomKey = Annotated[str, Meta(pattern=r"^sha256:[a-f0-9]{64}(?!\n)$")]
+"""An SBOM's name in the SBOM store: ``sha256:`` and the hex SHA-256 of its bytes."""
 Count = Annotated[int, Meta(ge=0)]
 KeyList = Annotated[list[Str], Meta(max_length=MAX_KEYS)]
 Mode = Literal["analysis-only", "content-refresh"]
@@ -266,6 +268,11 @@ class ImageIndexed(Payload, kw_only=True):
     """True: the producer knows which components the entrypoint uses (the ``used`` flags,
     possibly all false); false: it does not, and the image counts as using every component.
     Absent (events from before this field): known when any component is used."""
+    sbom: SbomKey | None = None
+    """The SBOM exactly as it was sent, stored in the SBOM store (the ``<prefix>_sboms``
+    object store) under this name before the event was published; what the scanner
+    backends evaluate. Absent: not kept (events from before SBOMs were, or a producer that
+    does not store them)."""
 
 
 class ImageRemoved(Payload, kw_only=True):
