@@ -151,6 +151,13 @@ SEGMENTS_DEAD_LETTERED = Counter(
     "Segments that exhausted max_deliver and were recorded as segment.failed(deadLettered)",
     ["tenant"],
 )
+RUNNER_ERRORS = Counter(
+    "scheduler_runner_errors",
+    "Scanner tool calls that gave no usable answer, by reason (missing_tool|timeout|"
+    "exit_status|unparseable_output|sbom_missing); each is retried, and an image whose "
+    "retries run out gets a failed verdict naming the reason",
+    ["reason"],
+)
 VERDICTS = Counter("scheduler_verdicts", "Verdicts recorded by runners", ["status"])
 SCANNER_CALL_SECONDS = Histogram(
     "scheduler_scanner_call_seconds",
@@ -171,6 +178,9 @@ _preset(DELTA_IMAGES, "kev", "critical", "high", "other")
 _preset(RATE_LIMITED, "429", "5xx", "timeout", "connection", "tenant_bucket", "registry_bucket")
 _preset(SEGMENTS, "completed", "cancelled", "retried", "dead_lettered", "invalid")
 _preset(VERDICTS, "ok", "failed")
+_preset(
+    RUNNER_ERRORS, "missing_tool", "timeout", "exit_status", "unparseable_output", "sbom_missing"
+)
 _preset(NOTIFY_MESSAGES, "rescan.delta", "report.ready")
 
 # ---------------------------------------------------------------- active/standby leases

@@ -146,6 +146,8 @@ RUNNER_OPEN_CF: Final = "runner_open"
 """Runs not yet completed or cancelled: what the runner's completion reactor looks at."""
 RUNNER_SUMMARY_IMAGES_CF: Final = "runner_summary_images"
 RUNNER_EXPORTS_CF: Final = "runner_exports"
+RUNNER_SBOMS_CF: Final = "runner_sboms"
+"""(tenant, digest) → the SBOM store name the image was indexed with (the tool backends)."""
 
 PL_SCHEDULES_CF: Final = PL_SCHEDULES
 PL_RUNS_CF: Final = PL_RUNS

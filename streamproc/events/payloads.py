@@ -413,6 +413,8 @@ class Finding(Payload, kw_only=True):
     severity: Severity
     kev: bool = False
     link: Annotated[str, Meta(max_length=2048)] | None = None
+    fixed_version: Annotated[str, Meta(max_length=512)] | None = None
+    """The version that fixes it, as the scanner says (absent: none known)."""
 
 
 class VerdictRecorded(Payload, kw_only=True):
@@ -427,6 +429,17 @@ class VerdictRecorded(Payload, kw_only=True):
     top_findings: Annotated[list[Finding], Meta(max_length=100)] = []
     findings: Annotated[list[Finding], Meta(max_length=MAX_KEYS)] = []
     report_url: Annotated[str, Meta(max_length=2048)] | None = None
+    policy_verdict: Literal["PASS", "FAIL"] | None = None
+    """The policy's decision on the findings (absent on failed verdicts and on verdicts
+    recorded before it was kept)."""
+    revision: Annotated[str, Meta(max_length=512)] | None = None
+    """What the scanner evaluated against: the reference scanner's advisory revision, or a
+    tool's vulnerability DB version or build."""
+    policy_revision: Annotated[str, Meta(max_length=512)] | None = None
+    """The policy the verdict was decided by: the backend's, or ``failOn=<severity>;kev=<KEV
+    catalog version>``."""
+    scanner: Annotated[str, Meta(max_length=64)] | None = None
+    """The backend kind that answered (``stella``, ``trivy``, ``grype``, ``osv-scanner``)."""
 
 
 # ---------------------------------------------------------------- audit

@@ -109,7 +109,7 @@ def test_mixed_updates_and_drift_are_split():
 
 
 def test_three_streams_with_documented_settings():
-    events, work, notify, sboms = definitions("scheduler", 1)
+    events, work, notify, _sboms = definitions("scheduler", 1)
     assert [events["name"], work["name"], notify["name"]] == [
         "SCHEDULER",
         "SCHEDULER_WORK",

@@ -1,0 +1,82 @@
+"""Running a scanner tool on one SBOM: a subprocess, never a shell.
+
+The SBOM goes through a private temporary file (a directory only this user can enter,
+removed afterwards whatever happens); the command line is the configured executable, the
+tool's fixed arguments, that file and the configured extra arguments, never anything from a
+request. A bounded pool limits how many run at once; a call that outlives its timeout has
+its whole process group killed (a tool's helpers die with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+
+from streamproc.backends.model import ToolError
+
+STDERR_TAIL = 600
+"""Characters of a failed tool's standard error kept in the reason."""
+
+
+class ToolRunner:
+    def __init__(self, concurrency: int, timeout_s: float) -> None:
+        self.pool = asyncio.Semaphore(concurrency)
+        self.timeout_s = timeout_s
+
+    async def run(
+        self, argv_of: Callable[[str], Sequence[str]], sbom: bytes, filename: str
+    ) -> tuple[bytes, float]:
+        """Standard output of ``argv_of(path of the SBOM file)`` and the seconds it ran;
+        :class:`ToolError` for a missing executable, a timeout or a non-zero exit."""
+        async with self.pool:
+            workdir = tempfile.mkdtemp(prefix="streamproc-sbom-")  # mode 0700
+            try:
+                path = os.path.join(workdir, filename)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(sbom)
+                return await self._exec(list(argv_of(path)))
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    async def _exec(self, argv: list[str]) -> tuple[bytes, float]:
+        t0 = time.perf_counter()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,  # its own process group: a timeout kills it all
+            )
+        except FileNotFoundError:
+            raise ToolError("missing_tool", f"{argv[0]}: no such executable") from None
+        except PermissionError:
+            raise ToolError("missing_tool", f"{argv[0]}: not executable") from None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                out, err = await proc.communicate()
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                await proc.wait()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise ToolError(
+                "timeout", f"{os.path.basename(argv[0])} ran longer than {self.timeout_s:g} s"
+            ) from None
+        elapsed = time.perf_counter() - t0
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace").strip()[-STDERR_TAIL:]
+            raise ToolError(
+                "exit_status",
+                f"{os.path.basename(argv[0])} exited with {proc.returncode}: {tail}",
+            )
+        return out, elapsed
