@@ -81,7 +81,6 @@ SECTIONS: dict[str, str] = {
     "scanner.grype": "the `grype` kind: Grype on the stored SBOM (`grype sbom:FILE -o json`)",
     "scanner.osv-scanner": "the `osv-scanner` kind: OSV-Scanner on the stored SBOM "
     "(`osv-scanner scan --sbom FILE --format json`)",
-    "sboms": "the SBOM store: how long an SBOM no image uses is kept",
     "audit": "the audit chain: snapshots, signing key, trusted keys",
     "impact": "the impact index",
     "gateway": "the HTTP API: tokens, webhooks, body limits",
@@ -278,9 +277,6 @@ KEYS: tuple[Key, ...] = (
        "`timeout`", minimum=0.001),
     _k("scanner.osv-scanner.concurrency", "STREAMPROC_SCANNER_OSV_SCANNER_CONCURRENCY", "int", 2,
        "OSV-Scanner processes one runner process runs at once", minimum=1, maximum=64),
-    _k("sboms.retention_s", "STREAMPROC_SBOM_RETENTION_S", "float", 86400.0,
-       "an SBOM that no image uses any more is deleted from the SBOM store this long after "
-       "the last image using it was removed (or it was last stored)", minimum=60),
     # ------------------------------------------------------------------ audit
     _k("audit.batch_size", "STREAMPROC_AUDIT_BATCH_SIZE", "int", 1000,
        "chain entries per signed batch snapshot", minimum=1, maximum=100000),
