@@ -53,7 +53,8 @@ def main(tool: str) -> int:
     if not (path.endswith(".cdx.json") or path.endswith(".spdx.json")):
         print(f"{tool} stand-in: {path} is not named as an SBOM", file=sys.stderr)
         return 65
-    data = open(path, "rb").read()
+    with open(path, "rb") as fh:
+        data = fh.read()
     log = os.environ.get("STANDIN_LOG")
     if log:
         with open(log, "a") as fh:
@@ -77,7 +78,8 @@ def main(tool: str) -> int:
     if mode == "garbage":
         print("this is not JSON")
         return 0
-    sys.stdout.buffer.write(open(os.environ["STANDIN_OUTPUT"], "rb").read())
+    with open(os.environ["STANDIN_OUTPUT"], "rb") as fh:
+        sys.stdout.buffer.write(fh.read())
     return 0
 
 

@@ -35,17 +35,18 @@ def calls(tmp_path: Path) -> list[dict[str, object]]:
 
 
 CASES = [
-    ("grype", "chainguard-ruby-test.json", 3, ("pkg:gem/uri@0.10.1", "GHSA-hv5j-3h9f-99c2", "high", "0.10.2", False)),
-    ("grype", "ghsa-test.json", 2, ("pkg:maven/org.apache.httpcomponents/httpclient@4.1.1", "GHSA-cfh5-3ghh-wfjx", "medium", "4.3.5", False)),
-    ("grype", "keycloak-test.json", 6, None),
-    ("grype", "TestJsonImgsPresenter.golden", 2, ("pkg:deb/package-2@2.2.2", "CVE-1999-0002", "critical", None, True)),
-    ("trivy", "debian-buster.json.golden", 2, ("pkg:deb/debian/libidn2-0@2.0.5-1?arch=amd64&distro=debian-10.1", "CVE-2019-18224", "critical", "2.0.5-1+deb10u1", False)),
-    ("trivy", "centos-7.json.golden", 3, None),
-    ("trivy", "fluentd-multiple-lockfiles.json.golden", 3, ("pkg:gem/activesupport@6.0.2.1", "CVE-2020-8165", "high", "6.0.3.1", False)),
-    ("trivy", "pip.json.golden", 2, ("pkg:pypi/werkzeug@0.11", "CVE-2019-14806", "high", "0.15.3", False)),
-    ("osv-scanner", "test-vuln-results-a.json", 2, ("pkg:cargo/regex@1.5.1", "GHSA-m5pq-gvj9-9vr8", "high", "1.5.5", False)),
-    ("osv-scanner", "test-vuln-results-b.json", 2, None),
-    ("osv-scanner", "filter-none-input.json", 9, None),
+    ("grype", "chainguard-ruby-test.json", 3, ("pkg:gem/uri@0.10.1", "GHSA-hv5j-3h9f-99c2", "high", "0.10.2", False)),  # noqa: E501
+    ("grype", "ghsa-test.json", 2, ("pkg:maven/org.apache.httpcomponents/httpclient@4.1.1", "GHSA-cfh5-3ghh-wfjx", "medium", "4.3.5", False)),  # noqa: E501
+    ("grype", "keycloak-test.json", 6, None),  # noqa: E501
+    ("grype", "TestJsonImgsPresenter.golden", 2, ("pkg:deb/package-2@2.2.2", "CVE-1999-0002", "critical", None, True)),  # noqa: E501
+    ("trivy", "debian-buster.json.golden", 2, ("pkg:deb/debian/libidn2-0@2.0.5-1?arch=amd64&distro=debian-10.1", "CVE-2019-18224", "critical", "2.0.5-1+deb10u1", False)),  # noqa: E501
+    ("trivy", "centos-7.json.golden", 3, None),  # noqa: E501
+    ("trivy", "fluentd-multiple-lockfiles.json.golden", 3, ("pkg:gem/activesupport@6.0.2.1", "CVE-2020-8165", "high", "6.0.3.1", False)),  # noqa: E501
+    ("trivy", "pip.json.golden", 2, ("pkg:pypi/werkzeug@0.11", "CVE-2019-14806", "high", "0.15.3", False)),  # noqa: E501
+    ("osv-scanner", "test-vuln-results-a.json", 2, ("pkg:cargo/regex@1.5.1", "GHSA-m5pq-gvj9-9vr8", "high", "1.5.5", False)),  # noqa: E501
+    ("osv-scanner", "test-vuln-results-b.json", 2, None),  # noqa: E501
+    ("osv-scanner", "filter-none-input.json", 9, None),  # noqa: E501
+
 ]  # fmt: skip
 
 
@@ -90,12 +91,14 @@ async def test_command_lines_extra_arguments_and_the_trivy_server(
     standins: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STANDIN_OUTPUT", str(DATA / "trivy" / "pip.json.golden"))
-    monkeypatch.setenv("STANDIN_EXTRA", json.dumps(["--server", "http://127.0.0.1:4954", "--severity", "HIGH,CRITICAL"]))  # fmt: skip
+    extra = ["--server", "http://127.0.0.1:4954", "--severity", "HIGH,CRITICAL"]
+    monkeypatch.setenv("STANDIN_EXTRA", json.dumps(extra))
     t = tool("trivy", SPDX, server="http://127.0.0.1:4954", args=["--severity", "HIGH,CRITICAL"])
     await t.scan(key_of(SPDX))
     (call,) = calls(tmp_path)
-    assert call["argv"][:2] == ["trivy", "sbom"] and str(call["argv"][2]).endswith("sbom.spdx.json")  # type: ignore[index]
-    assert call["argv"][3:] == ["--format", "json", "--server", "http://127.0.0.1:4954", "--severity", "HIGH,CRITICAL"]  # type: ignore[index]  # fmt: skip
+    argv: list[str] = call["argv"]  # type: ignore[assignment]
+    assert argv[:2] == ["trivy", "sbom"] and argv[2].endswith("sbom.spdx.json")
+    assert argv[3:] == ["--format", "json", *extra]
 
 
 async def test_a_missing_tool_a_failing_one_and_garbage_are_named(
@@ -134,7 +137,7 @@ async def test_a_hung_tool_is_killed_with_its_children(
             os.kill(child, 0)
         except ProcessLookupError:
             break
-        if open(f"/proc/{child}/stat").read().split()[2] == "Z":
+        if Path(f"/proc/{child}/stat").read_text().split()[2] == "Z":
             break
         await asyncio.sleep(0.05)
     else:
