@@ -37,15 +37,15 @@ def calls(tmp_path: Path) -> list[dict[str, object]]:
 CASES = [
     ("grype", "chainguard-ruby-test.json", 3, ("pkg:gem/uri@0.10.1", "GHSA-hv5j-3h9f-99c2", "high", "0.10.2", False)),  # noqa: E501
     ("grype", "ghsa-test.json", 2, ("pkg:maven/org.apache.httpcomponents/httpclient@4.1.1", "GHSA-cfh5-3ghh-wfjx", "medium", "4.3.5", False)),  # noqa: E501
-    ("grype", "keycloak-test.json", 6, None),  # noqa: E501
+    ("grype", "keycloak-test.json", 6, None),
     ("grype", "TestJsonImgsPresenter.golden", 2, ("pkg:deb/package-2@2.2.2", "CVE-1999-0002", "critical", None, True)),  # noqa: E501
     ("trivy", "debian-buster.json.golden", 2, ("pkg:deb/debian/libidn2-0@2.0.5-1?arch=amd64&distro=debian-10.1", "CVE-2019-18224", "critical", "2.0.5-1+deb10u1", False)),  # noqa: E501
-    ("trivy", "centos-7.json.golden", 3, None),  # noqa: E501
+    ("trivy", "centos-7.json.golden", 3, None),
     ("trivy", "fluentd-multiple-lockfiles.json.golden", 3, ("pkg:gem/activesupport@6.0.2.1", "CVE-2020-8165", "high", "6.0.3.1", False)),  # noqa: E501
     ("trivy", "pip.json.golden", 2, ("pkg:pypi/werkzeug@0.11", "CVE-2019-14806", "high", "0.15.3", False)),  # noqa: E501
     ("osv-scanner", "test-vuln-results-a.json", 2, ("pkg:cargo/regex@1.5.1", "GHSA-m5pq-gvj9-9vr8", "high", "1.5.5", False)),  # noqa: E501
-    ("osv-scanner", "test-vuln-results-b.json", 2, None),  # noqa: E501
-    ("osv-scanner", "filter-none-input.json", 9, None),  # noqa: E501
+    ("osv-scanner", "test-vuln-results-b.json", 2, None),
+    ("osv-scanner", "filter-none-input.json", 9, None),
 
 ]  # fmt: skip
 
