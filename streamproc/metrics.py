@@ -114,7 +114,15 @@ PLANNER_BACKLOG = Gauge(
     ["tenant"],
 )
 PLANNER_ERRORS = Counter(
-    "scheduler_planner_errors", "Plans or ticks that failed to publish, by reason", ["reason"]
+    "scheduler_planner_errors",
+    "Plans, ticks or SBOM retention passes that failed, by reason",
+    ["reason"],
+)
+SBOMS_DELETED = Counter(
+    "scheduler_sboms_deleted",
+    "SBOMs the retention deleted from the SBOM store: `released` (no image uses it any more) "
+    "or `unreferenced` (stored, but no indexed image ever named it)",
+    ["reason"],
 )
 PLANNER_RECOVERY_FAILING = Gauge(
     "scheduler_planner_recovery_failing",
@@ -174,6 +182,8 @@ for _metric in (IMPACT_RESOLVE_SECONDS, PLAN_SECONDS, IMAGES_SELECTED, JOBS_ENQU
     _preset(_metric, *MODES)
 _preset(CRON_TICKS, "fired", "late", "skipped")
 _preset(PLANNER_ERRORS, "publish", "recovery", "unrecoverable_segments", "cron_publish")
+_preset(PLANNER_ERRORS, "sbom_retention")
+_preset(SBOMS_DELETED, "released", "unreferenced")
 _preset(DELTA_IMAGES, "kev", "critical", "high", "other")
 _preset(RATE_LIMITED, "429", "5xx", "timeout", "connection", "tenant_bucket", "registry_bucket")
 _preset(SEGMENTS, "completed", "cancelled", "retried", "dead_lettered", "invalid")

@@ -148,6 +148,9 @@ RUNNER_SUMMARY_IMAGES_CF: Final = "runner_summary_images"
 RUNNER_EXPORTS_CF: Final = "runner_exports"
 RUNNER_SBOMS_CF: Final = "runner_sboms"
 """(tenant, digest) → the SBOM store name the image was indexed with (the tool backends)."""
+SBOM_REFS_CF: Final = "sbom_refs"
+"""The planner's count of images using each stored SBOM, and the SBOMs no image uses (their
+retention)."""
 
 PL_SCHEDULES_CF: Final = PL_SCHEDULES
 PL_RUNS_CF: Final = PL_RUNS

@@ -83,6 +83,7 @@ SECTIONS: dict[str, str] = {
     "(`osv-scanner scan --sbom FILE --format json`)",
     "audit": "the audit chain: snapshots, signing key, trusted keys",
     "impact": "the impact index",
+    "sboms": "the SBOM store (`<prefix>_sboms`): every indexed SBOM as it was sent",
     "gateway": "the HTTP API: tokens, webhooks, body limits",
     "gateway.dpop": "DPoP proof checking",
     "feedser": "the `streamproc feedser export` client",
@@ -278,6 +279,12 @@ KEYS: tuple[Key, ...] = (
        "`timeout`", minimum=0.001),
     _k("scanner.osv-scanner.concurrency", "STREAMPROC_SCANNER_OSV_SCANNER_CONCURRENCY", "int", 2,
        "OSV-Scanner processes one runner process runs at once", minimum=1, maximum=64),
+    # ------------------------------------------------------------------ sboms
+    _k("sboms.retention_s", "STREAMPROC_SBOMS_RETENTION_S", "float", 86400.0,
+       "an SBOM no indexed image uses any more is deleted from the SBOM store this many "
+       "seconds after the last image using it was removed (or re-indexed with another SBOM), "
+       "and never sooner than this long after it was last stored; the active planner deletes",
+       minimum=1),
     # ------------------------------------------------------------------ audit
     _k("audit.batch_size", "STREAMPROC_AUDIT_BATCH_SIZE", "int", 1000,
        "chain entries per signed batch snapshot", minimum=1, maximum=100000),

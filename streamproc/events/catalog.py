@@ -115,7 +115,7 @@ KINDS: dict[str, KindSpec] = {
             "image",
             "digest",
             emitted_by="index CLI, gateway (PUT/DELETE /images), scanners",
-            folded_by="ImpactIndex, read model",
+            folded_by="ImpactIndex, read model, runner and planner (SBOM references)",
         ),
         KindSpec(
             "image.removed",
@@ -123,7 +123,15 @@ KINDS: dict[str, KindSpec] = {
             "image",
             "digest",
             emitted_by="index CLI, gateway (PUT/DELETE /images), scanners",
-            folded_by="ImpactIndex, read model",
+            folded_by="ImpactIndex, read model, runner and planner (SBOM references)",
+        ),
+        KindSpec(
+            "sbom.deleted",
+            p.SbomDeleted,
+            "sbom",
+            "sbom",
+            emitted_by="planner (SBOM retention)",
+            folded_by="planner (SBOM references)",
         ),
         KindSpec(
             "run.requested",

@@ -280,6 +280,16 @@ class ImageRemoved(Payload, kw_only=True):
     reason: Annotated[str, Meta(max_length=1000)] | None = None
 
 
+class SbomDeleted(Payload, kw_only=True):
+    """The SBOM store deleted an SBOM that no image used any more, once ``sboms.retention_s``
+    had passed since the last image using it went (and since it was last stored)."""
+
+    sbom: SbomKey
+    released_by: Str
+    """The id of the event that removed its last use (an ``image.removed``, or an
+    ``image.indexed`` that changed the image's SBOM): the release this deletion ends."""
+
+
 # ---------------------------------------------------------------- runs
 
 
