@@ -75,6 +75,21 @@ async def test_each_tools_real_output_through_its_stand_in(
     assert not os.path.exists(file) and not os.path.exists(os.path.dirname(file))
 
 
+async def test_trivys_output_for_the_sbom_it_was_made_from_names_that_sboms_purls(
+    standins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real pair: Trivy's integration test runs ``trivy sbom`` on
+    fluentd-multiple-lockfiles-cyclonedx.json and keeps what it printed as
+    fluentd-multiple-lockfiles.json.golden (tests/data/scanners/trivy/README.md)."""
+    sbom = (DATA / "trivy" / "fluentd-multiple-lockfiles-cyclonedx.json").read_bytes()
+    monkeypatch.setenv(
+        "STANDIN_OUTPUT", str(DATA / "trivy" / "fluentd-multiple-lockfiles.json.golden")
+    )
+    report, _ = await tool("trivy", sbom).scan(key_of(sbom))
+    purls = {c["purl"] for c in json.loads(sbom)["components"] if "purl" in c}
+    assert report.findings and {f.purl for f in report.findings} <= purls
+
+
 async def test_revisions_of_each_kind(standins: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STANDIN_OUTPUT", str(DATA / "grype" / "keycloak-test.json"))
     g, _ = await tool("grype").scan(key_of(SBOM))
