@@ -55,7 +55,7 @@ CONTROL_PLANE: Final[frozenset[str]] = frozenset(
 """Control-plane kinds: their action is the event kind itself."""
 
 CHAINED_KINDS: Final[frozenset[str]] = frozenset(LIFECYCLE) | CONTROL_PLANE
-"""Every kind that becomes a chain entry. ``image.*`` and ``export.*`` do not; an
+"""Every kind that becomes a chain entry. ``image.*``, ``sbom.*`` and ``export.*`` do not; an
 ``audit.snapshot`` is recorded as a snapshot, never as an entry."""
 
 PAYLOAD_DIGEST_DOMAIN: Final = b"streamproc.audit.entry.v1"

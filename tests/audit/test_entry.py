@@ -32,7 +32,7 @@ from tests.samples import sample_event
 def test_every_catalog_kind_is_classified() -> None:
     for kind in KINDS:
         chained = kind in CHAINED_KINDS
-        if kind.startswith(("image.", "export.")) or kind == SNAPSHOT_KIND:
+        if kind.startswith(("image.", "sbom.", "export.")) or kind == SNAPSHOT_KIND:
             assert not chained, kind
         else:
             assert chained, kind
