@@ -1,16 +1,19 @@
 """Running a scanner tool on one SBOM: a subprocess, never a shell.
 
-The SBOM goes through a private temporary file (a directory only this user can enter,
-removed afterwards whatever happens); the command line is the configured executable, the
-tool's fixed arguments, that file and the configured extra arguments, never anything from a
-request. A bounded pool limits how many run at once; a call that outlives its timeout has
-its whole process group killed (a tool's helpers die with it).
+The SBOM goes through a private temporary file: created new (``O_EXCL``, mode 0600) in a
+directory only this user can enter (mode 0700, made once per runner process and removed
+when it closes), and removed after the call whatever happens; the command line is the
+configured executable, the tool's fixed arguments, that file and the configured extra
+arguments, never anything from a request. A bounded pool limits how many run at once; a
+call that outlives its timeout has its whole process group killed (a tool's helpers die
+with it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -28,6 +31,13 @@ class ToolRunner:
     def __init__(self, concurrency: int, timeout_s: float) -> None:
         self.pool = asyncio.Semaphore(concurrency)
         self.timeout_s = timeout_s
+        self._dir: str | None = None
+        self._calls = itertools.count()
+
+    def _workdir(self) -> str:
+        if self._dir is None or not os.path.isdir(self._dir):
+            self._dir = tempfile.mkdtemp(prefix="streamproc-sbom-")  # mode 0700
+        return self._dir
 
     async def run(
         self, argv_of: Callable[[str], Sequence[str]], sbom: bytes, filename: str
@@ -35,15 +45,21 @@ class ToolRunner:
         """Standard output of ``argv_of(path of the SBOM file)`` and the seconds it ran;
         :class:`ToolError` for a missing executable, a timeout or a non-zero exit."""
         async with self.pool:
-            workdir = tempfile.mkdtemp(prefix="streamproc-sbom-")  # mode 0700
+            path = os.path.join(self._workdir(), f"{next(self._calls)}-{filename}")
             try:
-                path = os.path.join(workdir, filename)
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(sbom)
                 return await self._exec(list(argv_of(path)))
             finally:
-                shutil.rmtree(workdir, ignore_errors=True)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+    def close(self) -> None:
+        """Remove the private directory (the process stops using the tool)."""
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
     async def _exec(self, argv: list[str]) -> tuple[bytes, float]:
         t0 = time.perf_counter()

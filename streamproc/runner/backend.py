@@ -134,7 +134,7 @@ class ToolBackend:
             )
 
     async def close(self) -> None:
-        return None
+        self.tool.runner.close()
 
 
 def _finding(f: RawFinding) -> Finding:

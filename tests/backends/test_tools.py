@@ -61,7 +61,8 @@ async def test_each_tools_real_output_through_its_stand_in(
     example: tuple[str, str, str, str | None, bool] | None,
 ) -> None:
     monkeypatch.setenv("STANDIN_OUTPUT", str(DATA / kind / fixture))
-    report, elapsed = await tool(kind).scan(key_of(SBOM))
+    t = tool(kind)
+    report, elapsed = await t.scan(key_of(SBOM))
     assert len(report.findings) == count and elapsed > 0
     got = [(f.purl, f.vuln_id, f.severity, f.fixed_version, f.kev) for f in report.findings]
     if example is not None:
@@ -72,7 +73,9 @@ async def test_each_tools_real_output_through_its_stand_in(
     assert call["mode"] == 0o600 and call["dir_mode"] == 0o700
     assert call["sha256"] == key_of(SBOM).removeprefix("sha256:")
     file = next(str(a).removeprefix("sbom:") for a in call["argv"] if "sbom." in str(a))  # type: ignore[union-attr]
-    assert not os.path.exists(file) and not os.path.exists(os.path.dirname(file))
+    assert not os.path.exists(file), "the SBOM file is removed after the call"
+    t.runner.close()  # the runner process stops: its private directory goes too
+    assert not os.path.exists(os.path.dirname(file))
 
 
 async def test_trivys_output_for_the_sbom_it_was_made_from_names_that_sboms_purls(
