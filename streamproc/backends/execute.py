@@ -19,7 +19,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from streamproc.backends.model import ToolError
 
@@ -40,17 +40,23 @@ class ToolRunner:
         return self._dir
 
     async def run(
-        self, argv_of: Callable[[str], Sequence[str]], sbom: bytes, filename: str
-    ) -> tuple[bytes, float]:
-        """Standard output of ``argv_of(path of the SBOM file)`` and the seconds it ran;
-        :class:`ToolError` for a missing executable, a timeout or a non-zero exit."""
+        self,
+        argv_of: Callable[[str], Sequence[str]],
+        sbom: bytes,
+        filename: str,
+        results: Collection[int] = (0,),
+    ) -> tuple[bytes, float, int]:
+        """Standard output of ``argv_of(path of the SBOM file)``, the seconds it ran and its
+        exit status; :class:`ToolError` for a missing executable, a timeout or an exit
+        status not in ``results`` (those a tool answers with: OSV-Scanner exits with 1 when
+        it found vulnerabilities)."""
         async with self.pool:
             path = os.path.join(self._workdir(), f"{next(self._calls)}-{filename}")
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(sbom)
-                return await self._exec(list(argv_of(path)))
+                return await self._exec(list(argv_of(path)), results)
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
@@ -61,7 +67,7 @@ class ToolRunner:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
-    async def _exec(self, argv: list[str]) -> tuple[bytes, float]:
+    async def _exec(self, argv: list[str], results: Collection[int]) -> tuple[bytes, float, int]:
         t0 = time.perf_counter()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -89,10 +95,10 @@ class ToolRunner:
                 "timeout", f"{os.path.basename(argv[0])} ran longer than {self.timeout_s:g} s"
             ) from None
         elapsed = time.perf_counter() - t0
-        if proc.returncode != 0:
+        code = proc.returncode
+        if code not in results:
             tail = err.decode(errors="replace").strip()[-STDERR_TAIL:]
             raise ToolError(
-                "exit_status",
-                f"{os.path.basename(argv[0])} exited with {proc.returncode}: {tail}",
+                "exit_status", f"{os.path.basename(argv[0])} exited with {code}: {tail}"
             )
-        return out, elapsed
+        return out, elapsed, code or 0

@@ -21,6 +21,12 @@ from streamproc.backends.purlmatch import SbomPurls
 from streamproc.backends.settings import ToolSettings
 from streamproc.impact.sbom import SbomError, parse_sbom
 
+RESULTS: dict[str, tuple[int, ...]] = {"osv-scanner": (0, 1, 128)}
+"""Exit statuses a tool answers with (any other is ``exit_status``). OSV-Scanner: 0 nothing
+found, 1 vulnerabilities found, 128 no package it knows in the SBOM (nothing to match); Grype
+and Trivy exit 0 unless given ``--fail-on`` / ``--exit-code``, which the extra arguments must
+not add (streamproc's policy decides PASS/FAIL)."""
+NO_PACKAGES = 128
 REVISION_TTL_S = 60.0
 """How long a revision asked of the tool itself (Trivy's DB, OSV-Scanner's version) is kept."""
 CACHE_BYTES = 64 * 1024 * 1024
@@ -109,7 +115,7 @@ class Tool:
         now = time.monotonic()
         if self._revision is not None and now - self._revision[0] < REVISION_TTL_S:
             return self._revision[1]
-        out, _ = await self.runner.run(lambda _p: version_argv(self.kind, self.s), b"", "unused")
+        out, _, _ = await self.runner.run(lambda _p: version_argv(self.kind, self.s), b"", "unused")
         rev = trivy_revision(out) if self.kind == "trivy" else osv_version(out)
         self._revision = (now, rev)
         return rev
@@ -118,7 +124,11 @@ class Tool:
         """The tool's report on the stored SBOM, and the seconds the tool ran."""
         data, purls, filename = await self._sbom(sbom_name)
         revision = await self.revision()
-        out, elapsed = await self.runner.run(lambda p: argv(self.kind, self.s, p), data, filename)
+        out, elapsed, code = await self.runner.run(
+            lambda p: argv(self.kind, self.s, p), data, filename, RESULTS.get(self.kind, (0,))
+        )
+        if self.kind == "osv-scanner" and code == NO_PACKAGES:
+            return ToolReport([], f"osv-scanner {revision}", revision), elapsed
         if self.kind == "grype":
             return parse_grype(out, purls), elapsed
         if self.kind == "trivy":

@@ -5,7 +5,9 @@ output (``STANDIN_OUTPUT``: a file under tests/data/scanners/<tool>/).
 ``STANDIN_LOG`` (a file) gets one JSON line per call: argv, and the SBOM file's mode, its
 directory's mode and its SHA-256, so a test can check the file was private and is gone.
 ``STANDIN_MODE``: ``sleep`` (hang, with a child in the same process group), ``exit`` (fail
-with exit status 3), ``garbage`` (print something that is not the tool's JSON).
+with exit status 3), ``garbage`` (print something that is not the tool's JSON),
+``nopackages`` (OSV-Scanner's exit status 128: no package it knows). Like the real tool,
+the osv-scanner stand-in exits with 1 when what it prints has vulnerabilities.
 """
 
 from __future__ import annotations
@@ -78,8 +80,14 @@ def main(tool: str) -> int:
     if mode == "garbage":
         print("this is not JSON")
         return 0
+    if mode == "nopackages" and tool == "osv-scanner":
+        print("No package sources found, --help for usage information.", file=sys.stderr)
+        return 128
     with open(os.environ["STANDIN_OUTPUT"], "rb") as fh:
-        sys.stdout.buffer.write(fh.read())
+        out = fh.read()
+    sys.stdout.buffer.write(out)
+    if tool == "osv-scanner" and b'"vulnerabilities": [\n' in out:
+        return 1  # as OSV-Scanner does when it found vulnerabilities
     return 0
 
 

@@ -137,6 +137,23 @@ async def test_a_missing_tool_a_failing_one_and_garbage_are_named(
     assert garbage.value.reason == "unparseable_output"
 
 
+async def test_osv_scanners_exit_statuses_are_answers(
+    standins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OSV-Scanner exits with 1 when it found vulnerabilities (the stand-in does too: the
+    parametrized test above went through it) and with 128 when the SBOM has no package it
+    knows: no findings, not a failure. Its 127 (a general error) is one."""
+    monkeypatch.setenv("STANDIN_OUTPUT", str(DATA / "osv-scanner" / "test-vuln-results-a.json"))
+    found, _ = await tool("osv-scanner").scan(key_of(SBOM))
+    assert len(found.findings) == 2
+    monkeypatch.setenv("STANDIN_MODE", "nopackages")
+    none, _ = await tool("osv-scanner").scan(key_of(SBOM))
+    assert none.findings == [] and none.revision == "osv-scanner 2.0.2"
+    monkeypatch.setenv("STANDIN_MODE", "exit")
+    with pytest.raises(ToolError, match="osv-scanner exited with 3"):
+        await tool("osv-scanner").scan(key_of(SBOM))
+
+
 async def _fetch(name: str) -> bytes:
     return SBOM
 
@@ -171,12 +188,12 @@ async def test_the_pool_bounds_concurrent_calls(
     peak = 0
     original = t.runner._exec
 
-    async def counted(argv: list[str]) -> tuple[bytes, float]:
+    async def counted(argv: list[str], results: tuple[int, ...]) -> tuple[bytes, float, int]:
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
         try:
-            return await original(argv)
+            return await original(argv, results)
         finally:
             running -= 1
 
