@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -173,23 +174,38 @@ async def measure(
     cmd = argv(kind, settings, str(path))
     startup_cmd = [exe, "version", "--format", "json"] if kind == "trivy" else [exe, "--version"]
 
-    # Interleaved in slices, so the machine's load weighs on both sides alike.
+    # Interleaved in slices, so the machine's load weighs on both sides alike. CPU time is
+    # counted too (this process's, and its children's: the tool's): unlike wall time, it
+    # hardly moves with what else runs on the machine.
     ours_lat: list[float] = []
     base_lat: list[float] = []
     start_lat: list[float] = []
     ours_rate: list[float] = []
     base_rate: list[float] = []
+    cpu = {"ours": [0.0, 0.0], "bare": [0.0, 0.0], "startup": [0.0, 0.0]}
+    n = {"ours": 0, "bare": 0, "startup": 0}
     slices = 4
+    per = max(1, calls // slices)
     for _ in range(slices):
-        r, lat = await timed(lambda: spawn(cmd), calls // slices, pool)
+        with counted(cpu["bare"]):
+            r, lat = await timed(lambda: spawn(cmd), per, pool)
         base_rate.append(r)
         base_lat += lat
-        r, lat = await timed(product, calls // slices, pool)
+        with counted(cpu["ours"]):
+            r, lat = await timed(product, per, pool)
         ours_rate.append(r)
         ours_lat += lat
-        _, lat = await timed(lambda: spawn(startup_cmd), max(2, calls // (slices * 4)), 1)
+        with counted(cpu["startup"]):
+            _, lat = await timed(lambda: spawn(startup_cmd), max(2, per // 4), 1)
         start_lat += lat
+        n["bare"] += per
+        n["ours"] += per
+        n["startup"] += max(2, per // 4)
     med = statistics.median
+
+    def ms(phase: str, i: int) -> float:
+        return round(cpu[phase][i] / n[phase] * 1000, 2)
+
     return {
         "executable": name,
         "pool": pool,
@@ -203,7 +219,34 @@ async def measure(
         "bare_ms": round(med(base_lat) * 1000, 2),
         "overhead_ms": round((med(ours_lat) - med(base_lat)) * 1000, 2),
         "startup_ms": round(med(start_lat) * 1000, 2),
+        "ours_cpu_ms": ms("ours", 0),
+        "bare_cpu_ms": ms("bare", 0),
+        "overhead_cpu_ms": round(ms("ours", 0) - ms("bare", 0), 2),
+        "tool_cpu_ms": ms("ours", 1),
+        "startup_cpu_ms": ms("startup", 1),
     }
+
+
+class counted:
+    """Adds this process's and its children's CPU seconds spent inside to ``into``."""
+
+    def __init__(self, into: list[float]) -> None:
+        self.into = into
+
+    def __enter__(self) -> None:
+        self.t0 = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+
+    def __exit__(self, *_: object) -> None:
+        s0, c0 = self.t0
+        s1, c1 = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+        self.into[0] += (s1.ru_utime + s1.ru_stime) - (s0.ru_utime + s0.ru_stime)
+        self.into[1] += (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
 
 
 async def run(calls: int, trivy: str) -> list[dict[str, Any]]:
@@ -222,7 +265,7 @@ async def run(calls: int, trivy: str) -> list[dict[str, Any]]:
             for pool in (1, 2):
                 rows.append(await measure(nc, f"{kind} stand-in", kind, exe, [], sbom, key,
                                           work, calls, pool))  # fmt: skip
-        real_calls = max(8, calls // 10)
+        real_calls = max(8, calls // 5)
         for pool in (1, 2, 4):
             rows.append(await measure(nc, "trivy 0.76.0", "trivy", trivy, ["--scanners", "license"],
                                       sbom, key, work, real_calls, pool))  # fmt: skip
@@ -242,13 +285,21 @@ def main() -> int:
     trivy = find_trivy(args.trivy)
     rows = asyncio.run(run(args.calls, trivy))
     head = ("executable", "pool", "calls", "ours/s", "bare/s", "ratio", "ours ms", "bare ms",
-            "ours-bare ms", "startup ms", "findings")  # fmt: skip
-    print(f"{head[0]:<20}" + "".join(f"{h:>13}" for h in head[1:]))
+            "ours-bare ms", "our cpu ms", "bare cpu ms", "tool cpu ms", "startup ms",
+            "start cpu ms")  # fmt: skip
+    print(f"{head[0]:<21}" + "".join(f"{h:>13}" for h in head[1:]))
     for r in rows:
         keys = ("pool", "calls", "ours_calls_per_s", "bare_calls_per_s", "ratio", "ours_ms",
-                "bare_ms", "overhead_ms", "startup_ms", "findings")  # fmt: skip
+                "bare_ms", "overhead_ms", "ours_cpu_ms", "bare_cpu_ms", "tool_cpu_ms",
+                "startup_ms", "startup_cpu_ms")  # fmt: skip
         vals = [r[k] for k in keys]
-        print(f"{r['executable']:<20}" + "".join(f"{v:>13}" for v in vals))
+        print(f"{r['executable']:<21}" + "".join(f"{v:>13}" for v in vals))
+    print(
+        "ours: ToolBackend.answer + settled (the runner's path); bare: the same executable "
+        "spawned with the same arguments; ours-bare: streamproc's own cost per call (wall); "
+        "our/bare cpu: this process's CPU per call; tool cpu: the tool's CPU per call "
+        "(children); startup: `version` alone"
+    )
     load = [round(x, 2) for x in os.getloadavg()]
     print(f"400-component SBOM; load average at the end: {load}; cores: {os.cpu_count()}")
     print(json.dumps({"sbom_components": 400, "load": load, "rows": rows}))
