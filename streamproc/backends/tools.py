@@ -51,16 +51,19 @@ def version_argv(kind: str, s: ToolSettings) -> list[str]:
     return [s.path, "--version"]
 
 
-def trivy_revision(raw: bytes) -> str:
-    """``trivy version --format json``: the vulnerability DB's version and update time."""
+def trivy_revision(raw: bytes, server: str | None = None) -> str:
+    """``trivy version --format json``: the vulnerability DB's version and update time; with
+    a ``trivy server`` the DB is the server's, which the local command cannot see."""
     try:
         doc = json.loads(raw)
     except ValueError:
         raise ToolError("unparseable_output", "trivy version printed no JSON") from None
     db = doc.get("VulnerabilityDB") or {}
     tool = doc.get("Version") or "?"
+    if server:
+        return f"trivy {tool} with the DB of the trivy server at {server}"
     if not db:
-        return f"trivy {tool}, no local DB (a trivy server's)"
+        return f"trivy {tool}, no local DB"
     return f"trivy-db v{db.get('Version', '?')} updated {db.get('UpdatedAt', '?')} (trivy {tool})"
 
 
@@ -116,7 +119,7 @@ class Tool:
         if self._revision is not None and now - self._revision[0] < REVISION_TTL_S:
             return self._revision[1]
         out, _, _ = await self.runner.run(lambda _p: version_argv(self.kind, self.s), b"", "unused")
-        rev = trivy_revision(out) if self.kind == "trivy" else osv_version(out)
+        rev = trivy_revision(out, self.s.server) if self.kind == "trivy" else osv_version(out)
         self._revision = (now, rev)
         return rev
 

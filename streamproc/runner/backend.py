@@ -86,7 +86,8 @@ class ToolBackend:
         self.tool = tool
         self.kind = tool.kind
         self.sbom_of = sbom_of
-        """``(tenant, digest)`` → the SBOM store name the image was indexed with."""
+        """``(tenant, digest)`` → the SBOM store name the image was indexed with (``""``:
+        indexed without one kept; None: not indexed)."""
         self.problems = problems
         self.attempts = attempts
         self.budget_s = budget_s
@@ -103,6 +104,11 @@ class ToolBackend:
             )
         name = self.sbom_of(tenant, digest)
         if name is None:
+            raise ImageFailed(
+                f"image_not_indexed: image {digest} is not indexed (removed after the run was "
+                "planned)"
+            )
+        if not name:
             raise ImageFailed(
                 f"sbom_not_kept: image {digest} was indexed without its SBOM being kept; "
                 "index it again"

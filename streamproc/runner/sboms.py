@@ -41,10 +41,11 @@ class RunnerSboms(Projection):
 
 
 def sbom_reader(store: Store) -> Callable[[str, str], str | None]:
-    """``(tenant, digest) -> name | None`` over committed state."""
+    """``(tenant, digest) -> name`` over committed state: ``""`` for an image indexed
+    without its SBOM kept, None for an image that is not indexed."""
 
     def sbom_of(tenant: str, digest: str) -> str | None:
         raw = store.get(CF, _key(tenant, digest))
-        return raw.decode() or None if raw is not None else None
+        return raw.decode() if raw is not None else None
 
     return sbom_of

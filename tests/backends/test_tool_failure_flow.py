@@ -18,12 +18,13 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.cli import main
-from streamproc.events.envelope import Envelope
+from streamproc.events import payloads as p
+from streamproc.events.envelope import Envelope, new_event
 from streamproc.runner.settings import load as load_runner
 from streamproc.scanner.demo import DATA as DEMO
 from tests.backends.conftest import DATA, install_standins
 from tests.helpers import eventually
-from tests.runner.harness import Planner, events, start_runner
+from tests.runner.harness import Planner, events, hlc, start_runner
 
 SBOM = DEMO / "sboms" / "debian-base.cdx15.json"
 DIGEST = "sha256:" + "5e" * 32
@@ -97,5 +98,53 @@ async def test_a_failing_tool_is_retried_counted_shown_and_fails_the_image(
             return beat is not None and beat.updated_ms > 0 and not beat.problems
 
         await eventually(cleared, 10, "the problem cleared")
+    finally:
+        await system.close()
+
+
+async def test_what_a_tool_kind_cannot_answer_fails_the_image_at_once_naming_why(
+    nats_server: EmbeddedNats,
+    nc: FastClient,
+    prefix: str,
+    publisher: Publisher,
+    stream_names: tuple[str, str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A content-refresh segment, an image indexed without its SBOM kept, and an image
+    removed after its run was planned: each a failed verdict with its reason, and no tool
+    call (retrying cannot help)."""
+    bin_dir = install_standins(tmp_path / "bin")
+    monkeypatch.setenv("STANDIN_OUTPUT", str(DATA / "grype" / "ghsa-test.json"))
+    monkeypatch.setenv("STANDIN_LOG", str(tmp_path / "calls.jsonl"))
+    monkeypatch.setenv("STREAMPROC_SCANNER_KIND", "grype")
+    monkeypatch.setenv("STREAMPROC_SCANNER_GRYPE_PATH", str(bin_dir / "grype"))
+    kept, bare, gone = ("sha256:" + c * 64 for c in "abc")
+    common = ["--nats-url", nats_server.url, "--prefix", prefix, "--tenant", "acme",
+              "--repo", "ghcr.io/acme/app"]  # fmt: skip
+    for digest in (kept, gone):
+        argv = ["index", "add", *common, "--image", digest, "--sbom", str(SBOM)]
+        assert await asyncio.to_thread(main, argv) == 0
+    argv = ["index", "remove", *common[:6], "--image", gone]
+    assert await asyncio.to_thread(main, argv) == 0
+    # A producer that does not keep SBOMs: image.indexed without `sbom`.
+    payload = p.ImageIndexed(digest=bare, registry="ghcr.io", repository="acme/app")
+    await publisher.publish_event(new_event("image.indexed", "acme", payload, hlc()))
+    system = await start_runner(tmp_path / "data", nats_server.url, prefix, load_runner())
+    try:
+        planner = Planner(publisher, prefix)
+        await planner.run("acme", "refresh", [kept], mode="content-refresh")
+        await planner.run("acme", "analysis", [bare, gone])
+
+        async def verdicts() -> dict[str, str] | None:
+            got = {e.payload.digest + e.payload.run_id: e.payload.error or ""
+                   for e in await events(nc, stream_names[0], "verdict.recorded")}  # fmt: skip
+            return got if len(got) == 3 else None
+
+        got = await eventually(verdicts, 30, "three verdicts")
+        assert got[kept + "refresh"].startswith("content_refresh_unsupported: scanner.kind=grype")
+        assert got[bare + "analysis"].startswith("sbom_not_kept: image " + bare)
+        assert got[gone + "analysis"].startswith("image_not_indexed: image " + gone)
+        assert not (tmp_path / "calls.jsonl").exists(), "no tool was run"
     finally:
         await system.close()

@@ -112,7 +112,10 @@ async def test_command_lines_extra_arguments_and_the_trivy_server(
     extra = ["--server", "http://127.0.0.1:4954", "--severity", "HIGH,CRITICAL"]
     monkeypatch.setenv("STANDIN_EXTRA", json.dumps(extra))
     t = tool("trivy", SPDX, server="http://127.0.0.1:4954", args=["--severity", "HIGH,CRITICAL"])
-    await t.scan(key_of(SPDX))
+    report, _ = await t.scan(key_of(SPDX))
+    assert (
+        report.revision == "trivy 0.58.1 with the DB of the trivy server at http://127.0.0.1:4954"
+    )
     (call,) = calls(tmp_path)
     argv: list[str] = call["argv"]  # type: ignore[assignment]
     assert argv[:2] == ["trivy", "sbom"] and argv[2].endswith("sbom.spdx.json")
