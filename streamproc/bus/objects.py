@@ -26,6 +26,7 @@ reader checks it. What this module adds to nats-py's store:
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import secrets
@@ -113,18 +114,14 @@ def _parse_time(text: str) -> datetime:
     )
 
 
-async def meta(nc: Client, bucket: str, name: str) -> ObjectMeta | None:
-    """The object's description as stored last (deleted ones too), or None."""
-    got = await direct.last_of(nc, stream_of(bucket), _meta_subject(bucket, name))
-    if not got.messages:
-        return None
-    m = got.messages[0]
+def _described(m: direct.DirectMsg, name: str | None = None) -> ObjectMeta:
+    """The description message ``m`` read (``name``: the one asked for; else its own)."""
     try:
         doc = json.loads(m.data)
     except ValueError:
-        raise ObjectError(f"object {name}: unreadable description") from None
+        raise ObjectError(f"object {name or m.subject}: unreadable description") from None
     return ObjectMeta(
-        name=name,
+        name=name or str(doc.get("name") or ""),
         seq=m.seq,
         time=_parse_time(m.time),
         deleted=bool(doc.get("deleted")),
@@ -133,6 +130,12 @@ async def meta(nc: Client, bucket: str, name: str) -> ObjectMeta | None:
         digest=str(doc.get("digest") or ""),
         raw=doc,
     )
+
+
+async def meta(nc: Client, bucket: str, name: str) -> ObjectMeta | None:
+    """The object's description as stored last (deleted ones too), or None."""
+    got = await direct.last_of(nc, stream_of(bucket), _meta_subject(bucket, name))
+    return _described(got.messages[0], name) if got.messages else None
 
 
 async def _publish(
@@ -248,20 +251,6 @@ async def listing(nc: Client, bucket: str) -> list[ObjectMeta]:
     """Every object's current description (deleted ones included)."""
     out = []
     for m in await direct.scan(nc, stream_of(bucket), f"$O.{bucket}.M.>"):
-        try:
-            doc = json.loads(m.data)
-        except ValueError:
-            continue
-        out.append(
-            ObjectMeta(
-                name=str(doc.get("name") or ""),
-                seq=m.seq,
-                time=_parse_time(m.time),
-                deleted=bool(doc.get("deleted")),
-                nuid=str(doc.get("nuid") or ""),
-                size=int(doc.get("size") or 0),
-                digest=str(doc.get("digest") or ""),
-                raw=doc,
-            )
-        )
+        with contextlib.suppress(ObjectError):  # an unreadable one is nobody's to delete
+            out.append(_described(m))
     return out
