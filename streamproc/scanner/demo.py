@@ -178,7 +178,7 @@ def render_guide(
         "      --kind rescan.delta --kind run.summary",
         "",
         "  # 2. index an SBOM of your own too (CycloneDX or SPDX JSON; here: this environment's,",
-        "  #    by cyclonedx-py; the scanner learns it from the log; without --used-purls every",
+        "  #    by cyclonedx-py; streamproc keeps it for the scanner; without --used-purls every",
         "  #    package it lists counts)",
         f"  {generator} environment -o my-app.cdx.json",
         f"  {cli} index add{at} --tenant {tenant} --repo my/app --sbom my-app.cdx.json \\",
