@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamproc.backends.model import RawFinding
-from streamproc.backends.osvrecord import SEVERITY_RANK
+from streamproc.backends.osvrecord import SEVERITY_RANK, kev_ids
 
 
 class KevCatalog:
@@ -30,6 +30,8 @@ class KevCatalog:
         self.version = "none"
 
     def current(self) -> KevCatalog:
+        """The catalog as the file says now. A file that is missing or does not parse lists
+        nothing, and the policy revision says so (``kev=missing``, ``kev=unreadable``)."""
         if self.path is None:
             return self
         try:
@@ -39,12 +41,14 @@ class KevCatalog:
             return self
         stamp = (st.st_mtime_ns, st.st_size)
         if stamp != self._stamp:
-            doc = json.loads(self.path.read_bytes())
-            self.ids = frozenset(
-                v["cveID"] for v in doc.get("vulnerabilities", ()) if v.get("cveID")
-            )
-            self.version = str(doc.get("catalogVersion") or f"{len(self.ids)} CVEs")
             self._stamp = stamp
+            try:
+                doc = json.loads(self.path.read_bytes())
+                self.ids = kev_ids(doc)
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                self.ids, self.version = frozenset(), "unreadable"
+                return self
+            self.version = str(doc.get("catalogVersion") or f"{len(self.ids)} CVEs")
         return self
 
     def listed(self, f: RawFinding) -> bool:

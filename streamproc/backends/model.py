@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 Reason = Literal["missing_tool", "timeout", "exit_status", "unparseable_output", "sbom_missing"]
-REASONS: tuple[Reason, ...] = (
-    "missing_tool",
-    "timeout",
-    "exit_status",
-    "unparseable_output",
-    "sbom_missing",
-)
 """Why a tool call failed: the ``reason`` label of ``scheduler_runner_errors_total``."""
 
-SEVERITIES = ("low", "medium", "high", "critical")
 _WORDS = {
     "negligible": "low",
     "unknown": "low",
@@ -66,4 +58,3 @@ class ToolReport:
     revision: str
     """The tool's vulnerability data revision (DB build, schema, version)."""
     tool_version: str = ""
-    notes: list[str] = field(default_factory=list)

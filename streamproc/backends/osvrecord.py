@@ -61,9 +61,13 @@ def link_of(doc: Mapping[str, Any]) -> str:
     return f"https://osv.dev/vulnerability/{doc['id']}"
 
 
+def kev_ids(doc: Mapping[str, Any]) -> frozenset[str]:
+    """CVE ids of a CISA KEV catalog document (``vulnerabilities[].cveID``)."""
+    return frozenset(v["cveID"] for v in doc.get("vulnerabilities", ()) if v.get("cveID"))
+
+
 def load_kev(path: Path | None) -> frozenset[str]:
-    """CVE ids of a CISA KEV catalog file (``vulnerabilities[].cveID``)."""
+    """CVE ids of a CISA KEV catalog file."""
     if path is None or not path.exists():
         return frozenset()
-    doc = json.loads(path.read_bytes())
-    return frozenset(v["cveID"] for v in doc.get("vulnerabilities", ()) if v.get("cveID"))
+    return kev_ids(json.loads(path.read_bytes()))
