@@ -278,7 +278,7 @@ KEYS: tuple[Key, ...] = (
        "extra arguments after the fixed ones, split into words as a POSIX shell would "
        "(no shell runs)"),
     _k("scanner.osv-scanner.timeout_s", "STREAMPROC_SCANNER_OSV_SCANNER_TIMEOUT_S", "float", 120.0,
-       "a OSV-Scanner call running longer is killed (its whole process group) and counts as "
+       "an OSV-Scanner call running longer is killed (its whole process group) and counts as "
        "`timeout`", minimum=0.001),
     _k("scanner.osv-scanner.concurrency", "STREAMPROC_SCANNER_OSV_SCANNER_CONCURRENCY", "int", 2,
        "OSV-Scanner processes one runner process runs at once", minimum=1, maximum=64),
