@@ -21,6 +21,7 @@ import aiohttp
 import msgspec
 
 from streamproc import metrics
+from streamproc.events import payloads as p
 from streamproc.runner.http1 import Http1Pool, HttpError
 
 
@@ -45,6 +46,7 @@ class Finding(msgspec.Struct, kw_only=True, rename="camel"):
     kev: bool = False
     link: str | None = None
     aliases: list[str] = []
+    fixed_version: str | None = None
     epss: Epss | None = None
 
 
@@ -60,6 +62,16 @@ class ScanReport(msgspec.Struct, kw_only=True, rename="camel"):
     findings: list[Finding] = []
     report_url: str | None = None
     attestation: Attestation | None = None
+    advisories_revision: str | None = None
+    """What the findings were evaluated against (a tool's DB revision, for the tool kinds)."""
+    policy_revision: str | None = None
+    verdict: str | None = None
+    """``PASS`` or ``FAIL`` when the backend's own policy decided; else the runner's does."""
+    suppressed: list[p.Suppressed] = []
+    """Findings the tenant's VEX claims dropped: set by ``settled`` (whatever a backend's
+    answer says here is replaced)."""
+    vex_documents: list[p.VexApplied] = []
+    """The VEX documents whose claims matched a finding: set by ``settled`` likewise."""
 
 
 IDEMPOTENCY_KEY = "Idempotency-Key"

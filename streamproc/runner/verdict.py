@@ -18,7 +18,7 @@ from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import Timestamp
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
-from streamproc.runner.claims import NO_CLAIMS, ClaimView, apply_claims
+from streamproc.runner.claims import NO_CLAIMS, ClaimView
 from streamproc.runner.delta import Delta, FindingKey, matches
 from streamproc.runner.scanner_client import Epss, Finding, ScanReport
 
@@ -71,10 +71,17 @@ def _epss(e: Epss | None) -> p.Epss | UnsetType:
 
 def findings_of(findings: list[Finding]) -> list[p.Finding]:
     return [
-        p.Finding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity, kev=f.kev, link=f.link,  # type: ignore[arg-type]  # the scanner's severity is a str validated against the event's Literal on encode
-                  epss=_epss(f.epss))
+        p.Finding(
+            purl=f.purl,
+            vuln_id=f.vuln_id,
+            severity=f.severity,  # type: ignore[arg-type]  # the scanner's severity is a str validated against the event's Literal on encode
+            kev=f.kev,
+            link=f.link,
+            epss=_epss(f.epss),
+            fixed_version=f.fixed_version,
+        )
         for f in findings
-    ]  # fmt: skip
+    ]
 
 
 def kev_names(findings: list[Finding]) -> dict[str, str]:
@@ -91,15 +98,14 @@ def decide(
     report: ScanReport,
     previous: list[FindingKey] | None,
     stamp: Timestamp,
+    scanner: str | None = None,
 ) -> Decision:
-    """The verdict and Notify message of an image the scanner reported on: the tenant's
-    VEX claims (``job.claims``, as of the run's position) are applied to the report first,
-    whichever scanner made it, so the verdict, the delta and the message see only what
-    stands."""
+    """The verdict and Notify message of an image the scanner reported on (``report`` as
+    :func:`streamproc.runner.backend.settled` gives it: the tenant's VEX claims applied, so
+    the verdict, the delta and the message see only the findings that stand)."""
     vid = verdict_id(job.run_id, job.digest)
-    vex = apply_claims(report.findings, job.digest, job.claims)
-    findings = findings_of(vex.kept)
-    delta = Delta(previous, findings, kev_names(vex.kept))
+    findings = findings_of(report.findings)
+    delta = Delta(previous, findings, kev_names(report.findings))
     ts = nm.iso(stamp.physical)
     msg: nm.AnyMessage
     worse: str | None = None
@@ -134,8 +140,11 @@ def decide(
         run_id=job.run_id, segment_id=job.segment_id, digest=job.digest, status="ok",
         new_criticals=delta.new_criticals, new_high=delta.new_high,
         kev_hits=delta.kev_hits, top_findings=delta.top, findings=findings,
-        report_url=report.report_url, suppressed=vex.suppressed or UNSET,
-        vex_documents=vex.documents or UNSET,
+        report_url=report.report_url,
+        policy_verdict=report.verdict if report.verdict in ("PASS", "FAIL") else None,  # type: ignore[arg-type]  # checked against the Literal's values here
+        revision=report.advisories_revision, policy_revision=report.policy_revision,
+        scanner=scanner, suppressed=report.suppressed or UNSET,
+        vex_documents=report.vex_documents or UNSET,
     )  # fmt: skip
     return Decision(
         _event(job, verdict, vid, stamp),
@@ -145,11 +154,14 @@ def decide(
     )
 
 
-def decide_failed(job: ImageJob, error: str, stamp: Timestamp) -> Decision:
-    """The verdict of an image the scanner refused (an unknown image, an invalid report)."""
+def decide_failed(
+    job: ImageJob, error: str, stamp: Timestamp, scanner: str | None = None
+) -> Decision:
+    """The verdict of an image the scanner refused (an unknown image, an invalid report, a
+    tool that gave no usable answer): never a PASS."""
     verdict = p.VerdictRecorded(
         run_id=job.run_id, segment_id=job.segment_id, digest=job.digest, status="failed",
-        error=error[:2000],
+        error=error[:2000], scanner=scanner,
     )  # fmt: skip
     return Decision(_event(job, verdict, verdict_id(job.run_id, job.digest), stamp), None, [], None)
 

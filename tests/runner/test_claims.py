@@ -3,13 +3,24 @@ to a scanner's findings, pure."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from streamproc.backends.findings import KevCatalog, Policy
+from streamproc.backends.model import ToolReport
+from streamproc.backends.parsers import parse_grype, parse_osv, parse_trivy
+from streamproc.backends.purlmatch import SbomPurls
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.hlc import Timestamp
 from streamproc.notify import messages as nm
+from streamproc.runner.backend import _finding as tool_finding
+from streamproc.runner.backend import settled
 from streamproc.runner.claims import ClaimView, apply_claims
 from streamproc.runner.claims_state import ClaimsReader, Entry, VexClaims, prune
-from streamproc.runner.scanner_client import Finding, ScanReport
+from streamproc.runner.scanner_client import Epss, Finding, ScanReport
 from streamproc.runner.verdict import ImageJob, decide
 from streamproc.state.keys import Checkpoint
 from tests.helpers import memory_fold
@@ -146,21 +157,59 @@ def test_the_verdict_sees_only_what_stands_and_a_claim_turning_back_is_a_delta()
         export("x2", claim("not_affected→affected")),
         requested("r2"),
     )
-    report = ScanReport(image_digest=IMAGE, findings=[finding()])
-    job = ImageJob(
-        T, "r1", "s", IMAGE, "c", (), p.NotifyRule(min_severity="high"), view(reader, "r1")
-    )
+    answer = ScanReport(image_digest=IMAGE, findings=[finding()])
+    rule = p.NotifyRule(min_severity="high")
+    job = ImageJob(T, "r1", "s", IMAGE, "c", (), rule, view(reader, "r1"))
+    report = settled(answer, KevCatalog(None), Policy("high"), job.claims)
+    assert report.verdict == "PASS"  # the policy decides on what stands
     silenced = decide(job, report, [(JINJA, "GHSA-462w-v97r-4m45", "high", False)], stamp)
     v = silenced.verdict.payload
     assert v.findings == [] and [s.vuln_id for s in v.suppressed] == ["GHSA-462w-v97r-4m45"]
     assert [d.document_id for d in v.vex_documents] == ["d1"]
     assert isinstance(silenced.message, nm.ReportReady) and silenced.findings == []
-    back = decide(
-        ImageJob(
-            T, "r2", "s", IMAGE, "c", (), p.NotifyRule(min_severity="high"), view(reader, "r2")
-        ),
-        report,
-        silenced.findings,
-        stamp,
-    )
+    job2 = ImageJob(T, "r2", "s", IMAGE, "c", (), rule, view(reader, "r2"))
+    report2 = settled(answer, KevCatalog(None), Policy("high"), job2.claims)
+    assert report2.verdict == "FAIL"
+    back = decide(job2, report2, silenced.findings, stamp)
     assert isinstance(back.message, nm.RescanDelta) and back.verdict.payload.new_high == 1
+
+
+SCANNERS = Path(__file__).parent.parent / "data" / "scanners"
+KINDS = [
+    # kind, the tool's own output (tests/data/scanners), the claim's purl and vulnerability,
+    # the findings it drops (an alias matches: Grype's GHSA names CVE-2023-28755)
+    ("trivy", parse_trivy, "pip.json.golden", "pkg:pypi/werkzeug@0.11", "CVE-2019-14806", 1),
+    ("grype", parse_grype, "chainguard-ruby-test.json", "pkg:gem/uri@0.10.1", "CVE-2023-28755", 2),
+    ("osv-scanner", parse_osv, "test-vuln-results-a.json", "pkg:cargo/regex", "CVE-2022-24713", 1),
+]
+
+
+@pytest.mark.parametrize(("kind", "parse", "output", "purl", "vuln", "dropped"), KINDS)
+def test_claims_apply_to_every_tool_kinds_findings(
+    kind: str, parse: Callable[..., ToolReport], output: str, purl: str, vuln: str, dropped: int
+) -> None:
+    tool = parse((SCANNERS / kind / output).read_bytes(), SbomPurls([]))
+    answer = ScanReport(image_digest=IMAGE, findings=[tool_finding(f) for f in tool.findings])
+    entry = Entry("team", purl, "", 1, "not_affected", "vulnerable_code_not_present", "3")
+    claims = ClaimView(lambda v: [entry] if v == vuln else [], 10)
+    before = settled(answer, KevCatalog(None), Policy("critical"))
+    after = settled(answer, KevCatalog(None), Policy("critical"), claims)
+    assert len(after.suppressed) == dropped == len(before.findings) - len(after.findings)
+    assert all(s.document_id == "team" and s.status == "not_affected" for s in after.suppressed)
+    assert [(d.document_id, d.version) for d in after.vex_documents] == [("team", "3")]
+    kept = {(f.purl, f.vuln_id) for f in after.findings}
+    assert all((s.purl, s.vuln_id) not in kept for s in after.suppressed)
+
+
+def test_claims_apply_to_the_reference_scanners_findings_and_keep_their_epss() -> None:
+    epss = Epss(score=0.08, percentile=0.92, date="2025-06-01")
+    yaml = Finding(purl="pkg:pypi/pyyaml@5.3.1", vuln_id="GHSA-8q59-q68h-6hv4",
+                   severity="critical", aliases=["CVE-2020-14343"], epss=epss)  # fmt: skip
+    answer = ScanReport(image_digest=IMAGE, findings=[yaml, finding()])
+    report = settled(answer, KevCatalog(None), Policy("high"))
+    assert [f.epss for f in report.findings] == [epss, None]
+    entry = Entry("d", "pkg:pypi/pyyaml", "", 1, "false_positive")
+    report = settled(answer, KevCatalog(None), Policy("critical"), ClaimView(
+        lambda v: [entry] if v == "CVE-2020-14343" else [], 5))  # fmt: skip
+    assert [f.vuln_id for f in report.findings] == ["GHSA-462w-v97r-4m45"]
+    assert report.verdict == "PASS" and report.suppressed[0].status == "false_positive"
