@@ -14,9 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import pytest
+
 from streamproc.bus import jsapi
 from streamproc.events.envelope import decode
-from tests.gateway.harness import BASE, Harness, token
+from tests.gateway.harness import BASE, Harness, default_settings, token
 from tests.helpers import eventually
 
 VEX = f"{BASE}/vex"
@@ -216,3 +219,18 @@ async def test_vexer_export_sends_the_changed_claims_of_a_directory(
 async def _n(gw: Harness, n: int) -> list[Any] | None:
     out = await exports(gw)
     return out if len(out) == n else None
+
+
+def test_no_webhook_source_may_take_the_vex_documents_name(tmp_path: Path) -> None:
+    with pytest.raises(msgspec.ValidationError, match="reserved"):
+        default_settings(
+            tmp_path,
+            webhooks=[
+                {
+                    "name": "vex-documents",
+                    "kind": "vexer",
+                    "tenants": ["acme"],
+                    "hmac_secrets": ["inline-secret-0123456789abcdef"],
+                }
+            ],
+        )
