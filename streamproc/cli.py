@@ -23,6 +23,7 @@ from streamproc.bus.session import CLUSTER_DIR
 from streamproc.bus.session import run as _run
 from streamproc.bus.session import with_nats as _with_nats
 from streamproc.cliargs import OPS_PORT_HELP
+from streamproc.client import cli as api_cli
 from streamproc.config import ConfigError
 from streamproc.configfile import activate
 from streamproc.configfile import cli as config_cli
@@ -291,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_schemas)
 
     tokens_cli.register(sub)
+    api_cli.register(sub)  # `api`: one DPoP-signed call to the gateway
     register_audit(sub, cliargs.common)
 
     register_index(sub, cliargs.common)

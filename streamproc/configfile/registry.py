@@ -323,6 +323,12 @@ KEYS: tuple[Key, ...] = (
        "the DPoP key (private Ed25519 JWK) every command that calls the gateway signs its "
        "proofs with; created on first use with mode 0600",
        default_text="`<data_dir>/client/dpop.jwk`"),
+    _k("client.token", "STREAMPROC_TOKEN", "str", None,
+       "static access token of `streamproc api`, bound to the client's DPoP key",
+       secret=True, default_text="none"),
+    _k("client.api_url", "STREAMPROC_API_URL", "str", None,
+       "the gateway `streamproc api` calls",
+       default_text="`http://<http.host>:<http.port>`: the one `streamproc up` serves"),
     _k("client.token_url", "STREAMPROC_CLIENT_TOKEN_URL", "str", None,
        "the issuer's OAuth 2.0 token endpoint: commands without a static token get "
        "DPoP-bound tokens there with client credentials, one per tenant", default_text="none"),

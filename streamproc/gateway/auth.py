@@ -83,7 +83,7 @@ class Authenticator:
             out.append(("WWW-Authenticate", f'Bearer realm="{REALM}"{p}'))
         if "dpop" in self.modes:
             p = params if scheme in (None, "dpop") else ""
-            out.append(("WWW-Authenticate", f'DPoP realm="{REALM}", algs="EdDSA"{p}'))
+            out.append(("WWW-Authenticate", f'DPoP realm="{REALM}", algs="EdDSA ES256"{p}'))
         return out
 
     def _fail(self, description: str, scheme: str | None, error: str = "invalid_token") -> None:

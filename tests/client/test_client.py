@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -36,6 +38,7 @@ from tests.gateway.harness import (
 )
 
 LIST = f"{BASE}/schedules"
+CLI = [sys.executable, "-m", "streamproc.cli"]
 
 
 @pytest.fixture
@@ -198,3 +201,35 @@ async def test_an_unreachable_gateway_is_unreachable_not_a_crash(tmp_path: Path)
     async with ApiClient(key, StaticToken(token(cnf={"jkt": key.jkt}), key), timeout_s=5) as api:
         with pytest.raises(Unreachable, match="not reachable"):
             await api.request("GET", f"http://127.0.0.1:{free_port()}{LIST}")
+
+
+async def api_cli(
+    data: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPROC_")}
+    return await asyncio.to_thread(
+        subprocess.run, [*CLI, "api", "--data-dir", str(data), *args],
+        capture_output=True, text=True, timeout=60, env={**run_env, **(env or {})},
+    )  # fmt: skip
+
+
+async def test_streamproc_api_is_curl_for_a_dpop_only_gateway(
+    dpop_gw: Harness, tmp_path: Path
+) -> None:
+    data = tmp_path / "cli"
+    refused = await api_cli(data, "GET", "/schedules", "--url", dpop_gw.url)
+    assert refused.returncode == 2 and "never sent without a token" in refused.stderr
+    key = dpop_key(data)
+    tok = token(scopes="scheduler.admin", cnf={"jkt": key.jkt})
+    body = json.dumps({"id": "nightly", "name": "Nightly", "cron": "0 2 * * *", "timezone": "UTC"})
+    made = await api_cli(data, "POST", "/schedules?wait=true", "--url", dpop_gw.url,
+                         "--data", body, env={"STREAMPROC_TOKEN": tok})  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["id"] == "nightly"
+    listed = await api_cli(data, "GET", "/schedules", "--url", dpop_gw.url, "--token", tok)
+    assert listed.returncode == 0, listed.stderr
+    assert [s["id"] for s in json.loads(listed.stdout)["items"]] == ["nightly"]
+    missing = await api_cli(data, "GET", "schedules/nope", "--url", dpop_gw.url, "--token", tok)
+    assert missing.returncode == 1 and "404" in missing.stderr and "detail" in missing.stdout
+    spec = await api_cli(data, "GET", "/openapi.json", "--url", dpop_gw.url, "--token", tok)
+    assert spec.returncode == 0 and json.loads(spec.stdout)["openapi"] == "3.1.0"
