@@ -52,6 +52,10 @@ class StreamState(msgspec.Struct):
     first_seq: int = 0
     last_seq: int = 0
     consumer_count: int = 0
+    first_ts: str = ""
+    """Time of the first message held (``0001-01-01T00:00:00Z`` when none)."""
+    last_ts: str = ""
+    """Time of the last message stored, held or not."""
 
 
 class StreamPeer(msgspec.Struct):

@@ -39,6 +39,8 @@ class Principal(NamedTuple):
     subject: str | None
     scopes: frozenset[str]
     mode: str
+    client_ids: frozenset[str] = frozenset()
+    """Who the token says the client is: its ``client_id``, ``azp`` and ``sub`` claims."""
 
 
 _claims_dec = msgspec.json.Decoder(jwt.Claims)
@@ -186,7 +188,8 @@ class Authenticator:
                 ],
                 reason="insufficient_scope",
             )
-        return Principal(claims.tenant, claims.sub, scopes, mode)
+        ids = frozenset(i for i in (claims.client_id, claims.azp, claims.sub) if i)
+        return Principal(claims.tenant, claims.sub, scopes, mode, ids)
 
     async def _binding(
         self, request: web.Request, claims: jwt.Claims, token: str, scheme: str

@@ -113,6 +113,9 @@ class Claims(msgspec.Struct, kw_only=True):
     nbf: int | float | None = None
     iat: int | float | None = None
     sub: str | None = None
+    client_id: str | None = None
+    """RFC 9068 §2.2: the client the token was issued to (``azp`` in OpenID terms)."""
+    azp: str | None = None
     jti: str | None = None
     tenant: str | None = None
     scope: str | None = None

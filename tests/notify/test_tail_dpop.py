@@ -16,7 +16,7 @@ from streamproc.bus.server import EmbeddedNats
 from streamproc.client.settings import dpop_key
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import Harness, default_settings, start, stop, token
-from tests.notify.test_feed import delta, publish
+from tests.notify.feedkit import delta, publish
 
 CLI = [sys.executable, "-m", "streamproc.cli"]
 
