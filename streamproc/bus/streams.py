@@ -9,6 +9,7 @@ storage, turning deny flags off) instead of failing silently.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -105,14 +106,14 @@ class NotifyRetention:
             )
         if self.max_retention_s < self.max_age_s:
             raise ConfigError(
-                f"{NOTIFY_MAX_RETENTION_ENV}={self.max_retention_s}: at least "
-                f"{NOTIFY_MAX_AGE_ENV} ({self.max_age_s} s)"
+                f"{NOTIFY_MAX_RETENTION_ENV}={self.max_retention_s}: at least the delivery "
+                f"window, {NOTIFY_MAX_AGE_ENV}"
             )
 
 
-def configured_notify_retention() -> NotifyRetention:
+def configured_notify_retention(env: Mapping[str, str] | None = None) -> NotifyRetention:
     """``STREAMPROC_NOTIFY_MAX_AGE_S`` and ``STREAMPROC_NOTIFY_MAX_RETENTION_S``."""
-    env = environment()
+    env = environment() if env is None else env
     values = []
     for var, default in (
         (NOTIFY_MAX_AGE_ENV, NotifyRetention.max_age_s),

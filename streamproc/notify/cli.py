@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import uvloop
 from nats.errors import ConnectionClosedError
 
@@ -26,8 +27,14 @@ from streamproc.config import ConfigError, Settings, environment, load
 from streamproc.names import NOTIFY_TAIL, READ_SCOPE, stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
-from streamproc.notify.feed_consumer import FeedClosed, FeedConsumer, load_settings
-from streamproc.notify.feed_state import FeedState
+from streamproc.notify.feed_consumer import (
+    ConsumerSettings,
+    FeedClosed,
+    FeedConsumer,
+    load_settings,
+)
+from streamproc.notify.feed_http import epoch_of
+from streamproc.notify.feed_state import Checkpoint, FeedState
 from streamproc.notify.schemas import write_all
 
 TOKEN_ENV = "STREAMPROC_NOTIFY_TOKEN"
@@ -144,6 +151,7 @@ def _tail_http(
     name = args.durable or NOTIFY_TAIL
     state = FeedState(Path(args.state or settings.data_dir / "notify" / f"{name}.sqlite"),
                       ttl_s=cs.lease_ttl_s)  # fmt: skip
+    _adopt_legacy(settings.data_dir / "notify" / f"{name}.json", state, cs)
     consumer = FeedConsumer(cs, ApiClient(key, tokens, timeout_s=cs.http_timeout_s), state, show)
     try:
         return int(uvloop.run(consumer.run(once=args.once)))
@@ -153,6 +161,31 @@ def _tail_http(
         return exitcodes.known(exc)
     except KeyboardInterrupt:
         return exitcodes.INTERRUPTED
+
+
+class _LegacyCheckpoint(msgspec.Struct):
+    url: str
+    kind: str
+    epoch: str
+    seq: int
+
+
+def _adopt_legacy(path: Path, state: FeedState, cs: ConsumerSettings) -> None:
+    """An earlier version's checkpoint file (one tenant, its epoch the stream's creation
+    time): taken over once, for the one partition it can be."""
+    if not path.exists() or len(cs.tenants) != 1:
+        return
+    try:
+        old = msgspec.json.decode(path.read_bytes(), type=_LegacyCheckpoint)
+        epoch = epoch_of(old.epoch)
+    except (msgspec.DecodeError, ValueError) as exc:
+        print(f"streamproc: {path} is not a checkpoint of an earlier notify tail ({exc}); "
+              "left alone", file=sys.stderr)  # fmt: skip
+        return
+    if old.kind in cs.kinds and state.adopt(cs.tenants[0], old.kind, Checkpoint(epoch, old.seq),
+                                             old.url):  # fmt: skip
+        print(f"streamproc: took over the checkpoint of {path} ({cs.tenants[0]} {old.kind} at "
+              f"{old.seq}); it is no longer read", file=sys.stderr)  # fmt: skip
 
 
 async def _tail_nats(

@@ -144,7 +144,7 @@ def load_settings(
         if k not in nm.KINDS:
             raise ConfigError(f"unknown kind {k!r}; kinds: {', '.join(nm.KINDS)}")
     return ConsumerSettings(
-        base_url=absolute_http_url("--http", url.rstrip("/")),
+        base_url=absolute_http_url(f"--http / {ENV['base_url']}", url.rstrip("/")),
         tenants=normalize_tenants(listed),
         kinds=tuple(dict.fromkeys(kinds or ["rescan.delta"])),
         poll_interval_s=poll, batch_size=int(batch), http_timeout_s=timeout, lease_ttl_s=ttl,

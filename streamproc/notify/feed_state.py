@@ -149,6 +149,19 @@ class FeedState:
         finally:
             db.close()
 
+    def adopt(self, tenant: str, kind: str, cp: Checkpoint, owner_url: str) -> bool:
+        """Take over a checkpoint kept elsewhere (an earlier version's file) if the partition
+        has none yet; True if it was written."""
+        db = self._db()
+        try:
+            cur = db.execute(
+                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, 0, ?, ?) ON CONFLICT DO NOTHING",
+                (tenant, kind, cp.epoch, cp.seq, owner_url, _ms()),
+            )
+            return cur.rowcount == 1
+        finally:
+            db.close()
+
     def checkpoint(self, tenant: str, kind: str) -> Checkpoint | None:
         db = self._db()
         try:
