@@ -236,9 +236,11 @@ class FeedConsumer:
         if r.status != 200:
             raise FeedUnavailable(f"the checkpoint report was answered {r.status}: {r.detail()}")
         doc = r.json()
+        if not isinstance(doc, dict) or not isinstance(doc.get("epoch"), int):
+            raise PartitionFailed(f"{p}: the checkpoint answer is not one: {r.body[:200]!r}")
         if doc.get("tenant") != p.tenant or doc.get("kind") != p.kind:
-            raise PartitionFailed(f"the checkpoint answer is for {doc.get('tenant')} "
-                                  f"{doc.get('kind')}, not {p}")  # fmt: skip
+            raise PartitionFailed(f"{p}: the checkpoint answer is for {doc.get('tenant')} "
+                                  f"{doc.get('kind')}")  # fmt: skip
         return r
 
     # ------------------------------------------------------------------ one partition
@@ -260,6 +262,8 @@ class FeedConsumer:
         if r.status != 200:
             raise FeedUnavailable(f"the feed answered {r.status}: {r.detail()}")
         page = r.json()
+        if not isinstance(page, dict) or not isinstance(page.get("events"), list):
+            raise PartitionFailed(f"{p}: the feed's answer is not a page: {r.body[:200]!r}")
         if page.get("epoch") != cp.epoch:
             raise FeedClosed(f"{p}: the stream's epoch changed from {cp.epoch} to "
                              f"{page.get('epoch')}")  # fmt: skip
@@ -267,7 +271,7 @@ class FeedConsumer:
             raise PartitionFailed(f"{p}: the page is for {page.get('tenant')} "
                                   f"{page.get('kind')}")  # fmt: skip
         try:
-            await self._handle_batch(p, lease, cp, page.get("events") or [])
+            await self._handle_batch(p, lease, cp, page["events"])
         finally:  # after the processed batch (or its part that succeeded): report it
             done = self.state.checkpoint(p.tenant, p.kind)
             if done is not None and done != cp:
