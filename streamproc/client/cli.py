@@ -9,6 +9,7 @@ problem's ``detail`` and ends the command with code 1.
 from __future__ import annotations
 
 import argparse
+import select
 import sys
 from pathlib import Path
 
@@ -79,6 +80,20 @@ def _headers(lines: list[str], body: bytes | None) -> dict[str, str]:
     return out
 
 
+def _write_all(data: bytes) -> None:
+    """All of ``data`` to stdout: an unbuffered stdout (``PYTHONUNBUFFERED``) is a raw file
+    whose one ``write`` may take only part of a large answer into a pipe."""
+    out = sys.stdout.buffer
+    view = memoryview(data)
+    while view:
+        n = out.write(view)
+        if n is None:  # a non-blocking stdout that is full: wait for the reader
+            select.select([], [out], [])
+            continue
+        view = view[n:]
+    out.flush()
+
+
 def cmd_api(args: argparse.Namespace) -> int:
     settings = load({"data_dir": args.data_dir})
     env = environment()
@@ -102,10 +117,8 @@ def cmd_api(args: argparse.Namespace) -> int:
             )
 
     reply = uvloop.run(call())
-    sys.stdout.buffer.write(reply.body)
-    if reply.body and not reply.body.endswith(b"\n"):
-        sys.stdout.buffer.write(b"\n")
     sys.stdout.flush()
+    _write_all(reply.body + (b"\n" if reply.body and not reply.body.endswith(b"\n") else b""))
     if 200 <= reply.status < 300:
         return exitcodes.OK
     print(f"streamproc: {args.method} {path}: {reply.status}: {reply.detail()}", file=sys.stderr)

@@ -76,13 +76,6 @@ FEED_PARAMS = (
           {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
     Param("streamEpoch", "query", {"type": "integer", "minimum": 1}, EPOCH_DOC),
 )  # fmt: skip
-FEED_PARAMS = (
-    Param("afterSeq", "query", {"type": "integer", "minimum": 0, "default": 0},
-          "the last sequence the consumer has (0: from the oldest held)"),
-    Param("limit", "query",
-          {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
-    Param("streamEpoch", "query", {"type": "integer", "minimum": 1}, EPOCH_DOC),
-)  # fmt: skip
 OPERATIONS: list[Operation] = []
 for _kind in nm.KINDS:
     OPERATIONS += [

@@ -52,33 +52,29 @@ class Holds:
         self.prefix = prefix
         self.stream = stream
 
-    async def window_floor(self) -> int:
-        """The last sequence the window has let go: below it only what another consumer
-        holds is left. 0 when the window consumer is missing (nothing let go that we know of
-        — ``streams apply`` and the keeper make it again)."""
+    async def info(self, consumer: str) -> dict[str, Any] | None:
+        """A consumer's ``CONSUMER.INFO`` (asked of its leader); None when it does not exist."""
         try:
-            info = await jsapi.request(
-                self.nc, f"CONSUMER.INFO.{self.stream}.{NOTIFY_WINDOW}", timeout=TIMEOUT_S
-            )
-        except jsapi.JsApiError as exc:
-            if exc.err_code != jsapi.CONSUMER_NOT_FOUND:
-                raise
-            return 0
-        return int(info.get("ack_floor", {}).get("stream_seq", 0))
-
-    async def created(self, tenant: str, kind: str) -> str | None:
-        """When the registration's holding consumer was made (None: there is none): a hold is
-        unbroken while this stays the same."""
-        name = feed_hold_consumer(tenant, kind)
-        try:
-            info = await jsapi.request(
-                self.nc, f"CONSUMER.INFO.{self.stream}.{name}", timeout=TIMEOUT_S
+            return await jsapi.request(
+                self.nc, f"CONSUMER.INFO.{self.stream}.{consumer}", timeout=TIMEOUT_S
             )
         except jsapi.JsApiError as exc:
             if exc.err_code != jsapi.CONSUMER_NOT_FOUND:
                 raise
             return None
-        return str(info.get("created", ""))
+
+    async def window_floor(self) -> int:
+        """The last sequence the window has let go: below it only what another consumer
+        holds is left. 0 when the window consumer is missing (nothing let go that we know of
+        — ``streams apply`` and the keeper make it again)."""
+        info = await self.info(NOTIFY_WINDOW)
+        return int(info.get("ack_floor", {}).get("stream_seq", 0)) if info else 0
+
+    async def created(self, tenant: str, kind: str) -> str | None:
+        """When the registration's holding consumer was made (None: there is none): a hold is
+        unbroken while this stays the same."""
+        info = await self.info(feed_hold_consumer(tenant, kind))
+        return str(info.get("created", "")) if info else None
 
     async def hold(self, tenant: str, kind: str, seq: int, lease_s: float) -> str:
         """Hold the subject's messages after ``seq``: create the registration's consumer, or
@@ -124,27 +120,16 @@ class WindowKeeper:
             if info is None:
                 return 0
             first_kept = info.state.last_seq + 1  # nothing is younger: let everything go
-        floor = await self.holds.window_floor()
-        if floor == 0 and await self._missing():
-            await jsapi.create_consumer(nc, stream, streams.window_consumer())
+        window = await self.holds.info(NOTIFY_WINDOW)
+        if window is None:
+            window = await jsapi.create_consumer(nc, stream, streams.window_consumer())
             log.warning("the Notify window consumer was missing: made again")
+        floor = int(window.get("ack_floor", {}).get("stream_seq", 0))
         if first_kept > floor + 1:  # only ever forward (another gateway may have moved it)
             await jsapi.request(
                 nc, f"CONSUMER.RESET.{stream}.{NOTIFY_WINDOW}", {"seq": first_kept}, TIMEOUT_S
             )
         return first_kept
-
-    async def _missing(self) -> bool:
-        try:
-            await jsapi.request(
-                self.holds.nc, f"CONSUMER.INFO.{self.holds.stream}.{NOTIFY_WINDOW}",
-                timeout=TIMEOUT_S,
-            )  # fmt: skip
-        except jsapi.JsApiError as exc:
-            if exc.err_code == jsapi.CONSUMER_NOT_FOUND:
-                return True
-            raise
-        return False
 
     async def run(self) -> None:
         """Every :func:`keeper_interval` until cancelled; a failed move is tried next time."""
