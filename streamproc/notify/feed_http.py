@@ -36,7 +36,7 @@ from msgspec import Meta
 from streamproc.bus import direct, jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.ids import ascii_int
-from streamproc.names import stream_names
+from streamproc.names import PAGE_BYTES, stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.registrations import (
     FeedSettings,
@@ -74,6 +74,17 @@ class FeedEvent(msgspec.Struct, Generic[P], kw_only=True, rename="camel"):
     kind: str
     schema_version: int
     payload: P
+
+
+def _within(messages: list[direct.DirectMsg], max_bytes: int) -> int:
+    """How many of ``messages`` a page holds within ``max_bytes`` (at least one: a page
+    always moves); the next page asks from the last one held."""
+    size = 1_000  # the page's own fields
+    for i, m in enumerate(messages):
+        size += len(m.data) + 200  # the event's own fields around its payload
+        if i and size > max_bytes:
+            return i
+    return len(messages)
 
 
 class FeedPage(msgspec.Struct, Generic[P], kw_only=True, rename="camel"):
@@ -201,11 +212,14 @@ class Feed:
         except jsapi.JsApiError as exc:
             raise unavailable(exc) from None
         events = [self._event(m, kind) for m in page.messages]
+        kept = _within(page.messages, PAGE_BYTES)  # a byte bound, as every API list has
+        complete = page.pending == 0 and kept == len(events)
+        events = events[:kept]
         if events:
             head = max(head, events[-1].seq)
         return FeedPage(
             tenant=caller.tenant, kind=kind, stream=f"{self.stream}:{subject}", epoch=epoch,
-            head=head, retention_horizon=horizon, after_seq=after, complete=page.pending == 0,
+            head=head, retention_horizon=horizon, after_seq=after, complete=complete,
             events=events,
         )  # fmt: skip
 

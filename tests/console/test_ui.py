@@ -15,8 +15,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -37,9 +35,11 @@ from streamproc.console.routes import mount_console
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
+from streamproc.readmodel.records import RUN_STATES
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.demo import BASELINE, DATA, seed_demo
 from streamproc.scanner.feedser import WEBHOOK_PATH, build_export, signed_headers
+from tests.helpers import mint_token
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -133,37 +133,24 @@ async def browser(artifacts: Path) -> AsyncIterator[Browser]:
             await chromium.close()
 
 
-def mint_token(key_file: Path, jkt: str, scope: str = "scheduler.admin") -> str:
-    """The documented development command, as an operator would run it: a token bound to the
-    DPoP key ``jkt`` (the browser's, as its sign-in page shows it)."""
-    cli = Path(sys.executable).with_name("streamproc")
-    out = subprocess.run(
-        [str(cli), "token", "issue", "--key", str(key_file), "--tenant", "demo", "--scope", scope,
-         f"--jkt={jkt}"],  # a thumbprint may start with "-"
-        check=True,
-        capture_output=True,
-        text=True,
-    )  # fmt: skip
-    return out.stdout.strip()
-
-
 def dpop_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The gateway accepts DPoP-bound tokens only (as a production one without mTLS)."""
     monkeypatch.setenv("STREAMPROC_GATEWAY_REQUIRED_MODES", "dpop")
 
 
+def operator_client(tmp: Path, key_file: Path) -> ApiClient:
+    """The API as our own client calls it (DPoP): the gateway under test takes nothing else."""
+    key = dpop_key(tmp / "operator")
+    return ApiClient(key, StaticToken(mint_token(key_file, jkt=key.jkt), key))
+
+
 async def assert_dpop_only(base: str, key_file: Path) -> None:
     """An unbound bearer token is refused: the console below works through DPoP alone."""
-    cli = Path(sys.executable).with_name("streamproc")
-    out = subprocess.run(
-        [str(cli), "token", "issue", "--key", str(key_file), "--tenant", "demo"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+    unbound = mint_token(key_file, "scheduler.read")
     async with (
         aiohttp.ClientSession() as http,
         http.get(
-            f"{base}/api/v1/scheduler/schedules",
-            headers={"Authorization": f"Bearer {out.stdout.strip()}"},
+            f"{base}/api/v1/scheduler/schedules", headers={"Authorization": f"Bearer {unbound}"}
         ) as r,
     ):
         assert r.status == 401 and "sender-constrained" in await r.text()
@@ -212,7 +199,7 @@ async def browser_jkt(b: Browser, base: str) -> str:
 
 async def sign_in(b: Browser, base: str, key_file: Path, scope: str = "scheduler.admin") -> str:
     """Sign in as an operator does: a token minted for the key the page shows, pasted."""
-    token = mint_token(key_file, await browser_jkt(b, base), scope)
+    token = mint_token(key_file, scope, jkt=await browser_jkt(b, base))
     await b.page.fill("#token", token)
     await b.page.click("#signin")
     await b.page.wait_for_selector("table.schedules, .empty")
@@ -253,11 +240,7 @@ async def test_console_end_to_end(
             await page.wait_for_selector("#token")
             await b.shot("01-signin")
             # A token not bound to this browser's key is refused before it is sent.
-            unbound = subprocess.run(
-                [str(Path(sys.executable).with_name("streamproc")), "token", "issue", "--key",
-                 str(dev.issuer_key), "--tenant", "demo", "--scope", "scheduler.admin"],
-                check=True, capture_output=True, text=True,
-            ).stdout.strip()  # fmt: skip
+            unbound = mint_token(dev.issuer_key)
             await page.wait_for_selector("#signin:not([disabled])")
             await page.fill("#token", unbound)
             await page.click("#signin")
@@ -290,6 +273,10 @@ async def test_console_end_to_end(
             await row.locator('[data-action="toggle-pause"]').click()
             await row.locator(".badge.paused").wait_for()
             assert await row.locator('[data-action="toggle-pause"]').text_content() == "Resume"
+            async with operator_client(tmp_path, dev.issuer_key) as api:
+                r = await api.request("GET", f"{base}/api/v1/scheduler/schedules/ui-nightly")
+                saved = r.json()
+            assert (saved["enabled"], saved["whenCron"]) == (False, "30 1 * * mon-fri"), saved
 
             # The next Feedser export: new advisories land at the scanner ...
             osv_dir = demo.osv_dir
@@ -336,6 +323,10 @@ async def test_console_end_to_end(
             done = page.locator('#runs-table tr[data-state="completed"]')
             await done.first.wait_for(timeout=90_000)
             await page.wait_for_selector("#heatmap")
+            shown = await page.locator("#runs-table tr[data-state]").evaluate_all(
+                "rows => rows.map((r) => r.dataset.state)"
+            )
+            assert set(shown) <= set(RUN_STATES), shown
             await b.shot("05-runs")
 
             # Drill down.
@@ -346,6 +337,8 @@ async def test_console_end_to_end(
             await page.locator("#deltas tbody tr, .empty").first.wait_for()
             deltas = await page.locator("#deltas tbody tr").count()
             assert deltas >= 1, "the new advisories made some demo image worse"
+            refs = await page.locator("#run-exports li").all_text_contents()
+            assert refs and all(r.startswith("feedser:") for r in refs), refs
             await b.shot("06-run-detail")
 
             # Verify the chain.
@@ -471,8 +464,7 @@ async def test_images_page(
     summary, paging, the namespace filter, the detail, removal, a narrow window."""
     async with dev_gateway(nats_server.url, prefix, tmp_path, monkeypatch) as (system, key):
         base = system.http_url
-        client_key = dpop_key(tmp_path / "client")
-        api = ApiClient(client_key, StaticToken(mint_token(key, client_key.jkt), client_key))
+        api = operator_client(tmp_path, key)
         sboms = Path(__file__).resolve().parents[1] / "data" / "sboms"
         real = json.loads((sboms / "python-app.spdx23.json").read_text())
         used = [

@@ -15,6 +15,8 @@ from nats.aio.msg import Msg
 
 from streamproc.bus import jsapi
 from streamproc.bus.server import EmbeddedNats
+from streamproc.names import PAGE_BYTES
+from streamproc.notify import messages as nm
 from streamproc.notify.feed_http import epoch_of
 from streamproc.problems import PROBLEM_TYPE
 from tests.gateway.harness import start, stop
@@ -271,3 +273,33 @@ async def test_a_quiet_tenant_is_vouched_for_while_its_registration_lives(feed: 
         await feed.h.gateway.window.step(now=time.time() + 86400 + 5)
         r = await feed.page(acme, afterSeq=seven, streamEpoch=epoch)
         assert r.status == 409 and problem(r) == "retention-gap"
+
+
+async def test_a_page_is_bounded_by_bytes_as_well_as_by_messages(feed: Feed) -> None:
+    """Run summaries can be large (1,000 digests per vulnerability): a page ends before the
+    message that would take it past the bound, says it is not complete, and the next page
+    goes on from there."""
+    digests = [f"sha256:{i:064x}" for i in range(1000)]
+    summaries: list[nm.AnyMessage] = [
+        nm.RunSummary(
+            id=f"s-{i}", tenant="acme", run_id=f"r{i}", ts="2026-01-01T00:00:00.000Z",
+            state="completed",
+            vulnerabilities=[nm.VulnImages(vuln_id=f"CVE-2026-{i}", severity="high",
+                                           image_count=1000, images=digests)],
+        )
+        for i in range(4)
+    ]  # fmt: skip
+    await feed.publish(summaries)
+    seen: list[str] = []
+    after = 0
+    async with feed.client("acme") as acme:
+        for _ in range(10):
+            r = await feed.page(acme, kind="run.summary", afterSeq=after, limit=500)
+            page = r.json()
+            assert r.status == 200 and len(r.body) <= PAGE_BYTES, len(r.body)
+            seen += [e["payload"]["id"] for e in page["events"]]
+            if page["complete"]:
+                break
+            assert len(page["events"]) == 3, "three of ~75 KB fit, the fourth does not"
+            after = page["events"][-1]["seq"]
+    assert seen == ["s-0", "s-1", "s-2", "s-3"]
