@@ -222,7 +222,9 @@ async def test_streamproc_api_is_curl_for_a_dpop_only_gateway(
     assert refused.returncode == 2 and "never sent without a token" in refused.stderr
     key = dpop_key(data)
     tok = token(scopes="scheduler.admin", cnf={"jkt": key.jkt})
-    body = json.dumps({"id": "nightly", "name": "Nightly", "cron": "0 2 * * *", "timezone": "UTC"})
+    body = json.dumps(
+        {"id": "nightly", "name": "Nightly", "whenCron": "0 2 * * *", "timezone": "UTC"}
+    )
     made = await api_cli(data, "POST", "/schedules?wait=true", "--url", dpop_gw.url,
                          "--data", body, env={"STREAMPROC_TOKEN": tok})  # fmt: skip
     assert made.returncode == 0, made.stderr
