@@ -23,6 +23,8 @@ T = TypeVar("T")
 API = "$JS.API"
 STREAM_NOT_FOUND = 10059
 CONSUMER_NOT_FOUND = 10014
+STREAM_NAME_IN_USE = 10058
+"""``STREAM.CREATE`` of a name that exists with another configuration."""
 NO_MESSAGE = 10037
 """``STREAM.MSG.GET`` of a sequence the stream does not hold."""
 

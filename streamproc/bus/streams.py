@@ -301,12 +301,22 @@ async def apply(nc: Client, configs: list[dict[str, Any]]) -> list[ApplyResult]:
             # An interest stream drops what no consumer holds: it is made as limits, its
             # window consumer added, and only then switched, so no publish meets it bare.
             first = {**want, "retention": "limits"} if interest else want
-            await _request_retried(nc, f"STREAM.CREATE.{name}", first)
-            if interest:
-                await _ensure_window(nc, name)
-                await _request_retried(nc, f"STREAM.UPDATE.{name}", want)
-            results.append(ApplyResult(name, "created"))
-            continue
+            try:
+                await _request_retried(nc, f"STREAM.CREATE.{name}", first)
+            except jsapi.JsApiError as exc:
+                if exc.err_code != jsapi.STREAM_NAME_IN_USE:
+                    raise
+                # Another process made it meanwhile (and may have switched it already):
+                # update it like any stream that exists.
+                info = await jsapi.with_retries(partial(jsapi.stream_info, nc, name), APPLY_RETRY_S)
+                if info is None:
+                    raise
+            else:
+                if interest:
+                    await _ensure_window(nc, name)
+                    await _request_retried(nc, f"STREAM.UPDATE.{name}", want)
+                results.append(ApplyResult(name, "created"))
+                continue
         changed, drift = diff(info.config, want)
         if interest and "retention" not in drift:
             await _ensure_window(nc, name)  # before the switch, and back if it was deleted

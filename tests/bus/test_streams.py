@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from streamproc.bus import jsapi, streams
+from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
+from streamproc.bus.server import EmbeddedNats
 from streamproc.names import NOTIFY_WINDOW
 
 
@@ -90,3 +96,51 @@ async def test_a_new_notify_stream_never_meets_a_publish_without_its_window(
         assert info.state.messages == 1, "kept: the window holds it"
     finally:
         await jsapi.request(nc, f"STREAM.DELETE.{new['name']}")
+
+
+async def test_a_process_that_found_no_stream_meets_one_another_made_and_switched(
+    nc: FastClient, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Roles apply the streams as they start. One looked and found no Notify stream; another
+    then made it (as limits) and switched it to interest; the first one's create (as limits)
+    now meets a stream of another configuration: it updates it instead of failing."""
+    defs = streams.definitions(prefix)
+    await streams.apply(nc, defs)  # the other process, done
+    real = jsapi.stream_info
+    looked: list[str] = []
+
+    async def stale(client: object, name: str) -> jsapi.StreamInfo | None:
+        if name not in looked:  # what the late process saw before the other made it
+            looked.append(name)
+            return None
+        return await real(client, name)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jsapi, "stream_info", stale)
+    try:
+        results = await streams.apply(nc, defs)
+        # The same create again is idempotent for the other two; the Notify stream is updated.
+        assert [r.action for r in results] == ["created", "created", "unchanged"]
+    finally:
+        monkeypatch.undo()
+        for d in defs:
+            await jsapi.request(nc, f"STREAM.DELETE.{d['name']}")
+
+
+async def test_processes_starting_together_all_apply_the_streams(
+    nats_server: EmbeddedNats, prefix: str
+) -> None:
+    """Every role applies the streams when it starts; several starting at once meet each
+    other's half-made Notify stream (made as limits, then switched): none of them fails."""
+    clients = [await connect(nats_server.url) for _ in range(6)]
+    defs = streams.definitions(prefix)
+    try:
+        results = await asyncio.gather(*(streams.apply(c, defs) for c in clients))
+        assert all(r.action != "drift" for rs in results for r in rs)
+        info = await jsapi.stream_info(clients[0], defs[2]["name"])
+        assert info is not None and info.config["retention"] == "interest"
+        await jsapi.request(clients[0], f"CONSUMER.INFO.{defs[2]['name']}.{NOTIFY_WINDOW}")
+    finally:
+        for d in defs:
+            await jsapi.request(clients[0], f"STREAM.DELETE.{d['name']}")
+        for c in clients:
+            await c.close()
