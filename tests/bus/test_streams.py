@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from streamproc.bus import jsapi, streams
-from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import EmbeddedNats
 from streamproc.names import NOTIFY_WINDOW
 
 
@@ -124,23 +120,3 @@ async def test_a_process_that_found_no_stream_meets_one_another_made_and_switche
         monkeypatch.undo()
         for d in defs:
             await jsapi.request(nc, f"STREAM.DELETE.{d['name']}")
-
-
-async def test_processes_starting_together_all_apply_the_streams(
-    nats_server: EmbeddedNats, prefix: str
-) -> None:
-    """Every role applies the streams when it starts; several starting at once meet each
-    other's half-made Notify stream (made as limits, then switched): none of them fails."""
-    clients = [await connect(nats_server.url) for _ in range(6)]
-    defs = streams.definitions(prefix)
-    try:
-        results = await asyncio.gather(*(streams.apply(c, defs) for c in clients))
-        assert all(r.action != "drift" for rs in results for r in rs)
-        info = await jsapi.stream_info(clients[0], defs[2]["name"])
-        assert info is not None and info.config["retention"] == "interest"
-        await jsapi.request(clients[0], f"CONSUMER.INFO.{defs[2]['name']}.{NOTIFY_WINDOW}")
-    finally:
-        for d in defs:
-            await jsapi.request(clients[0], f"STREAM.DELETE.{d['name']}")
-        for c in clients:
-            await c.close()
