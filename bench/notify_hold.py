@@ -80,7 +80,7 @@ async def scenario(
 ) -> dict[str, object]:  # fmt: skip
     prefix = f"b{abs(hash(name)) % 10**6}"
     stream = stream_names(prefix)[2]
-    await streams.apply(nc, streams.definitions(prefix)[2:])
+    await streams.apply(nc, streams.definitions(prefix)[2:3])
     feed = Feed(nc, prefix, FeedSettings())
     for tenant in registered:
         await feed.checkpoint(

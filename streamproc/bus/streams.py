@@ -16,7 +16,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from streamproc.bus import jsapi
+from streamproc.bus import jsapi, objects
 from streamproc.bus.cluster import cluster_size
 from streamproc.config import ConfigError, environment
 from streamproc.ids import ascii_int
@@ -27,6 +27,7 @@ from streamproc.names import (
     NOTIFY_WINDOW,
     WORK,
     all_of,
+    sbom_bucket,
     stream_names,
 )
 
@@ -144,7 +145,8 @@ def definitions(
     events_retention: EventsRetention | None = None,
     notify_retention: NotifyRetention | None = None,
 ) -> list[dict[str, Any]]:
-    """Stream configs in the JetStream API's JSON form (durations in nanoseconds)."""
+    """Stream configs in the JetStream API's JSON form (durations in nanoseconds): the three
+    streams and the SBOM store's bucket (an object store is a stream too, replicated alike)."""
     events, work, notify = stream_names(prefix)
     limits = (events_retention or EventsRetention()).config()
     held = (notify_retention or NotifyRetention()).max_retention_s * NS
@@ -202,6 +204,11 @@ def definitions(
             "deny_purge": False,
             "allow_direct": True,
         },
+        objects.definition(
+            sbom_bucket(prefix),
+            replicas,
+            "Every indexed SBOM as it was sent, by sha256 (a JetStream object store)",
+        ),
     ]
 
 

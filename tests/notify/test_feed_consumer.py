@@ -188,7 +188,7 @@ async def test_epoch_change_missing_stream_and_retention_gap_fail_closed(
         with pytest.raises(FeedClosed, match="stream is missing while a checkpoint exists"):
             await consumer.round()
         # Recreated: a new epoch. Never reset, never skipped to the head.
-        await streams.apply(feed.nc, streams.definitions(feed.prefix)[2:])
+        await streams.apply(feed.nc, streams.definitions(feed.prefix)[2:3])
         await feed.publish([delta("acme", i) for i in range(3)])
         with pytest.raises(FeedClosed, match="epoch changed"):
             await consumer.round()
