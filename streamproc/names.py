@@ -78,6 +78,18 @@ def projector_consumer(role: str, *where: str) -> str:
 NOTIFY_TAIL: Final = "notify-tail"
 """The default durable consumer (and HTTP checkpoint) of ``streamproc notify tail``."""
 
+NOTIFY_WINDOW: Final = "notify-window"
+"""The Notify stream's delivery window: a durable consumer that holds every message until it
+is older than ``notify.max_age_s`` (the stream keeps messages while a consumer needs them)."""
+
+
+def feed_hold_consumer(tenant: str, kind: str) -> str:
+    """``feed-<kind>-<tenant>``: the durable consumer by which an HTTP feed registration holds
+    its tenant's messages of one kind until it reports them (one of three fixed kinds leads,
+    so the name is unique)."""
+    return f"feed-{kind.replace('.', '-')}-{tenant}"
+
+
 # ---------------------------------------------------------------- KV buckets
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from streamproc.names import ADMIN_SCOPE, AUDIENCE, DEFAULT_PREFIX
+from streamproc.names import AUDIENCE, DEFAULT_PREFIX
 
 Type = Literal["str", "int", "float", "bool", "list[str]", "list[float]"]
 
@@ -379,6 +379,12 @@ KEYS: tuple[Key, ...] = (
        "the DPoP key (private Ed25519 JWK) every command that calls the gateway signs its "
        "proofs with; created on first use with mode 0600",
        default_text="`<data_dir>/client/dpop.jwk`"),
+    _k("client.token", "STREAMPROC_TOKEN", "str", None,
+       "static access token of `streamproc api`, bound to the client's DPoP key",
+       secret=True, default_text="none"),
+    _k("client.api_url", "STREAMPROC_API_URL", "str", None,
+       "the gateway `streamproc api` calls",
+       default_text="`http://<http.host>:<http.port>`: the one `streamproc up` serves"),
     _k("client.token_url", "STREAMPROC_CLIENT_TOKEN_URL", "str", None,
        "the issuer's OAuth 2.0 token endpoint: commands without a static token get "
        "DPoP-bound tokens there with client credentials, one per tenant", default_text="none"),
@@ -392,13 +398,36 @@ KEYS: tuple[Key, ...] = (
     _k("notify.token", "STREAMPROC_NOTIFY_TOKEN", "str", None,
        "static access token of `streamproc notify tail --http`, bound to the client's DPoP "
        "key (instead of client credentials; one tenant)", secret=True, default_text="none"),
-    _k("notify.feed_consumers", "STREAMPROC_FEED_CONSUMERS", "list[str]",
+    _k("notify.consumer_client_ids", "STREAMPROC_NOTIFY_CONSUMER_CLIENT_IDS", "list[str]",
        ["streamproc-notify"],
-       "token subjects (`sub`) that may register and report HTTP feed positions (besides "
-       f"callers with scope `{ADMIN_SCOPE}`)"),
+       "the HTTP feed's consumer: tokens whose `client_id`, `azp` or `sub` is one of these may "
+       "register and report positions (anyone else: 403)"),
     _k("notify.feed_lease_s", "STREAMPROC_FEED_LEASE_S", "float", 86400.0,
-       "how long the feed keeps a consumer's reported position without a new report",
-       minimum=3),
+       "how long the feed keeps a consumer's registration, and holds what it has not reported, "
+       "without a new report", minimum=3),
+    _k("notify.max_age_s", "STREAMPROC_NOTIFY_MAX_AGE_S", "int", 86400,
+       "the Notify stream's delivery window: every message is kept this long (what an "
+       "unregistered reader gets)", minimum=10),
+    _k("notify.max_retention_s", "STREAMPROC_NOTIFY_MAX_RETENTION_S", "int", 604800,
+       "the hold's limit: a message a live registration (or a NATS durable consumer) has not "
+       "reported is kept up to this long (the stream's `max_age`; at least `notify.max_age_s`)",
+       minimum=10),
+    _k("notify.base_url", "STREAMPROC_NOTIFY_BASE_URL", "str", None,
+       "`notify tail --http`: the feed's owner (the gateway), an absolute http(s) URL without "
+       "credentials, query or fragment", default_text="none (`--http URL`)"),
+    _k("notify.tenants", "STREAMPROC_NOTIFY_TENANTS", "list[str]", None,
+       "`notify tail --http`: the tenants to follow, one partition each (ASCII letters, digits, "
+       "`-`, `_`; lowered; distinct)", default_text="a static token's tenant; else required"),
+    _k("notify.poll_interval_s", "STREAMPROC_NOTIFY_POLL_INTERVAL_S", "float", 15.0,
+       "`notify tail --http`: the pause between polls once every partition is caught up",
+       minimum=0.001),
+    _k("notify.batch_size", "STREAMPROC_NOTIFY_BATCH_SIZE", "int", 50,
+       "`notify tail --http`: events per partition and request", minimum=1, maximum=500),
+    _k("notify.http_timeout_s", "STREAMPROC_NOTIFY_HTTP_TIMEOUT_S", "float", 30.0,
+       "`notify tail --http`: timeout of each request to the feed", minimum=0.001),
+    _k("notify.lease_ttl_s", "STREAMPROC_NOTIFY_LEASE_TTL_S", "float", 120.0,
+       "`notify tail --http`: a partition's processing lease, renewed while its events are "
+       "handled (another consumer on the same state waits it out)", minimum=3),
 )  # fmt: skip
 
 DOCUMENTS: tuple[Document, ...] = (

@@ -39,6 +39,8 @@ class Principal(NamedTuple):
     subject: str | None
     scopes: frozenset[str]
     mode: str
+    client_ids: frozenset[str] = frozenset()
+    """Who the token says the client is: its ``client_id``, ``azp`` and ``sub`` claims."""
 
 
 _claims_dec = msgspec.json.Decoder(jwt.Claims)
@@ -83,7 +85,7 @@ class Authenticator:
             out.append(("WWW-Authenticate", f'Bearer realm="{REALM}"{p}'))
         if "dpop" in self.modes:
             p = params if scheme in (None, "dpop") else ""
-            out.append(("WWW-Authenticate", f'DPoP realm="{REALM}", algs="EdDSA"{p}'))
+            out.append(("WWW-Authenticate", f'DPoP realm="{REALM}", algs="EdDSA ES256"{p}'))
         return out
 
     def _fail(self, description: str, scheme: str | None, error: str = "invalid_token") -> None:
@@ -186,7 +188,8 @@ class Authenticator:
                 ],
                 reason="insufficient_scope",
             )
-        return Principal(claims.tenant, claims.sub, scopes, mode)
+        ids = frozenset(i for i in (claims.client_id, claims.azp, claims.sub) if i)
+        return Principal(claims.tenant, claims.sub, scopes, mode, ids)
 
     async def _binding(
         self, request: web.Request, claims: jwt.Claims, token: str, scheme: str

@@ -88,7 +88,8 @@ def document(operations: list[Operation]) -> dict[str, Any]:
                     "type": "http",
                     "scheme": "DPoP",
                     "bearerFormat": "JWT (EdDSA) with cnf.jkt",
-                    "description": "RFC 9449: Authorization: DPoP <token> plus a DPoP proof.",
+                    "description": "RFC 9449: Authorization: DPoP <token> plus a DPoP proof "
+                    "(EdDSA or ES256).",
                 },
                 "mtls": {
                     "type": "mutualTLS",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from streamproc.gateway import (
     routes_audit,
+    routes_feed,
     routes_images,
     routes_preview,
     routes_runs,
@@ -19,4 +20,5 @@ OPERATIONS: list[Operation] = [
     *routes_audit.OPERATIONS,
     *routes_webhooks.OPERATIONS,
     *routes_images.OPERATIONS,
+    *routes_feed.OPERATIONS,
 ]

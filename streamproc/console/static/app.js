@@ -1,5 +1,6 @@
 // streamproc operator console: plain DOM, the public REST API only, no build step.
 import { CronError, CronUnsupported, nextFireTimes, parseCron, validTimeZone } from "./cron.js";
+import { dpopKey, proof, takeNonce } from "./dpop.js";
 import { externalHref, safeHref } from "./links.js";
 
 const BASE = "/api/v1/scheduler";
@@ -186,20 +187,33 @@ async function api(method, path, { body, query, headers } = {}) {
   for (const [k, v] of Object.entries(query || {})) {
     if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, String(v));
   }
-  const init = {
-    method,
-    headers: { Accept: "application/json", Authorization: `Bearer ${state.token}`, ...headers },
-    cache: "no-store",
-  };
-  if (body !== undefined) {
-    init.body = JSON.stringify(body);
-    init.headers["Content-Type"] = "application/json";
-  }
+  // DPoP: a fresh proof of this browser's key per request; a use_dpop_nonce challenge is
+  // answered once with the nonce it hands out.
+  const token = state.token;
   let resp;
-  try {
-    resp = await fetch(url, init);
-  } catch (e) {
-    throw new ApiError(0, { detail: `the gateway did not answer (${e.message})` });
+  for (let attempt = 0; ; attempt++) {
+    let dpop;
+    try {
+      dpop = await proof(method, url.href, token);
+    } catch (e) {
+      throw new ApiError(0, { detail: `cannot sign the request: ${e.message}` });
+    }
+    if (state.token !== token) throw new ApiError(401, { detail: "signed out" });
+    const init = {
+      method,
+      headers: { Accept: "application/json", Authorization: `DPoP ${token}`, DPoP: dpop, ...headers },
+      cache: "no-store",
+    };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      init.headers["Content-Type"] = "application/json";
+    }
+    try {
+      resp = await fetch(url, init);
+    } catch (e) {
+      throw new ApiError(0, { detail: `the gateway did not answer (${e.message})` });
+    }
+    if (!takeNonce(resp) || attempt > 0) break;
   }
   const text = await resp.text();
   let doc = null;
@@ -298,17 +312,41 @@ function confirmModal(title, text, action) {
 function viewSignIn(view) {
   const input = h("textarea", { id: "token", rows: 5, spellcheck: "false", autocomplete: "off", placeholder: "eyJhbGciOiJFZERTQSIs…" });
   const msg = h("p", { class: "error", role: "alert", hidden: true });
+  const jkt = h("code", { id: "jkt" }, "…");
+  const hint = h("pre", { class: "hint", id: "token-command" }, "");
+  const button = h("button", { type: "submit", id: "signin", disabled: true }, "Sign in");
+  const fail = (text) => {
+    msg.textContent = text;
+    msg.hidden = false;
+  };
+  let key = null;
+  dpopKey().then(
+    (k) => {
+      key = k;
+      jkt.textContent = k.jkt;
+      hint.textContent = `.venv/bin/streamproc token issue --key data/dev/issuer.jwk \\\n    --tenant demo --scope scheduler.admin --jkt=${k.jkt}`;
+      button.disabled = false;
+    },
+    (e) => fail(`The console cannot sign in here: ${e.message}.`),
+  );
   const submit = async (ev) => {
     ev.preventDefault();
-    const token = input.value.trim().replace(/^Bearer\s+/i, "");
+    const token = input.value.trim().replace(/^(Bearer|DPoP)\s+/i, "");
     msg.hidden = true;
+    if (!key) return;
     let claims;
     try {
       claims = decodeClaims(token);
     } catch (e) {
-      msg.textContent = `That does not look like a token: ${e.message}`;
-      msg.hidden = false;
-      return;
+      return fail(`That does not look like a token: ${e.message}`);
+    }
+    const bound = claims.cnf && claims.cnf.jkt;
+    if (bound !== key.jkt) {
+      return fail(
+        bound
+          ? `That token is bound to another key (cnf.jkt ${bound}), not this browser's (${key.jkt}).`
+          : `That token is not bound to this browser's key: mint one with --jkt=${key.jkt}.`,
+      );
     }
     state.token = token;
     state.claims = claims;
@@ -317,9 +355,7 @@ function viewSignIn(view) {
     } catch (e) {
       state.token = "";
       state.claims = null;
-      msg.textContent = describe(e);
-      msg.hidden = false;
-      return;
+      return fail(describe(e));
     }
     sessionStorage.setItem(TOKEN_KEY, token);
     clearBanner();
@@ -330,9 +366,10 @@ function viewSignIn(view) {
       "section",
       { class: "card signin" },
       h("h1", {}, "Sign in"),
-      h("p", {}, "Paste a bearer token for the scheduler API. It stays in this tab's session storage only and is sent only to this gateway."),
-      h("pre", { class: "hint" }, ".venv/bin/streamproc token issue --key data/dev/issuer.jwk \\\n    --tenant demo --scope scheduler.admin"),
-      h("form", { onsubmit: submit }, h("label", { for: "token" }, "Bearer token"), input, msg, h("div", { class: "actions" }, h("button", { type: "submit", id: "signin" }, "Sign in"))),
+      h("p", {}, "Paste an access token bound to this browser's DPoP key. The console signs every request with that key (kept in this browser, never readable by a page); the token stays in this tab's session storage only and is sent only to this gateway."),
+      h("p", {}, "This browser's key (jkt): ", jkt),
+      hint,
+      h("form", { onsubmit: submit }, h("label", { for: "token" }, "Access token"), input, msg, h("div", { class: "actions" }, button)),
     ),
   );
   input.focus();
