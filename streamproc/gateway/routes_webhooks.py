@@ -1,5 +1,7 @@
-"""Export webhooks from Feedser and Vexer: authenticate the delivery, decode it under the
-size limits, and record the export once per tenant of the source's allowlist.
+"""Export webhooks from Feedser and Vexer: authenticate the delivery (its signature or
+client certificate, and its access token), decode it under the size limits, and record the
+export once per tenant that both the token and the source's allowlist admit (every tenant of
+the allowlist for a source configured to take no token).
 
 An export is known by its ref, ``<source>:<exportId>``: export ids are the sender's own,
 and another configured source using the same id neither blocks nor stands in for this one.
@@ -36,7 +38,8 @@ from streamproc.events.payloads import (
 )
 from streamproc.gateway.accesslog import RID
 from streamproc.gateway.accesslog import SOURCE as SOURCE_KEY
-from streamproc.gateway.auth import Principal
+from streamproc.gateway.accesslog import TENANT as TENANT_KEY
+from streamproc.gateway.auth import PRINCIPAL, WEBHOOK, Principal
 from streamproc.gateway.hardening import (
     check_key_count,
     decode_content,
@@ -150,9 +153,9 @@ def _settled(tenant: str, event_id: str, seq: int, same_body: bool) -> ExportEve
 
 
 async def _record(
-    gw: Gateway, request: web.Request, source: Source, kind: str, body: Body
+    gw: Gateway, request: web.Request, source: Source, kind: str, body: Body, tenants: list[str]
 ) -> tuple[int, WebhookAccepted]:
-    """Record ``body`` for every tenant of ``source``; the status (202 if any tenant's event
+    """Record ``body`` for ``tenants`` (of ``source``); the status (202 if any tenant's event
     is new, 200 if none is) and each tenant's outcome. 409 when every tenant conflicts."""
     export_id = body.export_id
     ref = export_ref(source.name, export_id)
@@ -160,7 +163,7 @@ async def _record(
     digest = ""
     settled: dict[str, ExportEvent] = {}
     fresh: list[Envelope] = []
-    for tenant in source.tenants:
+    for tenant in tenants:
         event_id = derive_id(source.name, export_id, tenant)
         known = gw.rm.export(tenant, kind, ref) or _own_legacy(
             gw.rm, tenant, kind, export_id, event_id
@@ -205,7 +208,7 @@ async def _record(
         if failure is not None:
             # Tenants already stored are absorbed on the sender's retry (same derived ids).
             raise publish_failure(failure)
-    events = [settled[t] for t in source.tenants]
+    events = [settled[t] for t in tenants]
     conflicts = [e.tenant for e in events if e.outcome == "conflict"]
     if conflicts:
         log.warning(
@@ -239,6 +242,27 @@ def _taken_by(out: object) -> int | None:
     return None
 
 
+async def _tenants(gw: Gateway, request: web.Request, source: Source) -> list[str]:
+    """The tenants this delivery records for: those both its token and the source's
+    allowlist admit (403 when none), or the whole allowlist for a source configured to
+    take no token. The token is checked as any API call's (issuer, audience, DPoP or mTLS
+    binding, proof replay), for scope ``scheduler.webhook``."""
+    if not source.require_token:
+        return source.tenants
+    who = await gw.auth.authenticate(request, WEBHOOK)
+    request[TENANT_KEY] = who.tenant
+    request[PRINCIPAL] = who
+    if who.tenant not in source.tenants:
+        raise ProblemError(
+            403,
+            "tenant-not-allowed",
+            f"webhook source {source.name} does not record exports for tenant {who.tenant} "
+            "(the token's tenant is not in the source's tenants)",
+            reason="tenant_not_allowed",
+        )
+    return [who.tenant]
+
+
 async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
     hooks = gw.webhooks
     try:
@@ -246,6 +270,7 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         request[SOURCE_KEY] = source.name
         require_json(request)
         delivery = hooks.admit(request, source)
+        tenants = await _tenants(gw, request, source)
         await hooks.refuse_seen(delivery)
         raw = await hooks.read_signed(request, source, delivery, gw.body_cap)
     except ProblemError:
@@ -255,14 +280,14 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         data = decode_content(raw, request.headers.get("Content-Encoding"), gw.inflated_cap)
         body = decode_export(data, _DECODERS[kind])
         check_key_count(key_count(body))
-        status, accepted = await _record(gw, request, source, kind, body)
+        status, accepted = await _record(gw, request, source, kind, body, tenants)
         await _remember(gw, delivery)
     except BaseException as exc:
         failed = isinstance(exc, ProblemError) and exc.status >= 500
         _RESULTS[kind, "failed" if failed else "refused"]()
         raise
     _RESULTS[kind, "accepted" if status == 202 else "duplicate"]()
-    return json_response(accepted, status)
+    return gw.with_nonce(json_response(accepted, status), request.get(PRINCIPAL))
 
 
 async def _remember(gw: Gateway, delivery: Delivery) -> None:
@@ -344,9 +369,12 @@ OPERATIONS = [
         body=FeedserExportBody,
         params=_HEADERS,
         responses=_RESPONSES,
-        errors=(409, 413, 415, 503),
-        description="Recorded as export.feedser once per tenant of the source's allowlist "
-        "(409 export-conflict: every tenant holds the export with another body).",
+        errors=(403, 409, 413, 415, 503),
+        description="A signature (or client certificate) and an access token with scope "
+        "`scheduler.webhook` (admin implies it; none for a source configured with "
+        "`require_token = false`). Recorded as export.feedser for the token's tenant when the "
+        "source lists it (403 otherwise), or for every tenant of a source that takes no "
+        "token (409 export-conflict: every tenant holds the export with another body).",
     ),
     Operation(
         "POST",
@@ -359,8 +387,11 @@ OPERATIONS = [
         body=VexerExportBody,
         params=_HEADERS,
         responses=_RESPONSES,
-        errors=(409, 413, 415, 503),
-        description="Recorded as export.vexer once per tenant of the source's allowlist "
-        "(409 export-conflict: every tenant holds the export with another body).",
+        errors=(403, 409, 413, 415, 503),
+        description="A signature (or client certificate) and an access token with scope "
+        "`scheduler.webhook` (admin implies it; none for a source configured with "
+        "`require_token = false`). Recorded as export.vexer for the token's tenant when the "
+        "source lists it (403 otherwise), or for every tenant of a source that takes no "
+        "token (409 export-conflict: every tenant holds the export with another body).",
     ),
 ]

@@ -26,6 +26,7 @@ import aiohttp
 from nacl.signing import SigningKey
 
 from streamproc.scanner.advisories import AdvisoryDb
+from streamproc.scanner.sender_auth import Presenter
 
 WEBHOOK_PATH = "/api/v1/scheduler/events/feedser-export"
 
@@ -121,18 +122,54 @@ def signed_headers(
 
 
 async def post_export(
-    url: str, body: dict[str, Any], headers_for: Any, timeout_s: float = 30.0
+    url: str,
+    body: dict[str, Any],
+    headers_for: Any,
+    timeout_s: float = 30.0,
+    *,
+    auth: Presenter | None = None,
+    tenant: str | None = None,
+    path: str = WEBHOOK_PATH,
+    delivery: str | None = None,
 ) -> tuple[int, Any]:
+    """One delivery of ``body``: signed by ``headers_for(raw, delivery_id)``, with the token
+    ``auth`` holds for ``tenant`` (and its DPoP proof). A ``use_dpop_nonce`` challenge is
+    answered once, with the same delivery id: a refused delivery id is not used up."""
     raw = json.dumps(body, separators=(",", ":")).encode()
-    delivery = f"{body['exportId']}.{int(time.time() * 1000)}"
-    target = url.rstrip("/") + WEBHOOK_PATH
+    delivery = delivery or f"{body['exportId'][:64]}.{int(time.time() * 1000)}"
+    target = url.rstrip("/") + path
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as s,
-        s.post(target, data=raw, headers=headers_for(raw, delivery)) as r,
-    ):
-        text = await r.read()
-        try:
-            return r.status, json.loads(text)
-        except ValueError:
-            return r.status, text.decode(errors="replace")
+    async with aiohttp.ClientSession(timeout=timeout) as s:
+        for attempt in (1, 2):
+            headers = dict(headers_for(raw, delivery))
+            if auth is not None:
+                headers.update(auth.headers(tenant, "POST", target))
+            async with s.post(target, data=raw, headers=headers) as r:
+                text = await r.read()
+                fresh = auth is not None and auth.dpop is not None and auth.dpop.learn(r.headers)
+                challenged = any(
+                    "use_dpop_nonce" in h for h in r.headers.getall("WWW-Authenticate", [])
+                )
+                if r.status == 401 and challenged and fresh and attempt == 1:
+                    continue
+                try:
+                    return r.status, json.loads(text)
+                except ValueError:
+                    return r.status, text.decode(errors="replace")
+    raise AssertionError("unreachable: the second attempt returns")
+
+
+async def deliver_export(
+    url: str, body: dict[str, Any], headers_for: Any, auth: Presenter, **kw: Any
+) -> list[tuple[str | None, int, Any]]:
+    """One delivery per tenant ``auth`` has a token for (each its own delivery id); every
+    tenant's (tenant, status, answer), in order, stopping at the first that got no answer."""
+    out = []
+    stamp = int(time.time() * 1000)
+    for n, tenant in enumerate(auth.tenants):
+        delivery = f"{body['exportId'][:64]}.{stamp}.{n}"
+        status, answer = await post_export(
+            url, body, headers_for, auth=auth, tenant=tenant, delivery=delivery, **kw
+        )
+        out.append((tenant, status, answer))
+    return out

@@ -253,13 +253,17 @@ async def test_console_end_to_end(
             await b.shot("04-preview")
             await page.keyboard.press("Escape")
 
-            # ... and the aggregator posts it (signed webhook).
+            # ... and the aggregator posts it (signed webhook, with a token).
             raw = json.dumps(export, separators=(",", ":")).encode()
+            hook = mint_token(dev.issuer_key, "scheduler.webhook")
             async with aiohttp.ClientSession() as http:
                 r = await http.post(
                     f"{base}{WEBHOOK_PATH}",
                     data=raw,
-                    headers=signed_headers(raw, str(uuid.uuid4()), secret=secret),
+                    headers={
+                        **signed_headers(raw, str(uuid.uuid4()), secret=secret),
+                        "Authorization": f"Bearer {hook}",
+                    },
                 )
                 assert r.status == 202, await r.text()
 
