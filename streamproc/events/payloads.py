@@ -183,12 +183,19 @@ class FeedserExportBody(Payload, kw_only=True):
     advisories: Annotated[list[AdvisoryChange], Meta(max_length=MAX_KEYS)] = []
 
 
+Revision = Annotated[int, Meta(ge=1)]
+
+
 class FeedserExport(FeedserExportBody, kw_only=True):
-    """``export.feedser``: the body as delivered, and the source that delivered it."""
+    """``export.feedser``: the body as delivered, the source that delivered it, and which
+    revision of the export it is."""
 
     source: SourceName | None = None
     """The authenticated webhook source (set by the gateway, never by the body); None in
     events recorded before exports were scoped by source."""
+    revision: Revision = 1
+    """1 for the export's first body; each later delivery of the same ``exportId`` by the
+    same source with another body is the next revision (keep last)."""
 
     @property
     def ref(self) -> str:
@@ -218,10 +225,13 @@ class VexerExportBody(Payload, kw_only=True):
 
 
 class VexerExport(VexerExportBody, kw_only=True):
-    """``export.vexer``: the body as delivered, and the source that delivered it."""
+    """``export.vexer``: the body as delivered, the source that delivered it, and which
+    revision of the export it is."""
 
     source: SourceName | None = None
     """As :attr:`FeedserExport.source`."""
+    revision: Revision = 1
+    """As :attr:`FeedserExport.revision`."""
 
     @property
     def ref(self) -> str:
@@ -236,11 +246,12 @@ def export_body(payload: FeedserExport | VexerExport) -> FeedserExportBody | Vex
 
 
 def sourced_export(
-    body: FeedserExportBody | VexerExportBody, source: str
+    body: FeedserExportBody | VexerExportBody, source: str, revision: int = 1
 ) -> FeedserExport | VexerExport:
-    """The event payload of a delivered ``body``: the same fields, and its source."""
+    """The event payload of a delivered ``body``: the same fields, its source and revision."""
     kind = FeedserExport if isinstance(body, FeedserExportBody) else VexerExport
-    return kind(**{f: getattr(body, f) for f in body.__struct_fields__}, source=source)
+    fields = {f: getattr(body, f) for f in body.__struct_fields__}
+    return kind(**fields, source=source, revision=revision)
 
 
 # ---------------------------------------------------------------- images
@@ -280,6 +291,9 @@ class RunReason(Payload, kw_only=True):
     feedser_export_ids: list[ExportRef] = []
     """The exports the run plans, by :func:`export_ref` (``<source>:<exportId>``)."""
     vexer_export_ids: list[ExportRef] = []
+    revisions: dict[ExportRef, Revision] = {}
+    """The revision the run plans of each export it names, when not the first (a follow-up
+    of a late revision: docs/planning.md, "Coalescing exports")."""
     scheduled_for: Annotated[str, Meta(max_length=64)] | None = None
     text: Annotated[str, Meta(max_length=1000)] | None = None
 

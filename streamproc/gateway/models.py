@@ -282,23 +282,28 @@ class ImageAccepted(Accepted, kw_only=True):
 
 
 class ExportEvent(Response, kw_only=True):
-    """What became of the export for one tenant of the source."""
+    """What became of the export for one tenant it was recorded for."""
 
     tenant: str
-    outcome: Literal["recorded", "duplicate", "conflict"]
-    """``recorded``: its event is new; ``duplicate``: the same export was recorded before;
-    ``conflict``: the source recorded this export id before with another body (the event
-    named is that one; nothing new was recorded for this tenant)."""
+    outcome: Literal["recorded", "duplicate"]
+    """``recorded``: its event is new (the export's first body, or its next revision);
+    ``duplicate``: the export's latest revision has this very body (nothing was recorded)."""
     event_id: str
     seq: int
     duplicate: bool
     """``outcome == "duplicate"``."""
+    revision: int = 1
+    """The revision of the export this body is for the tenant: 1 for its first body, one
+    more for each later body under the same ``exportId`` (the last one counts)."""
 
 
 class WebhookAccepted(Response, kw_only=True):
     export_id: str
     source: str
+    revision: int
+    """The revision this body is (the highest over ``events``, should tenants differ)."""
     duplicate: bool
-    """True when every tenant's event already existed (a repeated delivery)."""
+    """True when every tenant's latest revision already had this body."""
     events: list[ExportEvent]
-    """One per tenant of the source, in its configured order."""
+    """One per tenant it was recorded for: the token's, or, for a source that takes no
+    token, each of the source's tenants in its configured order."""

@@ -51,13 +51,17 @@ class ScheduleView(ScheduleBase, kw_only=True):
 
 
 class ExportRecord(msgspec.Struct, kw_only=True):
-    """One export of a tenant and source kind, with its change normalised to keys."""
+    """One revision of an export of a tenant and source kind, with its change normalised to
+    keys. The first revision's record is the export's head: it also holds the latest
+    revision folded and what the export's claimed revisions covered."""
 
     export_id: str
     """Its ref, ``<source>:<exportId>`` (the bare id for exports recorded before refs)."""
     source: Source
     tenant: str
     ms: int
+    """HLC ms that places it in a coalescing window: its own, or, for a revision that
+    replaced a pending one, that one's (it takes its place)."""
     hlc: str
     event_id: str
     keys: list[str] = []
@@ -69,6 +73,15 @@ class ExportRecord(msgspec.Struct, kw_only=True):
     """The run that claimed it (its ``run.requested`` was folded); None while pending."""
     released: bool = False
     """Planned completely: keys dropped, only the id is kept (so a re-delivery is ignored)."""
+    revision: int = 1
+    superseded: bool = False
+    """A later revision arrived while this one was pending: that one is planned instead."""
+    latest: int = 1
+    """(Head only.) The latest revision folded."""
+    covered: bytes = b""
+    """(Head only.) What the export's claimed revisions named, as sorted 8-byte hashes of
+    their keys and KEV vuln ids (:func:`~streamproc.planner.changes.coverage`): a later
+    revision's follow-up run plans only what is not in it."""
 
 
 class Cursor(msgspec.Struct, kw_only=True):

@@ -86,15 +86,21 @@ class DeltaRecord(msgspec.Struct, kw_only=True):
 
 
 class ExportRecord(msgspec.Struct, kw_only=True):
-    """One recorded export per (tenant, source kind, export ref): the webhook de-duplication."""
+    """One recorded export per (tenant, source kind, export ref), as of its latest revision:
+    what the webhook compares a delivery with (a repeat, or the next revision)."""
 
     export_id: str
     """As the sender named it (the key holds the ref, ``<source>:<exportId>``)."""
     kind: Literal["feedser", "vexer"]
     event_id: str
+    """Of the latest revision's event."""
     seq: int
+    """Its stream sequence: the subject's last, which the next revision expects."""
     payload_sha256: str
+    """Its body's digest."""
     recorded_ms: int
+    """When the first revision was recorded."""
+    revision: int = 1
 
 
 _enc = msgspec.msgpack.Encoder()

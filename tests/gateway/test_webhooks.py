@@ -80,7 +80,8 @@ async def test_feedser_export_is_recorded_once_per_allowed_tenant(gw_tokenless: 
     events = await stored(gw, seq + 1, seq + 2)
     for subject, ev in events:
         assert ev.kind == "export.feedser" and ev.payload.export_id == "exp-1"
-        assert ev.payload.source == "feedser-main" and ev.schema == 2
+        assert ev.payload.source == "feedser-main" and ev.schema == 3
+        assert ev.payload.revision == 1
         assert subject.endswith(f".events.{ev.tenant}.feedser.feedser-main:exp-1")
     assert len({ev.id for _, ev in events}) == 2
     assert {e["outcome"] for e in res["events"]} == {"recorded"}
@@ -94,10 +95,16 @@ async def test_feedser_export_is_recorded_once_per_allowed_tenant(gw_tokenless: 
     assert status == 200 and res["duplicate"] is True
     assert {e["seq"] for e in res["events"]} == {seq + 1, seq + 2}
     assert {e["outcome"] for e in res["events"]} == {"duplicate"}
-    # Same exportId with a different body is a conflict, not a silent duplicate.
-    status, problem, _ = await post(gw, FEEDSER, export("exp-1", kev=[]))
-    assert status == 409 and problem["type"].endswith("export-conflict")
-    assert await gw.last_seq() == seq + 2
+    assert res["revision"] == 1 and {e["revision"] for e in res["events"]} == {1}
+    # Same exportId with a different body is its next revision, for every tenant.
+    status, res, _ = await post(gw, FEEDSER, export("exp-1", kev=[]))
+    assert status == 202 and res["revision"] == 2, res
+    assert [(e["outcome"], e["revision"]) for e in res["events"]] == [("recorded", 2)] * 2
+    assert await gw.last_seq() == seq + 4
+    for subject, ev in await stored(gw, seq + 3, seq + 4):
+        assert subject.endswith(f".events.{ev.tenant}.feedser.feedser-main:exp-1")
+        assert ev.payload.revision == 2 and ev.payload.kev == []
+        assert ev.id == derive_id("feedser-main", "exp-1", ev.tenant, "revision", 2)
 
 
 async def test_signature_time_window_and_replay_refusals_publish_nothing(gw: Harness) -> None:
@@ -498,10 +505,13 @@ async def test_another_source_cannot_take_an_export_id(two_feedsers: Harness) ->
     assert await gw.last_seq() == seq
 
 
-async def test_a_conflict_on_one_tenant_drops_no_other(two_feedsers: Harness) -> None:
+async def test_an_export_recorded_before_refs_with_another_body_is_recorded_by_its_ref(
+    two_feedsers: Harness,
+) -> None:
     """An export recorded before exports were scoped by source (schema 1, keyed by the bare
-    id) with another body conflicts for that tenant only; the others are recorded, each
-    tenant's outcome is in the answer, and the delivery is remembered."""
+    id): the same body is a duplicate of it; another body is recorded under the export's
+    ref (its first revision there), beside the tenants that never had it, each tenant's
+    outcome in the answer, and the delivery is remembered."""
     gw = two_feedsers
     ctx = gw.system.contexts["gateway-test"]
     old_body = export("exp-y", kev=["CVE-OLD"])
@@ -516,26 +526,48 @@ async def test_a_conflict_on_one_tenant_drops_no_other(two_feedsers: Harness) ->
     subject = f"{gw.system.settings.prefix}.events.acme.feedser.exp-y"
     ack = await ctx.publisher.publish(subject, encode(legacy), legacy.id)
     await ctx.wait_for(ack.seq, 5)
-    status, res, _ = await post(gw, FEEDSER, export("exp-y"), **main_source(delivery="y-1"))
+    status, res, _ = await post(gw, FEEDSER, old_body, **main_source(delivery="y-0"))
     assert status == 202, res
-    assert res["duplicate"] is False
     assert [(e["tenant"], e["outcome"], e["seq"]) for e in res["events"]] == [
-        ("acme", "conflict", ack.seq),
+        ("acme", "duplicate", ack.seq),
         ("globex", "recorded", ack.seq + 1),
     ]
-    assert await gw.last_seq() == ack.seq + 1
+    status, res, _ = await post(gw, FEEDSER, export("exp-y"), **main_source(delivery="y-1"))
+    assert status == 202, res
+    assert [(e["tenant"], e["outcome"], e["seq"], e["revision"]) for e in res["events"]] == [
+        ("acme", "recorded", ack.seq + 2, 1),
+        ("globex", "recorded", ack.seq + 3, 2),
+    ]
     status, _, _ = await post(gw, FEEDSER, export("exp-y"), **main_source(delivery="y-1"))
     assert status == 409, "a delivery that recorded something is remembered"
-    # The same body as the legacy event is a duplicate of it (one digest for both schemas).
-    await ctx.wait_for(ack.seq + 1, 5)
-    status, res, _ = await post(gw, FEEDSER, old_body, **main_source())
-    assert status == 200 and [e["outcome"] for e in res["events"]] == ["duplicate", "conflict"]
-    # Every tenant in conflict: the delivery as a whole is 409, publishes nothing, and the
-    # delivery id is not remembered (the sender may fix the body and retry it).
-    status, problem, _ = await post(
-        gw, FEEDSER, export("exp-y", kev=["CVE-NEW"]), **main_source(delivery="y-2")
-    )
-    assert status == 409 and problem["type"].endswith("export-conflict"), problem
-    status, res, _ = await post(gw, FEEDSER, export("exp-z"), **main_source(delivery="y-2"))
-    assert status == 202
+    await ctx.wait_for(ack.seq + 3, 5)
+    status, res, _ = await post(gw, FEEDSER, export("exp-y"), **main_source())
+    assert status == 200 and [e["outcome"] for e in res["events"]] == ["duplicate"] * 2
     assert await gw.last_seq() == ack.seq + 3
+
+
+# ------------------------------------------------------------------ revisions (keep last)
+
+
+async def test_revisions_keep_the_last_body_and_number_each_one_once(gw: Harness) -> None:
+    """Another body under the same exportId is the next revision, whatever the read model
+    has folded yet; bodies sent at the same moment get distinct numbers; the latest
+    revision's body is a duplicate, an earlier one's is a revision again (the last counts)."""
+    seq = await gw.last_seq()
+    bodies = [export("rev-1", kev=[f"CVE-{i}"]) for i in range(6)]
+    status, res, _ = await post(gw, FEEDSER, bodies[0])
+    assert (status, res["revision"]) == (202, 1)
+    # Two more at once, before the read model has folded anything.
+    answers = await asyncio.gather(*(post(gw, FEEDSER, b) for b in bodies[1:3]))
+    assert sorted((s, r["revision"]) for s, r, _ in answers) == [(202, 2), (202, 3)]
+    assert await gw.last_seq() == seq + 3
+    last = bodies[1] if answers[0][1]["revision"] == 3 else bodies[2]
+    status, res, _ = await post(gw, FEEDSER, last)
+    assert status == 200 and res["duplicate"] and res["revision"] == 3, res
+    await gw.system.contexts["gateway-test"].wait_for(seq + 3, 5)
+    rec = gw.gateway.rm.export("acme", "feedser", "feedser-main:rev-1")
+    assert rec is not None and (rec.revision, rec.seq) == (3, seq + 3)
+    status, res, _ = await post(gw, FEEDSER, bodies[0])
+    assert status == 202 and res["revision"] == 4, "an earlier body again: the last counts"
+    revs = [ev.payload.revision for _, ev in await stored(gw, seq + 1, seq + 4)]
+    assert revs == [1, 2, 3, 4]
