@@ -152,7 +152,8 @@ async def test_feedser_export_of_changed_advisories_reaches_the_gateway(
         unauthenticated, problem = await post_export(h.url, body, good)
         assert unauthenticated == 401 and problem["detail"] == "an access token is required"
         # Sent, refused or never answered: run again later, the same body goes out (window
-        # included), and the gateway knows it; a new window would be another body: 409.
+        # included), and the gateway knows it; a new window would be another body: the
+        # export's next revision.
         later = time.time() + 120
         retry = build_export(db, sending_state({"advisories": {}}, body), now=later)
         assert retry == body
@@ -160,8 +161,8 @@ async def test_feedser_export_of_changed_advisories_reaches_the_gateway(
         assert status == 200 and answer["duplicate"], answer
         rebuilt = build_export(db, {"advisories": {}}, now=later)
         assert rebuilt is not None and rebuilt["exportId"] == body["exportId"]
-        conflict, _ = await post_export(h.url, rebuilt, good, auth=auth, tenant="acme")
-        assert conflict == 409
+        status, answer = await post_export(h.url, rebuilt, good, auth=auth, tenant="acme")
+        assert status == 202 and answer["revision"] == 2, answer
     finally:
         await stop(h)
         await drop_streams(nats_server.url, prefix)
