@@ -146,6 +146,7 @@ PL_SCHEDULES_CF: Final = PL_SCHEDULES
 PL_RUNS_CF: Final = PL_RUNS
 PL_BACKLOG_CF: Final = "pl_backlog"
 PL_REPORTS_CF: Final = PL_REPORTS
+PL_FINDINGS_CF: Final = "pl_findings"
 PL_EXPORTS_CF: Final = PL_EXPORTS
 PL_CLAIMS_CF: Final = "pl_claims"
 PL_CURSORS_CF: Final = "pl_cursors"
@@ -165,6 +166,7 @@ AUDIT_SNAPSHOTS_CF: Final = "audit_snapshots"
 RM_RUNS_BY_TIME_CF: Final = "rm_runs_by_time"
 RM_RUN_DELTAS_CF: Final = "rm_run_deltas"
 RM_RUNS_EXPIRY_CF: Final = "rm_runs_expiry"
+RM_BACKLOG_CF: Final = "rm_backlog"
 
 # ---------------------------------------------------------------- HTTP API
 

@@ -28,6 +28,7 @@ KeyList = Annotated[list[Str], Meta(max_length=MAX_KEYS)]
 Mode = Literal["analysis-only", "content-refresh"]
 Trigger = Literal["cron", "feedser", "vexer", "manual"]
 Severity = Literal["low", "medium", "high", "critical"]
+SEVERITY_RANK: dict[str, int] = {"low": 1, "medium": 2, "high": 3, "critical": 4}
 VEX_STATUSES = frozenset({"not_affected", "affected", "fixed", "under_investigation"})
 _EPOCH = datetime(2000, 1, 1)
 _TRANSITION = re.compile(r"^([a-z_]+)\s*(?:→|->)\s*([a-z_]+)$")

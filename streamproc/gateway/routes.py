@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from streamproc.gateway import (
     routes_audit,
+    routes_backlog,
     routes_images,
     routes_preview,
     routes_runs,
@@ -15,6 +16,7 @@ from streamproc.gateway.operations import Operation
 OPERATIONS: list[Operation] = [
     *routes_schedules.OPERATIONS,
     *routes_runs.OPERATIONS,
+    *routes_backlog.OPERATIONS,
     *routes_preview.OPERATIONS,
     *routes_audit.OPERATIONS,
     *routes_webhooks.OPERATIONS,

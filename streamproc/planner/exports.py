@@ -117,6 +117,12 @@ class PlannerExports(Projection):
         raw = self._store.get(EXPORTS_CF, record_key(rec.tenant, rec.source, rec.export_id))
         return uncovered(rec, r.decode_export(raw).covered) if raw is not None else rec
 
+    def vuln_flags(self, tenant: str, vuln_id: str) -> int:
+        """KEV and critical bits Feedser exports gave a vulnerability (0: none)."""
+        assert self._store is not None
+        raw = self._store.get(VULNS_CF, r.key(tenant, vuln_id))
+        return raw[0] if raw else 0
+
     def cursor(self, tenant: str) -> r.Cursor:
         return self.cursors.get(tenant) or r.Cursor()
 

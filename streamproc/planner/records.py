@@ -146,3 +146,4 @@ decode_cursor = msgspec.msgpack.Decoder(Cursor).decode
 decode_run = msgspec.msgpack.Decoder(RunRecord).decode
 decode_backlog = msgspec.msgpack.Decoder(Backlog).decode
 decode_strs = msgspec.msgpack.Decoder(list[str]).decode
+decode_findings = msgspec.msgpack.Decoder(list[tuple[str, int, bool]]).decode

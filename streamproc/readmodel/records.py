@@ -85,6 +85,24 @@ class DeltaRecord(msgspec.Struct, kw_only=True):
     seq: int = 0
 
 
+class BacklogRecord(msgspec.Struct, kw_only=True):
+    """A run's surplus over its ``maxJobs``, spilled to the next window: the continuation
+    the planner will request for it (``continuation_id``), until it is requested."""
+
+    run_id: str
+    """The run that spilled it."""
+    root_run_id: str
+    """The first run of the chain (a continuation's surplus spills again)."""
+    continuation_id: str
+    offset: int
+    """The image of the cause the continuation starts from."""
+    spilled: int
+    planned_ms: int
+    requested: bool = False
+    """The continuation is requested: no longer backlog (kept until it is planned, for its
+    own surplus's chain)."""
+
+
 class ExportRecord(msgspec.Struct, kw_only=True):
     """One recorded export per (tenant, source kind, export ref), as of its latest revision:
     what the webhook compares a delivery with (a repeat, or the next revision)."""
@@ -109,3 +127,4 @@ decode_schedule = msgspec.msgpack.Decoder(ScheduleRecord).decode
 decode_run = msgspec.msgpack.Decoder(RunRecord).decode
 decode_delta = msgspec.msgpack.Decoder(DeltaRecord).decode
 decode_export = msgspec.msgpack.Decoder(ExportRecord).decode
+decode_backlog = msgspec.msgpack.Decoder(BacklogRecord).decode
