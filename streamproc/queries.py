@@ -31,10 +31,10 @@ from streamproc.ids import InvalidTenant, validate_tenant
 __all__ = [
     "ChainVerification",
     "ExportAt",
-    "PreviewedExport",
     "PreviewQuery",
     "PreviewRequest",
     "PreviewResult",
+    "PreviewedExport",
     "VerifyQuery",
     "read_query",
 ]
