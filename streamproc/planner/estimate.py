@@ -13,7 +13,9 @@ Nothing is evaluated; the estimate reads what the planner already holds:
 
 An image is a projected delta when an advisory that hits it is critical, high or KEV and
 its vulnerability is new to the image's last verdict — absent from it, more severe than it
-was there, or newly KEV — which is how the runner decides a delta. Images hit only by what
+was there, or newly KEV — which is how the runner decides a delta; an image whose last
+verdict was made after a recorded export arrived has been judged against it already (by
+the export's own run) and is not counted again. Images hit only by what
 says nothing of severity (a bare changed key, a claim on a vulnerability no Feedser export
 described) are ``unassessed``. A large candidate set is judged on an even sample of
 :data:`PROJECTION_SAMPLE` images, scaled up.
@@ -150,10 +152,13 @@ def project(
     selector: Selector,
     usage_only: bool,
     last: Callable[[str], Findings | None],
+    judged_since: Callable[[str], bool] = lambda _digest: False,
     sample: int = PROJECTION_SAMPLE,
 ) -> Projection:
     """The candidates and the projected deltas of ``change`` (``last(digest)``: the image's
-    last verdict, None if it has none)."""
+    last verdict, None if it has none; ``judged_since(digest)``: whether that verdict was
+    made after the export was recorded, so it reflects it already — the export's own run
+    re-evaluated it — and nothing is left to get worse)."""
     candidates = resolve_keys(index, change.keys, usage_only, selector)
     judged = even_sample(candidates.bitmap, sample)
     hits: dict[int, list[Threat]] = {}
@@ -166,6 +171,8 @@ def project(
     digests = dict(zip(judged, candidates.subset(judged).digests(), strict=True))
     for image in judged:
         threats: Sequence[Threat] = hits.get(image, ())
+        if threats and judged_since(digests[image]):
+            continue  # evaluated since the export arrived: its delta, if any, is history
         if any(t.worsens for t in threats):
             seen = last(digests[image])
             new = [t for t in threats if t.worsens and t.new_to(seen)]

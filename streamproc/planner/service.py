@@ -140,8 +140,9 @@ class ExportPreviews:
 
     async def answer(self, query: PreviewQuery) -> PreviewResult:
         body = query.request
+        since: int | None = None  # a recorded export's time: later verdicts reflect it
         if query.export_at is not None:
-            export, previewed = await self._recorded(query.tenant, query.export_at)
+            export, previewed, since = await self._recorded(query.tenant, query.export_at)
         elif body.feedser_export is not None:
             export = body.feedser_export
             previewed = PreviewedExport(kind="feedser", export_id=export.export_id)
@@ -155,6 +156,12 @@ class ExportPreviews:
             change = feedser_threats(export, index.vuln_keys)
         else:
             change = vexer_threats(export, lambda vuln: self.exports.vuln_flags(tenant, vuln))
+        reports = self.reports.get(tenant)
+
+        def judged_since(digest: str) -> bool:
+            report = reports.get(digest)
+            return since is not None and report is not None and report[0] > since
+
         try:
             projection = project(
                 change,
@@ -162,6 +169,7 @@ class ExportPreviews:
                 _selector(query),
                 body.usage_only,
                 lambda digest: self.reports.findings(tenant, digest),
+                judged_since,
             )
         except (SelectorError, ValueError) as exc:
             raise ServiceFailure(400, "invalid-body", str(exc)) from None
@@ -177,8 +185,9 @@ class ExportPreviews:
 
     async def _recorded(
         self, tenant: str, at: ExportAt
-    ) -> tuple[FeedserExportBody | VexerExportBody, PreviewedExport]:
-        """The export's latest revision, as the log holds it (the gateway found where)."""
+    ) -> tuple[FeedserExportBody | VexerExportBody, PreviewedExport, int]:
+        """The export's latest revision, as the log holds it (the gateway found where), and
+        when it was recorded (HLC ms)."""
         try:
             doc = await jsapi.request(
                 self.nc, f"STREAM.MSG.GET.{self.events_stream}", {"seq": at.seq}
@@ -193,7 +202,7 @@ class ExportPreviews:
         previewed = PreviewedExport(
             kind=at.kind, export_id=at.export_id, source=payload.source, revision=payload.revision
         )
-        return export_body(payload), previewed
+        return export_body(payload), previewed, event.timestamp.physical
 
 
 async def serve_previews(

@@ -134,6 +134,16 @@ async def test_a_recorded_export_is_previewed_by_its_id_at_its_latest_revision(
     assert res["export"] == {"kind": "feedser", "exportId": "fx-1", "source": "feedser-main",
                              "revision": 1}  # fmt: skip
     assert (res["count"], res["projectedDeltas"], res["projectedKev"]) == (13, 10, 5)
+    # Image 2 is evaluated after the export arrived (by its run, say), with no finding of it
+    # (its setuptools is not an affected version): judged already, no longer projected.
+    after = p.VerdictRecorded(run_id="later", segment_id="s", digest=image(2))
+    assert planned.system.publisher is not None
+    await planned.system.publisher.publish_event(
+        new_event("verdict.recorded", "acme", after, f"{wall_ms() + 1}:0:t")
+    )
+    await planned.system.projectors["planner"].wait_for(await planned.last_seq(), 10)
+    status, res = await preview(planned, {"exportId": "fx-1"})
+    assert (res["count"], res["projectedDeltas"], res["projectedKev"]) == (13, 9, 5), res
     # A corrected body (revision 2: GHSA-A withdrawn): the preview follows the last one.
     corrected = {**FEEDSER_EXPORT, "advisories": FEEDSER_EXPORT["advisories"][1:],
                  "changedProductKeys": [ZLIB]}  # fmt: skip
