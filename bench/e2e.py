@@ -46,6 +46,7 @@ from streamproc.bus.connect import connect  # noqa: E402
 from streamproc.bus.fastclient import FastClient  # noqa: E402
 from streamproc.bus.publisher import Publisher  # noqa: E402
 from streamproc.bus.server import EmbeddedNats, free_port  # noqa: E402
+from streamproc.client.http import ApiClient  # noqa: E402
 from streamproc.events import payloads as p  # noqa: E402
 from streamproc.events.envelope import new_event  # noqa: E402
 from streamproc.events.payloads import export_ref  # noqa: E402
@@ -55,7 +56,7 @@ from streamproc.impact.purls import normalize_image_purls  # noqa: E402
 from streamproc.impact.sbom import read_sbom  # noqa: E402
 from streamproc.planner.changes import export_run_id  # noqa: E402
 from streamproc.scanner.feedser import post_export, signed_headers  # noqa: E402
-from streamproc.scanner.sender_auth import presenter  # noqa: E402
+from streamproc.scanner.sender_auth import credentials  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 SECRET = "bench-feedser-secret-0123456789abcdef"
@@ -274,8 +275,10 @@ async def export_latency(tmp: Path, nats_url: str, trials: int = 20) -> list[flo
                               lambda t=t: request_run(pub, t, f"baseline-{t}"), 120)  # fmt: skip
             advisory = (DATA / f"osv/{TRIAL_ADVISORY}.json").read_bytes()
             last: dict[str, float] = {}
-            nonce: str | None = None
-            async with aiohttp.ClientSession() as s:
+            creds = credentials(tmp, {"STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer),
+                                      "STREAMPROC_FEEDSER_TENANTS": ",".join(TENANTS)})  # fmt: skip
+            assert creds.key is not None and creds.tokens is not None
+            async with aiohttp.ClientSession() as s, ApiClient(creds.key, creds.tokens) as api:
                 for trial in range(trials):
                     k = trial % len(TENANTS)
                     tenant = TENANTS[k]
@@ -296,16 +299,13 @@ async def export_latency(tmp: Path, nats_url: str, trials: int = 20) -> list[flo
                     first = await waiter(
                         nc, f"{prefix}.notify.{tenant}.rescan.delta", lambda m, r=run: r in m.data
                     )
-                    auth = presenter(tmp, issuer_key=issuer, tenants=[tenant])
-                    auth.dpop.nonce = nonce  # type: ignore[union-attr]  # minted: bound
                     t0 = time.perf_counter()
                     status, answer = await post_export(
                         gateway, body,
                         lambda raw, d, k=k: signed_headers(raw, d, secret=SECRET,
                                                            source=f"feedser-{k}"),
-                        auth=auth, tenant=tenant,
+                        api=api, tenant=tenant,
                     )  # fmt: skip
-                    nonce = auth.dpop.nonce  # type: ignore[union-attr]  # as a sender keeps it
                     assert status == 202, answer
                     await asyncio.wait_for(first, 60)
                     latencies.append(time.perf_counter() - t0)

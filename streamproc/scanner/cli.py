@@ -21,7 +21,9 @@ from streamproc import exitcodes
 from streamproc.app import System
 from streamproc.cliargs import add_config_flag
 from streamproc.cliargs import settings as _settings
-from streamproc.config import environment, load
+from streamproc.client.http import Unreachable
+from streamproc.client.tokens import TokenRefused, TokenUnavailable
+from streamproc.config import ConfigError, environment, load
 from streamproc.gateway.tokens_cli import KeyFileError
 from streamproc.role_cli import DEFAULT_NATS_URL
 from streamproc.scanner.advisories import AdvisoryDb
@@ -35,7 +37,7 @@ from streamproc.scanner.feedser import (
     signed_headers,
 )
 from streamproc.scanner.images import IndexedImages
-from streamproc.scanner.sender_auth import Presenter, SenderAuthError, presenter
+from streamproc.scanner.sender_auth import credentials
 from streamproc.scanner.service import start_scanner
 from streamproc.signals import install_stop_signals
 
@@ -73,8 +75,9 @@ def register(
     p.add_argument("--source", help="X-Scheduler-Source (needed with several Feedser sources)")
     p.add_argument(
         "--token",
-        help="access token to present (default $STREAMPROC_FEEDSER_TOKEN; else tokens are "
-        "minted from feedser.issuer_key, or with `make run` from its development issuer)",
+        help="access token to present, DPoP-bound to the client key (default "
+        "$STREAMPROC_FEEDSER_TOKEN; else client credentials, or tokens minted from "
+        "feedser.issuer_key, with `make run` from its development issuer)",
     )
     p.add_argument(
         "--tenant",
@@ -129,23 +132,6 @@ def cmd_scanner(args: argparse.Namespace) -> int:
     return int(uvloop.run(main()))
 
 
-def _presenter(args: argparse.Namespace, data_dir: Path) -> Presenter:
-    env = environment()
-    tenants = list(args.tenant) or [
-        t.strip() for t in env.get("STREAMPROC_FEEDSER_TENANTS", "").split(",") if t.strip()
-    ]
-    dpop_key = env.get("STREAMPROC_FEEDSER_DPOP_KEY")
-    issuer_key = env.get("STREAMPROC_FEEDSER_ISSUER_KEY")
-    return presenter(
-        data_dir,
-        token=args.token or env.get("STREAMPROC_FEEDSER_TOKEN"),
-        dpop_key=Path(dpop_key) if dpop_key else None,
-        issuer_key=Path(issuer_key) if issuer_key else None,
-        tenants=tenants,
-        source=args.source,
-    )
-
-
 def cmd_feedser_export(args: argparse.Namespace) -> int:
     data_dir = load({"data_dir": args.data_dir}).data_dir
     state_path = args.state or data_dir / "feedser-export.json"
@@ -168,13 +154,14 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return exitcodes.USAGE
     try:
-        auth = _presenter(args, data_dir)
-    except (SenderAuthError, KeyFileError) as exc:
+        creds = credentials(
+            data_dir, environment(), token=args.token, tenants=args.tenant, source=args.source
+        )
+    except (ConfigError, KeyFileError) as exc:
         print(f"streamproc: {exc}", file=sys.stderr)
         return exitcodes.USAGE
-    print(f"presenting {auth.how}"
-          + (f" for tenant(s) {', '.join(t for t in auth.tenants if t)}"
-             if any(auth.tenants) else ""))  # fmt: skip
+    named = ", ".join(t for t in creds.tenants if t)
+    print(f"presenting {creds.how}" + (f" for tenant(s) {named}" if named else ""))
 
     def headers(raw: bytes, delivery: str) -> dict[str, str]:
         return signed_headers(raw, delivery, secret=secret, ed25519_seed=seed, source=args.source)
@@ -185,21 +172,25 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
 
     save(sending_state(state, body))  # a retry sends this very body
     try:
-        answers = asyncio.run(deliver_export(args.url, body, headers, auth))
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        answers = asyncio.run(deliver_export(args.url, body, headers, creds))
+    except (aiohttp.ClientError, TimeoutError, Unreachable, TokenUnavailable) as exc:
         why = str(exc) or type(exc).__name__
         print(f"streamproc: the gateway at {args.url} did not answer ({why}); run this again "
               "to send the same export", file=sys.stderr)  # fmt: skip
         return exitcodes.FAILED
+    except TokenRefused as exc:
+        print(f"streamproc: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
     refused = False
     for tenant, status, answer in answers:
         shown = answer if isinstance(answer, str) else json.dumps(answer)
         who = f" (tenant {tenant})" if tenant else ""
         print(f"gateway answered {status}{who}: {shown}")
         refused |= status >= 300
-        if status == 401 and auth.tokens.get(tenant) is None:
+        if status == 401 and creds.tokens is None:
             print("streamproc: the source takes an access token: configure feedser.token "
-                  "(STREAMPROC_FEEDSER_TOKEN) or feedser.issuer_key", file=sys.stderr)  # fmt: skip
+                  "(STREAMPROC_FEEDSER_TOKEN), client credentials (client.*) or "
+                  "feedser.issuer_key", file=sys.stderr)  # fmt: skip
     if refused:
         print("streamproc: export not accepted; run this again to send the same export",
               file=sys.stderr)  # fmt: skip

@@ -25,8 +25,9 @@ from typing import Any
 import aiohttp
 from nacl.signing import SigningKey
 
+from streamproc.client.http import ApiClient
 from streamproc.scanner.advisories import AdvisoryDb
-from streamproc.scanner.sender_auth import Presenter
+from streamproc.scanner.sender_auth import Credentials
 
 WEBHOOK_PATH = "/api/v1/scheduler/events/feedser-export"
 
@@ -127,49 +128,54 @@ async def post_export(
     headers_for: Any,
     timeout_s: float = 30.0,
     *,
-    auth: Presenter | None = None,
+    api: ApiClient | None = None,
     tenant: str | None = None,
     path: str = WEBHOOK_PATH,
     delivery: str | None = None,
 ) -> tuple[int, Any]:
-    """One delivery of ``body``: signed by ``headers_for(raw, delivery_id)``, with the token
-    ``auth`` holds for ``tenant`` (and its DPoP proof). A ``use_dpop_nonce`` challenge is
-    answered once, with the same delivery id: a refused delivery id is not used up."""
+    """One delivery of ``body``, signed by ``headers_for(raw, delivery_id)``; with ``api``,
+    also with its DPoP-bound token for ``tenant`` (the nonce challenge answered by sending
+    the same delivery again: a refused delivery id is not used up)."""
     raw = json.dumps(body, separators=(",", ":")).encode()
     delivery = delivery or f"{body['exportId'][:64]}.{int(time.time() * 1000)}"
     target = url.rstrip("/") + path
+    headers = dict(headers_for(raw, delivery))
+    if api is not None:
+        reply = await api.request("POST", target, tenant=tenant, data=raw, headers=headers)
+        return reply.status, reply.json()
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as s:
-        for attempt in (1, 2):
-            headers = dict(headers_for(raw, delivery))
-            if auth is not None:
-                headers.update(auth.headers(tenant, "POST", target))
-            async with s.post(target, data=raw, headers=headers) as r:
-                text = await r.read()
-                fresh = auth is not None and auth.dpop is not None and auth.dpop.learn(r.headers)
-                challenged = any(
-                    "use_dpop_nonce" in h for h in r.headers.getall("WWW-Authenticate", [])
-                )
-                if r.status == 401 and challenged and fresh and attempt == 1:
-                    continue
-                try:
-                    return r.status, json.loads(text)
-                except ValueError:
-                    return r.status, text.decode(errors="replace")
-    raise AssertionError("unreachable: the second attempt returns")
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as s,
+        s.post(target, data=raw, headers=headers) as r,
+    ):
+        text = await r.read()
+        try:
+            return r.status, json.loads(text)
+        except ValueError:
+            return r.status, text.decode(errors="replace")
 
 
 async def deliver_export(
-    url: str, body: dict[str, Any], headers_for: Any, auth: Presenter, **kw: Any
+    url: str, body: dict[str, Any], headers_for: Any, creds: Credentials, timeout_s: float = 30.0
 ) -> list[tuple[str | None, int, Any]]:
-    """One delivery per tenant ``auth`` has a token for (each its own delivery id); every
-    tenant's (tenant, status, answer), in order, stopping at the first that got no answer."""
-    out = []
+    """One delivery per tenant of ``creds`` (each its own delivery id, one DPoP session for
+    all): every tenant's (tenant, status, answer), in order. No answer at all raises
+    (:class:`~streamproc.client.http.Unreachable`, or an :mod:`aiohttp` error without a
+    token), and the tenants after it are not sent."""
     stamp = int(time.time() * 1000)
-    for n, tenant in enumerate(auth.tenants):
-        delivery = f"{body['exportId'][:64]}.{stamp}.{n}"
-        status, answer = await post_export(
-            url, body, headers_for, auth=auth, tenant=tenant, delivery=delivery, **kw
-        )
-        out.append((tenant, status, answer))
+    out: list[tuple[str | None, int, Any]] = []
+    api = None
+    if creds.tokens is not None and creds.key is not None:
+        api = ApiClient(creds.key, creds.tokens, timeout_s=timeout_s)
+        await api.__aenter__()
+    try:
+        for n, tenant in enumerate(creds.tenants):
+            delivery = f"{body['exportId'][:64]}.{stamp}.{n}"
+            status, answer = await post_export(
+                url, body, headers_for, timeout_s, api=api, tenant=tenant, delivery=delivery
+            )
+            out.append((tenant, status, answer))
+    finally:
+        if api is not None:
+            await api.close()
     return out

@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from streamproc.bus.server import EmbeddedNats
+from streamproc.client.http import ApiClient
 from streamproc.gateway.tokens_cli import write_key_file
 from streamproc.runner.scanner_client import ImageFailed, ScannerClient, ScannerUnavailable
 from streamproc.scanner.advisories import AdvisoryDb
@@ -22,7 +23,7 @@ from streamproc.scanner.feedser import (
     sending_state,
     signed_headers,
 )
-from streamproc.scanner.sender_auth import presenter
+from streamproc.scanner.sender_auth import credentials
 from tests.runner.harness import DATA, digest_of, events, register_images, scanner
 
 PY = digest_of("py")
@@ -131,23 +132,31 @@ async def test_feedser_export_of_changed_advisories_reaches_the_gateway(
     # run`'s development issuer is), answering the gateway's nonce challenge on its own.
     issuer = tmp_path / "issuer.jwk"
     write_key_file(issuer, ISSUER_KEY, kid="k1", iss=ISSUER)
-    auth = presenter(tmp_path / "data", issuer_key=issuer, tenants=["acme", "globex"])
-    assert auth.dpop is not None and (tmp_path / "data/dev/feedser-dpop.jwk").is_file()
+    env = {
+        "STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer),
+        "STREAMPROC_FEEDSER_TENANTS": "acme,globex",
+    }
+    creds = credentials(tmp_path / "data", env)
+    assert creds.tenants == ["acme", "globex"] and creds.key is not None
+    assert (tmp_path / "data/client/dpop.jwk").is_file(), "the client key every command shares"
     h = await start(tmp_path, nats_server.url, prefix, default_settings(tmp_path))
+    assert creds.tokens is not None
+    api = ApiClient(creds.key, creds.tokens)
     try:
-        answers = await deliver_export(h.url, body, good, auth)
+        answers = await deliver_export(h.url, body, good, creds)
         assert [(t, status) for t, status, _ in answers] == [("acme", 202), ("globex", 202)]
         assert [a["events"][0]["tenant"] for _, _, a in answers] == ["acme", "globex"]
         exports = await events(h.system.nc, h.system.settings.events_stream, "export.feedser")
         assert {e.tenant for e in exports} == {"acme", "globex"}
         assert exports[0].payload.kev == ["CVE-2023-4911"]
-        bad, _ = await post_export(
-            h.url,
-            body,
-            lambda raw, d: signed_headers(raw, d, secret="no"),
-            auth=auth,
-            tenant="acme",
-        )
+        async with api:
+            bad, _ = await post_export(
+                h.url,
+                body,
+                lambda raw, d: signed_headers(raw, d, secret="no"),
+                api=api,
+                tenant="acme",
+            )
         assert bad == 401
         unauthenticated, problem = await post_export(h.url, body, good)
         assert unauthenticated == 401 and problem["detail"] == "an access token is required"
@@ -157,11 +166,13 @@ async def test_feedser_export_of_changed_advisories_reaches_the_gateway(
         later = time.time() + 120
         retry = build_export(db, sending_state({"advisories": {}}, body), now=later)
         assert retry == body
-        status, answer = await post_export(h.url, retry, good, auth=auth, tenant="acme")
+        async with api:
+            status, answer = await post_export(h.url, retry, good, api=api, tenant="acme")
         assert status == 200 and answer["duplicate"], answer
         rebuilt = build_export(db, {"advisories": {}}, now=later)
         assert rebuilt is not None and rebuilt["exportId"] == body["exportId"]
-        status, answer = await post_export(h.url, rebuilt, good, auth=auth, tenant="acme")
+        async with api:
+            status, answer = await post_export(h.url, rebuilt, good, api=api, tenant="acme")
         assert status == 202 and answer["revision"] == 2, answer
     finally:
         await stop(h)
