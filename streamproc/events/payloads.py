@@ -294,9 +294,20 @@ class RunReason(Payload, kw_only=True):
     feedser_export_ids: list[ExportRef] = []
     """The exports the run plans, by :func:`export_ref` (``<source>:<exportId>``)."""
     vexer_export_ids: list[ExportRef] = []
-    revisions: dict[ExportRef, Revision] = {}
+    revisions: dict[ExportRef, Revision] | UnsetType = UNSET
     """The revision the run plans of each export it names, when not the first (a follow-up
-    of a late revision: docs/planning.md, "Coalescing exports")."""
+    of a late revision: docs/planning.md, "Coalescing exports"). Absent when every export
+    is at its first: a request's encoding — and the audit chain's hash of it — is then what
+    it was before revisions existed."""
+
+    def revision_of(self, ref: str) -> int:
+        """The revision the run plans of export ``ref``."""
+        return 1 if isinstance(self.revisions, UnsetType) else self.revisions.get(ref, 1)
+
+    @property
+    def later_revisions(self) -> dict[str, int]:
+        return {} if isinstance(self.revisions, UnsetType) else dict(self.revisions)
+
     scheduled_for: Annotated[str, Meta(max_length=64)] | None = None
     text: Annotated[str, Meta(max_length=1000)] | None = None
 

@@ -177,6 +177,9 @@ class RunReasonView(Response, kw_only=True):
     """How many exports the run covers (all of them: ``GET /runs/{id}/exports``)."""
     exports: list[str] = []
     """The first few of them, by ref (``<source>:<exportId>``)."""
+    revisions: dict[str, int] = {}
+    """Of ``exports``, each the run plans at a revision past its first (a corrected
+    re-export: docs/planning.md, "Coalescing exports")."""
     scheduled_for: str | None = None
     """A cron run's fire time (UTC)."""
     text: str | None = None
@@ -223,6 +226,8 @@ class RunExportView(Response, kw_only=True):
     export_id: str
     """As its sender named it."""
     recorded_at: str | None
+    revision: int = 1
+    """The revision of the export the run plans."""
 
 
 class RunExportList(Response, kw_only=True):

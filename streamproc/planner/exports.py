@@ -50,9 +50,8 @@ Ref = tuple[r.Source, str, int]
 
 def _refs(req: p.RunRequested) -> list[Ref]:
     reason = req.reason
-    revs = reason.revisions
-    feedser: list[Ref] = [("feedser", x, revs.get(x, 1)) for x in reason.feedser_export_ids]
-    vexer: list[Ref] = [("vexer", x, revs.get(x, 1)) for x in reason.vexer_export_ids]
+    feedser: list[Ref] = [("feedser", x, reason.revision_of(x)) for x in reason.feedser_export_ids]
+    vexer: list[Ref] = [("vexer", x, reason.revision_of(x)) for x in reason.vexer_export_ids]
     return sorted(set(feedser + vexer))
 
 

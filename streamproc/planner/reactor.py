@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import ClassVar, cast
 
 import msgspec
+from msgspec import UNSET
 
 from streamproc import metrics, tracing
 from streamproc.config import Settings
@@ -275,7 +276,7 @@ class PlannerReactor(Reactor):
                 reason=p.RunReason(
                     feedser_export_ids=ids if g.source == "feedser" else [],
                     vexer_export_ids=ids if g.source == "vexer" else [],
-                    revisions=revisions,
+                    revisions=revisions or UNSET,
                     text=text,
                 ),
                 requested_by="planner",

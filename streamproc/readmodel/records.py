@@ -50,13 +50,14 @@ class SegmentState(msgspec.Struct, array_like=True):
 
 class ExportItem(msgspec.Struct, array_like=True):
     """One export a run covers (``rm_run_exports``): its source kind, its ref
-    (``<source>:<exportId>``), the id as its sender named it, and when it was recorded (HLC
-    ms; None for an export this view never recorded)."""
+    (``<source>:<exportId>``), the id as its sender named it, when it was recorded (HLC
+    ms; None for an export this view never recorded), and the revision the run plans."""
 
     kind: Source
     ref: str
     export_id: str
     ms: int | None = None
+    revision: int = 1
 
 
 def sort_key(x: ExportItem) -> tuple[bool, int, str]:
@@ -78,6 +79,8 @@ class ReasonRecord(msgspec.Struct, kw_only=True):
     vexer_export_id: str | None = None
     latest: dict[str, ExportItem] = {}
     """Per source kind, the export recorded last: where a planned run moves the cursor."""
+    revisions: dict[str, int] = {}
+    """Of ``exports``, those the run plans at a revision past the first (a follow-up)."""
 
     @property
     def cursor(self) -> str | None:

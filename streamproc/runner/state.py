@@ -297,12 +297,15 @@ class RunnerState(Projection):
         reason = r.reason
         feedser, vexer = reason.feedser_export_ids, reason.vexer_export_ids
         claims = r.trigger in ("feedser", "vexer")
-        if not claims or export_run_id(e.tenant, feedser + vexer, reason.revisions) != r.run_id:
+        if (
+            not claims
+            or export_run_id(e.tenant, feedser + vexer, reason.later_revisions) != r.run_id
+        ):
             return ms
         t = tx.table(EXPORTS_CF)
         for source, ids in (("feedser", feedser), ("vexer", vexer)):
             for export_id in ids:
-                ek = _export_key(e.tenant, source, export_id, reason.revisions.get(export_id, 1))
+                ek = _export_key(e.tenant, source, export_id, reason.revision_of(export_id))
                 raw = t.get(ek)
                 if raw is not None:
                     ms = min(ms, int(raw))

@@ -21,7 +21,7 @@ from streamproc.impact.index import ImpactIndex
 from streamproc.planner.changes import export_run_id
 from streamproc.planner.model import StaticSource
 from streamproc.planner.settings import PlannerSettings
-from tests.gateway.harness import BASE, default_settings, signed_headers, start, stop
+from tests.gateway.harness import BASE, default_settings, signed_headers, start, stop, token
 from tests.planner.harness import PlannerProcess, events_of, wait_until
 from tests.planner.util import add_images, created, digest, lib
 
@@ -110,6 +110,15 @@ async def test_an_export_storm_through_the_gateway_keeps_the_last_revision(
         second = export_run_id(TENANT, [ref("x"), ref("y")], {ref("x"): 2, ref("y"): 2})
         await wait_until(lambda: runs.is_settled(TENANT, second), what="the window's run")
         await caught_up_and_looked()
+        # The API names the revisions the run plans.
+        await gw.system.contexts["gateway-test"].wait_for(await gw.last_seq(), 5)
+        tok = token(TENANT, "scheduler.read")
+        status, view, _ = await gw.call("GET", f"{BASE}/runs/{second}", tok=tok)
+        assert status == 200 and view["reason"]["revisions"] == {ref("x"): 2, ref("y"): 2}, view
+        status, page, _ = await gw.call("GET", f"{BASE}/runs/{second}/exports", tok=tok)
+        assert [(x["exportId"], x["revision"]) for x in page["items"]] == [("x", 2), ("y", 2)]
+        status, view, _ = await gw.call("GET", f"{BASE}/runs/{first}", tok=tok)
+        assert view["reason"]["revisions"] == {} and view["reason"]["exports"] == [ref("x")]
     finally:
         await planner.stop()
         await stop(gw)
