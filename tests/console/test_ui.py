@@ -166,7 +166,7 @@ async def test_console_end_to_end(
     monkeypatch.setenv("STREAMPROC_PLANNER_DEBOUNCE_S", "0")
     # Three images per run (the export hits four, two of them made worse), the next window
     # an hour away: the export's run spills one, and the backlog banner shows it.
-    monkeypatch.setenv("STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "3")
+    monkeypatch.setenv("STREAMPROC_PLANNER_MAX_JOBS_PER_RUN", "3")
     monkeypatch.setenv("STREAMPROC_PLANNER_SPILL_DELAY_S", "3600")
     port = free_port()
     settings = Settings(

@@ -201,7 +201,7 @@ async def test_work_spilled_to_the_next_window_is_the_backlog(
     """Oversubscription: a run whose images exceed its maxJobs queues the first ones and
     spills the rest to a continuation in the next window; GET /backlog (the console's
     banner) shows them, by the continuation the planner itself will request."""
-    monkeypatch.setenv("STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "5")
+    monkeypatch.setenv("STREAMPROC_PLANNER_MAX_JOBS_PER_RUN", "5")
     monkeypatch.setenv("STREAMPROC_PLANNER_SPILL_DELAY_S", "3600")
     monkeypatch.setenv("STREAMPROC_PLANNER_DEBOUNCE_S", "0")
     h = await start(tmp_path, nats_server.url, prefix, default_settings(tmp_path),
