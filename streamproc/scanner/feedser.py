@@ -8,12 +8,14 @@ advisory (vulnId, productKeys, severity, kev). The export id is derived from the
 and the body being sent is kept in the state file as ``pending`` until the gateway accepts
 it, so a retry after a refusal or a lost answer sends the very same body again (its
 ``window`` included), which the gateway recognises as the same export. The body is
-signed ``sha256=HMAC(secret, timestamp + "." + body)`` (or Ed25519), the gateway's scheme.
+signed ``sha256=HMAC(secret, timestamp + "." + body)`` (or Ed25519), the gateway's scheme,
+and sent with a DPoP-bound access token per tenant (:mod:`.sender_auth`).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -164,18 +166,15 @@ async def deliver_export(
     token), and the tenants after it are not sent."""
     stamp = int(time.time() * 1000)
     out: list[tuple[str | None, int, Any]] = []
-    api = None
-    if creds.tokens is not None and creds.key is not None:
-        api = ApiClient(creds.key, creds.tokens, timeout_s=timeout_s)
-        await api.__aenter__()
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        api = None
+        if creds.tokens is not None and creds.key is not None:
+            client = ApiClient(creds.key, creds.tokens, timeout_s=timeout_s)
+            api = await stack.enter_async_context(client)
         for n, tenant in enumerate(creds.tenants):
             delivery = f"{body['exportId'][:64]}.{stamp}.{n}"
             status, answer = await post_export(
                 url, body, headers_for, timeout_s, api=api, tenant=tenant, delivery=delivery
             )
             out.append((tenant, status, answer))
-    finally:
-        if api is not None:
-            await api.close()
     return out
