@@ -4,8 +4,8 @@ that learns its images from the event log, and real HTTP in between. The planner
 streamproc's own, at its default settings (the 30 s debounce window included).
 
 1. Feedser export → first ``rescan.delta`` on the Notify stream, 20 trials: a signed Feedser
-   webhook with its DPoP-bound access token (the gateway's default modes) to the gateway → ``export.feedser`` → the planner → work queue → runner →
-   scanner → Notify. Each trial is an export on a *quiet* system: the first export of its
+   webhook with its DPoP-bound access token (the gateway's default modes) to the gateway →
+   ``export.feedser`` → the planner → work queue → runner → scanner → Notify. Each trial is an export on a *quiet* system: the first export of its
    tenant and source in the last debounce window, which the planner plans at once (exports
    arriving within the window after it would coalesce into the next run, 30 s later). The
    trials rotate over 10 tenants (one Feedser source each), so each tenant is quiet again
