@@ -5,10 +5,10 @@ streamproc's own, at its default settings (the 30 s debounce window included).
 
 1. Feedser export → first ``rescan.delta`` on the Notify stream, 20 trials: a signed Feedser
    webhook with its DPoP-bound access token (the gateway's default modes) to the gateway →
-   ``export.feedser`` → the planner → work queue → runner → scanner → Notify. Each trial is an export on a *quiet* system: the first export of its
-   tenant and source in the last debounce window, which the planner plans at once (exports
-   arriving within the window after it would coalesce into the next run, 30 s later). The
-   trials rotate over 10 tenants (one Feedser source each), so each tenant is quiet again
+   ``export.feedser`` → the planner → work queue → runner → scanner → Notify. Each trial is
+   an export on a *quiet* system: the first export of its tenant and source in the last
+   debounce window, which the planner plans at once (exports arriving within the window
+   after it would coalesce into the next run, 30 s later). The trials rotate over 10 tenants (one Feedser source each), so each tenant is quiet again
    when its turn comes. A trial re-publishes a real advisory (GHSA-cx63-2mw6-8hw5) that the
    untimed reset run after the previous trial of the tenant had withdrawn, so the findings
    of the tenant's images get worse every trial.
