@@ -8,10 +8,11 @@ streamproc's own, at its default settings (the 30 s debounce window included).
    ``export.feedser`` → the planner → work queue → runner → scanner → Notify. Each trial is
    an export on a *quiet* system: the first export of its tenant and source in the last
    debounce window, which the planner plans at once (exports arriving within the window
-   after it would coalesce into the next run, 30 s later). The trials rotate over 10 tenants (one Feedser source each), so each tenant is quiet again
-   when its turn comes. A trial re-publishes a real advisory (GHSA-cx63-2mw6-8hw5) that the
-   untimed reset run after the previous trial of the tenant had withdrawn, so the findings
-   of the tenant's images get worse every trial.
+   after it would coalesce into the next run, 30 s later). The trials rotate over 10 tenants
+   (one Feedser source each), so each tenant is quiet again when its turn comes. A trial
+   re-publishes a real advisory (GHSA-cx63-2mw6-8hw5) that the untimed reset run after the
+   previous trial of the tenant had withdrawn, so the findings of the tenant's images get
+   worse every trial.
 2. Nightly coverage: 50,000 images indexed, a run over all of them requested (as
    ``POST /run`` publishes it) on a schedule whose limits do not pace it; the planner plans
    it, one runner with 10 workers x 8 scanner calls in flight runs it against the scanner

@@ -130,7 +130,7 @@ def vexer_threats(x: p.VexerExportBody, flags: Callable[[str], int]) -> Change:
 
 
 @dataclass(frozen=True)
-class Projection:
+class ImpactEstimate:
     candidates: ImpactSet
     deltas: int
     kev: int
@@ -154,7 +154,7 @@ def project(
     last: Callable[[str], Findings | None],
     judged_since: Callable[[str], bool] = lambda _digest: False,
     sample: int = PROJECTION_SAMPLE,
-) -> Projection:
+) -> ImpactEstimate:
     """The candidates and the projected deltas of ``change`` (``last(digest)``: the image's
     last verdict, None if it has none; ``judged_since(digest)``: whether that verdict was
     made after the export was recorded, so it reflects it already — the export's own run
@@ -183,7 +183,7 @@ def project(
         if not any(t.assessed for t in threats):
             unassessed += 1  # hit by keys that say nothing of severity
     scale = len(candidates.bitmap) / len(judged) if judged else 0.0
-    return Projection(
+    return ImpactEstimate(
         candidates,
         round(deltas * scale),
         round(kev * scale),

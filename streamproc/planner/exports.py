@@ -34,8 +34,9 @@ from streamproc.planner.changes import (
     uncovered,
     vexer_change,
 )
-from streamproc.projection import Projection, Rejection, Table, Tx
+from streamproc.projection import Projection, Table, Tx
 from streamproc.projections.cursor import advanced
+from streamproc.projections.revision import check_revision
 from streamproc.state.store import Store
 
 CLAIMS_CF = PL_CLAIMS_CF
@@ -138,16 +139,7 @@ class PlannerExports(Projection):
         head_key = record_key(t, source, ref)
         raw_head = table.get(head_key)
         head = r.decode_export(raw_head) if raw_head is not None else None
-        if n == 1 and head is not None:
-            raise Rejection("duplicate_export", f"{source} export {ref} already folded")
-        if n > 1 and head is None:
-            raise Rejection(
-                "unknown_export", f"revision {n} of {source} export {ref}, never folded"
-            )
-        if head is not None and n <= head.latest:
-            raise Rejection(
-                "duplicate_export", f"{source} export {ref} is at revision {head.latest}"
-            )
+        check_revision(source, ref, n, head.latest if head is not None else None)
         change = self._change(tx, t, pl)
         rec = r.ExportRecord(
             export_id=ref,

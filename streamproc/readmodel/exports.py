@@ -15,7 +15,8 @@ from streamproc.events.payloads import FeedserExport, VexerExport, export_body
 from streamproc.events.payloads import payload_digest as payload_digest
 from streamproc.fold import folds
 from streamproc.names import RM_EXPORTS
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.projection import Projection, Tx
+from streamproc.projections.revision import check_revision
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ExportRecord, decode_export, encode
 from streamproc.readmodel.schedules import physical_ms
@@ -51,16 +52,7 @@ class Exports(Projection):
         raw = table.get(k)
         known = decode_export(raw) if raw is not None else None
         n = payload.revision
-        if n == 1 and known is not None:
-            raise Rejection("duplicate_export", f"{kind} export {payload.ref} is recorded")
-        if n > 1 and known is None:
-            raise Rejection(
-                "unknown_export", f"revision {n} of {kind} export {payload.ref}, never recorded"
-            )
-        if known is not None and n <= known.revision:
-            raise Rejection(
-                "duplicate_export", f"{kind} export {payload.ref} is at revision {known.revision}"
-            )
+        check_revision(kind, payload.ref, n, known.revision if known is not None else None)
         rec = ExportRecord(
             export_id=payload.export_id,
             kind=kind,
