@@ -25,7 +25,7 @@ from nacl.signing import SigningKey
 
 from streamproc.client.settings import dpop_key
 from streamproc.config import ConfigError, Settings, environment, file_document
-from streamproc.gateway import jwt
+from streamproc.gateway.tokens_cli import write_key_file
 
 DEMO_TENANT = "demo"
 DEFAULT_DATA_DIR = Settings().data_dir
@@ -119,10 +119,7 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
     secret_file = base / "feedser.secret"
     config = base / "gateway.json"
     if not key_file.exists():
-        key = SigningKey.generate()
-        public = jwt.okp_jwk(key.verify_key)
-        doc = {**public, "d": jwt.b64url(bytes(key)), "kid": uuid.uuid4().hex[:16]}
-        _write_private(key_file, json.dumps({**doc, "iss": DEV_ISSUER}, indent=2) + "\n")
+        write_key_file(key_file, SigningKey.generate(), kid=uuid.uuid4().hex[:16], iss=DEV_ISSUER)
     if not secret_file.exists():
         _write_private(secret_file, secrets.token_hex(32) + "\n")
     key_doc = json.loads(key_file.read_text())

@@ -168,6 +168,7 @@ PL_SCHEDULES_CF: Final = PL_SCHEDULES
 PL_RUNS_CF: Final = PL_RUNS
 PL_BACKLOG_CF: Final = "pl_backlog"
 PL_REPORTS_CF: Final = PL_REPORTS
+PL_FINDINGS_CF: Final = "pl_findings"
 PL_EXPORTS_CF: Final = PL_EXPORTS
 PL_CLAIMS_CF: Final = "pl_claims"
 PL_CURSORS_CF: Final = "pl_cursors"
@@ -191,6 +192,7 @@ RM_RUN_EXPORTS_CF: Final = "rm_run_exports"
 """Every export a run covers, in order: what ``GET /runs/{id}/exports`` pages through."""
 RM_CURSORS_CF: Final = "rm_cursors"
 """``impact_cursors``: per tenant, the latest export of each source a planned run covers."""
+RM_BACKLOG_CF: Final = "rm_backlog"
 
 # ---------------------------------------------------------------- HTTP API
 
@@ -209,3 +211,5 @@ READ_SCOPE: Final = "scheduler.read"
 ADMIN_SCOPE: Final = "scheduler.admin"
 IMAGES_WRITE_SCOPE: Final = "scheduler.images.write"
 """Ingest only: index and remove images (CI pipelines, scanners); reads need READ."""
+WEBHOOK_SCOPE: Final = "scheduler.webhook"
+"""Deliver Feedser/Vexer exports to the webhooks, and nothing else (admin implies it)."""

@@ -375,6 +375,17 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ clients
     _k("feedser.secret", "STREAMPROC_FEEDSER_SECRET", "str", None,
        "HMAC secret `streamproc feedser export` signs with", secret=True, default_text="none"),
+    _k("feedser.token", "STREAMPROC_FEEDSER_TOKEN", "str", None,
+       "access token `streamproc feedser export` presents (scope `scheduler.webhook`, one "
+       "tenant), DPoP-bound to the client's key (`client.dpop_key`)", secret=True,
+       default_text="client credentials (`client.*`), else minted from `feedser.issuer_key`"),
+    _k("feedser.issuer_key", "STREAMPROC_FEEDSER_ISSUER_KEY", "str", None,
+       "issuer key file `streamproc feedser export` mints its tokens from (development and "
+       "tests)", default_text="`DATA/dev/issuer.jwk` when `make run` wrote it"),
+    _k("feedser.tenants", "STREAMPROC_FEEDSER_TENANTS", "list[str]", None,
+       "tenants `streamproc feedser export` delivers each export to, one delivery and token "
+       "each (minted or client-credentials tokens)",
+       default_text="the Feedser source's tenants in `DATA/dev/gateway.json`"),
     _k("client.dpop_key", "STREAMPROC_CLIENT_DPOP_KEY", "str", None,
        "the DPoP key (private Ed25519 JWK) every command that calls the gateway signs its "
        "proofs with; created on first use with mode 0600",

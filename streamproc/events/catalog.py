@@ -103,6 +103,12 @@ def _schedule_v3_to_v2(d: dict[str, Any]) -> dict[str, Any]:
     return renamed(d, SCHEDULE_V3_RENAMES, back=True)
 
 
+def _first_revision(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 exports had no revisions: each is its export's first (``revision`` 1, the
+    default)."""
+    return d
+
+
 def _unscoped_export(d: dict[str, Any]) -> dict[str, Any]:
     """Version 1 exports were not scoped by source: they stay without one (``source``
     absent), so they keep the subject and the keys they were recorded under — the bare
@@ -155,20 +161,20 @@ KINDS: dict[str, KindSpec] = {
             p.FeedserExport,
             "feedser",
             "ref",
-            version=2,
+            version=3,
             emitted_by="gateway (webhook), feedser CLI",
             folded_by="planner (vuln map, cursors), read model",
-            upcasters={1: _unscoped_export},
+            upcasters={1: _unscoped_export, 2: _first_revision},
         ),
         KindSpec(
             "export.vexer",
             p.VexerExport,
             "vexer",
             "ref",
-            version=2,
+            version=3,
             emitted_by="gateway (webhook)",
             folded_by="planner (cursors), read model",
-            upcasters={1: _unscoped_export},
+            upcasters={1: _unscoped_export, 2: _first_revision},
         ),
         KindSpec(
             "image.indexed",

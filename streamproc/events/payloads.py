@@ -30,6 +30,7 @@ KeyList = Annotated[list[Str], Meta(max_length=MAX_KEYS)]
 Mode = Literal["analysis-only", "content-refresh"]
 Trigger = Literal["cron", "feedser", "vexer", "manual"]
 Severity = Literal["low", "medium", "high", "critical"]
+SEVERITY_RANK: dict[str, int] = {"low": 1, "medium": 2, "high": 3, "critical": 4}
 VEX_STATUSES = frozenset({"not_affected", "affected", "fixed", "under_investigation"})
 _EPOCH = datetime(2000, 1, 1)
 _TRANSITION = re.compile(r"^([a-z_]+)\s*(?:→|->)\s*([a-z_]+)$")
@@ -187,12 +188,19 @@ class FeedserExportBody(Payload, kw_only=True):
     advisories: Annotated[list[AdvisoryChange], Meta(max_length=MAX_KEYS)] = []
 
 
+Revision = Annotated[int, Meta(ge=1)]
+
+
 class FeedserExport(FeedserExportBody, kw_only=True):
-    """``export.feedser``: the body as delivered, and the source that delivered it."""
+    """``export.feedser``: the body as delivered, the source that delivered it, and which
+    revision of the export it is."""
 
     source: SourceName | None = None
     """The authenticated webhook source (set by the gateway, never by the body); None in
     events recorded before exports were scoped by source."""
+    revision: Revision = 1
+    """1 for the export's first body; each later delivery of the same ``exportId`` by the
+    same source with another body is the next revision (keep last)."""
 
     @property
     def ref(self) -> str:
@@ -222,10 +230,13 @@ class VexerExportBody(Payload, kw_only=True):
 
 
 class VexerExport(VexerExportBody, kw_only=True):
-    """``export.vexer``: the body as delivered, and the source that delivered it."""
+    """``export.vexer``: the body as delivered, the source that delivered it, and which
+    revision of the export it is."""
 
     source: SourceName | None = None
     """As :attr:`FeedserExport.source`."""
+    revision: Revision = 1
+    """As :attr:`FeedserExport.revision`."""
 
     @property
     def ref(self) -> str:
@@ -240,11 +251,12 @@ def export_body(payload: FeedserExport | VexerExport) -> FeedserExportBody | Vex
 
 
 def sourced_export(
-    body: FeedserExportBody | VexerExportBody, source: str
+    body: FeedserExportBody | VexerExportBody, source: str, revision: int = 1
 ) -> FeedserExport | VexerExport:
-    """The event payload of a delivered ``body``: the same fields, and its source."""
+    """The event payload of a delivered ``body``: the same fields, its source and revision."""
     kind = FeedserExport if isinstance(body, FeedserExportBody) else VexerExport
-    return kind(**{f: getattr(body, f) for f in body.__struct_fields__}, source=source)
+    fields = {f: getattr(body, f) for f in body.__struct_fields__}
+    return kind(**fields, source=source, revision=revision)
 
 
 # ---------------------------------------------------------------- images
@@ -299,6 +311,20 @@ class RunReason(Payload, kw_only=True):
     feedser_export_ids: list[ExportRef] = []
     """The exports the run plans, by :func:`export_ref` (``<source>:<exportId>``)."""
     vexer_export_ids: list[ExportRef] = []
+    revisions: dict[ExportRef, Revision] | UnsetType = UNSET
+    """The revision the run plans of each export it names, when not the first (a follow-up
+    of a late revision: docs/planning.md, "Coalescing exports"). Absent when every export
+    is at its first: a request's encoding — and the audit chain's hash of it — is then what
+    it was before revisions existed."""
+
+    def revision_of(self, ref: str) -> int:
+        """The revision the run plans of export ``ref``."""
+        return 1 if isinstance(self.revisions, UnsetType) else self.revisions.get(ref, 1)
+
+    @property
+    def later_revisions(self) -> dict[str, int]:
+        return {} if isinstance(self.revisions, UnsetType) else dict(self.revisions)
+
     scheduled_for: Annotated[str, Meta(max_length=64)] | None = None
     text: Annotated[str, Meta(max_length=1000)] | None = None
 

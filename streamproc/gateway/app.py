@@ -8,7 +8,7 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -37,6 +37,7 @@ from streamproc.readmodel.queries import ReadModel
 log = logging.getLogger("streamproc.gateway")
 SHUTDOWN_TIMEOUT = 30.0
 GATEWAY = web.AppKey("gateway", object)
+R = TypeVar("R", bound=web.StreamResponse)
 
 
 class Gateway:
@@ -51,6 +52,7 @@ class Gateway:
         self.replay = ReplayGuard(bucket, settings.replay_per_client)
         self.auth = Authenticator(settings, self.replay)
         self.webhooks = WebhookVerifier(settings, self.replay)
+        self._nonce = "dpop" in self.auth.modes and settings.dpop.require_nonce
         self.remote = Remote(
             ctx.publisher.nc,
             prefix,
@@ -85,7 +87,6 @@ class Gateway:
         scope = op.scope
         handler = op.handler
         auth = self.auth
-        nonce = "dpop" in auth.modes and self.s.dpop.require_nonce
 
         async def route(request: web.Request) -> web.StreamResponse:
             if self.draining:
@@ -99,12 +100,15 @@ class Gateway:
             if scope is not None:
                 who = await auth.authenticate(request, scope)
                 request[accesslog.TENANT] = who.tenant
-            resp = await handler(self, request, who)
-            if nonce and who is not None and who.mode == "dpop":
-                resp.headers["DPoP-Nonce"] = auth.dpop.nonce()
-            return resp
+            return self.with_nonce(await handler(self, request, who), who)
 
         return route
+
+    def with_nonce(self, resp: R, who: Principal | None) -> R:
+        """A fresh ``DPoP-Nonce`` on a DPoP caller's answer, when nonces are required."""
+        if self._nonce and who is not None and who.mode == "dpop":
+            resp.headers["DPoP-Nonce"] = self.auth.dpop.nonce()
+        return resp
 
     def install(self, app: web.Application) -> None:
         """Add the API routes, /openapi.json and the middleware to ``app``."""

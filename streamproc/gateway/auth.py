@@ -24,13 +24,14 @@ from streamproc.gateway.replay import ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, Issuer, resolve_ref
 from streamproc.gateway.tls import peer_cert_der, x5t_s256
 from streamproc.ids import TENANT_RE
-from streamproc.names import ADMIN_SCOPE, IMAGES_WRITE_SCOPE, READ_SCOPE, REALM
+from streamproc.names import ADMIN_SCOPE, IMAGES_WRITE_SCOPE, READ_SCOPE, REALM, WEBHOOK_SCOPE
 from streamproc.problems import ProblemError
 
 READ = READ_SCOPE
 ADMIN = ADMIN_SCOPE
 IMAGES_WRITE = IMAGES_WRITE_SCOPE
-ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE})
+WEBHOOK = WEBHOOK_SCOPE
+ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE, WEBHOOK})
 _CACHE_MAX = 20_000
 
 
@@ -41,6 +42,10 @@ class Principal(NamedTuple):
     mode: str
     client_ids: frozenset[str] = frozenset()
     """Who the token says the client is: its ``client_id``, ``azp`` and ``sub`` claims."""
+
+
+PRINCIPAL = web.RequestKey("principal", Principal)
+"""The caller a handler authenticated itself (the webhooks, whose token is per source)."""
 
 
 _claims_dec = msgspec.json.Decoder(jwt.Claims)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from streamproc.gateway import (
     routes_audit,
     routes_feed,
+    routes_backlog,
     routes_images,
     routes_preview,
     routes_runs,
@@ -16,6 +17,7 @@ from streamproc.gateway.operations import Operation
 OPERATIONS: list[Operation] = [
     *routes_schedules.OPERATIONS,
     *routes_runs.OPERATIONS,
+    *routes_backlog.OPERATIONS,
     *routes_preview.OPERATIONS,
     *routes_audit.OPERATIONS,
     *routes_webhooks.OPERATIONS,

@@ -219,6 +219,10 @@ async def test_console_end_to_end(
     scanner_port = free_port()
     monkeypatch.setenv("STREAMPROC_SCANNER_URL", f"http://127.0.0.1:{scanner_port}")
     monkeypatch.setenv("STREAMPROC_PLANNER_DEBOUNCE_S", "0")
+    # Three images per run (the export hits four, two of them made worse), the next window
+    # an hour away: the export's run spills one, and the backlog banner shows it.
+    monkeypatch.setenv("STREAMPROC_PLANNER_MAX_JOBS_PER_RUN", "3")
+    monkeypatch.setenv("STREAMPROC_PLANNER_SPILL_DELAY_S", "3600")
     port = free_port()
     settings = Settings(
         data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=port
@@ -305,16 +309,23 @@ async def test_console_end_to_end(
             count = await page.locator("#preview-count").text_content()
             assert count is not None and int(count) >= 1
             await page.locator("#preview-sample li").first.wait_for()
+            sentence = await page.text_content("#preview-sentence")
+            plural = "" if count == "1" else "s"
+            assert sentence == f"These change keys touch ~{count} image{plural}.", sentence
             await b.shot("04-preview")
             await page.keyboard.press("Escape")
 
-            # ... and the aggregator posts it (signed webhook).
+            # ... and the aggregator posts it (signed webhook, with a token).
             raw = json.dumps(export, separators=(",", ":")).encode()
+            hook = mint_token(dev.issuer_key, "scheduler.webhook")
             async with aiohttp.ClientSession() as http:
                 r = await http.post(
                     f"{base}{WEBHOOK_PATH}",
                     data=raw,
-                    headers=signed_headers(raw, str(uuid.uuid4()), secret=secret),
+                    headers={
+                        **signed_headers(raw, str(uuid.uuid4()), secret=secret),
+                        "Authorization": f"Bearer {hook}",
+                    },
                 )
                 assert r.status == 202, await r.text()
 
@@ -327,7 +338,39 @@ async def test_console_end_to_end(
                 "rows => rows.map((r) => r.dataset.state)"
             )
             assert set(shown) <= set(RUN_STATES), shown
+            # The run queued three images (its maxJobs), spilled the rest: the banner says so.
+            await page.wait_for_selector("#backlog:not([hidden])")
+            banner = await page.text_content("#backlog")
+            async with aiohttp.ClientSession() as http:
+                r = await http.get(
+                    f"{base}/api/v1/scheduler/backlog", headers={"Authorization": f"Bearer {token}"}
+                )
+                backlog = await r.json()
+            assert backlog["images"] >= 1 and len(backlog["runs"]) == 1, backlog
+            spilled = f"Backlog: {backlog['images']} image{'s' if backlog['images'] > 1 else ''}"
+            assert banner is not None and banner.startswith(f"{spilled} spilled"), banner
             await b.shot("05-runs")
+
+            # The export, previewed by its id: the sentence with the API's own numbers.
+            await page.click("#open-preview")
+            await page.fill("#preview-export", export["exportId"])
+            await page.click("#run-preview")
+            await page.wait_for_selector("#preview-deltas")
+            async with aiohttp.ClientSession() as http:
+                r = await http.post(
+                    f"{base}/api/v1/scheduler/preview/impact",
+                    json={"exportId": export["exportId"]},
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                api = await r.json()
+            want = (
+                f"This Feedser export touches ~{api['count']:,} images; projected deltas: "
+                f"~{api['projectedDeltas']:,} ({api['projectedKev']:,} KEV)."
+            )
+            assert await page.text_content("#preview-sentence") == want
+            assert api["count"] >= 2 and api["export"]["revision"] == 1
+            await b.shot("05b-preview-export")
+            await page.keyboard.press("Escape")
 
             # Drill down.
             await done.first.locator("a").first.click()
