@@ -137,8 +137,9 @@ DELTA_IMAGES = Counter(
 )
 RATE_LIMITED = Counter(
     "scheduler_rate_limited",
-    "Scanner calls backed off and retried (429|5xx|timeout|connection), or held back by a pacing "
-    "bucket (tenant_bucket|registry_bucket), by reason",
+    "Scanner calls backed off and retried (429|5xx|timeout|connection), or held back by a shared "
+    "leaky bucket (run_rate|tenant_bucket|registry_bucket) or waiting for the buckets to answer "
+    "(bucket_unavailable), by reason",
     ["reason"],
 )
 SEGMENTS = Counter(
@@ -168,7 +169,11 @@ for _metric in (IMPACT_RESOLVE_SECONDS, PLAN_SECONDS, IMAGES_SELECTED, JOBS_ENQU
 _preset(CRON_TICKS, "fired", "late", "skipped")
 _preset(PLANNER_ERRORS, "publish", "recovery", "unrecoverable_segments", "cron_publish")
 _preset(DELTA_IMAGES, "kev", "critical", "high", "other")
-_preset(RATE_LIMITED, "429", "5xx", "timeout", "connection", "tenant_bucket", "registry_bucket")
+_preset(
+    RATE_LIMITED,
+    *("429", "5xx", "timeout", "connection"),
+    *("run_rate", "tenant_bucket", "registry_bucket", "bucket_unavailable"),
+)
 _preset(SEGMENTS, "completed", "cancelled", "retried", "dead_lettered", "invalid")
 _preset(VERDICTS, "ok", "failed")
 _preset(NOTIFY_MESSAGES, "rescan.delta", "report.ready")

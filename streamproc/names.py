@@ -96,6 +96,11 @@ def status_bucket(prefix: str) -> str:
     return f"{prefix}_status"
 
 
+def rate_bucket(prefix: str) -> str:
+    """The runners' shared leaky buckets (per run, tenant and registry host)."""
+    return f"{prefix.replace('.', '_')}_rates"
+
+
 def feed_bucket(prefix: str) -> str:
     """Registrations and checkpoints of the Notify HTTP feed's consumers."""
     return f"{prefix}_feed"

@@ -95,6 +95,7 @@ class Plan:
     degraded_reason: str | None = None
     keys: int = 0
     hosts: dict[str, int] = field(default_factory=dict)
+    buckets: pacing.Buckets = field(default_factory=pacing.Buckets)
 
     def run_planned(self) -> p.RunPlanned:
         return p.RunPlanned(
@@ -120,6 +121,10 @@ class Plan:
                 rate_per_second=s.rate_per_second,
                 mode=s.mode,
                 priority=s.priority,
+                tenant_rate=self.buckets.tenant_rate,
+                registry_host=s.host or None,
+                registry_rate=self.buckets.registry_rate if s.host else None,
+                burst_s=self.buckets.burst_s,
             )
             for s in self.segments
         ]

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from streamproc import metrics
+from streamproc.bus import jsapi
 from streamproc.bus.workqueue import (
     MaxDeliveries,
     QueueConfig,
@@ -34,6 +35,8 @@ from streamproc.ids import derive_id
 from streamproc.names import stream_names
 from streamproc.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.runner.completion import Completer
+from streamproc.runner.limiter import Limiter
+from streamproc.runner.ratebucket import RateStore
 from streamproc.runner.scanner_client import ScannerClient
 from streamproc.runner.segment import SegmentRunner
 from streamproc.runner.settings import RunnerSettings
@@ -68,7 +71,11 @@ class Workers:
             connections=settings.workers * settings.inflight + 8,
         )
         runner_id = f"{ctx.settings.node_id}-{os.getpid()}"
-        self.segments = SegmentRunner(ctx, settings, self.client, self.queue, runner_id)
+        self.rates = RateStore(ctx.publisher, ctx.settings.prefix, runner_id)
+        self.limiter = Limiter(self.rates)
+        self.segments = SegmentRunner(
+            ctx, settings, self.client, self.queue, runner_id, self.limiter
+        )
         self.tasks: list[asyncio.Task[None]] = []
         self._advisories: Any = None
 
@@ -81,8 +88,9 @@ class Workers:
             await self.close()
 
     async def start(self) -> None:
-        await self.queue.start()
         nc = self.ctx.publisher.nc
+        await self.rates.open(await jsapi.stream_replicas(nc, self.ctx.settings.events_stream))
+        await self.queue.start()
         self._advisories = await nc.subscribe(
             max_deliveries_subject(self.work_stream), cb=self._on_max_deliveries
         )
@@ -146,6 +154,7 @@ class Workers:
                 await self._advisories.unsubscribe()
             self._advisories = None
         await self.queue.close()
+        await self.limiter.close()
         await self.client.close()
 
 
