@@ -12,6 +12,8 @@ is dropped. A call then happens at most ``hold`` after its token's grant, so in 
 shared burst``. The configured burst ``B`` (``STREAMPROC_PLANNER_BURST_S`` seconds of the
 rate, at least one call) is therefore split: a quarter of it is the hold, the rest is the
 shared bucket's tolerance — together never more than ``w · rate + B`` calls in any window.
+(A hold is never under 20 ms, the time a token takes to reach its call: with a burst of
+less than 80 ms of the rate, the window may hold those 20 ms of the rate instead.)
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ class Gcra:
     hold_ns: int
     """How long a runner may keep a granted token before using it."""
     burst: float
-    """The configured burst in tokens (what the guarantee is stated in)."""
+    """What any window may hold beyond ``w · rate``: the configured burst in tokens (at
+    least one), or more only where the configured hold would be under
+    :data:`MIN_HOLD_NS` (a burst of less than 80 ms of the rate)."""
 
 
 def params(rate: float, burst_s: float) -> Gcra:
@@ -43,11 +47,13 @@ def params(rate: float, burst_s: float) -> Gcra:
     interval = math.ceil(NS / rate)
     burst = max(1.0, rate * burst_s)
     held = min(burst / 4, burst - 1)  # tokens' worth of hold; the shared bucket keeps >= 1
+    tolerance = math.floor((burst - held - 1) * interval)
+    hold = max(MIN_HOLD_NS, math.floor(held * interval))
     return Gcra(
         interval_ns=interval,
-        tolerance_ns=math.floor((burst - held - 1) * interval),
-        hold_ns=max(MIN_HOLD_NS, math.floor(held * interval)),
-        burst=burst,
+        tolerance_ns=tolerance,
+        hold_ns=hold,
+        burst=max(burst, (tolerance + hold) / interval + 1),
     )
 
 

@@ -19,6 +19,7 @@ share one bucket exactly, and a runner behind takes fewer tokens, never more.
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import re
 import time
@@ -43,7 +44,10 @@ MAX_AGE_S = 3600
 (at most the burst plus one interval; ``STREAMPROC_PLANNER_BURST_S`` is capped below it)."""
 SYNC_EVERY_NS = 5 * 1_000_000_000
 """How often the offset to the server's clock is measured again."""
-CALL_TIMEOUT_S = 2.0
+CALL_TIMEOUT_S = 1.0
+"""A read or write not answered within this is given up (the callers wait and it is asked
+again): a write still buffered while the connection is down may land later, which only
+spends tokens nobody uses."""
 _LAST = re.compile(r"wrong last sequence: (\d+)")
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -225,9 +229,10 @@ class RateStore:
         token = f"{self.writer}-{self._serial:x}"
         data = msgspec.json.encode(State(tat=tat, by=token))
         try:
-            ack = await self.publisher.publish(
-                self.subject(key), data, token, expected_last_subject_seq=last
-            )
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                ack = await self.publisher.publish(
+                    self.subject(key), data, token, expected_last_subject_seq=last
+                )
         except WrongExpectedSequence as exc:
             m = _LAST.search(exc.description)
             if m is None:
@@ -238,6 +243,6 @@ class RateStore:
                 if mine is not None and mine.state.by == token:
                     return current  # our own write, resent after a lost acknowledgement
             raise Conflict(current) from None
-        except (PublishError, PublishTimeout, NoStream, NatsError, OSError) as exc:
+        except (PublishError, PublishTimeout, NoStream, NatsError, OSError, TimeoutError) as exc:
             raise Unavailable(str(exc) or type(exc).__name__) from None
         return ack.seq
