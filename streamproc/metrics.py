@@ -142,6 +142,12 @@ RATE_LIMITED = Counter(
     "(bucket_unavailable), by reason",
     ["reason"],
 )
+RATE_BUCKET_CALLS = Counter(
+    "scheduler_rate_bucket_calls",
+    "Requests to the shared rate buckets in JetStream KV, by outcome (granted: tokens taken|"
+    "conflict: another runner wrote first|read|clock: server time measured|error)",
+    ["outcome"],
+)
 SEGMENTS = Counter(
     "scheduler_runner_segments",
     "Segments handled by runners, by outcome (completed|cancelled|retried|dead_lettered)",
@@ -174,6 +180,7 @@ _preset(
     *("429", "5xx", "timeout", "connection"),
     *("run_rate", "tenant_bucket", "registry_bucket", "bucket_unavailable"),
 )
+_preset(RATE_BUCKET_CALLS, "granted", "conflict", "read", "clock", "error")
 _preset(SEGMENTS, "completed", "cancelled", "retried", "dead_lettered", "invalid")
 _preset(VERDICTS, "ok", "failed")
 _preset(NOTIFY_MESSAGES, "rescan.delta", "report.ready")

@@ -63,7 +63,8 @@ class Take:
     tat_ns: int
     """The TAT after the grant (unchanged when nothing was granted)."""
     retry_ns: int
-    """When nothing was granted: the time the next token conforms (else 0)."""
+    """When nothing was granted: the time ``want`` tokens conform (at most as many as the
+    tolerance holds; else 0)."""
 
 
 def take(g: Gcra, tat_ns: int, now_ns: int, want: int) -> Take:
@@ -74,4 +75,5 @@ def take(g: Gcra, tat_ns: int, now_ns: int, want: int) -> Take:
     n = max(0, min(want, room))
     if n:
         return Take(n, start + n * g.interval_ns, 0)
-    return Take(0, tat_ns, start - g.tolerance_ns)
+    k = max(1, min(want, g.tolerance_ns // g.interval_ns + 1))
+    return Take(0, tat_ns, start + (k - 1) * g.interval_ns - g.tolerance_ns)

@@ -7,8 +7,11 @@ buckets in JetStream KV (:mod:`streamproc.runner.ratebucket`), taken in batches 
 calls cost no round trip:
 
 - Per bucket, one task of this process takes tokens for everyone waiting here: as many as
-  are waiting, and while the bucket is not the limit also a batch ahead (at most what may be
-  held, :data:`MAX_BATCH`). Waiters are served first come, first served.
+  are waiting, and while the bucket is not the limit as many again for the next callers
+  (within what may be held, and :data:`MAX_BATCH`). While it is the limit, it waits until
+  as many tokens as are waiting here conform (at most half the bucket's tolerance) and
+  takes them at once, so runners take turns by the batch rather than race for every
+  token. Waiters are served first come, first served.
 - A token not used within the bucket's hold (a quarter of its burst) is dropped: that is
   what bounds the calls of any window to the rate plus one burst (:mod:`.gcra`).
 - A call with several buckets waits in line at the one that held callers back most
@@ -90,6 +93,7 @@ class _Bucket:
         self.tat = 0
         self.ahead = True
         """The last take got all it asked: the bucket is not the limit, take a batch ahead."""
+        self.last_take = 0
         self.ready_at = 0
         """While no token conforms: when the next one will (local monotonic ns)."""
         self.limited = 0
@@ -102,9 +106,17 @@ class _Bucket:
             self.spec = spec
             self.g = gcra.params(spec.rate, spec.burst_s)
 
-    @property
-    def batch(self) -> int:
-        return max(1, min(MAX_BATCH, self.g.hold_ns // self.g.interval_ns))
+    def ahead_of(self, waiting: int) -> int:
+        """Taken while the bucket is not the limit: as many again as are waiting (the next
+        callers' tokens), within what may be held and :data:`MAX_BATCH` — not more, or
+        tokens this runner cannot use in time would be kept from the others."""
+        held = self.g.hold_ns // self.g.interval_ns
+        return max(1, min(MAX_BATCH, max(waiting, min(held, 2 * waiting))))
+
+    def share(self, waiting: int) -> int:
+        """Taken at once while the bucket is the limit: up to half what its tolerance holds,
+        so runners take turns by the batch instead of racing for every token."""
+        return max(1, min(waiting, (self.g.tolerance_ns // self.g.interval_ns + 1) // 2))
 
     def drop_expired(self, now: int) -> None:
         cut = bisect.bisect_right(self.stock, now)
@@ -203,6 +215,10 @@ class Limiter:
         now = time.monotonic_ns()
         b.drop_expired(now)
         if b.stock and not b.waiting():
+            if b.ahead and b.task is None and len(b.stock) <= b.last_take // 2:
+                # Half of what was taken last is used: take the next batch before the
+                # callers find the stock empty (they would wait a round trip each time).
+                b.task = asyncio.create_task(self._serve(b, b.last_take))
             return b.stock.pop(0)
         if not patient and b.ready_at > now:
             return NONE
@@ -234,17 +250,19 @@ class Limiter:
             metrics.RATE_LIMITED.labels("bucket_unavailable").inc()
         return expiry
 
-    async def _serve(self, b: _Bucket) -> None:
-        """Take tokens for the callers waiting on ``b`` until none is left."""
+    async def _serve(self, b: _Bucket, ahead: int = 0) -> None:
+        """Take tokens for the callers waiting on ``b`` until none is left (first
+        ``ahead`` tokens for those about to ask, if the bucket is not the limit)."""
         backoff = BACKOFF_S[0]
         try:
             while True:
                 b.drop_expired(time.monotonic_ns())
                 b.hand_out()
                 waiting = b.waiting()
-                if not waiting:
+                if not waiting and not (ahead and b.ahead):
                     return
-                want = min(MAX_BATCH, max(waiting, b.batch if b.ahead else 1))
+                want = b.ahead_of(max(waiting, ahead)) if b.ahead else b.share(waiting)
+                ahead = 0
                 try:
                     got, wait_ns = await self._take(b, want)
                 except Unavailable as exc:
@@ -290,13 +308,13 @@ class Limiter:
             try:
                 b.revision = await store.write(b.spec.key, t.tat_ns, b.revision)
             except Conflict as c:
-                entry = await store.read(b.spec.key, c.revision) if c.revision else None
-                if c.revision and entry is None:
-                    b.revision = None  # moved on again: read the last
+                if c.current is None:
+                    b.revision = None  # gone, or moved on again: read the last
                 else:
-                    b.revision, b.tat = c.revision, entry.state.tat if entry else 0
+                    b.revision, b.tat = c.current.revision, c.current.state.tat
                 continue
             b.tat = t.tat_ns
+            b.last_take = t.granted
             b.stock.extend([local + b.g.hold_ns] * t.granted)
             b.stock.sort()
             return t.granted, 0

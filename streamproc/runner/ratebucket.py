@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 from nats.errors import Error as NatsError
 
+from streamproc import metrics
 from streamproc.bus import jsapi, streams
 from streamproc.bus.publisher import (
     NoStream,
@@ -49,6 +50,10 @@ CALL_TIMEOUT_S = 1.0
 again): a write still buffered while the connection is down may land later, which only
 spends tokens nobody uses."""
 _LAST = re.compile(r"wrong last sequence: (\d+)")
+_CALLS = {
+    o: metrics.loop_counter(metrics.RATE_BUCKET_CALLS.labels(o))
+    for o in ("granted", "conflict", "read", "clock", "error")
+}
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -57,11 +62,12 @@ class Unavailable(Exception):
 
 
 class Conflict(Exception):
-    """Another runner wrote the key first; ``revision`` is the key's current revision."""
+    """Another runner wrote the key first: ``current`` is its entry now (None: the key is
+    gone, or moved on again before it could be read)."""
 
-    def __init__(self, revision: int) -> None:
-        super().__init__(f"rate bucket moved to revision {revision}")
-        self.revision = revision
+    def __init__(self, current: Entry | None) -> None:
+        super().__init__(f"rate bucket moved to {current}")
+        self.current = current
 
 
 class State(msgspec.Struct, kw_only=True):
@@ -181,6 +187,7 @@ class RateStore:
 
     async def sync_clock(self) -> None:
         """Measure the offset to the server's clock (``ts`` of a ``STREAM.INFO`` answer)."""
+        _CALLS["clock"]()
         try:
             msg = await self.nc.request(
                 f"{jsapi.API}.STREAM.INFO.{self.stream}", b"", timeout=CALL_TIMEOUT_S
@@ -198,6 +205,7 @@ class RateStore:
     async def read(self, key: str, revision: int | None = None) -> Entry | None:
         """The key's last entry (or the entry at ``revision``); None when it has none."""
         body = {"seq": revision} if revision else {"last_by_subj": self.subject(key)}
+        _CALLS["read"]()
         try:
             msg = await self.nc.request(
                 self._api, msgspec.json.encode(body), timeout=CALL_TIMEOUT_S
@@ -237,12 +245,15 @@ class RateStore:
             m = _LAST.search(exc.description)
             if m is None:
                 raise Unavailable(str(exc)) from None
-            current = int(m.group(1))
-            if current:
-                mine = await self.read(key, current)
-                if mine is not None and mine.state.by == token:
-                    return current  # our own write, resent after a lost acknowledgement
+            revision = int(m.group(1))
+            current = await self.read(key, revision) if revision else None
+            if current is not None and current.state.by == token:
+                _CALLS["granted"]()
+                return revision  # our own write, resent after a lost acknowledgement
+            _CALLS["conflict"]()
             raise Conflict(current) from None
         except (PublishError, PublishTimeout, NoStream, NatsError, OSError, TimeoutError) as exc:
+            _CALLS["error"]()
             raise Unavailable(str(exc) or type(exc).__name__) from None
+        _CALLS["granted"]()
         return ack.seq
