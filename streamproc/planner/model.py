@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import msgspec
+
 from streamproc.events import payloads as p
 from streamproc.ids import derive_id
 from streamproc.impact.index import ImpactIndex
@@ -122,8 +124,8 @@ class Plan:
                 mode=s.mode,
                 priority=s.priority,
                 tenant_rate=self.buckets.tenant_rate,
-                registry_host=s.host or None,
-                registry_rate=self.buckets.registry_rate if s.host else None,
+                registry_host=s.host or msgspec.UNSET,
+                registry_rate=self.buckets.registry_rate if s.host else msgspec.UNSET,
                 burst_s=self.buckets.burst_s,
             )
             for s in self.segments

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
+from msgspec import UnsetType
+
 from streamproc.events import payloads as p
 from streamproc.runner.limiter import BucketSpec, Limiter
 from streamproc.runner.ratebucket import key_of
@@ -18,22 +20,26 @@ DEFAULT_BURST_S = 1.0
 """Of a segment planned without ``burstS`` (schema 1): ``STREAMPROC_PLANNER_BURST_S``'s default."""
 
 
+def _burst(seg: p.SegmentEnqueued) -> float:
+    return DEFAULT_BURST_S if isinstance(seg.burst_s, UnsetType) else seg.burst_s
+
+
 def report_buckets(tenant: str, seg: p.SegmentEnqueued) -> list[BucketSpec]:
-    burst = seg.burst_s or DEFAULT_BURST_S
     out = []
     if seg.rate_per_second:
         key = key_of("run", tenant, seg.run_id)
-        out.append(BucketSpec(key, seg.rate_per_second, burst, "run_rate"))
-    if seg.tenant_rate:
-        out.append(BucketSpec(key_of("tenant", tenant), seg.tenant_rate, burst, "tenant_bucket"))
+        out.append(BucketSpec(key, seg.rate_per_second, _burst(seg), "run_rate"))
+    if not isinstance(seg.tenant_rate, UnsetType):
+        key = key_of("tenant", tenant)
+        out.append(BucketSpec(key, seg.tenant_rate, _burst(seg), "tenant_bucket"))
     return out
 
 
 def registry_buckets(seg: p.SegmentEnqueued) -> list[BucketSpec]:
-    if seg.mode != "content-refresh" or not seg.registry_host or not seg.registry_rate:
+    host, rate = seg.registry_host, seg.registry_rate
+    if seg.mode != "content-refresh" or isinstance(host, UnsetType) or isinstance(rate, UnsetType):
         return []
-    key = key_of("host", seg.registry_host)
-    return [BucketSpec(key, seg.registry_rate, seg.burst_s or DEFAULT_BURST_S, "registry_bucket")]
+    return [BucketSpec(key_of("host", host), rate, _burst(seg), "registry_bucket")]
 
 
 class SegmentPace:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from msgspec import UNSET
 
 from streamproc.events import payloads as p
 from streamproc.ids import derive_id
@@ -155,7 +156,7 @@ def test_smallest_limit_of_the_schedules_wins(index: ImpactIndex) -> None:
     assert {(x.rate_per_second, x.tenant_rate, x.burst_s) for x in payloads} == {
         (40, CFG.tenant_rate, CFG.burst_s)
     }
-    assert all(x.registry_host is None and x.registry_rate is None for x in payloads)
+    assert all(x.registry_host is UNSET and x.registry_rate is UNSET for x in payloads)
 
 
 def test_only_if_last_report_older_than_days(index: ImpactIndex) -> None:
