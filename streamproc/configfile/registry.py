@@ -177,7 +177,8 @@ KEYS: tuple[Key, ...] = (
     _k("planner.segment_size", "STREAMPROC_PLANNER_SEGMENT_SIZE", "int", 500,
        "most images per segment", minimum=1, maximum=10000),
     _k("planner.default_rate", "STREAMPROC_PLANNER_DEFAULT_RATE", "int", 50,
-       "images/s of a run whose schedules set no `limits.ratePerSecond`", minimum=1),
+       "report calls/s of a run, over all its segments and runners, whose schedules set no "
+       "`limits.ratePerSecond`", minimum=1),
     _k("planner.default_parallelism", "STREAMPROC_PLANNER_DEFAULT_PARALLELISM", "int", 8,
        "shards of a run without `limits.parallelism`", minimum=1, maximum=1024),
     _k("planner.default_max_jobs", "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "int", 50000,
