@@ -1,16 +1,27 @@
-"""Which buckets a segment's calls take, from what the planner recorded; and segments of
-schema 1 (recorded before the buckets were shared) still decode, keep their audit digest and
-are paced by their run's bucket at the rate they recorded."""
+"""Which buckets a segment's calls take, from what the planner recorded; segments of schema
+1 (recorded before the buckets were shared) still decode, keep their audit digest and are
+paced by their run's bucket at the rate they recorded; and a retry after a 429 waits for
+its tokens like a first attempt."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+
+from aiohttp import web
 
 from streamproc.audit.entry import make_entry
+from streamproc.bus import jsapi
+from streamproc.bus.fastclient import FastClient
+from streamproc.bus.publisher import Publisher
+from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.events import payloads as p
 from streamproc.events.envelope import decode, encode, new_event
-from streamproc.runner.limiter import BucketSpec
+from streamproc.runner.limiter import BucketSpec, Limiter
 from streamproc.runner.pacing import registry_buckets, report_buckets
+from streamproc.runner.ratebucket import RateStore, definition, key_of
+from streamproc.runner.scanner_client import ScannerClient
 
 HLC = "1767225600000:0:node-a"
 DIGEST = "sha256:" + "ab" * 32
@@ -54,3 +65,48 @@ def test_a_schema_1_segment_decodes_keeps_its_digest_and_is_paced_by_its_run() -
     assert make_entry(old, 0, None).payload_digest == make_entry(current, 0, None).payload_digest
     # Its recorded rate (the shard's share then) is taken as its run's: slower, never faster.
     assert report_buckets("acme", old.payload) == [BucketSpec("run.acme.r", 5, 1.0, "run_rate")]
+
+
+async def test_retries_after_a_429_wait_for_their_tokens_too(
+    nats_server: EmbeddedNats, nc: FastClient, prefix: str
+) -> None:
+    """Every other call is answered 429: the retries go out within the bucket as well, so
+    the attempts of any 1 s window stay within the rate and one burst."""
+    arrivals: list[float] = []
+
+    async def reports(request: web.Request) -> web.Response:
+        body = await request.json()
+        arrivals.append(time.monotonic())
+        if len(arrivals) % 2:
+            return web.json_response({"error": "busy"}, status=429, headers={"Retry-After": "0"})
+        return web.json_response({"imageDigest": body["imageDigest"], "findings": []})
+
+    app = web.Application()
+    app.router.add_post("/reports", reports)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    client = ScannerClient(f"http://127.0.0.1:{port}", backoff_base_s=0.01, backoff_cap_s=0.02)
+    rate = 10
+    spec = [BucketSpec(key_of("run", "t1", "throttled"), rate, 0.5, "run_rate")]  # burst 5
+    async with Publisher(nc, prefix=prefix) as pub:
+        limiter = Limiter(RateStore(pub, prefix, "r1"))
+        await limiter.store.open(1)
+        try:
+
+            async def pace() -> None:
+                await limiter.acquire(spec)
+
+            retries = await asyncio.gather(
+                *(client.report(DIGEST, f"k{i}", pace=pace) for i in range(20))
+            )
+        finally:
+            await limiter.close()
+            await client.close()
+            await runner.cleanup()
+            await jsapi.request(nc, f"STREAM.DELETE.{definition(prefix, 1)['name']}")
+    assert sum(r[2] for r in retries) >= 15 and len(arrivals) >= 35  # most were retried
+    ts = sorted(arrivals)
+    most = max(sum(1 for t in ts if s <= t < s + 1.0) for s in ts)
+    assert most <= rate + 5 + 1, most  # rate and burst, attempts and retries together
