@@ -265,12 +265,17 @@ class Limiter:
                 ahead = 0
                 try:
                     got, wait_ns = await self._take(b, want)
-                except Unavailable as exc:
+                except Exception as exc:  # Unavailable, or a bug: the callers wait either way
                     b.unavailable += 1
                     b.refuse_impatient()
                     if not self._warned:
                         self._warned = True
-                        log.warning("rate bucket %s unavailable, calls wait: %s", b.spec.key, exc)
+                        log.warning(
+                            "rate bucket %s unavailable, calls wait: %s",
+                            b.spec.key,
+                            exc,
+                            exc_info=not isinstance(exc, Unavailable),
+                        )
                     await asyncio.sleep(backoff * self.rng.uniform(0.5, 1.0))
                     backoff = min(BACKOFF_S[1], backoff * 2)
                     continue

@@ -1,6 +1,6 @@
 """Rate buckets shared by every runner process: one GCRA state per bucket in JetStream KV.
 
-The bucket ``<prefix>_rates`` (stream ``KV_<prefix>_rates``, ``nats kv get`` reads it) holds
+The bucket ``<prefix>_rates`` (stream ``KV_<prefix>_rates``, a KV bucket's layout) holds
 one key per leaky bucket — ``run.<tenant>.<run>``, ``tenant.<tenant>``, ``host.<registry>`` —
 whose value is the bucket's theoretical arrival time (:mod:`streamproc.runner.gcra`).
 A runner takes tokens with a compare-and-set: it writes the new TAT expecting the revision
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ from streamproc.bus.publisher import (
     WrongExpectedSequence,
 )
 from streamproc.names import rate_bucket
+
+log = logging.getLogger(__name__)
 
 MAX_AGE_S = 3600
 """A key expires this long after its last write: far beyond any TAT's lead over its write
@@ -171,6 +174,7 @@ class RateStore:
     def __init__(self, publisher: Publisher, prefix: str, writer: str) -> None:
         self.publisher = publisher
         self.nc = publisher.nc
+        self.prefix = prefix
         self.bucket = rate_bucket(prefix)
         self.stream = f"KV_{self.bucket}"
         self.writer = writer
@@ -180,7 +184,9 @@ class RateStore:
 
     async def open(self, replicas: int) -> None:
         """Create the bucket if missing (replicated like the event stream)."""
-        await streams.apply(self.nc, [definition(self.publisher.prefix, replicas)])
+        for result in await streams.apply(self.nc, [definition(self.prefix, replicas)]):
+            if result.action == "drift":
+                log.warning("rate bucket %s drift: %s", result.stream, result.describe())
 
     def subject(self, key: str) -> str:
         return f"$KV.{self.bucket}.{key}"
@@ -195,7 +201,10 @@ class RateStore:
         except (NatsError, TimeoutError, OSError) as exc:
             raise Unavailable(f"{self.stream}: {exc or type(exc).__name__}") from None
         arrived = time.monotonic_ns()
-        doc = msgspec.json.decode(msg.data)
+        try:
+            doc = msgspec.json.decode(msg.data)
+        except msgspec.DecodeError:
+            doc = None
         ts = doc.get("ts") if isinstance(doc, dict) else None
         if not ts:
             detail = doc.get("error") if isinstance(doc, dict) else doc
