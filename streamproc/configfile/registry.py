@@ -82,6 +82,7 @@ SECTIONS: dict[str, str] = {
     "gateway": "the HTTP API: tokens, webhooks, body limits",
     "gateway.dpop": "DPoP proof checking",
     "feedser": "the `streamproc feedser export` client",
+    "client": "commands that call the gateway: DPoP key and tokens",
     "notify": "the Notify HTTP feed (gateway) and the `streamproc notify tail` client",
 }
 
@@ -323,8 +324,23 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ clients
     _k("feedser.secret", "STREAMPROC_FEEDSER_SECRET", "str", None,
        "HMAC secret `streamproc feedser export` signs with", secret=True, default_text="none"),
-    _k("notify.token", "STREAMPROC_TOKEN", "str", None,
-       "bearer token of `streamproc notify tail --http`", secret=True, default_text="none"),
+    _k("client.dpop_key", "STREAMPROC_CLIENT_DPOP_KEY", "str", None,
+       "the DPoP key (private Ed25519 JWK) every command that calls the gateway signs its "
+       "proofs with; created on first use with mode 0600",
+       default_text="`<data_dir>/client/dpop.jwk`"),
+    _k("client.token_url", "STREAMPROC_CLIENT_TOKEN_URL", "str", None,
+       "the issuer's OAuth 2.0 token endpoint: commands without a static token get "
+       "DPoP-bound tokens there with client credentials, one per tenant", default_text="none"),
+    _k("client.client_id", "STREAMPROC_CLIENT_ID", "str", None,
+       "client id at `client.token_url` (HTTP Basic)", default_text="none"),
+    _k("client.client_secret", "STREAMPROC_CLIENT_SECRET", "str", None,
+       "client secret at `client.token_url`", secret=True, default_text="none"),
+    _k("client.scopes", "STREAMPROC_CLIENT_SCOPES", "list[str]", None,
+       "scopes asked of `client.token_url`",
+       default_text="what the command needs (`notify tail`: `scheduler.read`)"),
+    _k("notify.token", "STREAMPROC_NOTIFY_TOKEN", "str", None,
+       "static access token of `streamproc notify tail --http`, bound to the client's DPoP "
+       "key (instead of client credentials; one tenant)", secret=True, default_text="none"),
     _k("notify.feed_consumers", "STREAMPROC_FEED_CONSUMERS", "list[str]",
        ["streamproc-notify"],
        "token subjects (`sub`) that may register and report HTTP feed positions (besides "

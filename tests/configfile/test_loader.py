@@ -114,8 +114,10 @@ token_file = 5
     assert found["nats.password"] == "give nats.password or nats.password_file, not both"
     assert found["feedser.secret_file"] == f"{tmp_path / 'empty'} is empty"
     assert found["notify.token_file"] == "expected a file path, got 5"
-    monkeypatch.setenv("STREAMPROC_TOKEN_FILE", str(tmp_path / "nope"))
-    with pytest.raises(ConfigFileError, match=r"STREAMPROC_TOKEN_FILE \(notify.token_file\)"):
+    monkeypatch.setenv("STREAMPROC_NOTIFY_TOKEN_FILE", str(tmp_path / "nope"))
+    with pytest.raises(
+        ConfigFileError, match=r"STREAMPROC_NOTIFY_TOKEN_FILE \(notify.token_file\)"
+    ):
         activate(None)
 
 

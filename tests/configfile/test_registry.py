@@ -12,11 +12,13 @@ from streamproc import config
 from streamproc.audit import settings as audit
 from streamproc.audit import signing
 from streamproc.bus.connect import AUTH_ENV
+from streamproc.client import settings as client
 from streamproc.configfile.loader import read_file
 from streamproc.configfile.reference import render_reference
 from streamproc.configfile.registry import BY_ENV, BY_PATH, DOCS_BY_PATH, KEYS, SECTIONS
 from streamproc.gateway import settings as gateway
 from streamproc.impact.projection import DEFAULT_CACHE_MB
+from streamproc.notify import cli as notify_cli
 from streamproc.planner import settings as planner
 from streamproc.runner import settings as runner
 
@@ -86,7 +88,12 @@ def test_every_reader_variable_is_registered_with_its_default() -> None:
         "STREAMPROC_RUNNER_RETRY_BACKOFF_S",
         "STREAMPROC_IMPACT_WARM_ON_START",
         "STREAMPROC_FEEDSER_SECRET",
-        "STREAMPROC_TOKEN",
+        notify_cli.TOKEN_ENV,
+        client.DPOP_KEY_ENV,
+        client.TOKEN_URL_ENV,
+        client.CLIENT_ID_ENV,
+        client.CLIENT_SECRET_ENV,
+        client.SCOPES_ENV,
     ]
     assert [n for n in names if n not in BY_ENV] == []
     for var, (path, default) in KEYS_MD.items():

@@ -19,6 +19,9 @@ from nats.aio.msg import Msg
 from streamproc.bus import jsapi, streams
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
+from streamproc.client.dpop import DpopKey
+from streamproc.client.http import ApiClient
+from streamproc.client.tokens import StaticToken
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_http import add_feed_routes
 from streamproc.notify.http_tail import FeedClosed, FeedUnavailable, HttpTail, load_checkpoint
@@ -39,7 +42,7 @@ class Caller(NamedTuple):
 
 def who(request: web.Request) -> Caller:
     """Stands in for the gateway's token check: tenant, subject and scopes from the token."""
-    token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    token = request.headers.get("Authorization", "").removeprefix("Bearer ").removeprefix("DPoP ")
     parts = dict(p.split(":", 1) for p in token.split() if ":" in p)
     if "tenant" not in parts:
         raise web.HTTPUnauthorized(text="no token")
@@ -98,7 +101,9 @@ def session(token: str) -> aiohttp.ClientSession:
 
 def tail_into(url: str, state: Path, seen: list[int], **kw: Any) -> HttpTail:
     """The HTTP tail with the consumer's token, noting each sequence it handles."""
-    return HttpTail(url, state, token=CONSUMER, out=lambda m, seq: seen.append(seq), **kw)
+    key = DpopKey.load_or_create(state.parent / "dpop.jwk")
+    api = ApiClient(key, StaticToken(CONSUMER, key))
+    return HttpTail(url, state, api=api, out=lambda m, seq: seen.append(seq), **kw)
 
 
 async def set_direct(nc: FastClient, stream: str, on: bool) -> None:
