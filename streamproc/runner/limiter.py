@@ -69,12 +69,16 @@ class BucketSpec:
 
 
 class _Waiter:
-    __slots__ = ("fut", "patient")
+    __slots__ = ("fut", "limited", "patient", "unavailable")
 
     def __init__(self, fut: asyncio.Future[int], patient: bool) -> None:
         self.fut = fut
         self.patient = patient
         """Waits until a token conforms; an impatient waiter is answered NONE instead."""
+        self.limited = False
+        """It waited while no token conformed (a real wait for the rate)."""
+        self.unavailable = False
+        """It waited while the bucket did not answer."""
 
 
 NONE = -1
@@ -96,9 +100,8 @@ class _Bucket:
         self.last_take = 0
         self.ready_at = 0
         """While no token conforms: when the next one will (local monotonic ns)."""
-        self.limited = 0
         self.limited_at = 0
-        self.unavailable = 0
+        """When this bucket last held callers back (local monotonic ns)."""
         self.used = 0
 
     def respec(self, spec: BucketSpec) -> None:
@@ -133,12 +136,17 @@ class _Bucket:
             if not w.fut.done():
                 w.fut.set_result(self.stock.pop(0))
 
-    def refuse_impatient(self) -> None:
+    def held_back(self, *, unavailable: bool) -> None:
+        """No token now: impatient waiters get NONE, the patient ones know they waited."""
         keep: deque[_Waiter] = deque()
         for w in self.waiters:
             if w.fut.done():
                 continue
             if w.patient:
+                if unavailable:
+                    w.unavailable = True
+                else:
+                    w.limited = True
                 keep.append(w)
             else:
                 w.fut.set_result(NONE)
@@ -223,8 +231,8 @@ class Limiter:
         if not patient and b.ready_at > now:
             return NONE
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        b.waiters.append(_Waiter(fut, patient))
-        limited, unavailable = b.limited, b.unavailable
+        waiter = _Waiter(fut, patient)
+        b.waiters.append(waiter)
         if b.task is None:
             b.task = asyncio.create_task(self._serve(b), name=f"rate-{b.spec.key}")
         try:
@@ -244,9 +252,9 @@ class Limiter:
                 b.give(fut.result())  # handed to us as we stopped: the next caller's
             fut.cancel()
             raise
-        if patient and b.limited != limited:
+        if waiter.limited:
             metrics.RATE_LIMITED.labels(b.spec.reason).inc()
-        if patient and b.unavailable != unavailable:
+        if waiter.unavailable:
             metrics.RATE_LIMITED.labels("bucket_unavailable").inc()
         return expiry
 
@@ -266,8 +274,7 @@ class Limiter:
                 try:
                     got, wait_ns = await self._take(b, want)
                 except Exception as exc:  # Unavailable, or a bug: the callers wait either way
-                    b.unavailable += 1
-                    b.refuse_impatient()
+                    b.held_back(unavailable=True)
                     if not self._warned:
                         self._warned = True
                         log.warning(
@@ -286,11 +293,10 @@ class Limiter:
                 b.ahead = got >= want
                 if got:
                     continue
-                b.limited += 1
                 now = time.monotonic_ns()
                 b.limited_at = now
                 b.ready_at = now + wait_ns
-                b.refuse_impatient()
+                b.held_back(unavailable=False)
                 spread = min(b.g.interval_ns, b.g.tolerance_ns)
                 await asyncio.sleep((wait_ns + self.rng.uniform(0, spread)) / 1e9)
         finally:

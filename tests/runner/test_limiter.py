@@ -188,3 +188,24 @@ def test_bucket_keys_are_valid_kv_keys() -> None:
     assert key_of("host", "registry.example.com:5000") == "host.registry=2Eexample=2Ecom=3A5000"
     assert key_of("run", "t-1", "r_2") == "run.t-1.r_2"
     assert Counter(key_of("tenant", x) for x in ("a.b", "a=2Eb")).most_common(1)[0][1] == 1
+
+
+async def test_each_call_that_waited_for_its_turn_counts_once(
+    nats_server: EmbeddedNats, prefix: str
+) -> None:
+    spec = [
+        BucketSpec(key_of("run", "t1", "counted"), 8, 1.0, "run_rate"),  # 6 at once, then 8/s
+        BucketSpec(key_of("tenant", "t1"), 1000, 1.0, "tenant_bucket"),  # never the limit
+    ]
+    before = {r: limited(r) for r in ("run_rate", "tenant_bucket")}
+    async with limiters(nats_server.url, prefix, 1) as (lim,):
+        t0 = time.monotonic()
+
+        async def call() -> float:
+            await lim.acquire(spec)
+            return time.monotonic() - t0
+
+        took = sorted(await asyncio.gather(*(call() for _ in range(11))))
+    assert max(took[:6]) < 0.1 < min(took[6:])
+    assert limited("run_rate") - before["run_rate"] == 5
+    assert limited("tenant_bucket") == before["tenant_bucket"]
