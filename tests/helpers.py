@@ -58,3 +58,14 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout:g} s (last: {got!r})")
         await asyncio.sleep(every)
+
+
+def most_in_a_window(times: list[float], w: float) -> int:
+    """The most of ``times`` in any window ``[t - w, t]`` (one ending at each time)."""
+    ts = sorted(times)
+    j = best = 0
+    for i, t in enumerate(ts):
+        while ts[j] < t - w:
+            j += 1
+        best = max(best, i - j + 1)
+    return best

@@ -28,6 +28,7 @@ from streamproc.runner.ratebucket import (
     key_of,
     rfc3339_ns,
 )
+from tests.helpers import most_in_a_window
 
 
 def limited(reason: str) -> float:
@@ -69,16 +70,6 @@ async def hammer(
             out.append(time.monotonic())
 
     await asyncio.gather(*(lane() for _ in range(lanes)))
-
-
-def most_in_a_window(times: list[float], w: float) -> int:
-    times = sorted(times)
-    j = best = 0
-    for i, t in enumerate(times):
-        while times[j] < t - w:
-            j += 1
-        best = max(best, i - j + 1)
-    return best
 
 
 async def test_three_limiters_hold_one_rate_together(

@@ -22,6 +22,7 @@ from streamproc.runner.limiter import BucketSpec, Limiter
 from streamproc.runner.pacing import registry_buckets, report_buckets
 from streamproc.runner.ratebucket import RateStore, definition, key_of
 from streamproc.runner.scanner_client import ScannerClient
+from tests.helpers import most_in_a_window
 
 HLC = "1767225600000:0:node-a"
 DIGEST = "sha256:" + "ab" * 32
@@ -107,6 +108,5 @@ async def test_retries_after_a_429_wait_for_their_tokens_too(
             await runner.cleanup()
             await jsapi.request(nc, f"STREAM.DELETE.{definition(prefix, 1)['name']}")
     assert sum(r[2] for r in retries) >= 15 and len(arrivals) >= 35  # most were retried
-    ts = sorted(arrivals)
-    most = max(sum(1 for t in ts if s <= t < s + 1.0) for s in ts)
+    most = most_in_a_window(arrivals, 1.0)
     assert most <= rate + 5 + 1, most  # rate and burst, attempts and retries together

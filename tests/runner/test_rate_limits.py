@@ -37,7 +37,7 @@ from streamproc.events.envelope import Envelope, decode, new_event
 from streamproc.hlc import wall_ms
 from tests.cluster.processes import clean_env, wait_ready
 from tests.cluster.system import Installation, read_events
-from tests.helpers import eventually
+from tests.helpers import eventually, most_in_a_window
 
 pytestmark = pytest.mark.slow
 
@@ -180,15 +180,10 @@ def windows(times: list[float]) -> tuple[int, list[int]]:
     """The most calls in any 5 s window (one starting at each call), and the counts of the
     consecutive 5 s windows from the first call (for the record)."""
     ts = sorted(times)
-    most = j = 0
-    for i, t in enumerate(ts):
-        while ts[j] < t - WINDOW_S:
-            j += 1
-        most = max(most, i - j + 1)
     counts = [0] * (int((ts[-1] - ts[0]) // WINDOW_S) + 1)
     for t in ts:
         counts[int((t - ts[0]) // WINDOW_S)] += 1
-    return most, counts
+    return most_in_a_window(ts, WINDOW_S), counts
 
 
 def allowed(rate: float, burst_s: float = 1.0) -> float:
