@@ -97,7 +97,7 @@ class Plan:
     degraded_reason: str | None = None
     keys: int = 0
     hosts: dict[str, int] = field(default_factory=dict)
-    buckets: pacing.Buckets = field(default_factory=pacing.Buckets)
+    buckets: pacing.Buckets = field(kw_only=True)
 
     def run_planned(self) -> p.RunPlanned:
         return p.RunPlanned(

@@ -57,9 +57,9 @@ class Buckets:
     """The tenant and registry-host buckets a plan records on its segments (the settings
     ``STREAMPROC_PLANNER_TENANT_RATE``, ``_REGISTRY_RATE`` and ``_BURST_S`` when planned)."""
 
-    tenant_rate: int = 200
-    registry_rate: int = 20
-    burst_s: float = 1.0
+    tenant_rate: int
+    registry_rate: int
+    burst_s: float
 
 
 def estimate_seconds(
