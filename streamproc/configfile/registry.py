@@ -74,7 +74,7 @@ SECTIONS: dict[str, str] = {
     "status": "role heartbeats",
     "readmodel": "the query side",
     "otel": "OpenTelemetry traces",
-    "planner": "planning runs: debounce, segments, default limits, rate buckets, cron ticks",
+    "planner": "planning runs: debounce, segments, limits, rate buckets, cron ticks",
     "runner": "running segments against the scanner",
     "scanner": "the scanner the runner calls",
     "audit": "the audit chain: snapshots, signing key, trusted keys",
@@ -182,8 +182,11 @@ KEYS: tuple[Key, ...] = (
        "`limits.ratePerSecond`", minimum=1),
     _k("planner.default_parallelism", "STREAMPROC_PLANNER_DEFAULT_PARALLELISM", "int", 8,
        "shards of a run without `limits.parallelism`", minimum=1, maximum=1024),
-    _k("planner.default_max_jobs", "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "int", 50000,
-       "images per run without `limits.maxJobs`", minimum=1),
+    _k("planner.max_jobs_per_run", "STREAMPROC_PLANNER_MAX_JOBS_PER_RUN", "int", 50000,
+       "images a run takes at most: the ceiling no schedule's `limits.maxJobs` may exceed "
+       "(the gateway refuses more with 400; a run of a schedule recorded with more is cut "
+       "here, the surplus spilling to continuation runs), and the limit of runs whose "
+       "schedules set none", minimum=1),
     _k("planner.usage_only", "STREAMPROC_PLANNER_USAGE_ONLY", "bool", True,
        "event-driven resolution counts only packages used by an entrypoint, in images whose "
        "usage is known (images without usage data count every package they contain)"),
@@ -370,6 +373,13 @@ DOCUMENTS: tuple[Document, ...] = (
         "STREAMPROC_GATEWAY_CONFIG",
     ),
 )
+
+RENAMED: dict[str, str] = {"planner.default_max_jobs": "planner.max_jobs_per_run"}
+"""Keys of earlier versions, and the key each became: a file using one is refused with it."""
+RENAMED_ENV: dict[str, str] = {
+    "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS": "STREAMPROC_PLANNER_MAX_JOBS_PER_RUN"
+}
+"""Their variables: set, they stop the process that reads the new one, naming it."""
 
 CONFIG_ENV = "STREAMPROC_CONFIG"
 """Names the config file when ``--config`` is not given."""

@@ -146,6 +146,18 @@ nonce_secret_fil = "x"
     }
 
 
+def test_a_renamed_key_names_the_key_it_became(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "[planner]\ndefault_max_jobs = 100\n")
+    assert problems(path) == {
+        "planner.default_max_jobs": "renamed: it is planner.max_jobs_per_run now"
+    }
+    monkeypatch.setenv("STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "100")
+    with pytest.raises(config.ConfigError, match="is now STREAMPROC_PLANNER_MAX_JOBS_PER_RUN"):
+        planner.load()
+
+
 def test_bad_types_and_bounds_name_the_key(tmp_path: Path) -> None:
     path = write(
         tmp_path,
