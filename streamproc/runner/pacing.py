@@ -1,9 +1,10 @@
 """The buckets one segment's scanner calls are paced by, as the planner recorded them.
 
-A report call (``POST /reports``, each attempt, retries after a 429 or a 5xx included)
-takes a token of the run's bucket (``ratePerSecond`` over all the run's segments) and of
-the tenant's. A registry call of a content refresh (``GET /resolve``, ``POST /scans``) takes
-one of its registry host's bucket, which every tenant's refreshes on that host share.
+Evaluating an image — a report call (``POST /reports``), or a run of the configured tool on
+the stored SBOM; each attempt, retries after a 429 or a 5xx included — takes a token of the
+run's bucket (``ratePerSecond`` over all the run's segments) and of the tenant's. A registry
+call of a content refresh (``GET /resolve``, ``POST /scans``) takes one of its registry
+host's bucket, which every tenant's refreshes on that host share.
 """
 
 from __future__ import annotations

@@ -8,20 +8,24 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
+import pytest
 from aiohttp import web
 
 from streamproc.audit.entry import make_entry
+from streamproc.backends.model import ToolError
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.events import payloads as p
 from streamproc.events.envelope import decode, encode, new_event
+from streamproc.runner.backend import ToolBackend
 from streamproc.runner.limiter import BucketSpec, Limiter
 from streamproc.runner.pacing import registry_buckets, report_buckets
 from streamproc.runner.ratebucket import RateStore, definition, key_of
-from streamproc.runner.scanner_client import ScannerClient
+from streamproc.runner.scanner_client import ImageFailed, ScannerClient
 from tests.helpers import most_in_a_window
 
 HLC = "1767225600000:0:node-a"
@@ -110,3 +114,34 @@ async def test_retries_after_a_429_wait_for_their_tokens_too(
     assert sum(r[2] for r in retries) >= 15 and len(arrivals) >= 35  # most were retried
     most = most_in_a_window(arrivals, 1.0)
     assert most <= rate + 5 + 1, most  # rate and burst, attempts and retries together
+
+
+class _FailingTool:
+    """A tool whose every run fails (as grype without its database)."""
+
+    kind = "grype"
+
+    async def scan(self, name: str) -> None:
+        raise ToolError("exit_status", "grype exited with 3")
+
+
+class _Counted:
+    def __init__(self) -> None:
+        self.reports = self.registries = 0
+
+    async def report(self) -> None:
+        self.reports += 1
+
+    async def registry(self) -> None:
+        self.registries += 1
+
+
+async def test_each_run_of_a_tool_retries_included_waits_for_its_tokens() -> None:
+    tool: Any = _FailingTool()
+    backend = ToolBackend(
+        tool, lambda _t, _d: "sbom", {}, attempts=3, backoff_base_s=0.001, backoff_cap_s=0.002
+    )
+    pace = _Counted()
+    with pytest.raises(ImageFailed):
+        await backend.answer("acme", DIGEST, "k", False, pace)
+    assert (pace.reports, pace.registries) == (3, 0)
