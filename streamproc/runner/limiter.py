@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from streamproc import metrics
 from streamproc.runner import gcra
-from streamproc.runner.ratebucket import Conflict, RateStore, Unavailable
+from streamproc.runner.ratebucket import SYNC_EVERY_NS, Conflict, RateStore, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,23 @@ class Limiter:
         self._buckets: dict[str, _Bucket] = {}
         self._swept = 0
         self._warned = False
+        self._clock: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Measure the server's clock every sync period in the background, so a call never
+        waits for it (without this, the first call of a period measures it)."""
+        if self._clock is None:
+            self._clock = asyncio.create_task(self._sync_clock(), name="rate-clock")
+
+    async def _sync_clock(self) -> None:
+        while True:
+            try:
+                await self.store.sync_clock()
+            except Unavailable as exc:
+                log.debug("server clock not measured: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            await asyncio.sleep(SYNC_EVERY_NS / 1e9)
 
     async def acquire(self, specs: Sequence[BucketSpec], stop: asyncio.Event | None = None) -> None:
         """Wait for one token of each bucket (:class:`Stopped` if ``stop`` is set first)."""
@@ -196,6 +213,9 @@ class Limiter:
 
     async def close(self) -> None:
         tasks = [b.task for b in self._buckets.values() if b.task is not None]
+        if self._clock is not None:
+            tasks.append(self._clock)
+            self._clock = None
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -223,10 +243,10 @@ class Limiter:
         now = time.monotonic_ns()
         b.drop_expired(now)
         if b.stock and not b.waiting():
-            if b.ahead and b.task is None and len(b.stock) <= b.last_take // 2:
+            if b.ahead and len(b.stock) <= b.last_take // 2:
                 # Half of what was taken last is used: take the next batch before the
                 # callers find the stock empty (they would wait a round trip each time).
-                b.task = asyncio.create_task(self._serve(b, b.last_take))
+                self._prefetch(b, b.last_take)
             return b.stock.pop(0)
         if not patient and b.ready_at > now:
             return NONE
@@ -257,6 +277,11 @@ class Limiter:
         if waiter.unavailable:
             metrics.RATE_LIMITED.labels("bucket_unavailable").inc()
         return expiry
+
+    def _prefetch(self, b: _Bucket, n: int) -> None:
+        """Take ``n`` tokens of ``b`` for callers about to ask, unless a take is under way."""
+        if b.task is None:
+            b.task = asyncio.create_task(self._serve(b, n), name=f"rate-{b.spec.key}")
 
     async def _serve(self, b: _Bucket, ahead: int = 0) -> None:
         """Take tokens for the callers waiting on ``b`` until none is left (first
@@ -305,7 +330,7 @@ class Limiter:
     async def _take(self, b: _Bucket, want: int) -> tuple[int, int]:
         """(tokens granted into ``b.stock``, 0) or (0, ns until one conforms)."""
         store = self.store
-        if store.clock.stale(time.monotonic_ns()):
+        if store.clock.stale(time.monotonic_ns(), periods=3):  # the background sync lags
             await store.sync_clock()
         for _ in range(CAS_TRIES):
             if b.revision is None:

@@ -11,10 +11,11 @@ A key nobody wrote for an hour is gone, which is the same as an idle bucket.
 **One time base: the NATS server's clock.** A TAT is in the server's time (ns since the
 epoch), never in a runner's: each runner estimates the server's time as its own monotonic
 clock plus an offset measured from server timestamps — the ``ts`` of a ``STREAM.INFO``
-answer (every 5 s) and the stored time of every message it reads. A timestamp is at most
-the server's time when the answer arrived, so the estimate is never ahead of the server by
-more than the clocks' drift between two samples: runners whose own clocks disagree still
-share one bucket exactly, and a runner behind takes fewer tokens, never more.
+answer (every 5 s, in the background) and the stored time of every message it reads. A
+timestamp is at most the server's time when the answer arrived, so the estimate is never
+ahead of the server by more than the clocks' drift between two samples: runners whose own
+clocks disagree still share one bucket exactly, and a runner behind takes fewer tokens,
+never more.
 """
 
 from __future__ import annotations
@@ -158,8 +159,9 @@ class ServerClock:
         if tight:
             self.synced_at = local_ns
 
-    def stale(self, local_ns: int) -> bool:
-        return self._offset is None or local_ns - self.synced_at >= SYNC_EVERY_NS
+    def stale(self, local_ns: int, periods: int = 1) -> bool:
+        """No measurement within ``periods`` sync periods (or none at all)."""
+        return self._offset is None or local_ns - self.synced_at >= periods * SYNC_EVERY_NS
 
     def at(self, local_ns: int) -> int:
         """The server's time at local monotonic ``local_ns`` (needs one sample)."""

@@ -88,6 +88,7 @@ class Workers:
     async def start(self) -> None:
         nc = self.ctx.publisher.nc
         await self.rates.open(await jsapi.stream_replicas(nc, self.ctx.settings.events_stream))
+        self.limiter.start()
         await self.queue.start()
         self._advisories = await nc.subscribe(
             max_deliveries_subject(self.work_stream), cb=self._on_max_deliveries
