@@ -38,6 +38,7 @@ from streamproc.projection import Projection, describe_rejections
 from streamproc.replay import partial_warning, rebuild, swap_in
 from streamproc.roles import DEMO_ONLY, ROLES
 from streamproc.runner import cli as runner_cli
+from streamproc.runner.ratebucket import definition as rate_bucket_definition
 from streamproc.scanner import cli as scanner_cli
 from streamproc.signals import install_stop_signals
 from streamproc.state.digest import state_digest
@@ -110,7 +111,8 @@ def cmd_streams_export(args: argparse.Namespace) -> int:
 
     prefix = args.prefix or DEFAULT_PREFIX
     replay = default_bucket_definition(prefix, args.replicas)  # the gateways create it
-    for d in [*streams.definitions(prefix, args.replicas), replay]:
+    rates = rate_bucket_definition(prefix, args.replicas)  # the runners create it
+    for d in [*streams.definitions(prefix, args.replicas), replay, rates]:
         path = out / f"{d['name']}.json"
         path.write_text(json.dumps(d, indent=2) + "\n")
         print(path)

@@ -108,6 +108,11 @@ def status_bucket(prefix: str) -> str:
     return f"{prefix}_status"
 
 
+def rate_bucket(prefix: str) -> str:
+    """The runners' shared leaky buckets (per run, tenant and registry host)."""
+    return f"{prefix.replace('.', '_')}_rates"
+
+
 def sbom_bucket(prefix: str) -> str:
     """The object store holding every indexed SBOM as sent, by ``sha256:<hex>``."""
     return f"{prefix.replace('.', '_')}_sboms"

@@ -183,7 +183,8 @@ KEYS: tuple[Key, ...] = (
     _k("planner.segment_size", "STREAMPROC_PLANNER_SEGMENT_SIZE", "int", 500,
        "most images per segment", minimum=1, maximum=10000),
     _k("planner.default_rate", "STREAMPROC_PLANNER_DEFAULT_RATE", "int", 50,
-       "images/s of a run whose schedules set no `limits.ratePerSecond`", minimum=1),
+       "image evaluations/s (report calls or tool runs) of a run, over all its segments and "
+       "runners, whose schedules set no `limits.ratePerSecond`", minimum=1),
     _k("planner.default_parallelism", "STREAMPROC_PLANNER_DEFAULT_PARALLELISM", "int", 8,
        "shards of a run without `limits.parallelism`", minimum=1, maximum=1024),
     _k("planner.max_jobs_per_run", "STREAMPROC_PLANNER_MAX_JOBS_PER_RUN", "int", 50000,
@@ -207,11 +208,15 @@ KEYS: tuple[Key, ...] = (
     _k("planner.degraded_max_jobs", "STREAMPROC_PLANNER_DEGRADED_MAX_JOBS", "int", 10000,
        "images per event-driven run while the impact index is not warm", minimum=1),
     _k("planner.tenant_rate", "STREAMPROC_PLANNER_TENANT_RATE", "int", 200,
-       "images/s of one tenant's leaky bucket", minimum=1),
+       "image evaluations/s (report calls or tool runs) of one tenant's leaky bucket, over all "
+       "its runs and every runner process", minimum=1),
     _k("planner.registry_rate", "STREAMPROC_PLANNER_REGISTRY_RATE", "int", 20,
-       "images/s per registry host (content refresh)", minimum=1),
+       "registry calls/s per registry host (content refresh: tag resolution and pulls), over "
+       "all tenants and every runner process", minimum=1),
     _k("planner.burst_s", "STREAMPROC_PLANNER_BURST_S", "float", 1.0,
-       "a bucket holds this many seconds of its rate as burst"),
+       "a bucket's burst, in seconds of its rate (at least one call): in any window of w "
+       "seconds a bucket lets through at most w x rate + burst calls", minimum=0.001,
+       maximum=3600),
     _k("planner.max_runs_per_pass", "STREAMPROC_PLANNER_MAX_RUNS_PER_PASS", "int", 16,
        "runs planned per reactor pass, round-robin across tenants", minimum=1),
     _k("planner.preview_sample", "STREAMPROC_PLANNER_PREVIEW_SAMPLE", "int", 20,

@@ -116,6 +116,13 @@ def _unscoped_export(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+def _share_as_run_rate(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 segments recorded their shard's share of the run's rate and no tenant or
+    registry bucket. Read as the run's rate, an old segment still in the queue runs
+    slower than it was planned, never faster; it is paced by its run's bucket only."""
+    return d
+
+
 _GATEWAY = "gateway"
 _READ = "read model"
 KINDS: dict[str, KindSpec] = {
@@ -245,6 +252,8 @@ KINDS: dict[str, KindSpec] = {
             p.SegmentEnqueued,
             "segment",
             "segment_id",
+            version=2,
+            upcasters={1: _share_as_run_rate},
             emitted_by="planner",
             folded_by="read model, auditor",
         ),

@@ -398,14 +398,28 @@ class RunCompleted(Payload, kw_only=True):
 # ---------------------------------------------------------------- segments and verdicts
 
 
+Rate = Annotated[int, Meta(ge=1)]
+
+
 class SegmentEnqueued(Payload, kw_only=True):
+    """A segment and the leaky buckets its scanner calls are paced by (runners share
+    them, docs/planning.md "Pacing"): the run's rate over all its segments, the tenant's,
+    and for content refresh its registry host's, each with a burst of ``burst_s`` seconds.
+    The bucket fields are absent from segments of schema 1 (and stay absent when such an
+    event is encoded again, so its audit digest does not change)."""
+
     segment_id: Str
     run_id: Str
     shard: Count
     digests: Annotated[list[Digest], Meta(min_length=1, max_length=10_000)]
-    rate_per_second: Annotated[int, Meta(ge=1)] | None = None
+    rate_per_second: Rate | None = None
+    """Images/s of the whole run (schema 1: the segment's share, read as the run's)."""
     mode: Mode = "analysis-only"
     priority: Annotated[int, Meta(ge=0, le=9)] = 5
+    tenant_rate: Rate | UnsetType = UNSET
+    registry_host: Str | UnsetType = UNSET
+    registry_rate: Rate | UnsetType = UNSET
+    burst_s: Annotated[float, Meta(gt=0, le=3600)] | UnsetType = UNSET
 
 
 class SegmentStarted(Payload, kw_only=True):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from streamproc.gateway import (
     routes_audit,
-    routes_feed,
     routes_backlog,
+    routes_feed,
     routes_images,
     routes_preview,
     routes_runs,

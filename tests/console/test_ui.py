@@ -317,17 +317,16 @@ async def test_console_end_to_end(
 
             # ... and the aggregator posts it (signed webhook, with a token).
             raw = json.dumps(export, separators=(",", ":")).encode()
-            hook = mint_token(dev.issuer_key, "scheduler.webhook")
-            async with aiohttp.ClientSession() as http:
-                r = await http.post(
+            hook_key = dpop_key(tmp_path / "feedser")
+            hook = mint_token(dev.issuer_key, "scheduler.webhook", jkt=hook_key.jkt)
+            async with ApiClient(hook_key, StaticToken(hook, hook_key)) as sender:
+                r = await sender.request(
+                    "POST",
                     f"{base}{WEBHOOK_PATH}",
                     data=raw,
-                    headers={
-                        **signed_headers(raw, str(uuid.uuid4()), secret=secret),
-                        "Authorization": f"Bearer {hook}",
-                    },
+                    headers=signed_headers(raw, str(uuid.uuid4()), secret=secret),
                 )
-                assert r.status == 202, await r.text()
+                assert r.status == 202, r.detail()
 
             # Watch the run appear and complete.
             await page.click('a[data-nav="runs"]')
@@ -341,11 +340,8 @@ async def test_console_end_to_end(
             # The run queued three images (its maxJobs), spilled the rest: the banner says so.
             await page.wait_for_selector("#backlog:not([hidden])")
             banner = await page.text_content("#backlog")
-            async with aiohttp.ClientSession() as http:
-                r = await http.get(
-                    f"{base}/api/v1/scheduler/backlog", headers={"Authorization": f"Bearer {token}"}
-                )
-                backlog = await r.json()
+            async with operator_client(tmp_path, dev.issuer_key) as api:
+                backlog = (await api.request("GET", f"{base}/api/v1/scheduler/backlog")).json()
             assert backlog["images"] >= 1 and len(backlog["runs"]) == 1, backlog
             spilled = f"Backlog: {backlog['images']} image{'s' if backlog['images'] > 1 else ''}"
             assert banner is not None and banner.startswith(f"{spilled} spilled"), banner
@@ -356,13 +352,13 @@ async def test_console_end_to_end(
             await page.fill("#preview-export", export["exportId"])
             await page.click("#run-preview")
             await page.wait_for_selector("#preview-deltas")
-            async with aiohttp.ClientSession() as http:
-                r = await http.post(
+            async with operator_client(tmp_path, dev.issuer_key) as client:
+                r = await client.request(
+                    "POST",
                     f"{base}/api/v1/scheduler/preview/impact",
                     json={"exportId": export["exportId"]},
-                    headers={"Authorization": f"Bearer {token}"},
                 )
-                api = await r.json()
+                api = r.json()
             want = (
                 f"This Feedser export touches ~{api['count']:,} images; projected deltas: "
                 f"~{api['projectedDeltas']:,} ({api['projectedKev']:,} KEV)."

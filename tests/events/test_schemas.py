@@ -13,6 +13,7 @@ from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import encode
 from streamproc.events.schemas import DIALECT, render, schema_for, write_all
 from streamproc.gateway.replay import default_bucket_definition
+from streamproc.runner.ratebucket import definition as rate_bucket_definition
 
 from .test_envelope import make
 
@@ -71,7 +72,11 @@ def test_render_is_deterministic_sorted_json():
 # ---------------------------------------------------------------- stream configs
 
 
-OPERATOR_DEFINITIONS = [*definitions("scheduler", 1), default_bucket_definition("scheduler", 1)]
+OPERATOR_DEFINITIONS = [
+    *definitions("scheduler", 1),
+    default_bucket_definition("scheduler", 1),
+    rate_bucket_definition("scheduler", 1),
+]
 
 
 @pytest.mark.parametrize("d", OPERATOR_DEFINITIONS, ids=lambda d: d["name"])
