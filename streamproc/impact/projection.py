@@ -119,13 +119,14 @@ class ImpactProjection(Projection):
         *,
         max_bytes: int | bool | None = True,
         warm_on_start: bool | None = None,
-        window: int = K.WINDOW,
+        window: int | None = None,
     ) -> None:
         """``max_bytes``: the cache bound (True = STREAMPROC_IMPACT_CACHE_MB, default
         640 MB; None = unbounded). ``warm_on_start``: default
         STREAMPROC_IMPACT_WARM_ON_START (true). ``window``: image events per window of a
-        new state directory (tests use small ones; a stored state keeps its own)."""
-        self.window = window
+        new state directory, default ``keys.WINDOW`` (tests use small ones; a stored state
+        keeps its own)."""
+        self.window = K.WINDOW if window is None else window
         self.max_bytes = _env_cache_bytes() if max_bytes is True else max_bytes or None
         self.warm_on_start = (
             _env_flag("STREAMPROC_IMPACT_WARM_ON_START", True)
