@@ -274,11 +274,14 @@ class Ingest(IndexState):
             g = Group.load(gid, pk, kept)
         else:
             g = Group.lazy(gid, pk)
+            raw = None
             if self.source is not None and gid in self._window_gids:
                 raw = self.source.get(K.GROUPS_CF, K.group_key(gid, part))
-                if raw is not None:
-                    g.chunks[part] = raw
-                    g.raw_bytes = len(raw)
+            if raw is not None:
+                g.chunks[part] = raw
+                g.raw_bytes = len(raw)
+            else:  # the common case: a fresh, empty part (not cached, nothing to decode)
+                g.open[part] = [{}, {}, {}, {}]
         self._groups[pk] = g
         return g
 

@@ -199,9 +199,13 @@ class Persistence(IndexState):
             for gid in gids:
                 pk = by_gid[gid]
                 g = groups.get(pk) if pk is not None else None
-                if g is not None and g.gid == gid and chunk in g.open:
+                if g is None or g.gid != gid or chunk not in g.open:
+                    continue
+                if g.loaded or len(g.open) > 1:
                     self._close(g, chunk)
                     closed.append(g)
+                else:  # a lazy group holds nothing else: forgotten (its parts are stored)
+                    self._drop_group(g)
         self._closing.clear()
         if self._lru is not None and closed:
             cached = [g for g in closed if current not in g.open]
