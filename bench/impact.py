@@ -507,7 +507,8 @@ def scaled(args: argparse.Namespace, work: Path) -> dict[str, float]:
     got = child_json([sys.executable, __file__, "--ingest-only", str(state), *sizes])
     print("cold queries on the larger catalog ...", file=sys.stderr, flush=True)
     cold = child_json([sys.executable, __file__, "--reader", str(state), "--cold-only", *sizes])
-    shutil.rmtree(state, ignore_errors=True)
+    if not args.dir:  # with --dir the larger catalog's state stays in DIR/state-scaled
+        shutil.rmtree(state, ignore_errors=True)
     out = {f"{k}_200k": v for k, v in got.items() if k.startswith("ingest_")}
     out["resolve_10k_p95_ms_cold_200k"] = cold["resolve_10k_p95_ms_cold"]
     out["resolve_10k_p95_cpu_ms_cold_200k"] = cold["resolve_10k_p95_cpu_ms_cold"]
