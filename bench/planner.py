@@ -126,7 +126,7 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
         await streams.apply(nc, streams.definitions(PREFIX))
         pub = await Publisher(nc, prefix=PREFIX).start()
         settings = Settings(prefix=PREFIX, data_dir=work, node_id="bench")
-        cfg = PlannerSettings(debounce_s=0, default_max_jobs=100_000)
+        cfg = PlannerSettings(debounce_s=0, max_jobs_per_run=100_000)
         store = RocksStore(work / "state")
         projections = [f() for f in PLANNER_PROJECTIONS]
         proj = await Projector(

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from nacl.signing import SigningKey
 
+from streamproc.client.settings import dpop_key
 from streamproc.config import ConfigError, Settings, environment, file_document
 from streamproc.gateway import jwt
 
@@ -133,6 +134,7 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
         ],
     }
     _write_private(config, json.dumps(gateway, indent=2) + "\n")
+    dpop_key(settings.data_dir)  # the client key the guide binds its tokens to
     os.environ["STREAMPROC_GATEWAY_CONFIG"] = str(config)
     env = environment()
     if "STREAMPROC_FEEDSER_SECRET" not in env:

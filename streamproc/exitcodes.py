@@ -45,6 +45,8 @@ ERRORS: dict[str, int] = {
     "streamproc.notify.http_tail.FeedClosed": FAIL_CLOSED,
     "streamproc.notify.http_tail.FeedUnavailable": FAILED,
     "streamproc.bus.pull.ConsumerGone": FAILED,
+    "streamproc.client.http.Unreachable": FAILED,
+    "streamproc.client.tokens.TokenUnavailable": FAILED,
     "nats.errors.ConnectionClosedError": FAILED,
     "streamproc.gateway.tokens_cli.KeyFileError": FAILED,
 }

@@ -165,11 +165,18 @@ AUDIT_SNAPSHOTS_CF: Final = "audit_snapshots"
 RM_RUNS_BY_TIME_CF: Final = "rm_runs_by_time"
 RM_RUN_DELTAS_CF: Final = "rm_run_deltas"
 RM_RUNS_EXPIRY_CF: Final = "rm_runs_expiry"
+RM_RUN_EXPORTS_CF: Final = "rm_run_exports"
+"""Every export a run covers, in order: what ``GET /runs/{id}/exports`` pages through."""
+RM_CURSORS_CF: Final = "rm_cursors"
+"""``impact_cursors``: per tenant, the latest export of each source a planned run covers."""
 
 # ---------------------------------------------------------------- HTTP API
 
 API_BASE: Final = "/api/v1/scheduler"
 """Every REST operation's path starts here (docs/api.md)."""
+PAGE_BYTES: Final = 256_000
+"""The most a list response may weigh (docs/api.md): a page ends before the item that would
+take it past this, and the next page goes on from there."""
 
 AUDIENCE: Final = "scheduler"
 """The token audience the gateway expects unless configured (``gateway.audience``)."""

@@ -167,6 +167,9 @@ class Projection:
     (rate-limited, :mod:`streamproc.state.malloc`): for views whose batches free tens of MB
     of chunk values and memtables into glibc's heap."""
     families: ClassVar[tuple[str, ...]] = ()
+    reads: ClassVar[tuple[str, ...]] = ()
+    """Families of another projection of the same role that this one reads (never writes):
+    as of the events before the one folded, the batch's pending writes included."""
     creates: ClassVar[frozenset[str]] = frozenset()
     """Kinds that may be the first this view sees of an entity: they need no other entity
     to exist (``run.requested`` for the read model, ``run.planned`` for the open-run list)."""
@@ -311,7 +314,10 @@ class Folder:
             for k in p.kinds:
                 self._dispatch.setdefault(k, []).append(p)
         store.ensure_families(
-            [keys.META_CF, *(cf for p in self.projections for cf in p.column_families())]
+            [
+                keys.META_CF,
+                *(cf for p in self.projections for cf in (*p.column_families(), *p.reads)),
+            ]
         )
         self._check_format()
         for p in self.projections:

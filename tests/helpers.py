@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from streamproc.bus import jsapi
@@ -58,3 +61,16 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout:g} s (last: {got!r})")
         await asyncio.sleep(every)
+
+
+def mint_token(key_file: Path, scope: str = "scheduler.admin") -> str:
+    """A development token for tenant ``demo``, by the documented command, as an operator
+    would run it."""
+    cli = Path(sys.executable).with_name("streamproc")
+    out = subprocess.run(
+        [str(cli), "token", "issue", "--key", str(key_file), "--tenant", "demo", "--scope", scope],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip()

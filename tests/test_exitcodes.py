@@ -40,6 +40,8 @@ ERRORS = {
     "streamproc.notify.http_tail.FeedClosed": 3,
     "streamproc.notify.http_tail.FeedUnavailable": 1,
     "streamproc.bus.pull.ConsumerGone": 1,
+    "streamproc.client.http.Unreachable": 1,
+    "streamproc.client.tokens.TokenUnavailable": 1,
     "nats.errors.ConnectionClosedError": 1,
     "streamproc.gateway.tokens_cli.KeyFileError": 1,
 }

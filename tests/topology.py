@@ -185,7 +185,7 @@ async def seed(layout: Layout, http: aiohttp.ClientSession) -> set[str]:
             stamp, event_id = f"{wall_ms()}:0:indexer", derive_id("seed", TENANT, digest)
             event = new_event("image.indexed", TENANT, payload, stamp, event_id=event_id)
             await pub.publish_event(event)
-    schedule = {"id": "demo-nightly", "name": "Demo nightly", "cron": "0 2 * * *",
+    schedule = {"id": "demo-nightly", "name": "Demo nightly", "whenCron": "0 2 * * *",
                 "timezone": "UTC", "subscriptions": ["feedser"]}  # fmt: skip
     async with http.post(f"{layout.gw(1)}{BASE}/schedules?wait=true", json=schedule) as r:
         assert r.status == 201, await r.text()

@@ -145,13 +145,27 @@ _STATIC_ACTION: Final[dict[str, str]] = {
 }
 
 
+def chain_payload(event: Envelope) -> object:
+    """The payload as the chain hashes it: in its kind's ``chain_form`` (an older schema's
+    names), so a renamed field never changes a link — of an entry chained before the rename,
+    when a log is replayed or a bundle's chain head checked, or of one chained after it."""
+    spec = KINDS[event.kind]
+    form = spec.chain_form
+    if form is None or form == spec.version:
+        return event.payload
+    doc = msgspec.to_builtins(event.payload)
+    for version in range(spec.version - 1, form - 1, -1):
+        doc = spec.downcasters[version](doc)
+    return doc
+
+
 def make_entry(event: Envelope, position: int, prev: str | None) -> Entry:
     """The entry a chained event becomes at ``position`` after ``prev`` (None: genesis)."""
     kind = event.kind
     t_hlc = event.hlc
     job_id = str(getattr(event.payload, _ID_FIELD[kind]))
     action = _STATIC_ACTION.get(kind) or action_for(event)
-    payload = _canonical.encode(event.payload)
+    payload = _canonical.encode(chain_payload(event))
     digest = payload_digest(t_hlc, job_id, action, event.id, kind, payload)
     link = _sha256((t_hlc + job_id + action + (prev or GENESIS) + digest).encode()).hexdigest()
     return Entry(

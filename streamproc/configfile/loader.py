@@ -22,6 +22,7 @@ from streamproc.configfile.registry import (
     CONFIG_ENV,
     DOCS_BY_PATH,
     KEYS,
+    RENAMED,
     SECRET_FILES,
     SECTIONS,
     Key,
@@ -72,7 +73,9 @@ _DOC_TYPES: dict[str, Any] = {
 
 
 def suggest(path: str) -> str:
-    """``unknown key``, with the nearest known names."""
+    """``unknown key``, with the nearest known names (or the key it was renamed to)."""
+    if path in RENAMED:
+        return f"renamed: it is {RENAMED[path]} now"
     name = path.rpartition(".")[2]
     same_name = [p for p in all_paths() if p.rpartition(".")[2] == name and p != path]
     close = same_name or difflib.get_close_matches(path, all_paths(), n=2, cutoff=0.6)

@@ -40,6 +40,47 @@ command-line flag (`--data-dir`, `--nats-url`, `--prefix`, `--node-id`, ...).
 """
 
 
+SPEC_KEYS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("authority.issuer", ("gateway.issuers", "gateway.issuer"),
+     "several issuers, each with its Ed25519 keys (there is no discovery) and the tenants its "
+     "tokens may speak for"),
+    ("authority.require", ("gateway.required_modes",),
+     "a list: `[\"dpop\", \"mtls\"]` (the default) accepts either; `[\"dpop\"]` is the "
+     "specification's `dpop`, `[\"mtls\"]` its `mtls`"),
+    ("queue.kind", (),
+     "none: the queue is always NATS JetStream — the event log, the work queue and the Notify "
+     "stream are one technology, which the whole design rests on (replay, exactly-once folds)"),
+    ("queue.url", ("nats.url",),
+     "unset, `streamproc up` and `streamproc nats` run an embedded server; `nats.prefix` names "
+     "the streams and subjects"),
+    ("mongo.uri", ("node.data_dir",),
+     "no MongoDB: every role keeps its state in RocksDB under its data directory, derived from "
+     "the event log and rebuilt from it (`streamproc replay`)"),
+    ("impactIndex.storage", ("node.data_dir",),
+     "always RocksDB, in the planner's data directory, with a bounded memory cache "
+     "(`impact.cache_mb`); no Redis or memory-only store"),
+    ("impactIndex.warmOnStart", ("impact.warm_on_start",), ""),
+    ("impactIndex.usageOnlyDefault", ("planner.usage_only",),
+     "schedules carry no per-schedule flag: this is the default of every event-driven run"),
+    ("limits.defaultRatePerSecond", ("planner.default_rate",), ""),
+    ("limits.defaultParallelism", ("planner.default_parallelism",), ""),
+    ("limits.maxJobsPerRun", ("planner.max_jobs_per_run",),
+     "a ceiling: the gateway refuses a schedule whose `limits.maxJobs` exceeds it, the planner "
+     "cuts any run at it (the surplus spills to continuation runs); also the limit of a run "
+     "whose schedules set none"),
+    ("integrates.scannerUrl", ("scanner.url",), ""),
+    ("integrates.feedserWebhook", ("gateway.webhooks",),
+     "on when a `[[gateway.webhooks]]` source of `kind = \"feedser\"` is configured (each "
+     "with its own keys and tenants); off without one"),
+    ("integrates.vexerWebhook", ("gateway.webhooks",), "the same, `kind = \"vexer\"`"),
+    ("notifications.emitBus", ("notify.feed_consumers",),
+     "none to choose: Notify's messages always go to the `SCHEDULER_NOTIFY` JetStream stream "
+     "(read directly, or over the gateway's HTTP feed, whose consumers are named here)"),
+)  # fmt: skip
+"""The specification's configuration block (§10, ``scheduler.`` left out): each key, ours
+(config-file keys or tables), and what differs."""
+
+
 def _type(key: Key) -> str:
     names = {
         "str": "string",
@@ -97,4 +138,23 @@ def render_reference() -> str:
             for d in docs:
                 name = d.path.rpartition(".")[2]
                 lines.append(f"| `{name}` | {_cell(d.description)} | `{d.env_override}` |")
+    lines += ["", *_spec_section()]
     return "\n".join(lines) + "\n"
+
+
+def _spec_section() -> list[str]:
+    lines = [
+        "## The specification's keys",
+        "",
+        "The Scheduler specification's configuration block (§10; "
+        "[conformance](conformance.md#10-configuration)) and the keys that do its work here. "
+        "Its YAML nests them under `scheduler:`; streamproc's file has one table per "
+        "capability instead, and a key the specification has no use for here says why.",
+        "",
+        "| specification (`scheduler.`…) | here | notes |",
+        "|---|---|---|",
+    ]
+    for spec, ours, why in SPEC_KEYS:
+        here = ", ".join(f"`{k}`" for k in ours) if ours else "—"
+        lines.append(f"| `{spec}` | {here} | {_cell(why)} |")
+    return lines

@@ -74,7 +74,7 @@ SECTIONS: dict[str, str] = {
     "status": "role heartbeats",
     "readmodel": "the query side",
     "otel": "OpenTelemetry traces",
-    "planner": "planning runs: debounce, segments, default limits, rate buckets, cron ticks",
+    "planner": "planning runs: debounce, segments, limits, rate buckets, cron ticks",
     "runner": "running segments against the scanner",
     "scanner": "the scanner the runner calls",
     "audit": "the audit chain: snapshots, signing key, trusted keys",
@@ -82,6 +82,7 @@ SECTIONS: dict[str, str] = {
     "gateway": "the HTTP API: tokens, webhooks, body limits",
     "gateway.dpop": "DPoP proof checking",
     "feedser": "the `streamproc feedser export` client",
+    "client": "commands that call the gateway: DPoP key and tokens",
     "notify": "the Notify HTTP feed (gateway) and the `streamproc notify tail` client",
 }
 
@@ -180,8 +181,11 @@ KEYS: tuple[Key, ...] = (
        "images/s of a run whose schedules set no `limits.ratePerSecond`", minimum=1),
     _k("planner.default_parallelism", "STREAMPROC_PLANNER_DEFAULT_PARALLELISM", "int", 8,
        "shards of a run without `limits.parallelism`", minimum=1, maximum=1024),
-    _k("planner.default_max_jobs", "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "int", 50000,
-       "images per run without `limits.maxJobs`", minimum=1),
+    _k("planner.max_jobs_per_run", "STREAMPROC_PLANNER_MAX_JOBS_PER_RUN", "int", 50000,
+       "images a run takes at most: the ceiling no schedule's `limits.maxJobs` may exceed "
+       "(the gateway refuses more with 400; a run of a schedule recorded with more is cut "
+       "here, the surplus spilling to continuation runs), and the limit of runs whose "
+       "schedules set none", minimum=1),
     _k("planner.usage_only", "STREAMPROC_PLANNER_USAGE_ONLY", "bool", True,
        "event-driven resolution counts only packages used by an entrypoint, in images whose "
        "usage is known (images without usage data count every package they contain)"),
@@ -318,8 +322,23 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ clients
     _k("feedser.secret", "STREAMPROC_FEEDSER_SECRET", "str", None,
        "HMAC secret `streamproc feedser export` signs with", secret=True, default_text="none"),
-    _k("notify.token", "STREAMPROC_TOKEN", "str", None,
-       "bearer token of `streamproc notify tail --http`", secret=True, default_text="none"),
+    _k("client.dpop_key", "STREAMPROC_CLIENT_DPOP_KEY", "str", None,
+       "the DPoP key (private Ed25519 JWK) every command that calls the gateway signs its "
+       "proofs with; created on first use with mode 0600",
+       default_text="`<data_dir>/client/dpop.jwk`"),
+    _k("client.token_url", "STREAMPROC_CLIENT_TOKEN_URL", "str", None,
+       "the issuer's OAuth 2.0 token endpoint: commands without a static token get "
+       "DPoP-bound tokens there with client credentials, one per tenant", default_text="none"),
+    _k("client.client_id", "STREAMPROC_CLIENT_ID", "str", None,
+       "client id at `client.token_url` (HTTP Basic)", default_text="none"),
+    _k("client.client_secret", "STREAMPROC_CLIENT_SECRET", "str", None,
+       "client secret at `client.token_url`", secret=True, default_text="none"),
+    _k("client.scopes", "STREAMPROC_CLIENT_SCOPES", "list[str]", None,
+       "scopes asked of `client.token_url`",
+       default_text="what the command needs (`notify tail`: `scheduler.read`)"),
+    _k("notify.token", "STREAMPROC_NOTIFY_TOKEN", "str", None,
+       "static access token of `streamproc notify tail --http`, bound to the client's DPoP "
+       "key (instead of client credentials; one tenant)", secret=True, default_text="none"),
     _k("notify.feed_consumers", "STREAMPROC_FEED_CONSUMERS", "list[str]",
        ["streamproc-notify"],
        "token subjects (`sub`) that may register and report HTTP feed positions (besides "
@@ -349,6 +368,13 @@ DOCUMENTS: tuple[Document, ...] = (
         "STREAMPROC_GATEWAY_CONFIG",
     ),
 )
+
+RENAMED: dict[str, str] = {"planner.default_max_jobs": "planner.max_jobs_per_run"}
+"""Keys of earlier versions, and the key each became: a file using one is refused with it."""
+RENAMED_ENV: dict[str, str] = {
+    "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS": "STREAMPROC_PLANNER_MAX_JOBS_PER_RUN"
+}
+"""Their variables: set, they stop the process that reads the new one, naming it."""
 
 CONFIG_ENV = "STREAMPROC_CONFIG"
 """Names the config file when ``--config`` is not given."""

@@ -30,6 +30,14 @@ class KindSpec:
     folded_by: str = ""
     upcasters: dict[int, Upcaster] = field(default_factory=dict)
     """``upcasters[v]`` turns a version-``v`` payload dict into version ``v + 1``."""
+    downcasters: dict[int, Upcaster] = field(default_factory=dict)
+    """``downcasters[v]`` turns a version-``v + 1`` payload dict back into version ``v``:
+    only for versions that renamed fields and nothing else (see ``chain_form``)."""
+    chain_form: int | None = None
+    """The version whose form the audit chain hashes this kind's payloads in (None: the
+    current one). A rename of payload fields must not change the link of any entry already
+    chained — nor make the chain of a replayed log differ from the one that was signed —
+    so an audit entry keeps the form its kind had when the rename came."""
 
     def aggregate_id(self, payload: p.Payload) -> str:
         return str(getattr(payload, self.id_field))
@@ -44,6 +52,51 @@ def _schedule_v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
     if "whenCron" in d:
         d["cron"] = d.pop("whenCron")
     return d
+
+
+Rename = tuple[tuple[str, ...], str, str]
+"""Where (the path of objects from the payload down), the old name, the new name."""
+
+SCHEDULE_V3_RENAMES: tuple[Rename, ...] = (
+    ((), "cron", "whenCron"),
+    (("notify",), "includeKev", "includeKEV"),
+)
+"""Version 3 schedules take the specification's names (docs/conformance.md, §3): the cron
+expression is ``whenCron`` and the notify rule's KEV switch ``includeKEV``."""
+
+
+def renamed(
+    d: dict[str, Any], renames: tuple[Rename, ...], *, back: bool = False
+) -> dict[str, Any]:
+    """``d`` with each rename applied (old → new; ``back``: new → old), copied on the way
+    down so the caller's dict is never changed. A document that already has a field's
+    other name is not of the version it says (``msgspec.ValidationError``)."""
+    out = dict(d)
+    for path, old, new in renames:
+        src, dst = (new, old) if back else (old, new)
+        node = out
+        for name in path:
+            child = node.get(name)
+            if not isinstance(child, dict):
+                break
+            node[name] = node = dict(child)
+        else:
+            if dst in node:
+                where = ".".join(("$", *path, dst))
+                raise msgspec.ValidationError(
+                    f"`{dst}` is not a field of this version - at `{where}`"
+                )
+            if src in node:
+                node[dst] = node.pop(src)
+    return out
+
+
+def _schedule_v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
+    return renamed(d, SCHEDULE_V3_RENAMES)
+
+
+def _schedule_v3_to_v2(d: dict[str, Any]) -> dict[str, Any]:
+    return renamed(d, SCHEDULE_V3_RENAMES, back=True)
 
 
 def _unscoped_export(d: dict[str, Any]) -> dict[str, Any]:
@@ -63,20 +116,24 @@ KINDS: dict[str, KindSpec] = {
             p.ScheduleCreated,
             "schedule",
             "schedule_id",
-            version=2,
+            version=3,
             emitted_by=_GATEWAY,
             folded_by="read model, planner, auditor",
-            upcasters={1: _schedule_v1_to_v2},
+            upcasters={1: _schedule_v1_to_v2, 2: _schedule_v2_to_v3},
+            downcasters={2: _schedule_v3_to_v2},
+            chain_form=2,
         ),
         KindSpec(
             "schedule.updated",
             p.ScheduleUpdated,
             "schedule",
             "schedule_id",
-            version=2,
+            version=3,
             emitted_by=_GATEWAY,
             folded_by="read model, planner, auditor",
-            upcasters={1: _schedule_v1_to_v2},
+            upcasters={1: _schedule_v1_to_v2, 2: _schedule_v2_to_v3},
+            downcasters={2: _schedule_v3_to_v2},
+            chain_form=2,
         ),
         *[
             KindSpec(

@@ -76,7 +76,9 @@ class OnlyIf(Payload, kw_only=True):
 class NotifyRule(Payload, kw_only=True):
     on_new_findings: bool = True
     min_severity: Severity = "high"
-    include_kev: bool = True
+    include_kev: bool = msgspec.field(default=True, name="includeKEV")
+    """The specification's name: ``includeKEV`` (the camel rename alone would say
+    ``includeKev``)."""
 
 
 class Limits(Payload, kw_only=True):
@@ -89,7 +91,7 @@ class ScheduleCreated(Payload, kw_only=True):
     schedule_id: Str
     name: Name
     enabled: bool = True
-    cron: Str
+    cron: Str = msgspec.field(name="whenCron")
     timezone: Str
     mode: Mode = "analysis-only"
     selection: Selection = msgspec.field(default_factory=Selection)
@@ -111,7 +113,7 @@ class ScheduleUpdated(Payload, kw_only=True):
 
     schedule_id: Str
     name: Name | UnsetType = UNSET
-    cron: Str | UnsetType = UNSET
+    cron: Str | UnsetType = msgspec.field(default=UNSET, name="whenCron")
     timezone: Str | UnsetType = UNSET
     mode: Mode | UnsetType = UNSET
     selection: Selection | UnsetType = UNSET

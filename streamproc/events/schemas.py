@@ -191,6 +191,11 @@ def render_catalog(folds: Mapping[str, Sequence[Fold]]) -> str:
         ]
         if s.upcasters:
             lines.append(f"Upcast on read from versions {sorted(s.upcasters)}.")
+        if s.chain_form is not None:
+            lines.append(
+                f"The audit chain hashes it in its schema-{s.chain_form} form (field names "
+                f"of that version), so no link made before a rename changes."
+            )
         lines += ["", "| field | type | required |", "|---|---|---|"]
         for name, t, req in _fields(kind):
             lines.append(f"| `{name}` | {t} | {'yes' if req else ''} |")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -25,6 +26,7 @@ from streamproc.gateway.settings import GatewaySettings
 from streamproc.gateway.tls import server_context
 from streamproc.gateway.webhooks import WebhookVerifier
 from streamproc.notify.feed_http import add_feed_routes
+from streamproc.planner import settings as planner_settings
 from streamproc.problems import ProblemError
 from streamproc.reactor import RoleContext
 from streamproc.readmodel.queries import ReadModel
@@ -52,6 +54,8 @@ class Gateway:
             preview_timeout_s=settings.preview_timeout_s,
             verify_timeout_s=settings.verify_timeout_s,
         )
+        self.max_jobs_per_run = planner_settings.load().max_jobs_per_run
+        """The planner's ceiling on ``limits.maxJobs``: a schedule asking more is refused."""
         process_cap = ctx.settings.http_max_body
         self.body_cap = min(settings.max_body or process_cap, process_cap)
         self.inflated_cap = settings.max_decompressed_body or self.body_cap
@@ -60,9 +64,14 @@ class Gateway:
         self.tls_url = ""
         self._apps: list[web.Application] = []
 
-    async def json_body(self, request: web.Request, decoder: msgspec.json.Decoder[Any]) -> Any:
+    async def json_body(
+        self,
+        request: web.Request,
+        decoder: msgspec.json.Decoder[Any],
+        renamed: Mapping[tuple[str, str], str] | None = None,
+    ) -> Any:
         require_json(request)
-        return decode_json(await read_body(request, self.body_cap), decoder)
+        return decode_json(await read_body(request, self.body_cap), decoder, renamed)
 
     # ------------------------------------------------------------------ mounting
 

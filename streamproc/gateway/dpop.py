@@ -24,6 +24,7 @@ from yarl import URL
 from streamproc.gateway import jwt
 from streamproc.gateway.replay import Replayed, ReplayGuard
 from streamproc.gateway.settings import Dpop, resolve_ref
+from streamproc.jose import access_token_hash as access_token_hash
 
 PROOF_TYP = "dpop+jwt"
 
@@ -47,10 +48,6 @@ class ProofClaims(msgspec.Struct, kw_only=True):
 
 
 _claims_dec = msgspec.json.Decoder(ProofClaims)
-
-
-def access_token_hash(token: str) -> str:
-    return jwt.b64url(hashlib.sha256(token.encode("ascii")).digest())
 
 
 def normalize_htu(url: str) -> str:

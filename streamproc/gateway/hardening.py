@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 import zlib
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -19,6 +20,7 @@ from streamproc.problems import ProblemError
 T = TypeVar("T")
 _CHUNK = 64 * 1024
 _AT = re.compile(r" - at `(\$[^`]*)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `([^`]*)`")
 _NAMED = re.compile(r"^Object (?:contains unknown|missing required) field `([^`]*)`")
 _ZSTD_MAX_WINDOW = 1 << 27
 
@@ -118,7 +120,7 @@ def require_json(request: web.Request) -> None:
 
 
 _POST_INIT = (
-    ("invalid cron expression", "cron"),
+    ("invalid cron expression", "whenCron"),
     ("unknown IANA time zone", "timezone"),
     ("status ", "status"),
 )
@@ -137,13 +139,27 @@ def field_of(message: str) -> str:
     return path
 
 
-def decode_json(data: bytes, decoder: msgspec.json.Decoder[T]) -> T:
-    """Decode and validate, or 400 naming the field (unknown fields are refused too)."""
+def decode_json(
+    data: bytes,
+    decoder: msgspec.json.Decoder[T],
+    renamed: Mapping[tuple[str, str], str] | None = None,
+) -> T:
+    """Decode and validate, or 400 naming the field (unknown fields are refused too).
+
+    ``renamed``: names this API took before, by (JSON path, name), each with what to say
+    instead — a body that uses one learns the name to use."""
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
         msg = str(exc)
-        raise ProblemError(400, "invalid-body", msg, field=field_of(msg)) from None
+        field = field_of(msg)
+        u = _UNKNOWN.match(msg) if renamed else None
+        if renamed and u:
+            at = _AT.search(msg)
+            hint = renamed.get((at.group(1) if at else "$", u.group(1)))
+            if hint:
+                msg = f"unknown field `{u.group(1)}`: {hint}"
+        raise ProblemError(400, "invalid-body", msg, field=field) from None
     except msgspec.DecodeError as exc:
         raise ProblemError(400, "malformed-json", f"malformed JSON: {exc}", field="$") from None
 

@@ -12,45 +12,28 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 from nacl.exceptions import BadSignatureError
-from nacl.signing import SigningKey, VerifyKey
+from nacl.signing import VerifyKey
+
+from streamproc.jose import ALG as ALG
+from streamproc.jose import JwtError as JwtError
+from streamproc.jose import b64url as b64url
+from streamproc.jose import b64url_decode as b64url_decode
+from streamproc.jose import jwk_thumbprint as jwk_thumbprint
+from streamproc.jose import okp_jwk as okp_jwk
+from streamproc.jose import sign as sign
 
 MAX_TOKEN = 8192
-ALG = "EdDSA"
 MAX_JSON_DEPTH = 16
 """JOSE headers and claims are flat (a ``jwk`` or ``cnf`` object is depth 2); real issuers'
 structured claims stay well inside this."""
-_B64URL = re.compile(r"[A-Za-z0-9_-]*")
 _ESCAPE = re.compile(rb"\\.", re.S)
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
-
-
-class JwtError(ValueError):
-    """A token or proof that cannot be trusted; the message is safe to show the caller."""
-
-
-def b64url_decode(s: str | bytes) -> bytes:
-    """Unpadded base64url as JOSE uses it (RFC 7515 §2): only the alphabet, no padding, and
-    canonical (the spare bits of the last character zero); anything else is an error."""
-    if isinstance(s, bytes):
-        s = s.decode("latin-1")
-    if not _B64URL.fullmatch(s) or len(s) % 4 == 1:
-        raise JwtError("not base64url (unpadded, characters A-Z a-z 0-9 - _ only)")
-    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
-    if b64url(raw) != s:
-        raise JwtError("not canonical base64url (the last character's spare bits are set)")
-    return raw
-
-
-def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
 def decode_key(text: str) -> bytes:
@@ -171,23 +154,3 @@ def verify(c: Compact, key: VerifyKey) -> bool:
     except BadSignatureError:
         return False
     return True
-
-
-def sign(claims: dict[str, Any], key: SigningKey, header: dict[str, Any]) -> str:
-    """Mint a compact JWS (development tokens and proofs, tests)."""
-    h = b64url(json.dumps({"alg": ALG, **header}, separators=(",", ":")).encode())
-    p = b64url(json.dumps(claims, separators=(",", ":")).encode())
-    sig = key.sign(f"{h}.{p}".encode()).signature
-    return f"{h}.{p}.{b64url(sig)}"
-
-
-def okp_jwk(key: VerifyKey) -> dict[str, str]:
-    return {"kty": "OKP", "crv": "Ed25519", "x": b64url(bytes(key))}
-
-
-def jwk_thumbprint(jwk: dict[str, Any]) -> str:
-    """RFC 7638 SHA-256 thumbprint of an OKP key: required members, sorted, no whitespace."""
-    canonical = json.dumps(
-        {"crv": jwk["crv"], "kty": jwk["kty"], "x": jwk["x"]}, separators=(",", ":"), sort_keys=True
-    )
-    return b64url(hashlib.sha256(canonical.encode()).digest())

@@ -20,7 +20,6 @@ from streamproc.events.payloads import (
     Name,
     NotifyRule,
     OnlyIf,
-    RunReason,
     RunStats,
     Selection,
     Str,
@@ -28,6 +27,7 @@ from streamproc.events.payloads import (
     check_cron,
     check_timezone,
 )
+from streamproc.readmodel.records import RunState
 
 ID_PATTERN = r"^[A-Za-z0-9_:-]{1,128}$"
 ResourceId = Annotated[str, Meta(pattern=ID_PATTERN, description="letters, digits, _ : -")]
@@ -45,13 +45,22 @@ class Response(msgspec.Struct, kw_only=True, rename="camel"):
 
 # ------------------------------------------------------------------ schedules
 
+RENAMED: dict[tuple[str, str], str] = {
+    ("$", "cron"): "the schedule's cron expression is `whenCron`",
+    ("$.notify", "includeKev"): "the notify rule's KEV switch is `includeKEV`",
+}
+"""Names earlier versions of this API took, by (JSON path, name): a body using one is 400
+with a problem that names the specification's field (docs/conformance.md, §3)."""
+
 
 class ScheduleCreate(Request, kw_only=True):
     id: ResourceId | None = None
     """Client-chosen id (409 if taken); omitted: the server assigns a UUIDv7."""
+    tenant_id: Annotated[str, Meta(max_length=128)] | None = None
+    """Optional: when given, the token's tenant (the only one a schedule can be made for)."""
     name: Name
     enabled: bool = True
-    cron: Str
+    cron: Str = msgspec.field(name="whenCron")
     timezone: Str
     mode: Mode = "analysis-only"
     selection: Selection = msgspec.field(default_factory=Selection)
@@ -66,10 +75,12 @@ class ScheduleCreate(Request, kw_only=True):
 
 
 class SchedulePatch(Request, kw_only=True):
-    """Fields present change; ``paused`` pauses or resumes (on its own, not with edits)."""
+    """Fields present change. ``enabled: false`` pauses and ``enabled: true`` resumes
+    (``paused`` is the same switch, inverted); a pause or resume is a change of its own:
+    with other changes only when it leaves the schedule as it is."""
 
     name: Name | UnsetType = UNSET
-    cron: Str | UnsetType = UNSET
+    cron: Str | UnsetType = msgspec.field(default=UNSET, name="whenCron")
     timezone: Str | UnsetType = UNSET
     mode: Mode | UnsetType = UNSET
     selection: Selection | UnsetType = UNSET
@@ -77,6 +88,7 @@ class SchedulePatch(Request, kw_only=True):
     notify: NotifyRule | UnsetType = UNSET
     limits: Limits | UnsetType = UNSET
     subscriptions: list[Subscription] | UnsetType = UNSET
+    enabled: bool | UnsetType = UNSET
     paused: bool | UnsetType = UNSET
     reason: Text | UnsetType = UNSET
     """Recorded with a pause or resume."""
@@ -92,22 +104,23 @@ class SchedulePatch(Request, kw_only=True):
 # docstring here would become the schema's description and change the published OpenAPI).
 class ScheduleView(Response, kw_only=True):
     id: str
-    tenant: str
+    tenant_id: str
     name: str
     enabled: bool
-    paused: bool
-    cron: str
+    """False while the schedule is paused: the same switch as ``paused``, inverted."""
+    cron: str = msgspec.field(name="whenCron")
     timezone: str
     mode: Mode
     selection: Selection
     only_if: OnlyIf
     notify: NotifyRule
     limits: Limits
-    subscriptions: list[str]
-    created_by: str | None
-    updated_by: str | None
     created_at: str
     updated_at: str
+    created_by: str | None
+    updated_by: str | None
+    paused: bool
+    subscriptions: list[str]
     version: int
     """Stream sequence of the schedule's last event: send it back in ``If-Match``."""
     deleted: bool = False
@@ -122,6 +135,9 @@ class ScheduleList(Response, kw_only=True):
 
 
 # ------------------------------------------------------------------ runs
+
+OLD_STATES: dict[str, str] = {"requested": "planning", "planned": "queued"}
+"""Run states earlier versions showed, and the specification's state each became."""
 
 
 class RunCreate(Request, kw_only=True):
@@ -146,30 +162,48 @@ class SegmentCounts(Response, kw_only=True):
 class RunLinks(Response, kw_only=True):
     self_: str = msgspec.field(name="self")
     deltas: str
+    exports: str
+
+
+class RunReasonView(Response, kw_only=True):
+    feedser_export_id: str | None = None
+    """The run's first Feedser export, as its sender named it."""
+    vexer_export_id: str | None = None
+    """The run's first Vexer export, as its sender named it."""
+    cursor: str | None = None
+    """The exportId the run moves its tenant's impact cursor to once planned: the export it
+    covers that was recorded last."""
+    export_count: int = 0
+    """How many exports the run covers (all of them: ``GET /runs/{id}/exports``)."""
+    exports: list[str] = []
+    """The first few of them, by ref (``<source>:<exportId>``)."""
+    scheduled_for: str | None = None
+    """A cron run's fire time (UTC)."""
+    text: str | None = None
 
 
 class RunView(Response, kw_only=True):
     id: str
-    tenant: str
-    trigger: Trigger
-    state: Literal["requested", "planned", "queued", "running", "completed", "cancelled", "error"]
     schedule_id: str | None
+    tenant_id: str
+    trigger: Trigger
+    reason: RunReasonView
+    state: RunState
+    stats: RunStats
+    started_at: str | None
+    finished_at: str | None
+    error: str | None
     schedule_ids: list[str]
     mode: Mode
     selection: Selection | None
-    reason: RunReason
     requested_by: str | None
+    requested_at: str
     cancel_requested: bool
     cancel_reason: str | None
-    stats: RunStats
     segments: SegmentCounts
     degraded: bool
     degraded_reason: str | None
     coverage: Coverage | None
-    error: str | None
-    requested_at: str
-    started_at: str | None
-    finished_at: str | None
     updated_at: str
     version: int
     links: RunLinks
@@ -178,6 +212,32 @@ class RunView(Response, kw_only=True):
 class RunList(Response, kw_only=True):
     items: list[RunView]
     next_cursor: str | None = None
+
+
+class RunExportView(Response, kw_only=True):
+    ref: str
+    """``<source>:<exportId>``: how the run names it."""
+    kind: Literal["feedser", "vexer"]
+    source: str | None
+    """The webhook source that delivered it (None for exports recorded before sources)."""
+    export_id: str
+    """As its sender named it."""
+    recorded_at: str | None
+
+
+class RunExportList(Response, kw_only=True):
+    items: list[RunExportView]
+    next_cursor: str | None = None
+
+
+class ImpactCursorView(Response, kw_only=True):
+    tenant_id: str
+    feedser_last_export_id: str | None
+    vexer_last_export_id: str | None
+    updated_at: str | None
+    feedser_last_export_ref: str | None
+    """``<source>:<exportId>`` of the Feedser export (its source: several may be configured)."""
+    vexer_last_export_ref: str | None
 
 
 class DeltaView(Response, kw_only=True):

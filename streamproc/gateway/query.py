@@ -5,13 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import msgspec
 from aiohttp import web
 
+from streamproc import names
 from streamproc.ids import ascii_int
 from streamproc.problems import ProblemError
 from streamproc.readmodel.keys import CursorError
+from streamproc.readmodel.queries import Page
 
 T = TypeVar("T")
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+PAGE_BYTES = names.PAGE_BYTES
+"""A page ends early, before the item that would take it past this (``nextCursor`` goes on
+from there). A page always holds at least one item."""
+_CURSOR_ROOM = 3_000
+"""Bytes kept for ``nextCursor`` (a cursor is at most 2,048 bytes, base64url)."""
+_enc = msgspec.json.Encoder()
 
 ANY = -1
 """``If-Match: *``: any current version."""
@@ -32,7 +43,7 @@ def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -
 def paged(request: web.Request, listing: Callable[..., T], *args: Any, **filters: Any) -> T:
     """``listing(*args, limit=, cursor=, **filters)`` with the page's ``limit`` (1-500,
     default 50) and ``cursor`` from the query; a cursor this server did not issue is 400."""
-    limit = int_param(request, "limit", 50, 1, 500)
+    limit = int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     try:
         return listing(*args, limit=limit, cursor=request.query.get("cursor"), **filters)
     except CursorError as exc:
@@ -85,3 +96,23 @@ def if_match(request: web.Request) -> int | None:
             400, "invalid-precondition", 'If-Match must be a version such as "42"', field="If-Match"
         )
     return version
+
+
+def page_body(page: Page[T], render: Callable[[T], Any], max_bytes: int = PAGE_BYTES) -> bytes:
+    """``{"items": [...], "nextCursor": ...}`` of ``page``, each item rendered and encoded
+    once, ended early so that the whole stays within ``max_bytes``."""
+    parts: list[bytes] = []
+    size = len(b'{"items":[],"nextCursor":}') + _CURSOR_ROOM
+    cursor = page.next_cursor
+    for i, item in enumerate(page.items):
+        data = _enc.encode(render(item))
+        if parts and size + len(data) + 1 > max_bytes:
+            cursor = page.cursor_after(i - 1)
+            break
+        parts.append(data)
+        size += len(data) + 1
+    return b'{"items":[' + b",".join(parts) + b'],"nextCursor":' + _enc.encode(cursor) + b"}"
+
+
+def page_response(page: Page[T], render: Callable[[T], Any]) -> web.Response:
+    return web.Response(body=page_body(page, render), content_type="application/json")

@@ -30,7 +30,7 @@ from streamproc.gateway.hardening import (
 )
 from streamproc.gateway.models import ImageAccepted, ImageList, ImagePut, ImageView
 from streamproc.gateway.operations import CURSOR, LIMIT, WAIT, Operation, Param
-from streamproc.gateway.query import paged
+from streamproc.gateway.query import page_response, paged
 from streamproc.gateway.views import image_view
 from streamproc.gateway.writes import UNAVAILABLE_HEADERS, json_response, publish_failure, waited
 from streamproc.impact.publish import (
@@ -247,8 +247,7 @@ async def list_images(gw: Gateway, request: web.Request, who: Principal | None) 
         repository=request.query.get("repository") or None,
         namespace=request.query.get("namespace") or None,
     )
-    items = [image_view(who.tenant, r) for r in page.items]
-    return json_response(ImageList(items=items, next_cursor=page.next_cursor))
+    return page_response(page, lambda r: image_view(who.tenant, r))
 
 
 _WRITTEN: dict[int, tuple[type | None, str]] = {

@@ -1,5 +1,6 @@
 """Runs: ad-hoc requests, listings (newest first, by state and trigger), details with stats
-and links to deltas, the deltas themselves, and best-effort cancel."""
+and links, the deltas and the exports of a run, best-effort cancel, and the tenant's impact
+cursors."""
 
 from __future__ import annotations
 
@@ -13,14 +14,24 @@ from streamproc.bus.publisher import WrongExpectedSequence
 from streamproc.events import payloads as p
 from streamproc.gateway.auth import ADMIN, READ, Principal
 from streamproc.gateway.hardening import decode_json, read_body, require_json
-from streamproc.gateway.models import Accepted, DeltaList, RunCancel, RunCreate, RunList, RunView
+from streamproc.gateway.models import (
+    OLD_STATES,
+    Accepted,
+    DeltaList,
+    ImpactCursorView,
+    RunCancel,
+    RunCreate,
+    RunExportList,
+    RunList,
+    RunView,
+)
 from streamproc.gateway.operations import BASE, CURSOR, LIMIT, WAIT, Operation, Param, path_id
-from streamproc.gateway.query import paged, set_param
-from streamproc.gateway.views import delta_view, run_view
+from streamproc.gateway.query import page_response, paged, set_param
+from streamproc.gateway.views import cursor_view, delta_view, run_export_view, run_view
 from streamproc.gateway.writes import answer, json_response, publish, stamp
 from streamproc.ids import derive_id, uuid7
 from streamproc.problems import ProblemError
-from streamproc.readmodel.records import TERMINAL, RunRecord
+from streamproc.readmodel.records import RUN_STATES, TERMINAL, RunRecord
 from streamproc.readmodel.runs import Runs
 
 if TYPE_CHECKING:
@@ -28,7 +39,7 @@ if TYPE_CHECKING:
 
 _create = msgspec.json.Decoder(RunCreate)
 _cancel = msgspec.json.Decoder(RunCancel)
-STATES = frozenset({"requested", "planned", "queued", "running", "completed", "cancelled", "error"})
+STATES = frozenset(RUN_STATES)
 TRIGGERS = frozenset({"cron", "feedser", "vexer", "manual"})
 PROJECTION = Runs.name
 
@@ -82,18 +93,34 @@ async def create_run(gw: Gateway, request: web.Request, who: Principal | None) -
     )
 
 
+def _states(request: web.Request) -> frozenset[str]:
+    """The ``state`` filter: the specification's six; a state earlier versions showed is
+    named with the one it became."""
+    try:
+        return set_param(request, "state", STATES)
+    except ProblemError:
+        old = sorted(OLD_STATES.keys() & set_param(request, "state", STATES | OLD_STATES.keys()))
+        if not old:
+            raise
+        now = ", ".join(f"`{x}` is `{OLD_STATES[x]}`" for x in old)
+        raise ProblemError(
+            400,
+            "invalid-parameter",
+            f"state: unknown value(s) {old}: {now} (states: {', '.join(RUN_STATES)})",
+            field="query.state",
+        ) from None
+
+
 async def list_runs(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
     page = paged(
         request,
         gw.rm.runs,
         who.tenant,
-        states=set_param(request, "state", STATES),
+        states=_states(request),
         triggers=set_param(request, "trigger", TRIGGERS),
     )
-    return json_response(
-        RunList(items=[run_view(r) for r in page.items], next_cursor=page.next_cursor)
-    )
+    return page_response(page, run_view)
 
 
 async def get_run(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
@@ -104,10 +131,18 @@ async def get_run(gw: Gateway, request: web.Request, who: Principal | None) -> w
 async def list_deltas(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
     rec = _found(gw, who.tenant, request.match_info["id"])
-    page = paged(request, gw.rm.deltas, who.tenant, rec.id)
-    return json_response(
-        DeltaList(items=[delta_view(d) for d in page.items], next_cursor=page.next_cursor)
-    )
+    return page_response(paged(request, gw.rm.deltas, who.tenant, rec.id), delta_view)
+
+
+async def list_exports(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
+    assert who is not None
+    rec = _found(gw, who.tenant, request.match_info["id"])
+    return page_response(paged(request, gw.rm.run_exports, who.tenant, rec.id), run_export_view)
+
+
+async def impact_cursors(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
+    assert who is not None
+    return json_response(cursor_view(who.tenant, gw.rm.impact_cursor(who.tenant)))
 
 
 async def cancel_run(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
@@ -177,7 +212,7 @@ OPERATIONS = [
                 "state",
                 "query",
                 {"type": "string"},
-                f"comma-separated: {', '.join(sorted(STATES))}",
+                f"comma-separated: {', '.join(RUN_STATES)}",
             ),
             Param(
                 "trigger",
@@ -211,6 +246,28 @@ OPERATIONS = [
         params=(path_id(), LIMIT, CURSOR),
         responses={200: (DeltaList, "one page, by digest")},
         errors=(404,),
+    ),
+    Operation(
+        "GET",
+        "/runs/{id}/exports",
+        list_exports,
+        "listRunExports",
+        "The exports a run covers, in the order they were recorded",
+        "runs",
+        READ,
+        params=(path_id(), LIMIT, CURSOR),
+        responses={200: (RunExportList, "one page")},
+        errors=(404,),
+    ),
+    Operation(
+        "GET",
+        "/impact-cursors",
+        impact_cursors,
+        "getImpactCursors",
+        "The tenant's impact cursors: the latest export of each source a planned run covers",
+        "runs",
+        READ,
+        responses={200: (ImpactCursorView, "the caller's tenant's cursors")},
     ),
     Operation(
         "POST",

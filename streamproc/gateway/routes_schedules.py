@@ -16,6 +16,7 @@ from streamproc.bus.publisher import WrongExpectedSequence
 from streamproc.events import payloads as p
 from streamproc.gateway.auth import ADMIN, READ, Principal
 from streamproc.gateway.models import (
+    RENAMED,
     Accepted,
     ScheduleCreate,
     ScheduleList,
@@ -32,7 +33,14 @@ from streamproc.gateway.operations import (
     Param,
     path_id,
 )
-from streamproc.gateway.query import ANY, bool_param, if_match, int_param, paged
+from streamproc.gateway.query import (
+    ANY,
+    bool_param,
+    if_match,
+    int_param,
+    page_response,
+    paged,
+)
 from streamproc.gateway.views import schedule_view
 from streamproc.gateway.writes import answer, json_response, publish, stamp
 from streamproc.ids import uuid7
@@ -77,9 +85,30 @@ def _view_loader(gw: Gateway, tenant: str, sid: str) -> Callable[[], ScheduleVie
     return load
 
 
+def _check_limits(gw: Gateway, limits: p.Limits, field: str) -> None:
+    """``limits.maxJobs`` may not exceed the planner's ceiling (``max_jobs_per_run``)."""
+    if limits.max_jobs is not None and limits.max_jobs > gw.max_jobs_per_run:
+        raise ProblemError(
+            400,
+            "invalid-body",
+            f"limits.maxJobs {limits.max_jobs} exceeds the ceiling of {gw.max_jobs_per_run} "
+            f"images per run (planner.max_jobs_per_run)",
+            field=field,
+            limit=gw.max_jobs_per_run,
+        )
+
+
 async def create_schedule(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
-    body: ScheduleCreate = await gw.json_body(request, _create)
+    body: ScheduleCreate = await gw.json_body(request, _create, RENAMED)
+    if body.tenant_id is not None and body.tenant_id != who.tenant:
+        raise ProblemError(
+            400,
+            "invalid-body",
+            f"tenantId {body.tenant_id!r} is not the token's tenant {who.tenant!r}",
+            field="$.tenantId",
+        )
+    _check_limits(gw, body.limits, "$.limits.maxJobs")
     sid = body.id or uuid7()
     if body.id is not None and gw.rm.schedule(who.tenant, sid) is not None:
         raise ProblemError(409, "schedule-exists", f"schedule {sid!r} already exists")
@@ -118,19 +147,21 @@ async def create_schedule(gw: Gateway, request: web.Request, who: Principal | No
 async def list_schedules(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
     n = int_param(request, "next", 1, 0, 50)
+    paused = bool_param(request, "paused")
+    enabled = bool_param(request, "enabled")
+    if paused is not None and enabled is not None and paused == enabled:
+        raise ProblemError(
+            400, "invalid-parameter", "enabled and paused contradict", field="query.enabled"
+        )
     page = paged(
         request,
         gw.rm.schedules,
         who.tenant,
         include_deleted=bool(bool_param(request, "includeDeleted")),
-        paused=bool_param(request, "paused"),
+        paused=paused if paused is not None else None if enabled is None else not enabled,
     )
     now = _now()
-    return json_response(
-        ScheduleList(
-            items=[schedule_view(r, now, n) for r in page.items], next_cursor=page.next_cursor
-        )
-    )
+    return page_response(page, lambda r: schedule_view(r, now, n))
 
 
 async def get_schedule(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
@@ -165,35 +196,56 @@ def _conflict(wanted: int | None, sid: str) -> ProblemError:
     return ProblemError(409, "concurrent-update", f"schedule {sid!r} changed meanwhile; retry")
 
 
+def _state_change(body: SchedulePatch) -> bool | None:
+    """The pause (True) or resume (False) the patch asks for, if any: ``enabled`` is the
+    specification's switch, ``paused`` the same inverted; both given, they must agree."""
+    asked: set[bool] = set()
+    if body.paused is not UNSET:
+        asked.add(body.paused)
+    if body.enabled is not UNSET:
+        asked.add(not body.enabled)
+    if len(asked) > 1:
+        raise ProblemError(
+            400, "invalid-body", "enabled and paused contradict each other", field="$.enabled"
+        )
+    return next(iter(asked), None)
+
+
 async def patch_schedule(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
     sid = request.match_info["id"]
     wanted = if_match(request)
-    body: SchedulePatch = await gw.json_body(request, _patch)
+    body: SchedulePatch = await gw.json_body(request, _patch, RENAMED)
     changes = {f: getattr(body, f) for f in p.SCHEDULE_PATCHABLE if getattr(body, f) is not UNSET}
-    if body.paused is not UNSET and changes:
+    pause = _state_change(body)
+    switch = "$.enabled" if body.enabled is not UNSET else "$.paused"
+    if body.reason is not UNSET and pause is None:
+        raise ProblemError(
+            400, "invalid-body", "reason goes with enabled (or paused) only", field="$.reason"
+        )
+    if pause is None and not changes:
+        raise ProblemError(400, "invalid-body", "the patch changes nothing", field="$")
+    if "limits" in changes:
+        _check_limits(gw, changes["limits"], "$.limits.maxJobs")
+    rec = await _current(gw, who.tenant, sid, wanted)
+    if pause is not None and pause != rec.paused and changes:
         raise ProblemError(
             400,
             "invalid-body",
-            "pause/resume cannot be combined with other changes",
-            field="$.paused",
+            "pausing or resuming is a change of its own: send enabled alone, then the edits",
+            field=switch,
         )
-    if body.reason is not UNSET and body.paused is UNSET:
-        raise ProblemError(400, "invalid-body", "reason goes with paused only", field="$.reason")
-    if body.paused is UNSET and not changes:
-        raise ProblemError(400, "invalid-body", "the patch changes nothing", field="$")
-    rec = await _current(gw, who.tenant, sid, wanted)
-    if body.paused is not UNSET:
-        if body.paused == rec.paused:  # already so: nothing to record
+    if pause is None or pause == rec.paused:
+        if not changes:  # already so: nothing to record
             return json_response(
                 schedule_view(rec, _now(), 5), headers={"ETag": f'"{rec.version}"'}
             )
-        kind = "schedule.paused" if body.paused else "schedule.resumed"
-        reason = body.reason if body.reason is not UNSET else None
-        payload: p.Payload = p.ScheduleStateChange(schedule_id=sid, by=_by(who), reason=reason)
-    else:
         kind = "schedule.updated"
-        payload = p.ScheduleUpdated(schedule_id=sid, updated_by=_by(who), **changes)
+        payload: p.Payload = p.ScheduleUpdated(schedule_id=sid, updated_by=_by(who), **changes)
+    else:
+        kind = "schedule.paused" if pause else "schedule.resumed"
+        reason = body.reason if body.reason is not UNSET else None
+        payload = p.ScheduleStateChange(schedule_id=sid, by=_by(who), reason=reason)
     return await _write_version(gw, request, who, kind, payload, rec, wanted)
 
 
@@ -266,7 +318,8 @@ OPERATIONS = [
             CURSOR,
             NEXT,
             Param("includeDeleted", "query", {"type": "boolean", "default": False}),
-            Param("paused", "query", {"type": "boolean"}, "only paused (true) or active"),
+            Param("enabled", "query", {"type": "boolean"}, "only enabled (true) or paused"),
+            Param("paused", "query", {"type": "boolean"}, "only paused (true) or enabled"),
         ),
         responses={200: (ScheduleList, "one page, by id")},
     ),
@@ -295,7 +348,9 @@ OPERATIONS = [
         params=(path_id(), IF_MATCH, WAIT),
         responses={200: (ScheduleView, "applied (with ?wait=true), or already so"), 202: _ACCEPTED},
         errors=(404, 409, 412, 413, 415, 503),
-        description="Updates never create: an unknown or deleted schedule is 404.",
+        description="Updates never create: an unknown or deleted schedule is 404. "
+        '`{"enabled": false}` pauses and `{"enabled": true}` resumes (`paused` is the same '
+        "switch, inverted).",
     ),
     Operation(
         "DELETE",

@@ -16,6 +16,9 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from streamproc import exitcodes
+from streamproc.cliargs import add_config_flag
+from streamproc.client.settings import dpop_key
+from streamproc.config import load
 from streamproc.gateway import jwt
 from streamproc.gateway.dpop import access_token_hash
 from streamproc.gateway.tls import x5t_s256
@@ -113,6 +116,16 @@ def cmd_dpop_proof(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_client_key(args: argparse.Namespace) -> int:
+    """This data directory's DPoP client key: created on first use, its thumbprint printed
+    (what ``token issue --jkt`` binds a token to)."""
+    key = dpop_key(load({"data_dir": args.data_dir}).data_dir)
+    print(key.jkt)
+    print(f"{key.path} (private; every command on this data directory signs with it)",
+          file=sys.stderr)  # fmt: skip
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add ``token`` and its subcommands to the CLI's subparsers."""
     token = subparsers.add_parser("token", help="development keys, tokens and DPoP proofs")
@@ -152,6 +165,14 @@ def register(subparsers: Any) -> None:
     g.add_argument("--dpop-key", help="bind to this DPoP key file")
     p.add_argument("--cert", help="bind to this client certificate (PEM; cnf.x5t#S256)")
     p.set_defaults(fn=cmd_issue)
+
+    p = sub.add_parser(
+        "client-key",
+        help="print the thumbprint (jkt) of this data directory's DPoP client key, creating it",
+    )
+    p.add_argument("--data-dir", help="default: ./data or $STREAMPROC_DATA_DIR")
+    add_config_flag(p)
+    p.set_defaults(fn=cmd_client_key)
 
     p = sub.add_parser("dpop-proof", help="mint a DPoP proof for one request")
     p.add_argument("--key", required=True, help="DPoP client key file")

@@ -19,12 +19,16 @@ from streamproc.bus import jsapi
 from streamproc.bus.pull import ConsumerGone
 from streamproc.bus.session import nats_session
 from streamproc.cancellation import checkpoint
+from streamproc.client.http import ApiClient
+from streamproc.client.settings import dpop_key, token_source
 from streamproc.config import Settings, environment, load
-from streamproc.names import NOTIFY_TAIL, stream_names
+from streamproc.names import NOTIFY_TAIL, READ_SCOPE, stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
 from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
 from streamproc.notify.schemas import write_all
+
+TOKEN_ENV = "STREAMPROC_NOTIFY_TOKEN"
 
 
 def register(
@@ -47,7 +51,11 @@ def register(
         help="message kinds (repeatable; default rescan.delta)",
     )  # fmt: skip
     p.add_argument("--http", metavar="URL", help="follow the gateway's HTTP feed instead of NATS")
-    p.add_argument("--token", help="bearer token for --http (default $STREAMPROC_TOKEN)")
+    p.add_argument(
+        "--token",
+        help=f"access token for --http, bound to this client's DPoP key (default "
+        f"${TOKEN_ENV}; else client credentials, docs/notify.md)",
+    )
     p.add_argument("--state", help="checkpoint file for --http (default DATA/notify/NAME.json)")
     p.add_argument(
         "--reset", action="store_true",
@@ -87,10 +95,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
             return exitcodes.USAGE
         name = args.durable or NOTIFY_TAIL
         state = Path(args.state or settings.data_dir / "notify" / f"{name}.json")
-        tail = HttpTail(
-            args.http, state, kind=kinds[0],
-            token=args.token or environment().get("STREAMPROC_TOKEN"), out=show,
+        key = dpop_key(settings.data_dir)
+        tokens = token_source(
+            key, token=args.token or environment().get(TOKEN_ENV),
+            token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,),
         )  # fmt: skip
+        tail = HttpTail(args.http, state, api=ApiClient(key, tokens), kind=kinds[0], out=show)
         try:
             uvloop.run(tail.run(once=args.once))
         except FeedClosed as exc:

@@ -36,7 +36,7 @@ from aiohttp import web
 from streamproc.bus import direct, jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.ids import ascii_int
-from streamproc.names import ADMIN_SCOPE, API_BASE, stream_names
+from streamproc.names import ADMIN_SCOPE, API_BASE, PAGE_BYTES, stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.registrations import (
     FeedSettings,
@@ -75,6 +75,17 @@ class FeedEvent(msgspec.Struct, kw_only=True, rename="camel"):
     kind: str
     schema_version: int
     payload: msgspec.Raw
+
+
+def _within(messages: list[direct.DirectMsg], max_bytes: int) -> int:
+    """How many of ``messages`` a page holds within ``max_bytes`` (at least one: a page
+    always moves); the next page asks from the last one held."""
+    size = 1_000  # the page's own fields
+    for i, m in enumerate(messages):
+        size += len(m.data) + 200  # the event's own fields around its payload
+        if i and size > max_bytes:
+            return i
+    return len(messages)
 
 
 class FeedPage(msgspec.Struct, kw_only=True, rename="camel"):
@@ -217,11 +228,14 @@ class Feed:
             raise FeedProblem(409, "beyond-head", f"afterSeq {after} is beyond the stream's end")
         await self._check_gap(caller.tenant, kind, epoch, after, info.state.first_seq)
         events = [self._event(m, kind) for m in page.messages]
+        kept = _within(page.messages, PAGE_BYTES)
+        complete = page.pending == 0 and kept == len(events)
+        events = events[:kept]
         if events:
             head = max(head, events[-1].seq)
         body = FeedPage(
             tenant=caller.tenant, kind=kind, stream=f"{self.stream}:{subject}", epoch=epoch,
-            head=head, retention_horizon=horizon, after_seq=after, complete=page.pending == 0,
+            head=head, retention_horizon=horizon, after_seq=after, complete=complete,
             events=events,
         )  # fmt: skip
         return web.Response(body=_enc.encode(body), content_type="application/json")

@@ -20,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgspec
 
+from streamproc.client.http import ApiClient, Reply, Unreachable
+from streamproc.client.tokens import TokenUnavailable
 from streamproc.names import API_BASE
 from streamproc.notify import messages as nm
 
@@ -68,8 +69,8 @@ class HttpTail:
         url: str,
         state: Path,
         *,
+        api: ApiClient,
         kind: str = "rescan.delta",
-        token: str | None = None,
         limit: int = 100,
         poll_s: float = 1.0,
         out: Callable[[nm.AnyMessage, int], None] | None = None,
@@ -78,36 +79,26 @@ class HttpTail:
         self.url = url
         self.kind = kind
         self.state = state
-        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.api = api
         self.limit = limit
         self.poll_s = poll_s
         self.out = out or (lambda msg, seq: print(seq, nm.encode(msg).decode(), flush=True))
 
-    async def _json(self, resp: aiohttp.ClientResponse) -> Any:
-        body = await resp.read()
+    async def _call(self, method: str, url: str, **kw: Any) -> tuple[int, Any]:
         try:
-            return msgspec.json.decode(body)
-        except msgspec.DecodeError:
-            return {"detail": body[:300].decode(errors="replace")}
-
-    async def _call(
-        self, s: aiohttp.ClientSession, method: str, url: str, **kw: Any
-    ) -> tuple[int, Any]:
-        try:
-            async with s.request(method, url, **kw) as r:
-                doc = await self._json(r)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise FeedUnavailable(f"feed not reachable: {exc or type(exc).__name__}") from None
+            r: Reply = await self.api.request(method, url, **kw)
+        except (Unreachable, TokenUnavailable) as exc:
+            raise FeedUnavailable(f"feed not reachable: {exc}") from None
         if r.status >= 500:
-            raise FeedUnavailable(f"feed answered {r.status}: {doc.get('detail', doc)}")
+            raise FeedUnavailable(f"feed answered {r.status}: {r.detail()}")
         if r.status in (401, 403):
-            raise FeedRefused(f"feed refused this client ({r.status}): {doc.get('detail', doc)}")
-        return r.status, doc
+            raise FeedRefused(f"feed refused this client ({r.status}): {r.detail()}")
+        return r.status, r.json()
 
-    async def _register(self, s: aiohttp.ClientSession, cp: Checkpoint | None) -> Checkpoint:
+    async def _register(self, cp: Checkpoint | None) -> Checkpoint:
         body = {"streamEpoch": None, "seq": None} if cp is None else {
             "streamEpoch": cp.epoch, "seq": cp.seq}  # fmt: skip
-        status, doc = await self._call(s, "POST", f"{self.base}/consumer-checkpoint", json=body)
+        status, doc = await self._call("POST", f"{self.base}/consumer-checkpoint", json=body)
         if status == 404 and cp is not None:
             raise FeedClosed(f"stream missing while a checkpoint exists (seq {cp.seq}): "
                              f"{doc.get('detail')}")  # fmt: skip
@@ -120,10 +111,10 @@ class HttpTail:
             save_checkpoint(self.state, cp)
         return cp
 
-    async def step(self, s: aiohttp.ClientSession, cp: Checkpoint) -> tuple[Checkpoint, bool]:
+    async def step(self, cp: Checkpoint) -> tuple[Checkpoint, bool]:
         """One page; returns the new checkpoint and whether the feed is caught up."""
         params = {"afterSeq": str(cp.seq), "limit": str(self.limit), "streamEpoch": cp.epoch}
-        status, doc = await self._call(s, "GET", f"{self.base}/events", params=params)
+        status, doc = await self._call("GET", f"{self.base}/events", params=params)
         if status == 404:
             raise FeedClosed(f"stream missing while a checkpoint exists (seq {cp.seq})")
         if status == 409 and str(doc.get("type", "")).endswith(":retention-gap"):
@@ -147,14 +138,14 @@ class HttpTail:
         if cp is not None and (cp.url != self.url or cp.kind != self.kind):
             raise FeedClosed(f"checkpoint {self.state} belongs to {cp.url} {cp.kind}")
         pause = self.poll_s
-        async with aiohttp.ClientSession(headers=self.headers) as s:
+        async with self.api:
             while True:
                 try:
-                    cp = await self._register(s, cp)
+                    cp = await self._register(cp)
                     seq = cp.seq
-                    cp, caught_up = await self.step(s, cp)
+                    cp, caught_up = await self.step(cp)
                     if cp.seq != seq:
-                        cp = await self._register(s, cp)  # report the handled batch
+                        cp = await self._register(cp)  # report the handled batch
                 except FeedUnavailable as exc:
                     if once:
                         raise

@@ -22,6 +22,7 @@ from streamproc.names import PL_CLAIMS_CF, PL_CURSORS_CF, PL_EXPORTS, PL_EXPORTS
 from streamproc.planner import records as r
 from streamproc.planner.changes import KeyChange, feedser_change, vexer_change
 from streamproc.projection import Projection, Rejection, Table, Tx
+from streamproc.projections.cursor import advanced
 from streamproc.state.store import Store
 
 CLAIMS_CF = PL_CLAIMS_CF
@@ -189,21 +190,8 @@ class PlannerExports(Projection):
         new = cur
         for source, export_id in refs:
             raw = table.get(r.key(tenant, source, export_id))
-            if raw is None:
-                continue
-            e = r.decode_export(raw)
-            if source == "feedser" and (e.ms, e.export_id) > (
-                new.feedser_ms,
-                new.feedser_last_export_id or "",
-            ):
-                new = msgspec.structs.replace(
-                    new, feedser_last_export_id=e.export_id, feedser_ms=e.ms
-                )
-            if source == "vexer" and (e.ms, e.export_id) > (
-                new.vexer_ms,
-                new.vexer_last_export_id or "",
-            ):
-                new = msgspec.structs.replace(new, vexer_last_export_id=e.export_id, vexer_ms=e.ms)
+            if raw is not None:
+                new = advanced(new, source, export_id, r.decode_export(raw).ms)
         if new != cur:
             tx.table(CURSORS_CF).put(tenant.encode(), r.encode(new))
             self.cursors[tenant] = new

@@ -2,7 +2,8 @@
 
     change keys ─► subscribed schedules ─► resolve (usage_only, selector) per schedule
       ─► de-duplicate by digest ─► onlyIf ─► order KEV, critical, rest ─► cap at maxJobs
-      (the surplus spills to a continuation run) ─► shard by digest hash ─► segments
+      (at most max_jobs_per_run; the surplus spills to a continuation run)
+      ─► shard by digest hash ─► segments
 
 No clock, no I/O: "now" is the cause's own HLC time, ids derive from the run id, and the
 same state and cause always give the same plan — which is what makes a crash and redo emit
@@ -44,12 +45,14 @@ def build_plan(
     used for content-refresh, whose segments each stay on one host)."""
     limits = pacing.run_limits(
         [t.limits for t in targets],
-        max_jobs=cfg.default_max_jobs,
+        max_jobs=cfg.max_jobs_per_run,
         rate=cfg.default_rate,
         parallelism=cfg.default_parallelism,
     )
     degraded = selected.degraded_reason is not None
-    max_jobs = limits.max_jobs
+    # The ceiling holds for schedules recorded before it was lowered too (the gateway
+    # refuses a larger limits.maxJobs; the surplus spills to continuation runs).
+    max_jobs = min(limits.max_jobs, cfg.max_jobs_per_run)
     if degraded and cause.event_driven:
         max_jobs = min(max_jobs, cfg.degraded_max_jobs)
     total = len(selected.ordered)

@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from streamproc.events import payloads as p
+from streamproc.projections.cursor import CursorBase
 from streamproc.projections.schedule import ScheduleBase
 
 SEP = b"\x00"
@@ -71,14 +72,11 @@ class ExportRecord(msgspec.Struct, kw_only=True):
     """Planned completely: keys dropped, only the id is kept (so a re-delivery is ignored)."""
 
 
-class Cursor(msgspec.Struct, kw_only=True):
-    """The latest export of each source that a planned run covers (``impact_cursors``), and
-    when each source's latest coalescing window opened."""
+class Cursor(CursorBase, kw_only=True):
+    """The latest export of each source that a planned run covers (``impact_cursors``, as
+    :mod:`streamproc.projections.cursor` folds it), and when each source's latest coalescing
+    window opened."""
 
-    feedser_last_export_id: str | None = None
-    feedser_ms: int = 0
-    vexer_last_export_id: str | None = None
-    vexer_ms: int = 0
     feedser_window_ms: int | None = None
     """HLC ms of the latest ``run.requested`` that claimed Feedser exports: the exports
     stamped within the debounce after it coalesce into the next run (None: none yet)."""

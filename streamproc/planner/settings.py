@@ -8,7 +8,8 @@ Every knob, its variable and default (also in ``docs/planning.md``):
 - ``STREAMPROC_PLANNER_DEFAULT_RATE`` (50): images/s of a run whose schedules set no
   ``limits.ratePerSecond``.
 - ``STREAMPROC_PLANNER_DEFAULT_PARALLELISM`` (8): shards of a run without ``limits.parallelism``.
-- ``STREAMPROC_PLANNER_DEFAULT_MAX_JOBS`` (50000): images per run without ``limits.maxJobs``.
+- ``STREAMPROC_PLANNER_MAX_JOBS_PER_RUN`` (50000): images per run at most — the ceiling no
+  schedule's ``limits.maxJobs`` exceeds, and the limit of a run whose schedules set none.
 - ``STREAMPROC_PLANNER_USAGE_ONLY`` (1): event-driven resolution counts only packages used by
   an entrypoint (schedules carry no per-schedule flag yet; this is the default for all).
 - ``STREAMPROC_PLANNER_SPILL_DELAY_S`` (300): the "next window": a run's surplus over
@@ -35,6 +36,7 @@ from typing import Literal
 import msgspec
 
 from streamproc.config import ConfigError, environment
+from streamproc.configfile.registry import RENAMED_ENV
 
 MissedTicks = Literal["latest", "none", "all-capped"]
 
@@ -43,7 +45,7 @@ ENV = {
     "segment_size": "STREAMPROC_PLANNER_SEGMENT_SIZE",
     "default_rate": "STREAMPROC_PLANNER_DEFAULT_RATE",
     "default_parallelism": "STREAMPROC_PLANNER_DEFAULT_PARALLELISM",
-    "default_max_jobs": "STREAMPROC_PLANNER_DEFAULT_MAX_JOBS",
+    "max_jobs_per_run": "STREAMPROC_PLANNER_MAX_JOBS_PER_RUN",
     "usage_only": "STREAMPROC_PLANNER_USAGE_ONLY",
     "spill_delay_s": "STREAMPROC_PLANNER_SPILL_DELAY_S",
     "missed_ticks": "STREAMPROC_PLANNER_MISSED_TICKS",
@@ -63,7 +65,7 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
     segment_size: int = 500
     default_rate: int = 50
     default_parallelism: int = 8
-    default_max_jobs: int = 50_000
+    max_jobs_per_run: int = 50_000
     usage_only: bool = True
     spill_delay_s: float = 300.0
     missed_ticks: MissedTicks = "latest"
@@ -85,7 +87,7 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
                 1 <= self.default_parallelism <= 1024,
                 f"default parallelism {self.default_parallelism}: 1..1024",
             ),
-            (self.default_max_jobs >= 1, f"default max jobs {self.default_max_jobs}: >= 1"),
+            (self.max_jobs_per_run >= 1, f"max jobs per run {self.max_jobs_per_run}: >= 1"),
             (self.spill_delay_s >= 0, f"spill delay {self.spill_delay_s} s: must be >= 0"),
             (self.missed_ticks_cap >= 1, f"missed ticks cap {self.missed_ticks_cap}: >= 1"),
             (self.clock_skew_s >= 0, f"clock skew {self.clock_skew_s} s: must be >= 0"),
@@ -120,6 +122,12 @@ _FALSE = {"0", "false", "no", "off"}
 def load(env: Mapping[str, str] | None = None, **overrides: object) -> PlannerSettings:
     """Planner settings from ``env`` (default: :func:`environment`), then ``overrides``."""
     env = environment() if env is None else env
+    for old, new in RENAMED_ENV.items():
+        if env.get(old, "").strip():
+            raise ConfigError(
+                f"{old} is now {new}: a ceiling no schedule's limits.maxJobs exceeds "
+                f"(docs/configuration.md); set that instead"
+            )
     raw: dict[str, object] = {}
     for field, var in ENV.items():
         value = env.get(var, "").strip()

@@ -7,23 +7,27 @@ no request can page into another tenant's keys.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import msgspec
 
-from streamproc.readmodel import keys
+from streamproc.readmodel import keys, run_exports
 from streamproc.readmodel.exports import CF as EXPORTS_CF
 from streamproc.readmodel.exports import export_key
 from streamproc.readmodel.images import CF as IMAGES_CF
 from streamproc.readmodel.images import ImageSummary, decode_image, image_key
 from streamproc.readmodel.records import (
+    CursorRecord,
     DeltaRecord,
+    ExportItem,
     ExportRecord,
     RunRecord,
     ScheduleRecord,
+    decode_cursor,
     decode_delta,
     decode_export,
+    decode_export_item,
     decode_run,
     decode_schedule,
 )
@@ -42,6 +46,13 @@ SCAN_BUDGET = 10_000
 class Page(Generic[T]):
     items: list[T]
     next_cursor: str | None
+    prefix: bytes = b""
+    item_keys: list[bytes] = field(default_factory=list)
+    """The key each item was read at: a page cut short continues after one of them."""
+
+    def cursor_after(self, i: int) -> str:
+        """The cursor of a page that ends with item ``i``."""
+        return keys.encode_cursor(self.prefix, self.item_keys[i])
 
 
 class ReadModel:
@@ -112,7 +123,9 @@ class ReadModel:
             load,
             keep,
         )
-        return Page([r for r in page.items if r is not None], page.next_cursor)
+        return Page(
+            [r for r in page.items if r is not None], page.next_cursor, prefix, page.item_keys
+        )
 
     def deltas(
         self, tenant: str, run_id: str, *, limit: int, cursor: str | None = None
@@ -125,6 +138,23 @@ class ReadModel:
             lambda _k, v: decode_delta(v),
             lambda _r: True,
         )
+
+    def run_exports(
+        self, tenant: str, run_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[ExportItem]:
+        """The exports a run covers, in the order they were recorded."""
+        prefix = run_exports.items_prefix(tenant, run_id)
+        return _page(
+            self.store.scan(run_exports.ITEMS_CF, prefix, keys.decode_cursor(prefix, cursor)),
+            prefix,
+            limit,
+            lambda _k, v: decode_export_item(v),
+            lambda _r: True,
+        )
+
+    def impact_cursor(self, tenant: str) -> CursorRecord:
+        raw = self.store.get(run_exports.CURSORS_CF, run_exports.cursor_key(tenant))
+        return decode_cursor(raw) if raw is not None else CursorRecord()
 
     # ------------------------------------------------------------------ images
 
@@ -180,16 +210,18 @@ def _page(
     keep: Callable[[T], bool],
 ) -> Page[T]:
     out: list[T] = []
+    at: list[bytes] = []
     last = b""
     for examined, (k, v) in enumerate(items, 1):
         last = k
         rec = load(k, v)
         if keep(rec):
             out.append(rec)
+            at.append(k)
             if len(out) >= limit:
                 break
         if examined >= SCAN_BUDGET:
             break
     else:
-        return Page(out, None)
-    return Page(out, keys.encode_cursor(prefix, last))
+        return Page(out, None, prefix, at)
+    return Page(out, keys.encode_cursor(prefix, last), prefix, at)

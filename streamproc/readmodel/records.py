@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import msgspec
 
@@ -11,14 +11,18 @@ from streamproc.events.payloads import (
     Finding,
     Mode,
     NotifyRule,
-    RunReason,
     RunStats,
     Selection,
     Trigger,
 )
+from streamproc.projections.cursor import CursorBase, Source
 from streamproc.projections.schedule import ScheduleBase
 
-RunState = Literal["requested", "planned", "queued", "running", "completed", "cancelled", "error"]
+RunState = Literal["planning", "queued", "running", "completed", "error", "cancelled"]
+"""A run's state, exactly the specification's six (docs/conformance.md, §3): ``planning``
+until its plan is recorded, ``queued`` once planned (or a segment is enqueued), ``running``
+from its first started segment, then one of the three final states."""
+RUN_STATES: tuple[str, ...] = get_args(RunState)
 TERMINAL: frozenset[str] = frozenset({"completed", "cancelled", "error"})
 SegmentStateName = Literal["planned", "enqueued", "running", "completed", "failed"]
 
@@ -44,16 +48,56 @@ class SegmentState(msgspec.Struct, array_like=True):
     attempts: int = 0
 
 
+class ExportItem(msgspec.Struct, array_like=True):
+    """One export a run covers (``rm_run_exports``): its source kind, its ref
+    (``<source>:<exportId>``), the id as its sender named it, and when it was recorded (HLC
+    ms; None for an export this view never recorded)."""
+
+    kind: Source
+    ref: str
+    export_id: str
+    ms: int | None = None
+
+
+def sort_key(x: ExportItem) -> tuple[bool, int, str]:
+    """A run's exports in the order they were recorded (unknown ones last), then by ref."""
+    return (x.ms is None, x.ms or 0, x.ref)
+
+
+class ReasonRecord(msgspec.Struct, kw_only=True):
+    """A run's reason as this view keeps it: bounded, whatever the number of exports the run
+    covers (they are in ``rm_run_exports``, one key each)."""
+
+    text: str | None = None
+    scheduled_for: str | None = None
+    export_count: int = 0
+    exports: list[str] = []
+    """The refs of the first exports (``EXPORTS_SHOWN``), in the run's order."""
+    feedser_export_id: str | None = None
+    """The first Feedser export, as its sender named it."""
+    vexer_export_id: str | None = None
+    latest: dict[str, ExportItem] = {}
+    """Per source kind, the export recorded last: where a planned run moves the cursor."""
+
+    @property
+    def cursor(self) -> str | None:
+        """The exportId this run moves its tenant's impact cursor to once planned."""
+        items = self.latest.values()
+        return max(items, key=sort_key).export_id if items else None
+
+
 class RunRecord(msgspec.Struct, kw_only=True):
     id: str
     tenant: str
     trigger: Trigger
-    state: RunState = "requested"
+    state: RunState = "planning"
+    planned: bool = False
+    """Its ``run.planned`` is folded (a second one is ``invalid_transition``)."""
     schedule_id: str | None = None
     schedule_ids: list[str] = []
     mode: Mode = "analysis-only"
     selection: Selection | None = None
-    reason: RunReason = msgspec.field(default_factory=RunReason)
+    reason: ReasonRecord = msgspec.field(default_factory=ReasonRecord)
     requested_by: str | None = None
     cancel_requested: bool = False
     cancel_reason: str | None = None
@@ -97,9 +141,20 @@ class ExportRecord(msgspec.Struct, kw_only=True):
     recorded_ms: int
 
 
+class CursorRecord(CursorBase, kw_only=True):
+    """A tenant's ``impact_cursors`` document: the shared cursor (refs and times), each
+    source's exportId as its sender named it, and when a run last moved it."""
+
+    feedser_export_id: str | None = None
+    vexer_export_id: str | None = None
+    updated_ms: int | None = None
+
+
 _enc = msgspec.msgpack.Encoder()
 encode = _enc.encode
 decode_schedule = msgspec.msgpack.Decoder(ScheduleRecord).decode
 decode_run = msgspec.msgpack.Decoder(RunRecord).decode
 decode_delta = msgspec.msgpack.Decoder(DeltaRecord).decode
 decode_export = msgspec.msgpack.Decoder(ExportRecord).decode
+decode_export_item = msgspec.msgpack.Decoder(ExportItem).decode
+decode_cursor = msgspec.msgpack.Decoder(CursorRecord).decode

@@ -1,5 +1,7 @@
-"""Runs: the state machine requested → planned/queued → running → completed|cancelled|error,
-with stats folded from ``run.planned``, ``segment.*`` and ``verdict.recorded``.
+"""Runs: the state machine planning → queued → running → completed|cancelled|error (the
+specification's six states), with stats folded from ``run.planned``, ``segment.*`` and
+``verdict.recorded``, the exports each run covers (:mod:`.run_exports`), and the impact
+cursors that planned runs move.
 
 Each fold checks first and mutates after, so a :class:`Rejection` leaves the batch cache
 untouched. Terminal runs accept nothing more: a cancel (or a late segment) for a finished run
@@ -22,7 +24,7 @@ from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
 from streamproc.names import RM_RUN_DELTAS_CF, RM_RUNS, RM_RUNS_BY_TIME_CF
 from streamproc.projection import Projection, Rejection, Tx
-from streamproc.readmodel import keys, retention
+from streamproc.readmodel import keys, retention, run_exports
 from streamproc.readmodel.exports import Exports
 from streamproc.readmodel.records import (
     TERMINAL,
@@ -97,9 +99,21 @@ class Runs(Projection):
     or its ``segment.enqueued``, and ``segment.started|completed|failed`` and verdicts of
     any other are ``unknown_segment``."""
     observes: ClassVar[frozenset[str]] = CLOCK_KINDS
-    version: ClassVar[int] = 2
-    """2: finish-time index and retention clock (``rm_runs_expiry``)."""
-    families: ClassVar[tuple[str, ...]] = (CF, BY_TIME_CF, DELTAS_CF, EXPIRY_CF)
+    version: ClassVar[int] = 3
+    """2: finish-time index and retention clock (``rm_runs_expiry``); 3: the six states of
+    the specification, the exports of a run one key each (``rm_run_exports``) with a bounded
+    summary in its record, and the impact cursors (``rm_cursors``)."""
+    families: ClassVar[tuple[str, ...]] = (
+        CF,
+        BY_TIME_CF,
+        DELTAS_CF,
+        EXPIRY_CF,
+        run_exports.ITEMS_CF,
+        run_exports.CURSORS_CF,
+    )
+    reads: ClassVar[tuple[str, ...]] = (Exports.name,)
+    """Each export a run names, as recorded: its id as sent and its time (the run's order,
+    its first exports, the cursor it moves)."""
 
     def __init__(self, retention_days: int | None = None) -> None:
         """``retention_days`` defaults to ``STREAMPROC_READMODEL_RETENTION_DAYS``; 0 turns
@@ -189,7 +203,7 @@ class Runs(Projection):
             schedule_ids=[r.schedule_id] if r.schedule_id else [],
             mode=r.mode,
             selection=r.selection,
-            reason=r.reason,
+            reason=run_exports.record_exports(tx, e.tenant, r.run_id, r.reason),
             requested_by=r.requested_by,
             requested_ms=physical_ms(e),
             requested_seq=tx.seq,
@@ -199,10 +213,13 @@ class Runs(Projection):
     @folds(p.RunPlanned)
     def _run_planned(self, tx: Tx, e: Envelope, r: p.RunPlanned) -> None:
         k, rec = self._live_run(tx, e, r.run_id)
-        if rec.state not in ("requested", "queued"):
-            raise Rejection("invalid_transition", f"run.planned for a run already {rec.state}")
-        if rec.state == "requested":  # segments may be enqueued before the plan is recorded
-            rec.state = "planned"
+        if rec.planned or rec.state not in ("planning", "queued"):
+            what = "planned" if rec.planned else rec.state
+            raise Rejection("invalid_transition", f"run.planned for a run already {what}")
+        rec.planned = True
+        rec.state = "queued"  # segments may be enqueued before the plan is recorded
+        if not rec.cancel_requested:
+            run_exports.advance_cursor(tx, e.tenant, rec.reason, physical_ms(e))
         rec.schedule_ids = list(r.schedule_ids) or rec.schedule_ids
         rec.stats = msgspec.structs.replace(
             rec.stats,
@@ -262,7 +279,7 @@ class Runs(Projection):
         if s.segment_id in rec.segments:  # planned (or a repeat): it must still be open
             _open_segment(rec, s.segment_id, e)
         rec.segments = {**rec.segments, s.segment_id: SegmentState(len(s.digests), "enqueued")}
-        if rec.state in ("requested", "planned"):
+        if rec.state == "planning":
             rec.state = "queued"
         self._touch(k, rec, e, tx.seq)
 
@@ -400,6 +417,7 @@ class Runs(Projection):
         tx.table(EXPIRY_CF).delete(expiry_key(finished, tenant, run_id))
         tx.table(CF).delete(run_key(tenant, run_id))
         tx.table(BY_TIME_CF).delete(time_key(tenant, requested_seq, run_id))
+        run_exports.delete_exports(tx, tenant, run_id)
         deltas = tx.table(DELTAS_CF)
         for dk in [k for k, _ in deltas.scan(delta_prefix(tenant, run_id))]:
             deltas.delete(dk)

@@ -58,6 +58,8 @@ class Schedules(Projection):
     name: ClassVar[str] = CF
     creates: ClassVar[frozenset[str]] = frozenset({"schedule.created"})
     families: ClassVar[tuple[str, ...]] = (CF,)
+    version: ClassVar[int] = 2
+    """2: the notify rule stored with the specification's ``includeKEV``."""
 
     @staticmethod
     def _existing(tx: Tx, event: Envelope, schedule_id: str) -> ScheduleRecord:

@@ -150,7 +150,7 @@ class SegmentRunner:
         for sid in run.schedule_ids if run else ():
             r = self.reader.rule(tenant, sid)
             if r is not None:
-                rules.append(r.notify)
+                rules.append(r.notify.rule())
                 if r.limits.parallelism:
                     caps.append(r.limits.parallelism)
         return combine_rules(rules), min(caps) if caps else None

@@ -111,8 +111,32 @@ class VulnAgg(msgspec.Struct, kw_only=True):
     """Filled by :meth:`Reader.summary` (stored apart, in ``SUMMARY_IMAGES_CF``)."""
 
 
+class StoredNotify(msgspec.Struct, kw_only=True, rename="camel"):
+    """A schedule's notify rule as this view stores it: its own keys (those schema-2 events
+    had), so a renamed API or event field never changes the runner's state format."""
+
+    on_new_findings: bool = True
+    min_severity: p.Severity = "high"
+    include_kev: bool = True
+
+    @classmethod
+    def of(cls, rule: p.NotifyRule) -> StoredNotify:
+        return cls(
+            on_new_findings=rule.on_new_findings,
+            min_severity=rule.min_severity,
+            include_kev=rule.include_kev,
+        )
+
+    def rule(self) -> p.NotifyRule:
+        return p.NotifyRule(
+            on_new_findings=self.on_new_findings,
+            min_severity=self.min_severity,
+            include_kev=self.include_kev,
+        )
+
+
 class Rule(msgspec.Struct, kw_only=True):
-    notify: p.NotifyRule = msgspec.field(default_factory=p.NotifyRule)
+    notify: StoredNotify = msgspec.field(default_factory=StoredNotify)
     limits: p.Limits = msgspec.field(default_factory=p.Limits)
 
 
@@ -211,7 +235,10 @@ class RunnerState(Projection):
         t = tx.table(RULES_CF)
         if t.get(key(e.tenant, s.schedule_id)) is not None:
             raise Rejection("schedule_exists", f"schedule {s.schedule_id} already exists")
-        t.put(key(e.tenant, s.schedule_id), _enc.encode(Rule(notify=s.notify, limits=s.limits)))
+        t.put(
+            key(e.tenant, s.schedule_id),
+            _enc.encode(Rule(notify=StoredNotify.of(s.notify), limits=s.limits)),
+        )
 
     @staticmethod
     def _rule(t: Table, e: Envelope, schedule_id: str) -> bytes:
@@ -225,7 +252,7 @@ class RunnerState(Projection):
         t = tx.table(RULES_CF)
         rule = decode_rule(self._rule(t, e, s.schedule_id))
         if s.notify is not msgspec.UNSET:
-            rule.notify = s.notify
+            rule.notify = StoredNotify.of(s.notify)
         if s.limits is not msgspec.UNSET:
             rule.limits = s.limits
         t.put(key(e.tenant, s.schedule_id), _enc.encode(rule))

@@ -98,7 +98,7 @@ async def test_restart_every_process_and_a_nats_node_at_once(
             await wait_ready(system.procs[name], system.http(name))
         keys = await seed_images(cluster.url, prefix)
         async with aiohttp.ClientSession() as http:
-            schedule = {"id": "on-feedser", "name": "on feedser", "cron": "0 2 * * *",
+            schedule = {"id": "on-feedser", "name": "on feedser", "whenCron": "0 2 * * *",
                         "timezone": "UTC"}  # fmt: skip
             headers = {"Authorization": f"Bearer {token(TENANT)}"}
             async with http.post(f"{system.http('gateway')}{BASE}/schedules?wait=true",

@@ -61,13 +61,18 @@ async def test_a_write_through_one_gateway_is_read_through_the_other(
             for k in range(ROUNDS):
                 one, other = (urls[0], urls[1]) if k % 2 == 0 else (urls[1], urls[0])
                 # A plain write through one gateway: 202, not yet applied anywhere we know.
-                body = {"id": f"s{k}", "name": f"s{k}", "cron": "0 2 * * *", "timezone": "UTC"}
+                body = {"id": f"s{k}", "name": f"s{k}", "whenCron": "0 2 * * *", "timezone": "UTC"}
                 async with http.post(f"{one}{S}", json=body) as r:
                     assert r.status == 202, await r.text()
                     written = await r.json()
                 # A ?wait=true write through the other: answered once that gateway's read
                 # model applied it, so it has applied everything before it too.
-                marker = {"id": f"m{k}", "name": f"m{k}", "cron": "0 3 * * *", "timezone": "UTC"}
+                marker = {
+                    "id": f"m{k}",
+                    "name": f"m{k}",
+                    "whenCron": "0 3 * * *",
+                    "timezone": "UTC",
+                }
                 async with http.post(f"{other}{S}?wait=true", json=marker) as r:
                     assert r.status == 201, await r.text()
                     assert (await r.json())["version"] > written["seq"]

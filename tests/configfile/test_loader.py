@@ -114,8 +114,10 @@ token_file = 5
     assert found["nats.password"] == "give nats.password or nats.password_file, not both"
     assert found["feedser.secret_file"] == f"{tmp_path / 'empty'} is empty"
     assert found["notify.token_file"] == "expected a file path, got 5"
-    monkeypatch.setenv("STREAMPROC_TOKEN_FILE", str(tmp_path / "nope"))
-    with pytest.raises(ConfigFileError, match=r"STREAMPROC_TOKEN_FILE \(notify.token_file\)"):
+    monkeypatch.setenv("STREAMPROC_NOTIFY_TOKEN_FILE", str(tmp_path / "nope"))
+    with pytest.raises(
+        ConfigFileError, match=r"STREAMPROC_NOTIFY_TOKEN_FILE \(notify.token_file\)"
+    ):
         activate(None)
 
 
@@ -142,6 +144,18 @@ nonce_secret_fil = "x"
         ),
         "zzz": "unknown key",
     }
+
+
+def test_a_renamed_key_names_the_key_it_became(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "[planner]\ndefault_max_jobs = 100\n")
+    assert problems(path) == {
+        "planner.default_max_jobs": "renamed: it is planner.max_jobs_per_run now"
+    }
+    monkeypatch.setenv("STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "100")
+    with pytest.raises(config.ConfigError, match="is now STREAMPROC_PLANNER_MAX_JOBS_PER_RUN"):
+        planner.load()
 
 
 def test_bad_types_and_bounds_name_the_key(tmp_path: Path) -> None:

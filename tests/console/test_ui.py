@@ -15,8 +15,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -34,9 +32,11 @@ from streamproc.console.routes import mount_console
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
+from streamproc.readmodel.records import RUN_STATES
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.demo import BASELINE, DATA, seed_demo
 from streamproc.scanner.feedser import WEBHOOK_PATH, build_export, signed_headers
+from tests.helpers import mint_token
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -111,18 +111,6 @@ async def browser(artifacts: Path) -> AsyncIterator[Browser]:
                 raise
         finally:
             await chromium.close()
-
-
-def mint_token(key_file: Path, scope: str = "scheduler.admin") -> str:
-    """The documented development command, as an operator would run it."""
-    cli = Path(sys.executable).with_name("streamproc")
-    out = subprocess.run(
-        [str(cli), "token", "issue", "--key", str(key_file), "--tenant", "demo", "--scope", scope],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip()
 
 
 async def until(check: Callable[[], Any], timeout: float = 60.0, every: float = 0.25) -> Any:
@@ -222,6 +210,13 @@ async def test_console_end_to_end(
             await row.locator('[data-action="toggle-pause"]').click()
             await row.locator(".badge.paused").wait_for()
             assert await row.locator('[data-action="toggle-pause"]').text_content() == "Resume"
+            async with aiohttp.ClientSession() as http:
+                r = await http.get(
+                    f"{base}/api/v1/scheduler/schedules/ui-nightly",
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                saved = await r.json()
+            assert (saved["enabled"], saved["whenCron"]) == (False, "30 1 * * mon-fri"), saved
 
             # The next Feedser export: new advisories land at the scanner ...
             osv_dir = demo.osv_dir
@@ -268,6 +263,10 @@ async def test_console_end_to_end(
             done = page.locator('#runs-table tr[data-state="completed"]')
             await done.first.wait_for(timeout=90_000)
             await page.wait_for_selector("#heatmap")
+            shown = await page.locator("#runs-table tr[data-state]").evaluate_all(
+                "rows => rows.map((r) => r.dataset.state)"
+            )
+            assert set(shown) <= set(RUN_STATES), shown
             await b.shot("05-runs")
 
             # Drill down.
@@ -278,6 +277,8 @@ async def test_console_end_to_end(
             await page.locator("#deltas tbody tr, .empty").first.wait_for()
             deltas = await page.locator("#deltas tbody tr").count()
             assert deltas >= 1, "the new advisories made some demo image worse"
+            refs = await page.locator("#run-exports li").all_text_contents()
+            assert refs and all(r.startswith("feedser:") for r in refs), refs
             await b.shot("06-run-detail")
 
             # Verify the chain.

@@ -368,7 +368,7 @@ def test_invalid_payload_values(payload):
 @pytest.mark.parametrize("kind", ["schedule.created", "schedule.updated"])
 def test_invalid_cron(kind, cron):
     doc = wire(kind)
-    doc["payload"]["cron"] = cron
+    doc["payload"]["whenCron"] = cron
     with pytest.raises(EventError) as info:
         decode(json.dumps(doc).encode())
     assert info.value.reason == "invalid_payload"
@@ -449,24 +449,59 @@ def test_upcast_v1_schedule_created():
             },
         )
     )
-    assert got.schema == 2
+    assert got.schema == 3
     assert isinstance(got.payload, p.ScheduleCreated)
     assert got.payload.cron == "15 3 * * 1"
     assert got.payload.timezone == "America/New_York"
     assert got.payload.mode == "content-refresh"
     assert got.payload.schedule_id == "sch-9"
-    # the upcast event re-encodes as the current version, with "cron"
+    # the upcast event re-encodes as the current version, with the specification's names
     doc = json.loads(encode(got))
-    assert doc["schema"] == 2
-    assert doc["payload"]["cron"] == "15 3 * * 1"
-    assert "whenCron" not in doc["payload"]
+    assert doc["schema"] == 3
+    assert doc["payload"]["whenCron"] == "15 3 * * 1"
+    assert doc["payload"]["notify"]["includeKEV"] is True
+    assert "cron" not in doc["payload"]
 
 
 def test_upcast_v1_schedule_updated():
     got = decode(v1_schedule("schedule.updated", {"scheduleId": "sch-9", "whenCron": "0 1 * * *"}))
-    assert got.schema == 2
+    assert got.schema == 3
     assert got.payload.cron == "0 1 * * *"
     assert got.payload.timezone is msgspec.UNSET
+
+
+def v2_schedule(kind: str, payload: dict[str, Any]) -> bytes:
+    return json.dumps(wire(kind, schema=2, payload=payload)).encode()
+
+
+@pytest.mark.parametrize("kind", ["schedule.created", "schedule.updated"])
+def test_upcast_v2_schedule_takes_the_specifications_names(kind):
+    old = {
+        "scheduleId": "sch-2",
+        "name": "Schema two",
+        "cron": "0 4 * * *",
+        "timezone": "UTC",
+        "notify": {"onNewFindings": False, "minSeverity": "critical", "includeKev": False},
+    }
+    got = decode(v2_schedule(kind, old))
+    assert got.schema == 3
+    assert got.payload.cron == "0 4 * * *"
+    assert got.payload.notify == p.NotifyRule(
+        on_new_findings=False, min_severity="critical", include_kev=False
+    )
+    doc = json.loads(encode(got))["payload"]
+    assert (doc["whenCron"], doc["notify"]["includeKEV"]) == ("0 4 * * *", False)
+    assert "cron" not in doc and "includeKev" not in doc["notify"]
+
+
+@pytest.mark.parametrize("kind", ["schedule.created", "schedule.updated"])
+def test_a_v3_name_in_a_v2_event_is_refused(kind):
+    """Upcasting renames only what version 2 said: a v2 event naming a v3 field is not v2."""
+    bad = {"scheduleId": "s", "name": "n", "cron": "0 * * * *", "timezone": "UTC",
+           "notify": {"includeKEV": True}}  # fmt: skip
+    with pytest.raises(EventError) as info:
+        decode(v2_schedule(kind, bad))
+    assert info.value.reason == "invalid_payload"
 
 
 @pytest.mark.parametrize(
@@ -474,7 +509,7 @@ def test_upcast_v1_schedule_updated():
     [
         ({"scheduleId": "s", "name": "n", "whenCron": "99 * * * *", "timezone": "UTC"}, "cron"),
         ({"scheduleId": "s", "name": "n", "whenCron": "0 * * * *", "timezone": "Nowhere/X"}, ""),
-        ({"scheduleId": "s", "name": "n", "timezone": "UTC"}, "cron"),  # no cron at all
+        ({"scheduleId": "s", "name": "n", "timezone": "UTC"}, "whenCron"),  # no cron at all
         ({"scheduleId": "s", "name": "n", "whenCron": "0 * * * *", "timezone": "UTC", "x": 1}, ""),
         ("a string", ""),
     ],
@@ -486,9 +521,15 @@ def test_upcast_still_validates(payload, reason):
     assert reason in info.value.detail
 
 
-def test_current_version_does_not_accept_when_cron():
+@pytest.mark.parametrize(
+    ("path", "old", "new"), [((), "whenCron", "cron"), (("notify",), "includeKEV", "includeKev")]
+)
+def test_current_version_does_not_accept_the_schema_2_names(path, old, new):
     doc = wire("schedule.created")
-    doc["payload"]["whenCron"] = doc["payload"].pop("cron")
+    node = doc["payload"]
+    for name in path:
+        node = node.setdefault(name, {})
+    node[new] = node.pop(old, True)
     assert reason_of(doc) == "invalid_payload"
 
 
@@ -499,7 +540,7 @@ def test_new_event_fills_envelope():
     payload = SAMPLES["schedule.created"]
     e = new_event("schedule.created", "acme", payload, HLC)
     assert e.kind == "schedule.created"
-    assert e.schema == KINDS["schedule.created"].version == 2
+    assert e.schema == KINDS["schedule.created"].version == 3
     assert e.hlc == "1700000000000:3:node-1"
     assert e.correlation_id == e.id  # a new event starts its own correlation
     assert e.causation_id is None

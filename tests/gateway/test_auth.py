@@ -93,7 +93,7 @@ async def test_scopes_403_not_401(gw: Harness) -> None:
     status, _, _ = await gw.call("GET", LIST, tok=reader)
     assert status == 200
     status, body, headers = await gw.call(
-        "POST", LIST, tok=reader, json={"name": "n", "cron": "* * * * *", "timezone": "UTC"}
+        "POST", LIST, tok=reader, json={"name": "n", "whenCron": "* * * * *", "timezone": "UTC"}
     )
     assert status == 403 and body["reason"] == "insufficient_scope"
     assert 'scope="scheduler.admin"' in headers["WWW-Authenticate"]
@@ -220,7 +220,7 @@ def other(tenant: str, **claims: object) -> str:
 
 async def test_an_issuer_speaks_only_for_its_own_tenants(two_issuers: Harness) -> None:
     gw = two_issuers
-    created = {"id": "acme-only", "name": "n", "cron": "0 2 * * *", "timezone": "UTC"}
+    created = {"id": "acme-only", "name": "n", "whenCron": "0 2 * * *", "timezone": "UTC"}
     status, body, _ = await gw.call("POST", LIST + "?wait=true", tok=token("acme"), json=created)
     assert status == 201, body
     seq = await gw.last_seq()

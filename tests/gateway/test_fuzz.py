@@ -35,7 +35,7 @@ CRONS = ["0 2 * * *", "*/5 * * * *", "0 0 1 1 *", "bad cron", "61 * * * *"]
 ZONES = ["UTC", "Europe/Sofia", "America/New_York", "Nowhere/Nope"]
 TRANSITIONS = ["affected→fixed", "not_affected->affected", "fixed", "x→y"]
 SPECIAL = {
-    "cron": st.sampled_from(CRONS),
+    "whenCron": st.sampled_from(CRONS),
     "timezone": st.sampled_from(ZONES),
     "status": st.sampled_from(TRANSITIONS),
 }
@@ -142,7 +142,7 @@ async def test_fuzz_request_bodies(tmp_path: Path, nats_server: EmbeddedNats, pr
             "POST",
             f"{BASE}/schedules?wait=true",
             tok=token(),
-            json={"id": "fz", "name": "f", "cron": "* * * * *", "timezone": "UTC"},
+            json={"id": "fz", "name": "f", "whenCron": "* * * * *", "timezone": "UTC"},
         )
         assert status == 201
         targets = [(m, p, u or f"{BASE}/runs/{run['id']}/cancel", a) for m, p, u, a in TARGETS]

@@ -21,7 +21,7 @@ from tests.gateway.harness import (
 from tests.gateway.test_preview import INDEX, FakeIndex
 
 S = f"{BASE}/schedules"
-NEW = {"name": "n", "cron": "0 3 * * *", "timezone": "America/New_York"}
+NEW = {"name": "n", "whenCron": "0 3 * * *", "timezone": "America/New_York"}
 
 
 async def seed(h: Harness, tenant: str, sid: str) -> tuple[str, str]:
@@ -71,7 +71,7 @@ async def test_tenant_matrix(
         )
         assert status == 201
         _, their_view, _ = await h.call("GET", f"{S}/{theirs[0]}", tok=token(them))
-        assert their_view["name"] == "n" and their_view["tenant"] == them
+        assert their_view["name"] == "n" and their_view["tenantId"] == them
         # My own edits and cancels work, and only touch mine.
         status, _, _ = await h.call(
             "PATCH", f"{S}/{mine[0]}?wait=true", tok=tok, json={"name": "m"}

@@ -41,7 +41,7 @@ def test_ascii_digits_still_parse() -> None:
 
 async def test_superscript_digits_are_400_over_http(gw: Harness) -> None:
     tok = token()
-    created = {"id": "s1", "name": "n", "cron": "0 2 * * *", "timezone": "UTC"}
+    created = {"id": "s1", "name": "n", "whenCron": "0 2 * * *", "timezone": "UTC"}
     status, _, _ = await gw.call("POST", f"{BASE}/schedules?wait=true", tok=tok, json=created)
     assert status == 201
     for path in (

@@ -32,10 +32,11 @@ async def test_request_list_read_and_deltas(gw: Harness) -> None:
         tok=token(),
         json={"selection": {"scope": "by-namespace", "namespaces": ["prod"]}},
     )
-    assert status == 201 and run["state"] == "requested" and run["trigger"] == "manual"
+    assert status == 201 and run["state"] == "planning" and run["trigger"] == "manual"
     assert run["links"] == {
         "self": f"{BASE}/runs/{run['id']}",
         "deltas": f"{BASE}/runs/{run['id']}/deltas",
+        "exports": f"{BASE}/runs/{run['id']}/exports",
     }
     rid = run["id"]
     await runner_emits(
@@ -75,6 +76,10 @@ async def test_request_list_read_and_deltas(gw: Harness) -> None:
     for bad in ("state=bogus", "trigger=alien", "limit=0", "cursor=zz"):
         status, _, _ = await gw.call("GET", f"{BASE}/runs?{bad}", tok=token())
         assert status == 400, bad
+    for old, new in (("requested", "planning"), ("planned", "queued")):
+        status, problem, _ = await gw.call("GET", f"{BASE}/runs?state=running,{old}", tok=token())
+        assert status == 400 and problem["field"] == "query.state", problem
+        assert f"`{old}` is `{new}`" in problem["detail"], problem
 
 
 async def test_run_refusals_publish_nothing(gw: Harness) -> None:

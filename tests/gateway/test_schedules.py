@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
+from tests.cluster.system import read_events
 from tests.gateway.harness import BASE, Harness, token
 
 S = f"{BASE}/schedules"
-NEW = {"name": "nightly", "cron": "0 2 * * *", "timezone": "Europe/Sofia"}
+NEW = {"name": "nightly", "whenCron": "0 2 * * *", "timezone": "Europe/Sofia"}
 
 
 async def create(gw: Harness, body: dict | None = None, tenant: str = "acme") -> dict:
@@ -34,7 +37,7 @@ async def test_create_answers_202_with_event_id_and_sequence(gw: Harness) -> Non
 
 async def test_create_with_wait_reads_back_next_fire_times_in_its_zone(gw: Harness) -> None:
     view = await create(gw, {**NEW, "id": "nightly-1", "selection": {"namespaces": ["prod"]}})
-    assert view["id"] == "nightly-1" and view["tenant"] == "acme"
+    assert view["id"] == "nightly-1" and view["tenantId"] == "acme"
     assert view["selection"]["namespaces"] == ["prod"]
     assert len(view["nextFireTimes"]) == 5
     assert all(
@@ -50,12 +53,12 @@ async def test_create_refusals_publish_nothing(gw: Harness) -> None:
     seq = await gw.last_seq()
     cases = [
         ({**NEW, "id": "taken"}, 409, None),
-        ({**NEW, "cron": "99 * * * *"}, 400, "$.cron"),
+        ({**NEW, "whenCron": "99 * * * *"}, 400, "$.whenCron"),
         ({**NEW, "timezone": "Mars/Olympus"}, 400, "$.timezone"),
         ({**NEW, "surprise": 1}, 400, "$.surprise"),
         ({**NEW, "selection": {"scope": "everything"}}, 400, "$.selection.scope"),
         ({**NEW, "id": "has spaces"}, 400, "$.id"),
-        ({"cron": "* * * * *", "timezone": "UTC"}, 400, "$.name"),
+        ({"whenCron": "* * * * *", "timezone": "UTC"}, 400, "$.name"),
         ({**NEW, "name": 7}, 400, "$.name"),
     ]
     for body, status, field in cases:
@@ -108,11 +111,11 @@ async def test_patch_update_pause_resume_with_if_match(gw: Harness) -> None:
         "PATCH",
         url,
         tok=token(),
-        json={"cron": "*/15 * * * *"},
+        json={"whenCron": "*/15 * * * *"},
         headers={"If-Match": f'"{v["version"]}"'},
     )
     assert status == 200, v2
-    assert v2["cron"] == "*/15 * * * *" and v2["version"] > v["version"]
+    assert v2["whenCron"] == "*/15 * * * *" and v2["version"] > v["version"]
     assert h["ETag"] == f'"{v2["version"]}"'
     seq = await gw.last_seq()
     # Stale version: 412 from the read model, nothing published.
@@ -121,10 +124,12 @@ async def test_patch_update_pause_resume_with_if_match(gw: Harness) -> None:
     )
     assert status == 412 and problem["currentVersion"] == v2["version"]
     for body, why in [
-        ({"paused": True, "name": "x"}, "combined"),
+        ({"paused": True, "name": "x"}, "of its own"),
+        ({"enabled": False, "name": "x"}, "of its own"),
+        ({"enabled": False, "paused": False}, "contradict"),
         ({}, "changes nothing"),
         ({"reason": "r"}, "reason"),
-        ({"cron": "bogus"}, "cron"),
+        ({"whenCron": "bogus"}, "cron"),
     ]:
         status, problem, _ = await gw.call("PATCH", url, tok=token(), json=body)
         assert status == 400 and why in problem["detail"], problem
@@ -203,3 +208,83 @@ async def test_delete_with_stale_version_is_412(gw: Harness) -> None:
     )
     assert status == 412
     assert await gw.last_seq() == seq
+
+
+async def test_enabled_pauses_and_resumes_as_the_specification_has_it(gw: Harness) -> None:
+    await create(gw, {**NEW, "id": "sw"})
+    url = f"{S}/sw?wait=true"
+    status, off, _ = await gw.call("PATCH", url, tok=token(), json={"enabled": False})
+    assert status == 200 and (off["enabled"], off["paused"], off["nextFireTimes"]) == (
+        False,
+        True,
+        [],
+    )
+    _, listed, _ = await gw.call("GET", f"{S}?enabled=false", tok=token())
+    assert [s["id"] for s in listed["items"]] == ["sw"]
+    _, listed, _ = await gw.call("GET", f"{S}?enabled=true", tok=token())
+    assert listed["items"] == []
+    # the state it is already in goes with edits: a client sending its document back
+    status, edited, _ = await gw.call(
+        "PATCH", url, tok=token(), json={"enabled": False, "name": "renamed"}
+    )
+    assert status == 200 and edited["name"] == "renamed" and edited["paused"], edited
+    status, on, _ = await gw.call("PATCH", url, tok=token(), json={"enabled": True})
+    assert status == 200 and on["enabled"] and not on["paused"] and on["nextFireTimes"]
+    assert gw.system.nc is not None
+    log = await read_events(gw.system.nc, gw.system.settings.events_stream)
+    events = [e.kind for _, e in log if e.kind.startswith("schedule.")]
+    assert events[-3:] == ["schedule.paused", "schedule.updated", "schedule.resumed"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "named"),
+    [
+        ({**NEW, "cron": "0 2 * * *"}, "$.cron", "`whenCron`"),
+        ({**{k: v for k, v in NEW.items() if k != "whenCron"}, "cron": "0 2 * * *"}, "$.cron",
+         "`whenCron`"),
+        ({**NEW, "notify": {"includeKev": True}}, "$.notify.includeKev", "`includeKEV`"),
+    ],
+)  # fmt: skip
+async def test_names_earlier_versions_took_are_400_naming_the_specifications(
+    gw: Harness, body: dict[str, object], field: str, named: str
+) -> None:
+    seq = await gw.last_seq()
+    status, problem, _ = await gw.call("POST", S, tok=token(), json=body)
+    assert status == 400 and problem["field"] == field, problem
+    assert named in problem["detail"], problem
+    await create(gw, {**NEW, "id": "old-names"})
+    patch = {k: v for k, v in body.items() if k in ("cron", "notify")}
+    status, problem, _ = await gw.call("PATCH", f"{S}/old-names", tok=token(), json=patch)
+    assert status == 400 and named in problem["detail"], problem
+    assert await gw.last_seq() == seq + 1, "only the good schedule was recorded"
+
+
+async def test_spec_fields_tenant_id_and_include_kev_round_trip(gw: Harness) -> None:
+    view = await create(
+        gw,
+        {**NEW, "id": "spec", "tenantId": "acme", "notify": {"includeKEV": False,
+         "minSeverity": "critical", "onNewFindings": True}},
+    )  # fmt: skip
+    assert view["tenantId"] == "acme" and view["whenCron"] == NEW["whenCron"]
+    assert view["notify"] == {"onNewFindings": True, "minSeverity": "critical", "includeKEV": False}
+    for key in ("createdAt", "updatedAt", "createdBy", "updatedBy", "enabled", "onlyIf"):
+        assert key in view, key
+    status, problem, _ = await gw.call("POST", S, tok=token(), json={**NEW, "tenantId": "globex"})
+    assert status == 400 and problem["field"] == "$.tenantId", problem
+
+
+async def test_max_jobs_over_the_ceiling_is_refused(gw: Harness) -> None:
+    ceiling = gw.gateway.max_jobs_per_run
+    assert ceiling == 50_000, "planner.max_jobs_per_run's default"
+    seq = await gw.last_seq()
+    status, problem, _ = await gw.call(
+        "POST", S, tok=token(), json={**NEW, "limits": {"maxJobs": ceiling + 1}}
+    )
+    assert status == 400 and problem["field"] == "$.limits.maxJobs", problem
+    assert problem["limit"] == ceiling and "planner.max_jobs_per_run" in problem["detail"]
+    await create(gw, {**NEW, "id": "capped", "limits": {"maxJobs": ceiling}})
+    status, problem, _ = await gw.call(
+        "PATCH", f"{S}/capped", tok=token(), json={"limits": {"maxJobs": ceiling + 1}}
+    )
+    assert status == 400 and problem["field"] == "$.limits.maxJobs", problem
+    assert await gw.last_seq() == seq + 1

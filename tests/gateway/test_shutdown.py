@@ -57,7 +57,7 @@ async def test_in_flight_requests_finish_and_nothing_is_half_published(
         async with session.post(
             f"{h.url}{BASE}/schedules",
             headers={"Authorization": f"Bearer {token()}"},
-            json={"id": f"s{i}", "name": "n", "cron": "* * * * *", "timezone": "UTC"},
+            json={"id": f"s{i}", "name": "n", "whenCron": "* * * * *", "timezone": "UTC"},
         ) as r:
             return r.status, await r.json(content_type=None)
 

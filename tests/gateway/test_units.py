@@ -62,7 +62,7 @@ def test_decoding_caps_and_errors() -> None:
     assert field_of("Expected `str`, got `int` - at `$.a[0].b`") == "$.a[0].b"
     assert field_of("Object contains unknown field `x` - at `$.sel`") == "$.sel.x"
     assert field_of("Object contains unknown field `x`") == "$.x"
-    assert field_of("invalid cron expression 'x': bad") == "$.cron"
+    assert field_of("invalid cron expression 'x': bad") == "$.whenCron"
 
 
 def test_settings_from_toml_file_env_and_secret_references(

@@ -19,6 +19,10 @@ from nats.aio.msg import Msg
 from streamproc.bus import jsapi, streams
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
+from streamproc.client.dpop import DpopKey
+from streamproc.client.http import ApiClient
+from streamproc.client.tokens import StaticToken
+from streamproc.names import PAGE_BYTES
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_http import add_feed_routes
 from streamproc.notify.http_tail import FeedClosed, FeedUnavailable, HttpTail, load_checkpoint
@@ -39,7 +43,7 @@ class Caller(NamedTuple):
 
 def who(request: web.Request) -> Caller:
     """Stands in for the gateway's token check: tenant, subject and scopes from the token."""
-    token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    token = request.headers.get("Authorization", "").removeprefix("Bearer ").removeprefix("DPoP ")
     parts = dict(p.split(":", 1) for p in token.split() if ":" in p)
     if "tenant" not in parts:
         raise web.HTTPUnauthorized(text="no token")
@@ -98,7 +102,9 @@ def session(token: str) -> aiohttp.ClientSession:
 
 def tail_into(url: str, state: Path, seen: list[int], **kw: Any) -> HttpTail:
     """The HTTP tail with the consumer's token, noting each sequence it handles."""
-    return HttpTail(url, state, token=CONSUMER, out=lambda m, seq: seen.append(seq), **kw)
+    key = DpopKey.load_or_create(state.parent / "dpop.jwk")
+    api = ApiClient(key, StaticToken(CONSUMER, key))
+    return HttpTail(url, state, api=api, out=lambda m, seq: seen.append(seq), **kw)
 
 
 async def set_direct(nc: FastClient, stream: str, on: bool) -> None:
@@ -329,3 +335,43 @@ async def test_a_quiet_tenant_is_vouched_for_while_its_registration_lives(
         params = {"afterSeq": "7"}
         async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=params) as r:
             assert r.status == 409 and (await r.json())["type"] == PROBLEM_TYPE + "retention-gap"
+
+
+async def test_a_page_is_bounded_by_bytes_as_well_as_by_messages(
+    feed_url: str, publisher: Publisher, prefix: str
+) -> None:
+    """Run summaries can be large (1,000 digests per vulnerability): a page ends before the
+    message that would take it past the bound, says it is not complete, and the next page
+    goes on from there."""
+    digests = [f"sha256:{i:064x}" for i in range(1000)]
+    summaries: list[nm.AnyMessage] = [
+        nm.RunSummary(
+            id=f"s-{i}",
+            tenant="acme",
+            run_id=f"r{i}",
+            ts="2026-01-01T00:00:00.000Z",
+            state="completed",
+            vulnerabilities=[
+                nm.VulnImages(
+                    vuln_id=f"CVE-2026-{i}", severity="high", image_count=1000, images=digests
+                )
+            ],
+        )
+        for i in range(4)
+    ]
+    await publish(publisher, prefix, summaries)
+    seen: list[str] = []
+    after = 0
+    async with session(READER) as s:
+        for _ in range(10):
+            params = {"afterSeq": str(after), "limit": "500"}
+            async with s.get(f"{feed_url}{BASE}/run.summary/events", params=params) as r:
+                raw = await r.read()
+                page = await r.json()
+            assert r.status == 200 and len(raw) <= PAGE_BYTES, len(raw)
+            seen += [e["payload"]["id"] for e in page["events"]]
+            if page["complete"]:
+                break
+            assert len(page["events"]) == 3, "three of ~75 KB fit, the fourth does not"
+            after = page["events"][-1]["seq"]
+    assert seen == ["s-0", "s-1", "s-2", "s-3"]

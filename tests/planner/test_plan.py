@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import msgspec
 import pytest
 
 from streamproc.events import payloads as p
@@ -126,6 +127,19 @@ def test_max_jobs_keeps_kev_and_critical_and_spills_the_rest(index: ImpactIndex)
     assert per_tier == {0: 6, 1: 4}  # all 6 KEV images, then 4 of the 6 critical ones
     kept = {d for s in plan.segments for d in s.digests}
     assert {digest("t1", n) for n in range(600) if n % 100 == 3} <= kept
+
+
+def test_max_jobs_per_run_is_a_ceiling_no_schedule_exceeds(index: ImpactIndex) -> None:
+    """A schedule recorded with more (before the ceiling was lowered) is cut at it; one
+    setting none takes it."""
+    ch = changes([lib(k) for k in range(10)])
+    cfg = msgspec.structs.replace(CFG, max_jobs_per_run=15)
+    for limits in (p.Limits(max_jobs=40), p.Limits()):
+        plan = plan_run(event_cause(ch), [schedule(limits=limits)], StaticSource(index), {}, cfg)
+        assert (plan.stats.deduped, plan.stats.queued, plan.stats.spilled) == (60, 15, 45)
+        assert plan.limits.max_jobs == 15
+    smaller = schedule(limits=p.Limits(max_jobs=5))
+    assert plan_run(event_cause(ch), [smaller], StaticSource(index), {}, cfg).stats.queued == 5
 
 
 def test_spill_chain_covers_the_rest_exactly_once(index: ImpactIndex) -> None:

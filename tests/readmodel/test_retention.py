@@ -61,7 +61,7 @@ def test_finished_runs_leave_with_their_detail_running_ones_stay() -> None:
     recent = rm.run("t1", "recent")
     assert recent is not None and recent.state == "error"
     reborn = rm.run("t1", "old")
-    assert reborn is not None and reborn.state == "requested" and reborn.stats.deltas == 0
+    assert reborn is not None and reborn.state == "planning" and reborn.stats.deltas == 0
     assert rm.deltas("t1", "old", limit=10).items == [], "the pruned run's deltas went too"
     assert list(store.scan(DELTAS_CF)) == []
     assert len(list(store.scan(CF))) == len(list(store.scan(BY_TIME_CF))) == 3

@@ -35,9 +35,9 @@ def test_full_lifecycle_folds_state_and_stats() -> None:
     log = Log()
     log.emit("run.requested", requested())
     run = log.rm.run("t1", "r1")
-    assert run is not None and run.state == "requested" and run.reason.text == "why"
+    assert run is not None and run.state == "planning" and run.reason.text == "why"
     log.emit("run.planned", planned())
-    assert log.rm.run("t1", "r1").state == "planned"  # type: ignore[union-attr]
+    assert log.rm.run("t1", "r1").state == "queued"  # type: ignore[union-attr]
     log.emit(
         "segment.enqueued",
         p.SegmentEnqueued(segment_id="g1", run_id="r1", shard=0, digests=[D1, D2, D1, D2]),
@@ -109,7 +109,7 @@ def test_cancel_flow_and_unknown_runs() -> None:
     log.emit("run.requested", requested())
     log.emit("run.cancel_requested", p.RunCancelRequested(run_id="r1", reason="oops"))
     run = log.rm.run("t1", "r1")
-    assert run is not None and run.cancel_requested and run.state == "requested"
+    assert run is not None and run.cancel_requested and run.state == "planning"
     log.emit("run.cancelled", p.RunCancelled(run_id="r1"))
     run = log.rm.run("t1", "r1")
     assert run is not None and run.state == "cancelled" and run.cancel_reason == "oops"

@@ -153,7 +153,7 @@ async def test_the_operators_path_from_a_generated_sbom_to_a_delta(tmp_path: Pat
             )
             api = f"{node.gateway}/api/v1/scheduler"
             schedule = {
-                "id": "apps-medium", "name": "Apps, medium and up", "cron": "0 3 * * *",
+                "id": "apps-medium", "name": "Apps, medium and up", "whenCron": "0 3 * * *",
                 "timezone": "UTC", "selection": {"scope": "by-namespace", "namespaces": ["apps"]},
                 "notify": {"minSeverity": "medium"},
             }  # fmt: skip

@@ -4,18 +4,19 @@ import { externalHref, safeHref } from "./links.js";
 
 const BASE = "/api/v1/scheduler";
 const TOKEN_KEY = "streamproc.console.token";
-const ACTIVE = new Set(["requested", "planned", "queued", "running"]);
+const ACTIVE = new Set(["planning", "queued", "running"]);
 const SCHEDULE_PAGE = 50;
 const RUN_PAGE = 100;
 const DELTA_PAGE = 50;
 const IMAGE_PAGE = 50;
+const EXPORT_PAGE = 100;
 
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
   claims: null,
   generation: 0,
   timers: [],
-  schedules: { cursors: [null], page: 0, paused: "", deleted: false },
+  schedules: { cursors: [null], page: 0, enabled: "", deleted: false },
   runs: { state: "", trigger: "", auto: true },
   images: { cursors: [null], page: 0, repository: "", namespace: "" },
 };
@@ -352,8 +353,7 @@ async function lastRunsBySchedule() {
 
 function scheduleState(s) {
   if (s.deleted) return badge("deleted");
-  if (s.paused) return badge("paused");
-  return s.enabled ? badge("enabled") : badge("disabled");
+  return s.enabled ? badge("enabled") : badge("paused");
 }
 
 async function patchSchedule(s, body, done) {
@@ -411,10 +411,10 @@ async function viewSchedules(view, gen) {
       h("span", { class: "spacer" }),
       h(
         "select",
-        { "aria-label": "Filter", onchange: (e) => { sc.paused = e.target.value; reset(); } },
-        h("option", { value: "", selected: sc.paused === "" }, "All"),
-        h("option", { value: "false", selected: sc.paused === "false" }, "Active"),
-        h("option", { value: "true", selected: sc.paused === "true" }, "Paused"),
+        { "aria-label": "Filter", onchange: (e) => { sc.enabled = e.target.value; reset(); } },
+        h("option", { value: "", selected: sc.enabled === "" }, "All"),
+        h("option", { value: "true", selected: sc.enabled === "true" }, "Enabled"),
+        h("option", { value: "false", selected: sc.enabled === "false" }, "Paused"),
       ),
       h("label", { class: "check" }, h("input", { type: "checkbox", checked: sc.deleted, onchange: (e) => { sc.deleted = e.target.checked; reset(); } }), "show deleted"),
       h("button", { type: "button", class: "ghost", onclick: () => render() }, "Refresh"),
@@ -428,7 +428,7 @@ async function viewSchedules(view, gen) {
   try {
     [page, lastRuns] = await Promise.all([
       api("GET", "/schedules", {
-        query: { limit: SCHEDULE_PAGE, next: 3, cursor: sc.cursors[sc.page], paused: sc.paused, includeDeleted: sc.deleted ? "true" : "" },
+        query: { limit: SCHEDULE_PAGE, next: 3, cursor: sc.cursors[sc.page], enabled: sc.enabled, includeDeleted: sc.deleted ? "true" : "" },
       }).then((r) => r.doc),
       lastRunsBySchedule().catch(() => new Map()),
     ]);
@@ -446,11 +446,11 @@ async function viewSchedules(view, gen) {
         { "data-id": s.id },
         h("td", { "data-label": "Schedule" }, h("b", {}, s.name), h("div", { class: "muted mono" }, s.id)),
         h("td", { "data-label": "State" }, scheduleState(s)),
-        h("td", { "data-label": "Cron" }, h("code", {}, s.cron), h("div", { class: "muted" }, s.timezone)),
+        h("td", { "data-label": "Cron" }, h("code", {}, s.whenCron), h("div", { class: "muted" }, s.timezone)),
         h(
           "td",
           { "data-label": "Next fire times", class: "fire" },
-          s.nextFireTimes?.length ? h("ol", { class: "times" }, s.nextFireTimes.slice(0, 3).map((t) => h("li", { title: t }, fmtIn(t, s.timezone)))) : h("span", { class: "muted" }, s.paused ? "paused" : "—"),
+          s.nextFireTimes?.length ? h("ol", { class: "times" }, s.nextFireTimes.slice(0, 3).map((t) => h("li", { title: t }, fmtIn(t, s.timezone)))) : h("span", { class: "muted" }, s.enabled ? "—" : "paused"),
         ),
         h("td", { "data-label": "Mode" }, s.mode),
         h("td", { "data-label": "Last run" }, lastRunCell(lastRuns.get(s.id))),
@@ -458,7 +458,7 @@ async function viewSchedules(view, gen) {
           "td",
           { class: "row-actions" },
           admin && !s.deleted && h("a", { class: "button ghost", href: `#/schedules/${encodeURIComponent(s.id)}/edit` }, "Edit"),
-          admin && !s.deleted && h("button", { type: "button", class: "ghost", "data-action": "toggle-pause", onclick: () => patchSchedule(s, { paused: !s.paused }, `${s.paused ? "Resumed" : "Paused"} ${s.id}`) }, s.paused ? "Resume" : "Pause"),
+          admin && !s.deleted && h("button", { type: "button", class: "ghost", "data-action": "toggle-pause", onclick: () => patchSchedule(s, { enabled: !s.enabled }, `${s.enabled ? "Paused" : "Resumed"} ${s.id}`) }, s.enabled ? "Pause" : "Resume"),
           admin && !s.deleted && h("button", { type: "button", class: "ghost danger", "data-action": "delete", onclick: () => deleteSchedule(s) }, "Delete"),
         ),
       ),
@@ -525,9 +525,9 @@ async function viewScheduleForm(view, gen, id) {
     if (gen !== state.generation) return;
   }
   const s = current || {
-    id: "", name: "", cron: "0 2 * * *", timezone: Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC",
+    id: "", name: "", whenCron: "0 2 * * *", timezone: Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC",
     mode: "analysis-only", enabled: true, subscriptions: [], selection: { scope: "all-images" },
-    notify: { minSeverity: "high", includeKev: true, onNewFindings: true },
+    notify: { minSeverity: "high", includeKEV: true, onNewFindings: true },
   };
   const sel = s.selection || {};
   const input = (name, value, extra = {}) => h("input", { id: `f-${name}`, name, value: value ?? "", autocomplete: "off", ...extra });
@@ -548,7 +548,7 @@ async function viewScheduleForm(view, gen, id) {
         h("legend", {}, "Schedule"),
         editing ? h("p", { class: "mono" }, `id ${s.id} · version ${s.version}`) : field("Id (optional)", input("id", "", { pattern: "[A-Za-z0-9_:\\-]{1,128}", placeholder: "generated when empty" })),
         field("Name", input("name", s.name, { required: true, maxlength: 200 })),
-        h("div", { class: "field" }, h("label", { for: "f-cron" }, "Cron"), input("cron", s.cron, { required: true, class: "mono", spellcheck: "false" }), cronHelp),
+        h("div", { class: "field" }, h("label", { for: "f-cron" }, "Cron"), input("cron", s.whenCron, { required: true, class: "mono", spellcheck: "false" }), cronHelp),
         field("Time zone", input("timezone", s.timezone, { list: "zones", required: true })),
         field("Mode", select("mode", s.mode, ["analysis-only", "content-refresh"])),
         !editing && h("label", { class: "check" }, h("input", { type: "checkbox", name: "enabled", checked: s.enabled !== false }), "enabled"),
@@ -563,7 +563,7 @@ async function viewScheduleForm(view, gen, id) {
           { class: "field" },
           h("span", { class: "label" }, "Notify"),
           h("label", { class: "check" }, "min severity ", select("minSeverity", s.notify?.minSeverity || "high", ["critical", "high", "medium", "low"])),
-          h("label", { class: "check" }, h("input", { type: "checkbox", name: "includeKev", checked: s.notify?.includeKev !== false }), "KEV hits"),
+          h("label", { class: "check" }, h("input", { type: "checkbox", name: "includeKEV", checked: s.notify?.includeKEV !== false }), "KEV hits"),
         ),
       ),
       h(
@@ -650,12 +650,12 @@ async function viewScheduleForm(view, gen, id) {
     put(formError);
     const body = {
       name: form.name.value.trim(),
-      cron: form.cron.value.trim(),
+      whenCron: form.cron.value.trim(),
       timezone: form.timezone.value.trim(),
       mode: form.mode.value,
       selection: selectionFrom(form),
       subscriptions: ["feedser", "vexer"].filter((src) => form[`sub-${src}`].checked),
-      notify: { ...(s.notify || {}), minSeverity: form.minSeverity.value, includeKev: form.includeKev.checked },
+      notify: { ...(s.notify || {}), minSeverity: form.minSeverity.value, includeKEV: form.includeKEV.checked },
     };
     const button = $("#save-schedule");
     button.disabled = true;
@@ -826,7 +826,7 @@ async function viewRuns(view, gen) {
       { class: "toolbar" },
       h("h1", {}, "Runs"),
       h("span", { class: "spacer" }),
-      filter("state", [["", "all states"], ["requested,planned,queued,running", "active"], ["completed", "completed"], ["cancelled", "cancelled"], ["error", "error"]]),
+      filter("state", [["", "all states"], ["planning,queued,running", "active"], ["planning", "planning"], ["queued", "queued"], ["running", "running"], ["completed", "completed"], ["cancelled", "cancelled"], ["error", "error"]]),
       filter("trigger", [["", "all triggers"], ["cron", "cron"], ["feedser", "feedser"], ["vexer", "vexer"], ["manual", "manual"]]),
       h("label", { class: "check" }, h("input", { type: "checkbox", id: "auto-refresh", checked: rs.auto, onchange: (e) => (rs.auto = e.target.checked) }), "auto-refresh"),
       h("button", { type: "button", class: "ghost", onclick: refresh }, "Refresh"),
@@ -889,6 +889,29 @@ function deltaRow(d) {
       h("ul", { class: "findings" }, d.topFindings.slice(0, 3).map((f) => h("li", {}, badge(f.severity), " ", externalHref(f.link) ? h("a", { href: externalHref(f.link), rel: "noreferrer noopener", target: "_blank" }, f.vulnId) : f.vulnId, h("span", { class: "muted" }, ` ${short(f.purl, 40)}`)))),
     ),
   );
+}
+
+/** A run's exports: how many, the first few, and the rest a page at a time on request. */
+function exportsFact(path, reason) {
+  const list = h("ul", { class: "exports", id: "run-exports" }, reason.exports.map((x) => h("li", { class: "mono" }, x)));
+  let cursor = null;
+  let loaded = false;
+  const more = h("button", { type: "button", class: "ghost", id: "more-exports" }, "List all");
+  more.addEventListener("click", async () => {
+    try {
+      const { doc } = await api("GET", `${path}/exports`, { query: { limit: EXPORT_PAGE, cursor } });
+      if (!loaded) list.replaceChildren();
+      loaded = true;
+      list.append(...doc.items.map((x) => h("li", { class: "mono", title: x.recordedAt || "" }, x.ref)));
+      cursor = doc.nextCursor;
+      if (cursor) more.textContent = "Load more";
+      else more.remove();
+    } catch (e) {
+      showBanner(describe(e));
+    }
+  });
+  const shown = reason.exports.length;
+  return h("div", {}, `${n(reason.exportCount)} export${reason.exportCount === 1 ? "" : "s"}`, list, reason.exportCount > shown ? more : null);
 }
 
 async function viewRun(view, gen, id) {
@@ -960,7 +983,8 @@ async function viewRun(view, gen, id) {
       ["Trigger", run.trigger],
       ["Mode", run.mode],
       ["Schedules", [run.scheduleId, ...(run.scheduleIds || [])].filter((v, i, a) => v && a.indexOf(v) === i).join(", ") || "—"],
-      ["Reason", [reason.text, ...(reason.feedserExportIds || []).map((x) => `feedser ${x}`), ...(reason.vexerExportIds || []).map((x) => `vexer ${x}`), reason.scheduledFor && `scheduled for ${fmtLocal(reason.scheduledFor)}`].filter(Boolean).join(" · ") || "—"],
+      ["Reason", [reason.text, reason.feedserExportId && `feedser export ${reason.feedserExportId}`, reason.vexerExportId && `vexer export ${reason.vexerExportId}`, reason.cursor && `cursor → ${reason.cursor}`, reason.scheduledFor && `scheduled for ${fmtLocal(reason.scheduledFor)}`].filter(Boolean).join(" · ") || "—"],
+      ["Exports", reason.exportCount ? exportsFact(path, reason) : "—"],
       ["Requested by", run.requestedBy || "—"],
       ["Requested", fmtLocal(run.requestedAt)],
       ["Started", fmtLocal(run.startedAt)],

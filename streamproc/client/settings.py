@@ -1,0 +1,82 @@
+"""How a command of ours that calls the gateway gets its key and its tokens (the ``client``
+settings, docs/configuration.md): the DPoP key in the data directory, then a static token
+(the command's ``--token`` or its environment variable) or the issuer's token endpoint with
+client credentials. Neither configured is a usage error, never an anonymous request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from yarl import URL
+
+from streamproc.client.dpop import KEY_FILE, DpopKey
+from streamproc.client.tokens import ClientCredentials, StaticToken, TokenSource
+from streamproc.config import ConfigError, environment
+
+DPOP_KEY_ENV = "STREAMPROC_CLIENT_DPOP_KEY"
+TOKEN_URL_ENV = "STREAMPROC_CLIENT_TOKEN_URL"
+CLIENT_ID_ENV = "STREAMPROC_CLIENT_ID"
+CLIENT_SECRET_ENV = "STREAMPROC_CLIENT_SECRET"
+SCOPES_ENV = "STREAMPROC_CLIENT_SCOPES"
+
+
+def key_path(data_dir: Path, env: Mapping[str, str] | None = None) -> Path:
+    env = environment() if env is None else env
+    return Path(env.get(DPOP_KEY_ENV) or data_dir / KEY_FILE)
+
+
+def dpop_key(data_dir: Path, env: Mapping[str, str] | None = None) -> DpopKey:
+    """This data directory's client key (``client.dpop_key`` overrides where it lives)."""
+    return DpopKey.load_or_create(key_path(data_dir, env))
+
+
+def absolute_http_url(name: str, value: str) -> str:
+    """``value`` if it is an absolute http(s) URL without credentials, query or fragment."""
+    try:
+        u = URL(value)
+    except ValueError:
+        u = URL()
+    if (
+        u.scheme not in ("http", "https")
+        or not u.host
+        or u.user is not None
+        or u.password is not None
+        or u.query_string
+        or u.fragment
+    ):
+        raise ConfigError(
+            f"{name}={value!r}: an absolute http(s) URL without credentials, query or fragment"
+        )
+    return value
+
+
+def token_source(
+    key: DpopKey,
+    *,
+    token: str | None,
+    token_flag: str,
+    scopes: tuple[str, ...],
+    env: Mapping[str, str] | None = None,
+) -> TokenSource:
+    """A static ``token`` if given (``token_flag`` names where it came from), else client
+    credentials from the ``client`` settings; :class:`ConfigError` when there is neither."""
+    env = environment() if env is None else env
+    if token:
+        return StaticToken(token, key, where=f"the token of {token_flag}")
+    url = env.get(TOKEN_URL_ENV)
+    client_id = env.get(CLIENT_ID_ENV)
+    secret = env.get(CLIENT_SECRET_ENV)
+    if url and client_id and secret:
+        wanted = tuple(s for s in (env.get(SCOPES_ENV) or "").replace(",", " ").split() if s)
+        return ClientCredentials(
+            absolute_http_url(TOKEN_URL_ENV, url), client_id, secret, key, scopes=wanted or scopes
+        )
+    missing = [n for n, v in ((TOKEN_URL_ENV, url), (CLIENT_ID_ENV, client_id),
+                              (CLIENT_SECRET_ENV, secret)) if not v]  # fmt: skip
+    raise ConfigError(
+        f"no credentials for the gateway: give {token_flag} (a token bound to this client's "
+        f"DPoP key {key.jkt}, {key.path}), or client credentials ({', '.join(missing)} "
+        "unset); requests are never sent without a token"
+    )

@@ -1,0 +1,200 @@
+"""The client side of the API's authentication against a real DPoP-only gateway (real
+nats-server, aiohttp on loopback): the key in the data directory, the nonce challenge, static
+tokens and client credentials at a token endpoint, and no request without a token."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.client.dpop import KEY_FILE, DpopKey, KeyFileError
+from streamproc.client.http import ApiClient, Unreachable
+from streamproc.client.settings import dpop_key, token_source
+from streamproc.client.tokens import ClientCredentials, StaticToken, TokenRefused, TokenUnavailable
+from streamproc.config import ConfigError
+from streamproc.gateway import jwt
+from streamproc.gateway.dpop import normalize_htu
+from tests.client.authority import Authority, Client, running
+from tests.gateway.conftest import drop_streams
+from tests.gateway.harness import (
+    BASE,
+    ISSUER,
+    ISSUER_KEY,
+    Harness,
+    default_settings,
+    start,
+    stop,
+    token,
+)
+
+LIST = f"{BASE}/schedules"
+
+
+@pytest.fixture
+async def dpop_gw(tmp_path: Path, nats_server: EmbeddedNats, prefix: str) -> AsyncIterator[Harness]:
+    """A gateway that accepts DPoP-bound tokens only, with server nonces (the defaults)."""
+    h = await start(
+        tmp_path, nats_server.url, prefix, default_settings(tmp_path, required_modes=["dpop"])
+    )
+    try:
+        yield h
+    finally:
+        await stop(h)
+        await drop_streams(nats_server.url, prefix)
+
+
+def test_the_key_is_made_once_in_the_data_directory_readable_by_its_owner_only(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    key = dpop_key(data)
+    path = data / KEY_FILE
+    assert key.path == path and path.exists()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert dpop_key(data).jkt == key.jkt  # the same key next time
+    doc = json.loads(path.read_text())
+    assert doc["kty"] == "OKP" and doc["crv"] == "Ed25519" and "d" in doc
+    assert jwt.jwk_thumbprint(doc) == key.jkt
+    os.chmod(path, 0o644)
+    with pytest.raises(KeyFileError, match="chmod 600"):
+        dpop_key(data)
+    os.chmod(path, 0o600)
+    path.write_text("{}")
+    with pytest.raises(KeyFileError, match="DPoP key"):
+        dpop_key(data)
+
+
+async def test_commands_started_together_share_one_key(tmp_path: Path) -> None:
+    path = tmp_path / "k" / "dpop.jwk"
+    keys = await asyncio.gather(
+        *(asyncio.to_thread(DpopKey.load_or_create, path) for _ in range(8))
+    )
+    assert len({k.jkt for k in keys}) == 1
+    assert [p.name for p in path.parent.iterdir()] == ["dpop.jwk"]
+
+
+def test_proofs_carry_what_the_gateway_checks(tmp_path: Path) -> None:
+    key = dpop_key(tmp_path)
+    proof = jwt.parse(key.proof("get", "http://h:80/a/b?x=1#f", access_token="T", nonce="N"))
+    claims = json.loads(proof.payload)
+    assert proof.header.typ == "dpop+jwt" and proof.header.jwk == key.jwk
+    assert claims["htm"] == "GET" and normalize_htu(claims["htu"]) == "http://h/a/b"
+    assert claims["ath"] == jwt.b64url(hashlib.sha256(b"T").digest())
+    assert claims["nonce"] == "N" and len(claims["jti"]) >= 16
+    other = jwt.parse(key.proof("GET", "http://h/a"))
+    assert json.loads(other.payload)["jti"] != claims["jti"]
+
+
+def test_no_credentials_is_refused_before_any_request(tmp_path: Path) -> None:
+    key = dpop_key(tmp_path)
+    with pytest.raises(ConfigError, match="never sent without a token") as e:
+        token_source(key, token=None, token_flag="--token", scopes=(), env={})
+    assert key.jkt in str(e.value)
+    url, cid, secret = (f"STREAMPROC_CLIENT_{n}" for n in ("TOKEN_URL", "ID", "SECRET"))
+    with pytest.raises(ConfigError, match=secret):
+        env = {url: "http://127.0.0.1:1/t", cid: "c"}
+        token_source(key, token=None, token_flag="--token", scopes=(), env=env)
+    with pytest.raises(ConfigError, match="absolute http"):
+        env = {url: "http://u:p@127.0.0.1/t", cid: "c", secret: "s"}
+        token_source(key, token=None, token_flag="--token", scopes=(), env=env)
+
+
+def test_a_static_token_must_be_bound_to_this_clients_key(tmp_path: Path) -> None:
+    key = dpop_key(tmp_path)
+    with pytest.raises(TokenRefused, match="not DPoP-bound"):
+        StaticToken(token(), key)
+    with pytest.raises(TokenRefused, match=f"not to this client's key {key.jkt}"):
+        StaticToken(token(cnf={"jkt": "someone-else"}), key)
+    assert StaticToken(token(cnf={"jkt": key.jkt}), key).tenant == "acme"
+
+
+async def test_a_static_token_through_the_nonce_challenge_on_a_dpop_only_gateway(
+    dpop_gw: Harness, tmp_path: Path
+) -> None:
+    key = dpop_key(tmp_path / "data")
+    tok = token(scopes="scheduler.read", cnf={"jkt": key.jkt})
+    async with ApiClient(key, StaticToken(tok, key)) as api:
+        first = await api.request("GET", dpop_gw.url + LIST, params={"limit": "5"})
+        assert first.status == 200, first.body
+        # The nonce is kept: the next call needs no challenge (one request, checked below).
+        sent: list[str] = []
+        original = api._send
+
+        async def counting(*a: object) -> object:
+            sent.append("x")
+            return await original(*a)  # type: ignore[arg-type]
+
+        api._send = counting  # type: ignore[method-assign]
+        again = await api.request("GET", dpop_gw.url + LIST)
+        assert again.status == 200 and len(sent) == 1
+        # Another tenant's token is a different token source, never a silent fallback.
+        with pytest.raises(TokenRefused, match="for tenant acme, not globex"):
+            await api.request("GET", dpop_gw.url + LIST, tenant="globex")
+    # A proof signed with another key than the token's is refused by the gateway.
+    stranger = DpopKey.load_or_create(tmp_path / "other.jwk")
+    async with ApiClient(stranger, StaticToken.__new__(StaticToken)) as api:
+        api.tokens.value = tok  # type: ignore[attr-defined]  # bypass the client-side check
+        api.tokens.tenant = None  # type: ignore[attr-defined]
+        r = await api.request("GET", dpop_gw.url + LIST)
+        assert r.status == 401 and "not the key the token is bound to" in r.detail()
+
+
+async def test_client_credentials_get_a_bound_token_per_tenant(
+    dpop_gw: Harness, tmp_path: Path
+) -> None:
+    key = dpop_key(tmp_path / "data")
+    authority = Authority(
+        ISSUER, ISSUER_KEY, "k1",
+        {"notify": Client("s3cret", ("acme", "globex"))},
+    )  # fmt: skip
+    async with running(authority):
+        source = ClientCredentials(
+            authority.url, "notify", "s3cret", key, scopes=("scheduler.read",)
+        )
+        async with ApiClient(key, source) as api:
+            for tenant in ("acme", "globex", "acme"):
+                r = await api.request("GET", dpop_gw.url + LIST, tenant=tenant)
+                assert r.status == 200, r.body
+            # One nonce challenge, then one token per tenant (cached).
+            tenants = [f.get("tenant") for f in authority.requests]
+            assert tenants == ["acme", "acme", "globex"]
+            assert {f["scope"] for f in authority.requests} == {"scheduler.read"}
+            # A tenant the client may not have is the issuer's refusal, not a request.
+            with pytest.raises(TokenRefused, match="tenant initech not allowed"):
+                await api.request("GET", dpop_gw.url + LIST, tenant="initech")
+            # A token the gateway calls invalid is fetched again once.
+            source._cache["acme"] = (token(ttl=-100, cnf={"jkt": key.jkt}), 2**40)
+            r = await api.request("GET", dpop_gw.url + LIST, tenant="acme")
+            assert r.status == 200, r.body
+        wrong = ClientCredentials(authority.url, "notify", "nope", key)
+        async with ApiClient(key, wrong) as api:
+            with pytest.raises(TokenRefused, match="invalid_client"):
+                await api.request("GET", dpop_gw.url + LIST, tenant="acme")
+        authority.bearer_only = True
+        unbound = ClientCredentials(authority.url, "notify", "s3cret", key)
+        async with ApiClient(key, unbound) as api:
+            with pytest.raises(TokenRefused, match="not a DPoP-bound one"):
+                await api.request("GET", dpop_gw.url + LIST, tenant="acme")
+        authority.bearer_only, authority.fail = False, 1
+        async with ApiClient(key, ClientCredentials(authority.url, "notify", "s3cret", key)) as api:
+            with pytest.raises(TokenUnavailable):
+                await api.request("GET", dpop_gw.url + LIST, tenant="acme")
+    async with ApiClient(key, ClientCredentials(authority.url, "notify", "s3cret", key)) as api:
+        with pytest.raises(TokenUnavailable, match="not reachable"):
+            await api.request("GET", dpop_gw.url + LIST, tenant="acme")
+
+
+async def test_an_unreachable_gateway_is_unreachable_not_a_crash(tmp_path: Path) -> None:
+    key = dpop_key(tmp_path)
+    async with ApiClient(key, StaticToken(token(cnf={"jkt": key.jkt}), key), timeout_s=5) as api:
+        with pytest.raises(Unreachable, match="not reachable"):
+            await api.request("GET", f"http://127.0.0.1:{free_port()}{LIST}")
