@@ -151,7 +151,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"  purls           {s.purls:,}")
     print(f"  vulns           {s.vulns:,}")
     print(
-        f"  bitmap bytes    {s.bitmap_bytes:,} ({s.group_values:,} group parts, "
+        f"  bitmap bytes    {s.bitmap_bytes:,} ({s.group_values:,} group chunks, "
         f"{s.owner_bitmaps:,} owner bitmaps)"
     )
     print(f"  record bytes    {s.record_bytes:,}")

@@ -1,17 +1,12 @@
-"""A product group in memory: one product key, all its exact purls, in parts by window.
+"""A product group in memory: one product key, all its exact purls, chunked by image id.
 
-A *part* holds the product's images indexed in one window of image events (the stored
-unit, see :mod:`.keys`); the code calls a part's number its ``chunk``. A group may be
-*lazy*: created by the fold for a known product without reading its stored parts (the fold
-only appends to the current window's part); anything that reads the whole product loads
-the rest first (``loaded``). A *member* is one exact purl's ids in one part. While it
-holds at most ``BIG`` ids it is a plain list ``[gid, id, id, ...]`` (sorted, unique) that
-is also its stored form: the fold only ever appends an id to it (one ``list.append``), and
-a touched part's small members are encoded by one msgspec call, with no Python work per
-purl. A larger member is ``[gid, BitMap, pending ids...]``: appends still go to the list,
-and ``encode_chunk`` folds the pending ids into the bitmap. An open part keeps four maps,
-suffix -> member: contains-small, contains-big, used-small, used-big (index ``2 * used``
-and ``2 * used + 1``).
+A *member* is one exact purl's ids in one chunk. While it holds at most ``BIG`` ids it is a
+plain list ``[gid, id, id, ...]`` (sorted, unique) that is also its stored form: the fold
+only ever appends an id to it (one ``list.append``), and a touched chunk's small members
+are encoded by one msgspec call, with no Python work per purl. A larger member is
+``[gid, BitMap, pending ids...]``: appends still go to the list, and ``encode_chunk`` folds
+the pending ids into the bitmap. An open chunk keeps four maps, suffix -> member:
+contains-small, contains-big, used-small, used-big (index ``2 * used`` and ``2 * used + 1``).
 
 The product's contains/used bitmaps (``cp``/``up``) are rebuilt from the members when a
 query needs them after a change. On this class of machine every random memory access
@@ -33,7 +28,6 @@ __all__ = [
     "Group",
     "Member",
     "Opened",
-    "Parts",
     "bitmap_bytes",
     "bulk_union",
     "find",
@@ -42,8 +36,6 @@ __all__ = [
     "stored_union",
 ]
 
-Parts = list[tuple[int, bytes]]
-"""A product's stored parts as (part number, stored bytes)."""
 Member = list[Any]
 Members = dict[str, Member]
 Opened = list[Members]
@@ -112,7 +104,6 @@ class Group:
         "chunks",
         "cp",
         "gid",
-        "loaded",
         "open",
         "open_members",
         "pk",
@@ -131,36 +122,24 @@ class Group:
         self.open: dict[int, Opened] = {}
         self.raw_bytes = 0
         self.open_members = 0
-        self.loaded = True
-        """False for a lazy group: ``chunks`` then holds only the parts read so far."""
 
     @classmethod
     def load(cls, gid: int, pk: str, items: Iterable[tuple[int, bytes]]) -> Group:
-        """A group from its stored parts; the product bitmaps are built when asked for."""
+        """A group from its stored chunks; the product bitmaps are built when asked for."""
         g = cls.__new__(cls)
         g.gid, g.pk, g.cp, g.up, g.open, g.open_members = gid, pk, None, None, {}, 0
         g.chunks = dict(items)
         g.raw_bytes = sum(map(len, g.chunks.values()))
-        g.loaded = True
         return g
 
     @classmethod
-    def lazy(cls, gid: int, pk: str) -> Group:
-        """A known product's group with none of its stored parts read (the fold appends to
-        the current window's part only)."""
-        g = cls.load(gid, pk, ())
-        g.loaded = False
+    def single(cls, gid: int, pk: str, chunk: int, raw: bytes) -> Group:
+        """``load`` for the common one-chunk group (a cold query builds thousands)."""
+        g = cls.__new__(cls)
+        g.gid, g.pk, g.cp, g.up, g.open, g.open_members = gid, pk, None, None, {}, 0
+        g.chunks = {chunk: raw}
+        g.raw_bytes = len(raw)
         return g
-
-    def complete(self, items: Iterable[tuple[int, bytes]]) -> None:
-        """Add the stored parts of a lazy group (parts already held win: they may carry
-        this batch's changes)."""
-        chunks = self.chunks
-        for part, raw in items:
-            if part not in chunks:
-                chunks[part] = raw
-                self.raw_bytes += len(raw)
-        self.loaded = True
 
     def set_chunk(self, chunk: int, raw: bytes | None) -> bool:
         """Record a chunk's new stored form (None: the chunk is gone); True when the set
@@ -350,11 +329,11 @@ def stored_union(raws: Iterable[bytes], side: int) -> BitMap:
     return bm
 
 
-def stored_sizes(parts: list[Parts]) -> list[int]:
-    """``Group.size`` of fresh groups of these stored parts: what a product's parts kept
-    without its group are charged to the cache, so that building the group later changes
-    nothing there."""
-    return [_OVERHEAD + 2 * sum(len(raw) for _, raw in items) for items in parts]
+def stored_sizes(raws: list[bytes]) -> list[int]:
+    """``Group.size`` of fresh one-chunk groups of these stored chunks (C-level maps): what
+    a chunk kept without its group is charged to the cache, so that building the group
+    later changes nothing there."""
+    return list(map(_OVERHEAD.__add__, map((2).__mul__, map(len, raws))))
 
 
 def bitmap_bytes(bm: BitMap) -> int:

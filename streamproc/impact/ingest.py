@@ -1,8 +1,7 @@
 """Changing the index: index, re-index and remove images; fold advisories into the vuln map.
 
-The hot path (a new image whose purls are all in the current window's parts) is a handful
-of C-level ``map`` calls: one dict lookup and one ``list.append`` per purl, nothing else. A
-product the window has not seen yet gets a new, empty part: nothing stored is read.
+The hot path (a new image whose purls are all known in the open chunk) is a handful of
+C-level ``map`` calls: one dict lookup and one ``list.append`` per purl, nothing else.
 Everything that may refuse the image (an unparseable purl, a product key that is not the
 purl's prefix) is checked before anything changes, so a refused image leaves no trace.
 Re-indexing strips the image from everything its old record names, then adds it again, and
@@ -113,11 +112,11 @@ class Ingest(IndexState):
             raise ImageError("an image needs a tenant (without NUL) and a digest")
         dkey = K.scoped(tenant, digest)
         iid = self._digests.get(dkey)
-        part = self._part
-        stripped: tuple[list[int], list[bytes], int] | None = None
+        stripped: tuple[list[int], list[bytes]] | None = None
         if iid is None:
             iid = self._next_id()
-            members = self._resolve(purls, pks, part, validate=True)
+            chunk = iid >> K.CHUNK_BITS
+            members = self._resolve(purls, pks, chunk, validate=True)
             if iid == len(self._digest_by_id):
                 self._digest_by_id.append(digest)
             else:
@@ -126,12 +125,13 @@ class Ingest(IndexState):
             self._digests[dkey] = iid
             self._dirty_names.add(K.DIGEST + dkey.encode())
         else:
+            chunk = iid >> K.CHUNK_BITS
             old = self._record(iid)
-            self._resolve(purls, pks, part, validate=True, create=False)
-            stripped = (*self._strip(iid, old), old.part)
-            members = self._resolve(purls, pks, part, validate=False)
+            self._resolve(purls, pks, chunk, validate=True, create=False)
+            stripped = self._strip(iid, old, chunk)
+            members = self._resolve(purls, pks, chunk, validate=False)
         _consume(map(_append, members, repeat(iid)))
-        umembers = self._resolve_used(purls, used, part, members) if True in used else []
+        umembers = self._resolve_used(purls, used, chunk, members) if True in used else []
         _consume(map(_append, umembers, repeat(iid)))
         if iid != len(self._digest_by_id) - 1 or stripped is not None or len(set(purls)) != n:
             # not the highest id, or a purl listed twice: restore sorted, unique lists
@@ -139,22 +139,20 @@ class Ingest(IndexState):
                 if type(m[1]) is not BitMap:
                     m[1:] = sorted(set(m[1:]))
         gids = K.bitmap(list(map(_gid_of, members)))
-        _merge(self._dirty_chunks, part, gids)
-        _merge(self._pending, part, gids)
-        self._window_gids |= gids
+        _merge(self._dirty_chunks, chunk, gids)
+        _merge(self._pending, chunk, gids)
         tag_list = sorted(set(tags))
         label_map = dict(labels or {})
         known = True in used if usage_known is None else usage_known
         for key in K.owner_keys(tenant, registry, repo, namespace, tag_list, label_map, known):
             self._owner_add(key, iid)
         if stripped is not None:
-            self._prune(*stripped)
+            self._prune(stripped[0], stripped[1], chunk)
         rec = ImageRecord(
-            tenant, digest, registry, repo, namespace, tag_list, label_map, list(gids), known, part
+            tenant, digest, registry, repo, namespace, tag_list, label_map, list(gids), known
         )
         self._records[iid] = encode_record(rec)
         self._dirty_records.add(iid)
-        self._image_event()
         return iid
 
     def remove_image(self, tenant: str, digest: str) -> bool:
@@ -163,26 +161,16 @@ class Ingest(IndexState):
         iid = self._digests.get(dkey)
         if iid is None:
             return False
-        old = self._record(iid)
-        gids, owners = self._strip(iid, old)
-        self._prune(gids, owners, old.part)
+        chunk = iid >> K.CHUNK_BITS
+        gids, owners = self._strip(iid, self._record(iid), chunk)
+        self._prune(gids, owners, chunk)
         self._records.pop(iid, None)
         self._dirty_records.add(iid)
         del self._digests[dkey]
         self._dirty_names.add(K.DIGEST + dkey.encode())
         self._digest_by_id[iid] = None
         self._free.add(iid)
-        self._image_event()
         return True
-
-    def _image_event(self) -> None:
-        """Count an image event; the last one of a window ends it (its parts are closed
-        once this batch has written them)."""
-        self._events += 1
-        self._dirty_names.add(K.WINDOW_KEY)
-        if self._events % self.window == 0:
-            self._closing.append((self._events // self.window - 1, self._window_gids))
-            self._window_gids = BitMap()
 
     # -- resolving purls to their members -------------------------------------------------
     def _resolve(
@@ -194,9 +182,8 @@ class Ingest(IndexState):
         validate: bool,
         create: bool = True,
     ) -> list[Member]:
-        """Every purl's member in the part (``chunk``). Purls new to the part are validated
-        (when ``validate``) before any is created; with ``create=False`` only validates.
-        Known products the window has not seen get a lazy group (nothing read)."""
+        """Every purl's member in the chunk. Purls new to the chunk are validated (when
+        ``validate``) before any is created; with ``create=False`` only validates."""
         fc = self._flat_c.get(chunk)
         if fc is None:
             fc = self._flat_c[chunk] = {}
@@ -205,14 +192,17 @@ class Ingest(IndexState):
             return found  # type: ignore[return-value]  # no None in found (checked above)
         missing = list(compress(range(len(found)), map(_is_none, found)))
         mpks = [pks[i] for i in missing]
-        groups, gids = self._groups, self._gids
+        groups = self._groups
+        if self.source is not None and len(groups) < len(self._gids):
+            gids = self._gids  # known products not in memory: one multi-get
+            cold = [pk for pk in dict.fromkeys(mpks) if pk in gids and pk not in groups]
+            if cold:
+                self._load_groups(cold)
         seen: dict[str, Group | None] = {}
         new: list[tuple[int, str]] = []
         for i, pk in zip(missing, mpks, strict=True):
-            if pk not in seen:  # open the part of every known product involved
+            if pk not in seen:  # open the chunk of every known product involved
                 g = seen[pk] = groups.get(pk)
-                if g is None and pk in gids:
-                    g = seen[pk] = self._lazy_group(pk, chunk)
                 if g is not None and chunk not in g.open:
                     self._open(g, chunk)
             m = fc.get(purls[i])
@@ -264,36 +254,15 @@ class Ingest(IndexState):
             found[j] = m
         return found  # type: ignore[return-value]  # every None slot was filled in the loop
 
-    def _lazy_group(self, pk: str, part: int) -> Group:
-        """A group for a known product that is not in memory, without reading its parts;
-        only its part of the current window is read, when a batch before a restart wrote
-        one. Parts a query kept are taken as they are (no read)."""
-        gid = self._gids[pk]
-        kept = self._stored.pop(pk, None)
-        if kept is not None:
-            g = Group.load(gid, pk, kept)
-        else:
-            g = Group.lazy(gid, pk)
-            raw = None
-            if self.source is not None and gid in self._window_gids:
-                raw = self.source.get(K.GROUPS_CF, K.group_key(gid, part))
-            if raw is not None:
-                g.chunks[part] = raw
-                g.raw_bytes = len(raw)
-            else:  # the common case: a fresh, empty part (not cached, nothing to decode)
-                g.open[part] = [{}, {}, {}, {}]
-        self._groups[pk] = g
-        return g
-
     # -- stripping and pruning (re-index, removal) -----------------------------------------
-    def _strip(self, iid: int, old: ImageRecord) -> tuple[list[int], list[bytes]]:
-        """Take ``iid`` out of every bitmap its record names (in the part it was indexed
-        in); empties are pruned later."""
+    def _strip(self, iid: int, old: ImageRecord, chunk: int) -> tuple[list[int], list[bytes]]:
+        """Take ``iid`` out of every bitmap its record names; empties are pruned later."""
         self._settle()
         groups, by_gid = self._groups, self._pk_by_gid
-        chunk = old.part
         if self.source is not None:
-            self._load_groups([by_gid[gid] for gid in old.gids])  # type: ignore[misc]  # an indexed image's gids are live, so their product keys are not None
+            cold = [pk for gid in old.gids if (pk := by_gid[gid]) not in groups]
+            if cold:
+                self._load_groups(cold)  # type: ignore[arg-type]  # an indexed image's gids are live, so their product keys are not None
         for gid in old.gids:
             g = groups[by_gid[gid]]  # type: ignore[index]  # as above
             self._stale(g)
@@ -344,6 +313,7 @@ class Ingest(IndexState):
         del self._gids[g.pk]
         self._dirty_names.add(K.PRODUCT + g.pk.encode())
         self._pk_by_gid[g.gid] = None
+        self._gdir[g.gid] = b""
         self._free_gids.add(g.gid)
 
     # -- owners ----------------------------------------------------------------------------

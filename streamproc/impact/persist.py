@@ -29,7 +29,6 @@ Item = tuple[str, bytes, bytes | None]
 _KEY = itemgetter(0)
 _VALUE = itemgetter(1)
 _FIRST4 = itemgetter(slice(0, 4))
-_KIND = itemgetter(slice(0, 1))
 _AFTER1 = itemgetter(slice(1, None))
 _THIRD = itemgetter(2)
 _PK = attrgetter("pk")
@@ -49,11 +48,12 @@ class Persistence(IndexState):
             return
         gids: list[int] = []
         pks: list[str] = []
+        dirs: list[bytes] = []
         ids: list[int] = []
         scoped: list[str] = []
         for kind, names, raws in self._scan_names():
             if kind == K.PRODUCT:
-                pks = names
+                pks, dirs = names, raws
                 # int.from_bytes mapped with repeat("big"): C-level, but typeshed's Literal
                 # byteorder does not match a repeat of str.
                 gids = list(map(int.from_bytes, map(_FIRST4, raws), repeat("big")))  # type: ignore[arg-type]
@@ -65,10 +65,6 @@ class Persistence(IndexState):
                 self._tags = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
             elif kind == K.VULN:
                 self._vulns = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
-            elif kind == K.WINDOW_KEY and raws:
-                w = K.decode_window(raws[0])
-                self.window, self._events = w.size, w.events
-                self._window_gids = BitMap.deserialize(w.gids)
         # id -> name tables, filled by C-level maps (hundreds of thousands of entries)
         self._digest_by_id = [None] * (max(ids, default=-1) + 1)
         digests = map(_THIRD, map(str.partition, scoped, repeat(K.SEP)))
@@ -76,7 +72,9 @@ class Persistence(IndexState):
         self._free = BitMap(range(len(self._digest_by_id))) - BitMap(ids)
         top = max(gids, default=-1) + 1
         self._pk_by_gid = [None] * top
+        self._gdir = [b""] * top
         _consume(map(setitem, repeat(self._pk_by_gid), gids, pks))
+        _consume(map(setitem, repeat(self._gdir), gids, dirs))
         self._free_gids = BitMap(range(top)) - BitMap(gids)
 
     def _scan_names(self) -> list[tuple[bytes, list[str], list[bytes]]]:
@@ -86,7 +84,7 @@ class Persistence(IndexState):
         pairs = list(self.source.scan(K.NAMES_CF))
         keys = list(map(_KEY, pairs))
         out = []
-        for kind in (K.DIGEST, K.PRODUCT, K.TAGS, K.VULN, K.WINDOW_KEY):
+        for kind in (K.DIGEST, K.PRODUCT, K.TAGS, K.VULN):
             lo = bisect_left(keys, kind)
             hi = bisect_left(keys, bytes([kind[0] + 1]), lo)
             names = list(map(bytes.decode, map(_AFTER1, keys[lo:hi])))
@@ -96,21 +94,23 @@ class Persistence(IndexState):
     # -- batches ---------------------------------------------------------------------------
     def dirty_writes(self) -> Writes:
         """Per column family, key -> serialized value (None = delete), changed since the
-        last ``clear_dirty``. Encodes the touched parts (normalising their members)."""
+        last ``clear_dirty``. Encodes the touched chunks (normalising their members)."""
         groups_cf: dict[bytes, bytes | None] = dict.fromkeys(self._dead)
         names: dict[bytes, bytes | None] = {}
-        by_gid, groups = self._pk_by_gid, self._groups
-        current = self._part
+        by_gid, groups, gdir = self._pk_by_gid, self._groups, self._gdir
         resized: list[Group] = []
         for chunk, gids in self._dirty_chunks.items():
-            suffix = chunk.to_bytes(4, "big")
+            suffix = chunk.to_bytes(2, "big")
             for gid in gids:
                 g = groups.get(by_gid[gid])  # type: ignore[arg-type]  # a dirty gid is live, so its product key is not None
                 if g is None or g.gid != gid or chunk not in g.open:
-                    continue  # deleted (its parts are in _dead), or not changed after all
-                groups_cf[gid.to_bytes(4, "big") + suffix] = g.store_chunk(chunk)
-                if current not in g.open:  # not pinned: cached, at its new size
-                    resized.append(g)
+                    continue  # deleted (its chunks are in _dead), or not changed after all
+                gid4 = gid.to_bytes(4, "big")
+                groups_cf[gid4 + suffix] = g.store_chunk(chunk)
+                if g.chunk_set_changed:  # the product directory entry changes
+                    value = gdir[gid] = gid4 + K.pack_chunks(g.chunks)
+                    names[K.PRODUCT + g.pk.encode()] = value
+                resized.append(g)
         if self._lru is not None and resized:
             self._lru.set_many(list(map(_PK, resized)), list(map(Group.size, resized)))
         owners = self._owners
@@ -136,13 +136,10 @@ class Persistence(IndexState):
             yield from zip(repeat(cf), items.keys(), items.values())
 
     def _name_value(self, key: bytes) -> bytes | None:
-        if key == K.WINDOW_KEY:
-            w = K.WindowState(self.window, self._events, self._window_gids.serialize())
-            return K.encode_window(w)
         kind, name = key[:1], key[1:].decode()
         if kind == K.PRODUCT:
             gid = self._gids.get(name)
-            return None if gid is None else K.u32(gid)
+            return None if gid is None else self._gdir[gid]
         if kind == K.DIGEST:
             iid = self._digests.get(name)
             return None if iid is None else K.u32(iid)
@@ -163,9 +160,7 @@ class Persistence(IndexState):
         return out
 
     def clear_dirty(self) -> None:
-        """Everything from ``dirty_writes`` is durable (no mutation in between). Parts other
-        than the current window's are closed (decoded members freed: they are stored), and
-        the groups of windows that ended join the cache."""
+        """Everything from ``dirty_writes`` is durable (no mutation in between)."""
         if self._lru is not None:
             for key in self._dirty_owners:
                 bm = self._owners.get(key)
@@ -173,43 +168,12 @@ class Persistence(IndexState):
                     self._lru.set(key, bitmap_bytes(bm))
         if self.source is not None:
             self._records.clear()
-            self._close_parts()
         self._dirty_chunks.clear()
         self._dead.clear()
         self._dirty_owners.clear()
         self._dirty_records.clear()
         self._dirty_names.clear()
         self._evict()
-
-    def _close_parts(self) -> None:
-        current = self._part
-        groups, by_gid = self._groups, self._pk_by_gid
-        closed: list[Group] = []
-        for chunk, gids in self._dirty_chunks.items():
-            if chunk == current:
-                continue
-            for gid in gids:  # parts a re-index or removal opened
-                g = groups.get(by_gid[gid])  # type: ignore[arg-type]  # a dirty gid is live
-                if g is not None and g.gid == gid and chunk in g.open:
-                    self._close(g, chunk)
-                    closed.append(g)
-        for chunk, gids in self._closing:
-            self._flat_c.pop(chunk, None)
-            self._flat_u.pop(chunk, None)
-            for gid in gids:
-                pk = by_gid[gid]
-                g = groups.get(pk) if pk is not None else None
-                if g is None or g.gid != gid or chunk not in g.open:
-                    continue
-                if g.loaded or len(g.open) > 1:
-                    self._close(g, chunk)
-                    closed.append(g)
-                else:  # a lazy group holds nothing else: forgotten (its parts are stored)
-                    self._drop_group(g)
-        self._closing.clear()
-        if self._lru is not None and closed:
-            cached = [g for g in closed if current not in g.open]
-            self._lru.set_many(list(map(_PK, cached)), list(map(Group.size, cached)))
 
     # -- warming ---------------------------------------------------------------------------
     @property
@@ -244,20 +208,14 @@ class Persistence(IndexState):
             if gid not in groups and len(groups) == budget:
                 last = key[:4]
                 break
-            groups.setdefault(gid, []).append((K.part_of(key), raw))
+            groups.setdefault(gid, []).append((int.from_bytes(key[4:6], "big"), raw))
         for gid, items in groups.items():
             pk = self._pk_by_gid[gid] if gid < len(self._pk_by_gid) else None
-            if pk is None:
-                continue
-            lazy = self._groups.get(pk)
-            if lazy is None:
+            if pk is not None and pk not in self._groups:
                 self._stored.pop(pk, None)  # built into a group here, with its bitmaps
                 g = Group.load(gid, pk, items)
                 self._products(g)
                 self._admit(g)
-            elif not lazy.loaded:  # pinned by the fold: completed, not cached
-                lazy.complete(items)
-                self._products(lazy)
         self._warm_cursor = last
         if self._lru is not None and self._lru.full():
             self._warm_cursor = None
@@ -296,7 +254,7 @@ class Persistence(IndexState):
         if iid is None:
             return None
         rec = self._record(iid)
-        chunk = rec.part
+        chunk = iid >> K.CHUNK_BITS
         rows: dict[str, tuple[str, bool]] = {}
         for gid in rec.gids:
             g = self._group(self._pk_by_gid[gid])  # type: ignore[arg-type]  # a record's gids are live, so their product keys are not None

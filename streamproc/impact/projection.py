@@ -107,26 +107,18 @@ class ImpactProjection(Projection):
     trims_malloc: ClassVar[bool] = True
     """A batch frees its writes (tens of MB of chunk values) and RocksDB its flushed
     memtables into glibc's heap, whose holes stay in the RSS until trimmed."""
-    version: ClassVar[int] = 5
-    """5: a product's purls stored in parts by window of image events, not by 65,536-id
-    chunk (4: image records say whether usage is known, with a usage-known owner bitmap per
-    tenant; 3: small members as lists, big ones as roaring, never run-optimised; 2:
+    version: ClassVar[int] = 4
+    """4: image records say whether usage is known, with a usage-known owner bitmap per
+    tenant (3: small members as lists, big ones as roaring, never run-optimised; 2:
     65,536-id chunks, 8-id lists; 1: 8,192-id chunks); older state directories must be
     replayed."""
 
     def __init__(
-        self,
-        *,
-        max_bytes: int | bool | None = True,
-        warm_on_start: bool | None = None,
-        window: int | None = None,
+        self, *, max_bytes: int | bool | None = True, warm_on_start: bool | None = None
     ) -> None:
         """``max_bytes``: the cache bound (True = STREAMPROC_IMPACT_CACHE_MB, default
         640 MB; None = unbounded). ``warm_on_start``: default
-        STREAMPROC_IMPACT_WARM_ON_START (true). ``window``: image events per window of a
-        new state directory, default ``keys.WINDOW`` (tests use small ones; a stored state
-        keeps its own)."""
-        self.window = K.WINDOW if window is None else window
+        STREAMPROC_IMPACT_WARM_ON_START (true)."""
         self.max_bytes = _env_cache_bytes() if max_bytes is True else max_bytes or None
         self.warm_on_start = (
             _env_flag("STREAMPROC_IMPACT_WARM_ON_START", True)
@@ -139,7 +131,7 @@ class ImpactProjection(Projection):
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, store: Store) -> None:
-        self.index = ImpactIndex(source=store, max_bytes=self.max_bytes, window=self.window)
+        self.index = ImpactIndex(source=store, max_bytes=self.max_bytes)
         self.index.restore()
         _settle_gc()
         self._warm = not self.warm_on_start or not self.index.product_count()

@@ -51,9 +51,8 @@ class IndexedImage(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
 
 
 class ImageRecord(msgspec.Struct, array_like=True, frozen=True):
-    """Stored per image id: its owners, its product groups (sorted group ids), whether
-    its usage is known (it is then in the tenant's usage-known owner bitmap) and the part
-    (window) its ids are stored in."""
+    """Stored per image id: its owners, its product groups (sorted group ids) and whether
+    its usage is known (it is then in the tenant's usage-known owner bitmap)."""
 
     tenant: str
     digest: str
@@ -64,7 +63,6 @@ class ImageRecord(msgspec.Struct, array_like=True, frozen=True):
     labels: dict[str, str]
     gids: list[int]
     usage_known: bool
-    part: int
 
 
 _record_enc = msgspec.msgpack.Encoder(order="deterministic")

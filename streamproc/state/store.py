@@ -62,11 +62,6 @@ class Store(ABC):
     ) -> Iterator[tuple[bytes, bytes]]:
         """Items of ``cf`` whose key starts with ``prefix``, from ``start`` on, in key order."""
 
-    def scan_many(self, cf: str, prefixes: list[bytes]) -> list[list[tuple[bytes, bytes]]]:
-        """The committed items under each of ``prefixes`` (a list per prefix, in key
-        order): what loading thousands of products, each a few adjacent keys, needs."""
-        return [list(self.scan(cf, p)) for p in prefixes]
-
     @abstractmethod
     def commit(self, writes: Writes) -> None:
         """Apply every write atomically (all or nothing)."""
@@ -240,25 +235,6 @@ class RocksStore(Store):
         if end is not None:
             opt.set_iterate_upper_bound(end)
         yield from self._cfs[cf].items(from_key=max(prefix, start), read_opt=opt)
-
-    def scan_many(self, cf: str, prefixes: list[bytes]) -> list[list[tuple[bytes, bytes]]]:
-        # One raw iterator, one seek per prefix (a fresh iterator per prefix costs ~3x):
-        # ask for the prefixes in key order and RocksDB reads each file front to back.
-        out: list[list[tuple[bytes, bytes]]] = []
-        it = self._cfs[cf].iter(ReadOptions())
-        seek, valid, key, value, step = it.seek, it.valid, it.key, it.value, it.next
-        for p in prefixes:
-            got: list[tuple[bytes, bytes]] = []
-            seek(p)
-            while valid():
-                k = key()
-                if not k.startswith(p):
-                    break
-                got.append((k, value()))
-                step()
-            out.append(got)
-        del it
-        return out
 
     def commit(self, writes: Writes) -> None:
         if self.read_only:

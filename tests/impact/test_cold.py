@@ -1,4 +1,4 @@
-"""The cold query path on real RocksDB: a query keeps the parts it reads without building
+"""The cold query path on real RocksDB: a query keeps the chunks it reads without building
 groups; everything after it (the next query, unmatched, the fold, eviction, warming)
 behaves as if the groups had been built."""
 
@@ -23,21 +23,10 @@ PRODUCTS = 60
 KEYS = sorted({purl(p, 0)[1] for p in range(PRODUCTS)} | {"pkg:npm/absent"})
 
 
-WINDOW = 150
-"""Image events per window here: 600 events make four windows, so products have parts in
-several of them."""
-
-
 class CountingRocks(RocksStore):
-    """Real RocksDB that counts the parts read from ``impact_groups``."""
+    """Real RocksDB that counts the chunks read from ``impact_groups``."""
 
     chunk_reads = 0
-
-    def scan_many(self, cf: str, prefixes: list[bytes]) -> list[list[tuple[bytes, bytes]]]:
-        got = super().scan_many(cf, prefixes)
-        if cf == K.GROUPS_CF:
-            self.chunk_reads += sum(map(len, got))
-        return got
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         if cf == K.GROUPS_CF:
@@ -57,13 +46,9 @@ def folded(tmp_path: Path, n: int = 600) -> tuple[Path, Model]:
     for e in events:
         model.apply(e)
     store = RocksStore(tmp_path / "state")
-    fold(store, events, sizes=[97], proj=ImpactProjection(max_bytes=None, window=WINDOW))
+    fold(store, events, sizes=[97])
     store.close()
     return tmp_path / "state", model
-
-
-def stored_parts(store: RocksStore) -> int:
-    return sum(1 for _ in store.scan(K.GROUPS_CF))
 
 
 def reopened(state: Path, max_bytes: int | None = 64 << 20) -> tuple[CountingRocks, ImpactIndex]:
@@ -90,10 +75,9 @@ def test_a_cold_query_keeps_chunks_and_the_next_one_builds_groups_without_reads(
         want = model.resolve(KEYS, False, sel)
         first = ix.resolve_by_purls(KEYS, False, sel)
         assert set(first.digests()) == want
-        known, parts = ix.product_count(), stored_parts(store)
+        known = ix.product_count()
         assert not ix._groups and len(ix._stored) == known > 40
-        assert parts > known  # products with parts in several windows
-        assert store.chunk_reads == parts  # one scan, each part once
+        assert store.chunk_reads == known  # one multi-get, each chunk once
         assert ix.warm_progress == (known, known)
         assert ix._lru is not None
         total = ix._lru.total
@@ -101,7 +85,7 @@ def test_a_cold_query_keeps_chunks_and_the_next_one_builds_groups_without_reads(
 
         second = ix.resolve_by_purls(KEYS, False, sel)  # as after a cold query before:
         assert set(second.digests()) == want  # every key's bitmap built from its group
-        assert store.chunk_reads == parts  # ... with no read
+        assert store.chunk_reads == known  # ... with no read
         assert not ix._stored and len(ix._groups) == known
         assert ix._lru.total == total  # a built group is charged what its chunk was
         found, _ = ix._lookup(sorted(ix._gids), False)
@@ -112,7 +96,7 @@ def test_a_cold_query_keeps_chunks_and_the_next_one_builds_groups_without_reads(
             == [k for k in KEYS if not model.resolve([k], False, sel)]
         )
         answers(ix, model)
-        assert store.chunk_reads == parts
+        assert store.chunk_reads == known
     finally:
         store.close()
 
@@ -142,10 +126,10 @@ def test_folding_into_products_a_query_kept_as_chunks_writes_the_same_state(
     for e in events:
         model.apply(e)
     store = RocksStore(tmp_path / "state")
-    fold(store, head, sizes=[97], proj=ImpactProjection(max_bytes=None, window=WINDOW))
+    fold(store, head, sizes=[97])
     store.close()
     store = RocksStore(tmp_path / "state")
-    proj = ImpactProjection(max_bytes=64 << 20, warm_on_start=False, window=WINDOW)
+    proj = ImpactProjection(max_bytes=64 << 20, warm_on_start=False)
     folder_proj = fold(store, [], proj=proj)
     folder_proj.resolve_by_purls(KEYS, False, Selector(tenant="t0"))
     assert proj.index._stored
@@ -154,7 +138,7 @@ def test_folding_into_products_a_query_kept_as_chunks_writes_the_same_state(
     answers(proj.index, model)
     try:
         reference = RocksStore(tmp_path / "reference")
-        fold(reference, events, sizes=[97], proj=ImpactProjection(max_bytes=None, window=WINDOW))
+        fold(reference, events, sizes=[97])
         assert impact_digest(store) == impact_digest(reference)
         reference.close()
     finally:
@@ -196,11 +180,12 @@ def test_warming_builds_the_kept_chunks_into_groups_with_their_bitmaps(tmp_path:
         store.close()
 
 
-def test_products_over_several_parts_are_kept_and_unioned(tmp_path: Path) -> None:
-    """Parts of several windows (a state written by hand): a cold query keeps every
-    product's parts, unions them all, and a later query builds the groups without reading."""
-    hi = 70_000
-    ids = {  # product -> part -> (exact-purl suffix -> contains ids, used ids)
+def test_products_over_several_chunks_beside_kept_ones(tmp_path: Path) -> None:
+    """Ids beyond the first 65,536-id chunk (a state written by hand: a catalog that large
+    takes minutes to fold): a cold query keeps one-chunk products as chunks, builds the
+    groups of the others, and unions both."""
+    hi = K.CHUNK_IDS
+    ids = {  # product -> chunk -> (exact-purl suffix -> contains ids, used ids)
         "pkg:npm/a": {0: {"@1": ([1, 2], [2])}},
         "pkg:npm/b": {
             0: {"@1": ([3], [])},
@@ -214,9 +199,9 @@ def test_products_over_several_parts_are_kept_and_unioned(tmp_path: Path) -> Non
     store.ensure_families(K.FAMILIES)
     names: dict[bytes, bytes | None] = {}
     groups: dict[bytes, bytes | None] = {}
-    for gid, (pk, parts) in enumerate(ids.items()):
-        names[K.PRODUCT + pk.encode()] = K.u32(gid)
-        for part, members in parts.items():
+    for gid, (pk, chunks) in enumerate(ids.items()):
+        names[K.PRODUCT + pk.encode()] = K.u32(gid) + K.pack_chunks(chunks)
+        for chunk, members in chunks.items():
             cs: dict[str, list[int]] = {}
             cb: dict[str, bytes] = {}
             us: dict[str, list[int]] = {}
@@ -227,7 +212,7 @@ def test_products_over_several_parts_are_kept_and_unioned(tmp_path: Path) -> Non
                     cs[s] = [gid, *c]
                 if u:
                     us[s] = [gid, *u]
-            groups[K.group_key(gid, part)] = K.encode_chunk(cs, cb, us, {})
+            groups[K.group_key(gid, chunk)] = K.encode_chunk(cs, cb, us, {})
     for i in live:
         names[K.DIGEST + K.scoped("t", f"d{i}").encode()] = K.u32(i)
     every = K.bitmap(live).serialize()  # the tenant's images, all with usage data
@@ -240,7 +225,8 @@ def test_products_over_several_parts_are_kept_and_unioned(tmp_path: Path) -> Non
         keys = list(ids)
         r = ix.resolve_by_purls(keys, False, sel)
         assert r.bitmap == BitMap(live)
-        assert sorted(ix._stored) == keys and not ix._groups
+        assert sorted(ix._stored) == ["pkg:npm/a", "pkg:npm/c"]
+        assert sorted(ix._groups) == ["pkg:npm/b", "pkg:npm/d"]
         assert store.chunk_reads == 6
         assert ix._lru is not None and ix._lru.total == ix.cached_bytes
         used = ix.resolve_by_purls(keys, True, sel)

@@ -140,7 +140,7 @@ def test_bulk_union_of_stored_chunks_is_the_union_of_their_products() -> None:
     raws: dict[int, dict[int, bytes]] = {}
     for gid in range(40):
         for chunk in sorted(rnd.sample(range(3), rnd.randint(1, 3))):
-            base = chunk * 65_536
+            base = chunk * K.CHUNK_IDS
             cs: dict[str, list[int]] = {}
             cb: dict[str, bytes] = {}
             us: dict[str, list[int]] = {}

@@ -93,42 +93,6 @@ def test_batch_boundaries_never_change_the_state(seed: int) -> None:
     assert state_digest(one) == state_digest(many) == state_digest(bounded)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_windows_never_depend_on_batch_boundaries(seed: int) -> None:
-    """Windows of 23 image events: re-indexes and removals reach the parts of windows that
-    ended long before, batches end inside windows and across them; the state is the same
-    for any batching, with or without a tiny cache bound."""
-    events = random_events(seed, 700)
-    digests = set()
-    for sizes, bound in (([len(events)], None), ([1, 7, 50, 3, 200], None), ([13], 4096)):
-        store = MemoryStore()
-        proj = ImpactProjection(max_bytes=bound, warm_on_start=False, window=23)
-        fold(store, events, sizes, proj)
-        digests.add(state_digest(store))
-        parts = {K.part_of(k) for k, _ in store.scan(K.GROUPS_CF)}
-        assert len(parts) > 20  # products were stored in many windows' parts
-    assert len(digests) == 1
-
-
-def test_a_window_continued_after_reopening_writes_what_one_fold_writes() -> None:
-    """Folding stops in the middle of a window (a restart): the reopened index reads the
-    window's parts back only for the products the window already holds, and ends in the
-    state of one uninterrupted fold; its answers match a brute-force scan."""
-    events = random_events(9, 900)
-    model = Model()
-    for e in events:
-        model.apply(e)
-    whole = MemoryStore()
-    fold(whole, events, [100], ImpactProjection(max_bytes=None, warm_on_start=False, window=37))
-    split = MemoryStore()
-    fold(split, events[:450], [60], ImpactProjection(max_bytes=None, window=37))
-    again = ImpactProjection(max_bytes=2048, warm_on_start=False)  # the stored window wins
-    fold(split, events[450:], [41], again)
-    assert again.index.window == 37
-    assert impact_digest(split) == impact_digest(whole)
-    check_answers(again, model, 9)
-
-
 def test_answers_match_a_brute_force_scan_hot_and_after_reopening() -> None:
     events = random_events(3, 900)
     model = Model()
