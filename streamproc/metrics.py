@@ -114,7 +114,15 @@ PLANNER_BACKLOG = Gauge(
     ["tenant"],
 )
 PLANNER_ERRORS = Counter(
-    "scheduler_planner_errors", "Plans or ticks that failed to publish, by reason", ["reason"]
+    "scheduler_planner_errors",
+    "Plans, ticks or SBOM retention passes that failed, by reason",
+    ["reason"],
+)
+SBOMS_DELETED = Counter(
+    "scheduler_sboms_deleted",
+    "SBOMs the retention deleted from the SBOM store: `released` (no image uses it any more) "
+    "or `unreferenced` (stored, but no indexed image ever named it)",
+    ["reason"],
 )
 PLANNER_RECOVERY_FAILING = Gauge(
     "scheduler_planner_recovery_failing",
@@ -151,6 +159,13 @@ SEGMENTS_DEAD_LETTERED = Counter(
     "Segments that exhausted max_deliver and were recorded as segment.failed(deadLettered)",
     ["tenant"],
 )
+RUNNER_ERRORS = Counter(
+    "scheduler_runner_errors",
+    "Scanner tool calls that gave no usable answer, by reason (missing_tool|timeout|"
+    "exit_status|unparseable_output|sbom_missing); each is retried, and an image whose "
+    "retries run out gets a failed verdict naming the reason",
+    ["reason"],
+)
 VERDICTS = Counter("scheduler_verdicts", "Verdicts recorded by runners", ["status"])
 SCANNER_CALL_SECONDS = Histogram(
     "scheduler_scanner_call_seconds",
@@ -167,10 +182,15 @@ for _metric in (IMPACT_RESOLVE_SECONDS, PLAN_SECONDS, IMAGES_SELECTED, JOBS_ENQU
     _preset(_metric, *MODES)
 _preset(CRON_TICKS, "fired", "late", "skipped")
 _preset(PLANNER_ERRORS, "publish", "recovery", "unrecoverable_segments", "cron_publish")
+_preset(PLANNER_ERRORS, "sbom_retention")
+_preset(SBOMS_DELETED, "released", "unreferenced")
 _preset(DELTA_IMAGES, "kev", "critical", "high", "other")
 _preset(RATE_LIMITED, "429", "5xx", "timeout", "connection", "tenant_bucket", "registry_bucket")
 _preset(SEGMENTS, "completed", "cancelled", "retried", "dead_lettered", "invalid")
 _preset(VERDICTS, "ok", "failed")
+_preset(
+    RUNNER_ERRORS, "missing_tool", "timeout", "exit_status", "unparseable_output", "sbom_missing"
+)
 _preset(NOTIFY_MESSAGES, "rescan.delta", "report.ready")
 
 # ---------------------------------------------------------------- active/standby leases

@@ -96,6 +96,11 @@ def status_bucket(prefix: str) -> str:
     return f"{prefix}_status"
 
 
+def sbom_bucket(prefix: str) -> str:
+    """The object store holding every indexed SBOM as sent, by ``sha256:<hex>``."""
+    return f"{prefix.replace('.', '_')}_sboms"
+
+
 def feed_bucket(prefix: str) -> str:
     """Registrations and checkpoints of the Notify HTTP feed's consumers."""
     return f"{prefix}_feed"
@@ -141,6 +146,11 @@ RUNNER_OPEN_CF: Final = "runner_open"
 """Runs not yet completed or cancelled: what the runner's completion reactor looks at."""
 RUNNER_SUMMARY_IMAGES_CF: Final = "runner_summary_images"
 RUNNER_EXPORTS_CF: Final = "runner_exports"
+RUNNER_SBOMS_CF: Final = "runner_sboms"
+"""(tenant, digest) → the SBOM store name the image was indexed with (the tool backends)."""
+SBOM_REFS_CF: Final = "sbom_refs"
+"""The planner's count of images using each stored SBOM, and the SBOMs no image uses (their
+retention)."""
 
 PL_SCHEDULES_CF: Final = PL_SCHEDULES
 PL_RUNS_CF: Final = PL_RUNS

@@ -13,11 +13,19 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from streamproc.bus import jsapi
+from streamproc.bus import jsapi, objects
 from streamproc.bus.cluster import cluster_size
 from streamproc.config import ConfigError, environment
 from streamproc.ids import ascii_int
-from streamproc.names import DEFAULT_PREFIX, EVENTS, NOTIFY, WORK, all_of, stream_names
+from streamproc.names import (
+    DEFAULT_PREFIX,
+    EVENTS,
+    NOTIFY,
+    WORK,
+    all_of,
+    sbom_bucket,
+    stream_names,
+)
 
 NS = 1_000_000_000
 HOUR = 3600 * NS
@@ -71,7 +79,8 @@ def configured_events_retention() -> EventsRetention:
 def definitions(
     prefix: str = DEFAULT_PREFIX, replicas: int = 1, events_retention: EventsRetention | None = None
 ) -> list[dict[str, Any]]:
-    """Stream configs in the JetStream API's JSON form (durations in nanoseconds)."""
+    """Stream configs in the JetStream API's JSON form (durations in nanoseconds): the three
+    streams and the SBOM store's bucket (an object store is a stream too, replicated alike)."""
     events, work, notify = stream_names(prefix)
     limits = (events_retention or EventsRetention()).config()
     return [
@@ -128,6 +137,11 @@ def definitions(
             "deny_purge": False,
             "allow_direct": True,
         },
+        objects.definition(
+            sbom_bucket(prefix),
+            replicas,
+            "Every indexed SBOM as it was sent, by sha256 (a JetStream object store)",
+        ),
     ]
 
 

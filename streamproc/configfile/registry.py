@@ -76,9 +76,14 @@ SECTIONS: dict[str, str] = {
     "otel": "OpenTelemetry traces",
     "planner": "planning runs: debounce, segments, limits, rate buckets, cron ticks",
     "runner": "running segments against the scanner",
-    "scanner": "the scanner the runner calls",
+    "scanner": "the scanner the runner calls: its kind, the policy, the KEV catalog",
+    "scanner.trivy": "the `trivy` kind: Trivy on the stored SBOM (`trivy sbom FILE --format json`)",
+    "scanner.grype": "the `grype` kind: Grype on the stored SBOM (`grype sbom:FILE -o json`)",
+    "scanner.osv-scanner": "the `osv-scanner` kind: OSV-Scanner on the stored SBOM "
+    "(`osv-scanner scan --sbom FILE --format json`)",
     "audit": "the audit chain: snapshots, signing key, trusted keys",
     "impact": "the impact index",
+    "sboms": "the SBOM store (`<prefix>_sboms`): every indexed SBOM as it was sent",
     "gateway": "the HTTP API: tokens, webhooks, body limits",
     "gateway.dpop": "DPoP proof checking",
     "feedser": "the `streamproc feedser export` client",
@@ -235,6 +240,54 @@ KEYS: tuple[Key, ...] = (
     _k("scanner.port", "STREAMPROC_SCANNER_PORT", "int", 8490,
        "loopback port of the reference scanner `streamproc up --demo` starts when "
        "`scanner.url` is unset (the runners then call it there)", minimum=1, maximum=65535),
+    _k("scanner.kind", "STREAMPROC_SCANNER_KIND", "str", "stella",
+       "what answers the runners: `stella` (a `/reports` service at `scanner.url`), or a "
+       "tool run on the stored SBOM", choices=("stella", "trivy", "grype", "osv-scanner")),
+    _k("scanner.kev_catalog", "STREAMPROC_SCANNER_KEV_CATALOG", "str", None,
+       "a CISA KEV catalog file (JSON): findings whose id or alias it lists are KEV (re-read "
+       "when it changes)", default_text="none: only what the tool itself marks"),
+    _k("scanner.fail_on", "STREAMPROC_SCANNER_FAIL_ON", "str", "high",
+       "the policy: a verdict FAILs with a finding of this severity or above, or a KEV one",
+       choices=("low", "medium", "high", "critical")),
+    _k("scanner.trivy.path", "STREAMPROC_SCANNER_TRIVY_PATH", "str", "trivy",
+       "the Trivy executable: a name looked up on PATH, or a path"),
+    _k("scanner.trivy.args", "STREAMPROC_SCANNER_TRIVY_ARGS", "str", "",
+       "extra arguments after the fixed ones, split into words as a POSIX shell would "
+       "(no shell runs)"),
+    _k("scanner.trivy.timeout_s", "STREAMPROC_SCANNER_TRIVY_TIMEOUT_S", "float", 120.0,
+       "a Trivy call running longer is killed (its whole process group) and counts as "
+       "`timeout`", minimum=0.001),
+    _k("scanner.trivy.concurrency", "STREAMPROC_SCANNER_TRIVY_CONCURRENCY", "int", 2,
+       "Trivy processes one runner process runs at once", minimum=1, maximum=64),
+    _k("scanner.trivy.server", "STREAMPROC_SCANNER_TRIVY_SERVER", "str", None,
+       "a `trivy server` URL: the runners pass `--server URL`, and the server holds the DB",
+       default_text="none: each call reads the local DB"),
+    _k("scanner.grype.path", "STREAMPROC_SCANNER_GRYPE_PATH", "str", "grype",
+       "the Grype executable: a name looked up on PATH, or a path"),
+    _k("scanner.grype.args", "STREAMPROC_SCANNER_GRYPE_ARGS", "str", "",
+       "extra arguments after the fixed ones, split into words as a POSIX shell would "
+       "(no shell runs)"),
+    _k("scanner.grype.timeout_s", "STREAMPROC_SCANNER_GRYPE_TIMEOUT_S", "float", 120.0,
+       "a Grype call running longer is killed (its whole process group) and counts as "
+       "`timeout`", minimum=0.001),
+    _k("scanner.grype.concurrency", "STREAMPROC_SCANNER_GRYPE_CONCURRENCY", "int", 2,
+       "Grype processes one runner process runs at once", minimum=1, maximum=64),
+    _k("scanner.osv-scanner.path", "STREAMPROC_SCANNER_OSV_SCANNER_PATH", "str", "osv-scanner",
+       "the OSV-Scanner executable: a name looked up on PATH, or a path"),
+    _k("scanner.osv-scanner.args", "STREAMPROC_SCANNER_OSV_SCANNER_ARGS", "str", "",
+       "extra arguments after the fixed ones, split into words as a POSIX shell would "
+       "(no shell runs)"),
+    _k("scanner.osv-scanner.timeout_s", "STREAMPROC_SCANNER_OSV_SCANNER_TIMEOUT_S", "float", 120.0,
+       "an OSV-Scanner call running longer is killed (its whole process group) and counts as "
+       "`timeout`", minimum=0.001),
+    _k("scanner.osv-scanner.concurrency", "STREAMPROC_SCANNER_OSV_SCANNER_CONCURRENCY", "int", 2,
+       "OSV-Scanner processes one runner process runs at once", minimum=1, maximum=64),
+    # ------------------------------------------------------------------ sboms
+    _k("sboms.retention_s", "STREAMPROC_SBOMS_RETENTION_S", "float", 86400.0,
+       "an SBOM no indexed image uses any more is deleted from the SBOM store this many "
+       "seconds after the last image using it was removed (or re-indexed with another SBOM), "
+       "and never sooner than this long after it was last stored; the active planner deletes",
+       minimum=1),
     # ------------------------------------------------------------------ audit
     _k("audit.batch_size", "STREAMPROC_AUDIT_BATCH_SIZE", "int", 1000,
        "chain entries per signed batch snapshot", minimum=1, maximum=100000),

@@ -38,6 +38,10 @@ class KindSpec:
     current one). A rename of payload fields must not change the link of any entry already
     chained — nor make the chain of a replayed log differ from the one that was signed —
     so an audit entry keeps the form its kind had when the rename came."""
+    chain_omits: tuple[str, ...] = ()
+    """Optional fields added to the payload after its kind was first chained (``findings[].x``:
+    in each item of a list): the chain leaves each out while it is null, so the link of an
+    entry chained before the field existed — and of its event replayed now — never changes."""
 
     def aggregate_id(self, payload: p.Payload) -> str:
         return str(getattr(payload, self.id_field))
@@ -172,7 +176,7 @@ KINDS: dict[str, KindSpec] = {
             "image",
             "digest",
             emitted_by="index CLI, gateway (PUT/DELETE /images), scanners",
-            folded_by="ImpactIndex, read model",
+            folded_by="ImpactIndex, read model, runner and planner (SBOM references)",
         ),
         KindSpec(
             "image.removed",
@@ -180,7 +184,15 @@ KINDS: dict[str, KindSpec] = {
             "image",
             "digest",
             emitted_by="index CLI, gateway (PUT/DELETE /images), scanners",
-            folded_by="ImpactIndex, read model",
+            folded_by="ImpactIndex, read model, runner and planner (SBOM references)",
+        ),
+        KindSpec(
+            "sbom.deleted",
+            p.SbomDeleted,
+            "sbom",
+            "sbom",
+            emitted_by="planner (SBOM retention)",
+            folded_by="planner (SBOM references)",
         ),
         KindSpec(
             "run.requested",
@@ -261,6 +273,14 @@ KINDS: dict[str, KindSpec] = {
             "digest",
             emitted_by="runner",
             folded_by="read model (previous verdicts), auditor",
+            chain_omits=(
+                "policyVerdict",
+                "revision",
+                "policyRevision",
+                "scanner",
+                "findings[].fixedVersion",
+                "topFindings[].fixedVersion",
+            ),
         ),
         KindSpec(
             "audit.snapshot",

@@ -23,6 +23,8 @@ MAX_KEYS = 100_000
 Str = Annotated[str, Meta(min_length=1, max_length=512)]
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 Digest = Annotated[str, Meta(pattern=r"^[a-z0-9]+:[a-f0-9]{32,128}(?!\n)$")]
+SbomKey = Annotated[str, Meta(pattern=r"^sha256:[a-f0-9]{64}(?!\n)$")]
+"""An SBOM's name in the SBOM store: ``sha256:`` and the hex SHA-256 of its bytes."""
 Count = Annotated[int, Meta(ge=0)]
 KeyList = Annotated[list[Str], Meta(max_length=MAX_KEYS)]
 Mode = Literal["analysis-only", "content-refresh"]
@@ -268,11 +270,26 @@ class ImageIndexed(Payload, kw_only=True):
     """True: the producer knows which components the entrypoint uses (the ``used`` flags,
     possibly all false); false: it does not, and the image counts as using every component.
     Absent (events from before this field): known when any component is used."""
+    sbom: SbomKey | None = None
+    """The SBOM exactly as it was sent, stored in the SBOM store (the ``<prefix>_sboms``
+    object store) under this name before the event was published; what the scanner
+    backends evaluate. Absent: not kept (events from before SBOMs were, or a producer that
+    does not store them)."""
 
 
 class ImageRemoved(Payload, kw_only=True):
     digest: Digest
     reason: Annotated[str, Meta(max_length=1000)] | None = None
+
+
+class SbomDeleted(Payload, kw_only=True):
+    """The SBOM store deleted an SBOM that no image used any more, once ``sboms.retention_s``
+    had passed since the last image using it went (and since it was last stored)."""
+
+    sbom: SbomKey
+    released_by: Str
+    """The id of the event that removed its last use (an ``image.removed``, or an
+    ``image.indexed`` that changed the image's SBOM): the release this deletion ends."""
 
 
 # ---------------------------------------------------------------- runs
@@ -408,6 +425,8 @@ class Finding(Payload, kw_only=True):
     severity: Severity
     kev: bool = False
     link: Annotated[str, Meta(max_length=2048)] | None = None
+    fixed_version: Annotated[str, Meta(max_length=512)] | None = None
+    """The version that fixes it, as the scanner says (absent: none known)."""
 
 
 class VerdictRecorded(Payload, kw_only=True):
@@ -422,6 +441,17 @@ class VerdictRecorded(Payload, kw_only=True):
     top_findings: Annotated[list[Finding], Meta(max_length=100)] = []
     findings: Annotated[list[Finding], Meta(max_length=MAX_KEYS)] = []
     report_url: Annotated[str, Meta(max_length=2048)] | None = None
+    policy_verdict: Literal["PASS", "FAIL"] | None = None
+    """The policy's decision on the findings (absent on failed verdicts and on verdicts
+    recorded before it was kept)."""
+    revision: Annotated[str, Meta(max_length=512)] | None = None
+    """What the scanner evaluated against: the reference scanner's advisory revision, or a
+    tool's vulnerability DB version or build."""
+    policy_revision: Annotated[str, Meta(max_length=512)] | None = None
+    """The policy the verdict was decided by: the backend's, or ``failOn=<severity>;kev=<KEV
+    catalog version>``."""
+    scanner: Annotated[str, Meta(max_length=64)] | None = None
+    """The backend kind that answered (``stella``, ``trivy``, ``grype``, ``osv-scanner``)."""
 
 
 # ---------------------------------------------------------------- audit

@@ -316,6 +316,9 @@ class ImageView(Response, kw_only=True):
     event_id: str
     version: int
     """Stream sequence of the image.indexed event."""
+    sbom: str | None = None
+    """sha256:<hex> of the SBOM as it was sent, kept in the SBOM store and answered by
+    ``GET /images/{digest}/sbom``; null when it was not kept."""
 
 
 class ImageList(Response, kw_only=True):

@@ -162,4 +162,5 @@ def image_view(tenant: str, r: ImageSummary) -> ImageView:
         indexed_hlc=r.indexed_hlc,
         event_id=r.event_id,
         version=r.seq,
+        sbom=r.sbom,
     )

@@ -39,6 +39,7 @@ class Finding(msgspec.Struct, kw_only=True, rename="camel"):
     kev: bool = False
     link: str | None = None
     aliases: list[str] = []
+    fixed_version: str | None = None
 
 
 class Attestation(msgspec.Struct, kw_only=True, rename="camel"):
@@ -53,6 +54,11 @@ class ScanReport(msgspec.Struct, kw_only=True, rename="camel"):
     findings: list[Finding] = []
     report_url: str | None = None
     attestation: Attestation | None = None
+    advisories_revision: str | None = None
+    """What the findings were evaluated against (a tool's DB revision, for the tool kinds)."""
+    policy_revision: str | None = None
+    verdict: str | None = None
+    """``PASS`` or ``FAIL`` when the backend's own policy decided; else the runner's does."""
 
 
 IDEMPOTENCY_KEY = "Idempotency-Key"

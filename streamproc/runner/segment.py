@@ -26,6 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from streamproc import metrics, tracing
+from streamproc.backends.findings import KevCatalog, Policy
 from streamproc.bus import jsapi
 from streamproc.bus.workqueue import WorkItem, WorkQueueConsumer
 from streamproc.cancellation import checkpoint
@@ -35,10 +36,11 @@ from streamproc.hlc import ClockSkewError, Timestamp
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
 from streamproc.reactor import RoleContext
+from streamproc.runner.backend import Backend, settled
 from streamproc.runner.delta import FindingKey, combine_rules
 from streamproc.runner.latency import RunLatency
 from streamproc.runner.outbox import Outbox, Record, Tally
-from streamproc.runner.scanner_client import ImageFailed, ScannerClient, ScannerUnavailable
+from streamproc.runner.scanner_client import ImageFailed, ScannerUnavailable
 from streamproc.runner.settings import RunnerSettings
 from streamproc.runner.state import Reader, RunRec
 from streamproc.runner.verdict import Decision, ImageJob, decide, decide_failed, scan_key
@@ -95,13 +97,17 @@ class SegmentRunner:
         self,
         ctx: RoleContext,
         settings: RunnerSettings,
-        client: ScannerClient,
+        backend: Backend,
         queue: WorkQueueConsumer,
         runner_id: str,
+        kev: KevCatalog | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.ctx = ctx
         self.s = settings
-        self.client = client
+        self.backend = backend
+        self.kev = kev or KevCatalog(None)
+        self.policy = policy or Policy()
         self.queue = queue
         self.runner_id = runner_id
         self.reader = Reader(ctx.store)
@@ -157,6 +163,7 @@ class SegmentRunner:
 
     async def close(self) -> None:
         await self.outbox.close()
+        await self.backend.close()
 
     # ------------------------------------------------------------------ one segment
 
@@ -294,22 +301,21 @@ class SegmentRunner:
     async def _evaluate(self, job: ImageJob, refresh: bool, out: Outcome) -> Decision:
         """Ask the scanner about one image and decide what its verdict and message say."""
         key = scan_key(job.run_id, job.digest)
+        kind = self.backend.kind
         try:
             with tracing.span(
                 "report_call", tenant=job.tenant, run_id=job.run_id, digest=job.digest
             ):
-                target = job.digest
-                if refresh:
-                    target, extra = await self.client.refresh(job.digest, key)
-                    out.retries += extra
-                report, elapsed, retries = await self.client.report(target, key, tenant=job.tenant)
+                got = await self.backend.answer(job.tenant, job.digest, key, refresh)
         except ImageFailed as exc:
             out.failed += 1
-            return decide_failed(job, str(exc), self._stamp())
-        out.retries += retries
-        out.latencies.append(elapsed * 1000)
+            return decide_failed(job, str(exc), self._stamp(), kind)
+        out.retries += got.retries
+        out.latencies.append(got.elapsed * 1000)
         out.ok += 1
-        return decide(job, report, self._previous(job.tenant, job.digest), self._stamp())
+        report = settled(got.report, self.kev, self.policy)
+        previous = self._previous(job.tenant, job.digest)
+        return decide(job, report, previous, self._stamp(), kind)
 
     def _hand_over(self, d: Decision, run: RunRec | None, tally: Tally) -> None:
         """Encode the image's message and verdict and give them to the outbox."""

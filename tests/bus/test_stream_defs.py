@@ -109,7 +109,7 @@ def test_mixed_updates_and_drift_are_split():
 
 
 def test_three_streams_with_documented_settings():
-    events, work, notify = definitions("scheduler", 1)
+    events, work, notify, _sboms = definitions("scheduler", 1)
     assert [events["name"], work["name"], notify["name"]] == [
         "SCHEDULER",
         "SCHEDULER_WORK",
@@ -146,12 +146,19 @@ def test_replicas_are_applied_to_every_stream():
 )
 def test_prefix_changes_names_and_subjects(prefix, base):
     defs = definitions(prefix, 1)
-    assert [d["name"] for d in defs] == [base, f"{base}_WORK", f"{base}_NOTIFY"]
-    assert list(stream_names(prefix)) == [d["name"] for d in defs]
+    bucket = f"{prefix.replace('.', '_')}_sboms"
+    assert [d["name"] for d in defs] == [
+        base,
+        f"{base}_WORK",
+        f"{base}_NOTIFY",
+        f"OBJ_{bucket}",
+    ]
+    assert list(stream_names(prefix)) == [d["name"] for d in defs[:3]]
     assert [d["subjects"] for d in defs] == [
         [f"{prefix}.events.>"],
         [f"{prefix}.work.>"],
         [f"{prefix}.notify.>"],
+        [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
     ]
     assert all("scheduler" not in s for d in defs for s in d["subjects"])
 

@@ -10,9 +10,9 @@ async def test_apply_creates_then_is_idempotent(nc: FastClient, prefix: str) -> 
     defs = streams.definitions(prefix)
     try:
         first = await streams.apply(nc, defs)
-        assert [r.action for r in first] == ["created"] * 3
+        assert [r.action for r in first] == ["created"] * 4  # three streams, the SBOM store
         second = await streams.apply(nc, defs)
-        assert [r.action for r in second] == ["unchanged"] * 3
+        assert [r.action for r in second] == ["unchanged"] * 4
         info = await jsapi.stream_info(nc, defs[0]["name"])
         assert info is not None
         assert info.config["duplicate_window"] == 3600 * 10**9

@@ -132,7 +132,7 @@ def test_example_file_loads_and_has_every_key() -> None:
     present: set[str] = set()
     section = ""
     for line in example.read_text().splitlines():
-        header = re.match(r"^#?\s*\[\[?([a-z0-9_.]+)\]\]?\s*$", line)
+        header = re.match(r"^#?\s*\[\[?([a-z0-9_.-]+)\]\]?\s*$", line)
         if header:
             section = header[1]
             present.add(section)

@@ -62,9 +62,16 @@ def test_the_recorded_log_is_of_the_previous_schema() -> None:
     assert all("whenCron" in s["payload"] and "includeKEV" in s["payload"]["notify"] for s in now)
 
 
+ADDED_SINCE = frozenset({"runner_sboms", "sbom_refs"})
+"""Projections added to a role after the log was recorded (the SBOM references): a state
+directory without them is rebuilt by replay (tests/sboms/test_replay.py), and what they fold
+is tested on its own; the role's other projections must still give the recorded digest."""
+
+
 @pytest.mark.parametrize("role", UNCHANGED)
 def test_roles_fold_the_recorded_log_to_the_recorded_digest(role: str) -> None:
-    assert state_digest(memory_fold(projections_for(role), recorded(), CP)) == RECORDED[role]
+    projections = [x for x in projections_for(role) if x.name not in ADDED_SINCE]
+    assert state_digest(memory_fold(projections, recorded(), CP)) == RECORDED[role]
 
 
 @pytest.mark.parametrize("role", [*UNCHANGED, "gateway"])
