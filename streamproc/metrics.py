@@ -145,9 +145,16 @@ DELTA_IMAGES = Counter(
 )
 RATE_LIMITED = Counter(
     "scheduler_rate_limited",
-    "Scanner calls backed off and retried (429|5xx|timeout|connection), or held back by a pacing "
-    "bucket (tenant_bucket|registry_bucket), by reason",
+    "Scanner calls backed off and retried (429|5xx|timeout|connection), or held back by a shared "
+    "leaky bucket (run_rate|tenant_bucket|registry_bucket) or waiting for the buckets to answer "
+    "(bucket_unavailable), by reason",
     ["reason"],
+)
+RATE_BUCKET_CALLS = Counter(
+    "scheduler_rate_bucket_calls",
+    "Requests to the shared rate buckets in JetStream KV, by outcome (granted: tokens taken|"
+    "conflict: another runner wrote first|read|clock: server time measured|error)",
+    ["outcome"],
 )
 SEGMENTS = Counter(
     "scheduler_runner_segments",
@@ -185,7 +192,12 @@ _preset(PLANNER_ERRORS, "publish", "recovery", "unrecoverable_segments", "cron_p
 _preset(PLANNER_ERRORS, "sbom_retention")
 _preset(SBOMS_DELETED, "released", "unreferenced")
 _preset(DELTA_IMAGES, "kev", "critical", "high", "other")
-_preset(RATE_LIMITED, "429", "5xx", "timeout", "connection", "tenant_bucket", "registry_bucket")
+_preset(
+    RATE_LIMITED,
+    *("429", "5xx", "timeout", "connection"),
+    *("run_rate", "tenant_bucket", "registry_bucket", "bucket_unavailable"),
+)
+_preset(RATE_BUCKET_CALLS, "granted", "conflict", "read", "clock", "error")
 _preset(SEGMENTS, "completed", "cancelled", "retried", "dead_lettered", "invalid")
 _preset(VERDICTS, "ok", "failed")
 _preset(

@@ -78,6 +78,18 @@ def projector_consumer(role: str, *where: str) -> str:
 NOTIFY_TAIL: Final = "notify-tail"
 """The default durable consumer (and HTTP checkpoint) of ``streamproc notify tail``."""
 
+NOTIFY_WINDOW: Final = "notify-window"
+"""The Notify stream's delivery window: a durable consumer that holds every message until it
+is older than ``notify.max_age_s`` (the stream keeps messages while a consumer needs them)."""
+
+
+def feed_hold_consumer(tenant: str, kind: str) -> str:
+    """``feed-<kind>-<tenant>``: the durable consumer by which an HTTP feed registration holds
+    its tenant's messages of one kind until it reports them (one of three fixed kinds leads,
+    so the name is unique)."""
+    return f"feed-{kind.replace('.', '-')}-{tenant}"
+
+
 # ---------------------------------------------------------------- KV buckets
 
 
@@ -94,6 +106,11 @@ def lease_bucket(prefix: str) -> str:
 def status_bucket(prefix: str) -> str:
     """Role heartbeats for ``streamproc status``."""
     return f"{prefix}_status"
+
+
+def rate_bucket(prefix: str) -> str:
+    """The runners' shared leaky buckets (per run, tenant and registry host)."""
+    return f"{prefix.replace('.', '_')}_rates"
 
 
 def sbom_bucket(prefix: str) -> str:
@@ -162,6 +179,7 @@ PL_SCHEDULES_CF: Final = PL_SCHEDULES
 PL_RUNS_CF: Final = PL_RUNS
 PL_BACKLOG_CF: Final = "pl_backlog"
 PL_REPORTS_CF: Final = PL_REPORTS
+PL_FINDINGS_CF: Final = "pl_findings"
 PL_EXPORTS_CF: Final = PL_EXPORTS
 PL_CLAIMS_CF: Final = "pl_claims"
 PL_CURSORS_CF: Final = "pl_cursors"
@@ -185,6 +203,7 @@ RM_RUN_EXPORTS_CF: Final = "rm_run_exports"
 """Every export a run covers, in order: what ``GET /runs/{id}/exports`` pages through."""
 RM_CURSORS_CF: Final = "rm_cursors"
 """``impact_cursors``: per tenant, the latest export of each source a planned run covers."""
+RM_BACKLOG_CF: Final = "rm_backlog"
 
 # ---------------------------------------------------------------- HTTP API
 
@@ -205,3 +224,5 @@ IMAGES_WRITE_SCOPE: Final = "scheduler.images.write"
 """Ingest only: index and remove images (CI pipelines, scanners); reads need READ."""
 VEX_WRITE_SCOPE: Final = "scheduler.vex.write"
 """Ingest only: VEX documents of the token's tenant (``PUT /vex/{documentId}``)."""
+WEBHOOK_SCOPE: Final = "scheduler.webhook"
+"""Deliver Feedser/Vexer exports to the webhooks, and nothing else (admin implies it)."""

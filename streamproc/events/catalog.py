@@ -106,10 +106,23 @@ def _schedule_v3_to_v2(d: dict[str, Any]) -> dict[str, Any]:
     return renamed(d, SCHEDULE_V3_RENAMES, back=True)
 
 
+def _first_revision(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 exports had no revisions: each is its export's first (``revision`` 1, the
+    default)."""
+    return d
+
+
 def _unscoped_export(d: dict[str, Any]) -> dict[str, Any]:
     """Version 1 exports were not scoped by source: they stay without one (``source``
     absent), so they keep the subject and the keys they were recorded under — the bare
     export id — and replaying an old log rebuilds exactly the state it had."""
+    return d
+
+
+def _share_as_run_rate(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 segments recorded their shard's share of the run's rate and no tenant or
+    registry bucket. Read as the run's rate, an old segment still in the queue runs
+    slower than it was planned, never faster; it is paced by its run's bucket only."""
     return d
 
 
@@ -158,20 +171,20 @@ KINDS: dict[str, KindSpec] = {
             p.FeedserExport,
             "feedser",
             "ref",
-            version=2,
+            version=3,
             emitted_by="gateway (webhook), feedser CLI",
             folded_by="planner (vuln map, cursors), read model",
-            upcasters={1: _unscoped_export},
+            upcasters={1: _unscoped_export, 2: _first_revision},
         ),
         KindSpec(
             "export.vexer",
             p.VexerExport,
             "vexer",
             "ref",
-            version=2,
+            version=3,
             emitted_by="gateway (webhook, PUT /vex/{documentId}), vexer CLI",
             folded_by="planner (changes, cursors), runner (claims), read model (documents)",
-            upcasters={1: _unscoped_export},
+            upcasters={1: _unscoped_export, 2: _first_revision},
             subject_field="subject_id",
         ),
         KindSpec(
@@ -243,6 +256,8 @@ KINDS: dict[str, KindSpec] = {
             p.SegmentEnqueued,
             "segment",
             "segment_id",
+            version=2,
+            upcasters={1: _share_as_run_rate},
             emitted_by="planner",
             folded_by="read model, auditor",
         ),

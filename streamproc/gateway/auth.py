@@ -24,14 +24,22 @@ from streamproc.gateway.replay import ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, Issuer, resolve_ref
 from streamproc.gateway.tls import peer_cert_der, x5t_s256
 from streamproc.ids import TENANT_RE
-from streamproc.names import ADMIN_SCOPE, IMAGES_WRITE_SCOPE, READ_SCOPE, REALM, VEX_WRITE_SCOPE
+from streamproc.names import (
+    ADMIN_SCOPE,
+    IMAGES_WRITE_SCOPE,
+    READ_SCOPE,
+    REALM,
+    VEX_WRITE_SCOPE,
+    WEBHOOK_SCOPE,
+)
 from streamproc.problems import ProblemError
 
 READ = READ_SCOPE
 ADMIN = ADMIN_SCOPE
 IMAGES_WRITE = IMAGES_WRITE_SCOPE
 VEX_WRITE = VEX_WRITE_SCOPE
-ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE, VEX_WRITE})
+WEBHOOK = WEBHOOK_SCOPE
+ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE, VEX_WRITE, WEBHOOK})
 _CACHE_MAX = 20_000
 
 
@@ -40,6 +48,12 @@ class Principal(NamedTuple):
     subject: str | None
     scopes: frozenset[str]
     mode: str
+    client_ids: frozenset[str] = frozenset()
+    """Who the token says the client is: its ``client_id``, ``azp`` and ``sub`` claims."""
+
+
+PRINCIPAL = web.RequestKey("principal", Principal)
+"""The caller a handler authenticated itself (the webhooks, whose token is per source)."""
 
 
 _claims_dec = msgspec.json.Decoder(jwt.Claims)
@@ -84,7 +98,7 @@ class Authenticator:
             out.append(("WWW-Authenticate", f'Bearer realm="{REALM}"{p}'))
         if "dpop" in self.modes:
             p = params if scheme in (None, "dpop") else ""
-            out.append(("WWW-Authenticate", f'DPoP realm="{REALM}", algs="EdDSA"{p}'))
+            out.append(("WWW-Authenticate", f'DPoP realm="{REALM}", algs="EdDSA ES256"{p}'))
         return out
 
     def _fail(self, description: str, scheme: str | None, error: str = "invalid_token") -> None:
@@ -187,7 +201,8 @@ class Authenticator:
                 ],
                 reason="insufficient_scope",
             )
-        return Principal(claims.tenant, claims.sub, scopes, mode)
+        ids = frozenset(i for i in (claims.client_id, claims.azp, claims.sub) if i)
+        return Principal(claims.tenant, claims.sub, scopes, mode, ids)
 
     async def _binding(
         self, request: web.Request, claims: jwt.Claims, token: str, scheme: str

@@ -1,14 +1,18 @@
-"""Export webhooks from Feedser and Vexer: authenticate the delivery, decode it under the
-size limits, and record the export once per tenant of the source's allowlist.
+"""Export webhooks from Feedser and Vexer: authenticate the delivery (its signature or
+client certificate, and its access token), decode it under the size limits, and record the
+export once per tenant that both the token and the source's allowlist admit (every tenant of
+the allowlist for a source configured to take no token).
 
 An export is known by its ref, ``<source>:<exportId>``: export ids are the sender's own,
 and another configured source using the same id neither blocks nor stands in for this one.
 Event ids are ``derive_id(source, exportId, tenant)`` and each is published create-only on
 its own subject (``…<tenant>.<feedser|vexer>.<ref>``), so a repeated delivery — within
 JetStream's duplicate window or long after it — yields no second event; the read model is
-checked first and answers repeats without publishing at all. Every tenant has its own
-outcome — recorded, duplicate, or conflict (the same export recorded before with another
-body) — and one tenant's conflict never keeps the others from being recorded.
+checked first and answers repeats without publishing at all. The same source sending the
+same ``exportId`` with another body records the export's next revision ("keep last",
+docs/conformance.md §12): published on the same subject expecting the latest revision's
+sequence, id ``derive_id(source, exportId, tenant, "revision", n)``. Every tenant has its
+own outcome — recorded (with its revision) or duplicate.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import asyncio
 import base64
 import logging
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 from aiohttp import web
@@ -36,7 +40,8 @@ from streamproc.events.payloads import (
 )
 from streamproc.gateway.accesslog import RID
 from streamproc.gateway.accesslog import SOURCE as SOURCE_KEY
-from streamproc.gateway.auth import Principal
+from streamproc.gateway.accesslog import TENANT as TENANT_KEY
+from streamproc.gateway.auth import PRINCIPAL, WEBHOOK, Principal
 from streamproc.gateway.hardening import (
     check_key_count,
     decode_content,
@@ -65,7 +70,6 @@ if TYPE_CHECKING:
     from streamproc.gateway.app import Gateway
 
 Body = FeedserExportBody | VexerExportBody
-Outcome = Literal["recorded", "duplicate", "conflict"]
 _DECODERS: dict[str, msgspec.json.Decoder[FeedserExportBody | VexerExportBody]] = {
     "feedser": msgspec.json.Decoder(FeedserExportBody),
     "vexer": msgspec.json.Decoder(VexerExportBody),
@@ -89,27 +93,32 @@ def key_count(payload: Body) -> int:
     return len(payload.changed_claims)
 
 
-async def _publish_all(gw: Gateway, events: list[Envelope]) -> list[object]:
-    """Create-only publishes, all sent before any is awaited, the payload encoded once for
-    every tenant; shielded when there are several, so a cancelled request cannot stop
+async def _publish_all(gw: Gateway, sends: list[tuple[Envelope, int]]) -> list[object]:
+    """Each event published expecting its subject's last sequence to be the one given (0:
+    create-only), all sent before any is awaited, a payload encoded once however many
+    tenants share it; shielded when there are several, so a cancelled request cannot stop
     between tenants."""
     publisher = gw.ctx.publisher
-    if len(events) == 1:
+    if len(sends) == 1:
+        event, expected = sends[0]
         try:
-            return [await publisher.publish_event(events[0], expected_last_subject_seq=0)]
+            return [await publisher.publish_event(event, expected_last_subject_seq=expected)]
         except Exception as exc:
             return [exc]
-    raw = msgspec.Raw(msgspec.json.encode(events[0].payload))
-    sends = [
-        publisher.publish(
-            publisher.subject_of(e),
-            encode(msgspec.structs.replace(e, payload=raw)),
-            e.id,
-            expected_last_subject_seq=0,
+    raws: dict[int, msgspec.Raw] = {}
+    outs = []
+    for e, expected in sends:
+        assert isinstance(e.payload, FeedserExport | VexerExport)
+        n = e.payload.revision
+        if n not in raws:
+            raws[n] = msgspec.Raw(msgspec.json.encode(e.payload))
+        raw_event = encode(msgspec.structs.replace(e, payload=raws[n]))
+        outs.append(
+            publisher.publish(
+                publisher.subject_of(e), raw_event, e.id, expected_last_subject_seq=expected
+            )
         )
-        for e in events
-    ]
-    return list(await asyncio.shield(asyncio.gather(*sends, return_exceptions=True)))
+    return list(await asyncio.shield(asyncio.gather(*outs, return_exceptions=True)))
 
 
 def _own_legacy(
@@ -121,9 +130,18 @@ def _own_legacy(
     return rec if rec is not None and rec.event_id == event_id else None
 
 
-async def _stored_export(gw: Gateway, seq: int) -> tuple[str, str]:
-    """The id and body digest of the export event at ``seq`` (one that took the subject or
-    the message id first): whether ours is a repeat of it or conflicts with it."""
+class Stored(NamedTuple):
+    """An export event in the log: what a delivery is compared with."""
+
+    event_id: str
+    seq: int
+    digest: str
+    revision: int
+
+
+async def _stored_export(gw: Gateway, seq: int) -> Stored:
+    """The export event at ``seq`` (one that took the subject or the message id first):
+    whether ours repeats it or is the next revision."""
     nc = gw.ctx.publisher.nc
     try:
         doc = await jsapi.request(
@@ -139,92 +157,133 @@ async def _stored_export(gw: Gateway, seq: int) -> tuple[str, str]:
             headers=UNAVAILABLE_HEADERS,
         ) from None
     assert isinstance(event.payload, FeedserExport | VexerExport)
-    return event.id, export_digest(event.payload)
+    return Stored(event.id, seq, export_digest(event.payload), event.payload.revision)
 
 
-def _settled(tenant: str, event_id: str, seq: int, same_body: bool) -> ExportEvent:
-    outcome: Outcome = "duplicate" if same_body else "conflict"
+def revision_event_id(source: str, export_id: str, tenant: str, revision: int) -> str:
+    """The first revision keeps the id exports always had; later ones add their number."""
+    if revision == 1:
+        return derive_id(source, export_id, tenant)
+    return derive_id(source, export_id, tenant, "revision", revision)
+
+
+def _outcome(tenant: str, stored: Stored, recorded: bool) -> ExportEvent:
     return ExportEvent(
-        tenant=tenant, outcome=outcome, event_id=event_id, seq=seq, duplicate=same_body
+        tenant=tenant,
+        outcome="recorded" if recorded else "duplicate",
+        event_id=stored.event_id,
+        seq=stored.seq,
+        duplicate=not recorded,
+        revision=stored.revision,
     )
 
 
+MAX_REVISION_ATTEMPTS = 4
+"""Tries per tenant when other deliveries revise the same export at the same moment (each
+lost try means one of theirs was recorded); 409 ``concurrent-update`` beyond."""
+
+
 async def _record(
-    gw: Gateway, request: web.Request, source: Source, kind: str, body: Body
+    gw: Gateway, request: web.Request, source: Source, kind: str, body: Body, tenants: list[str]
 ) -> tuple[int, WebhookAccepted]:
-    """Record ``body`` for every tenant of ``source``; the status (202 if any tenant's event
-    is new, 200 if none is) and each tenant's outcome. 409 when every tenant conflicts."""
+    """Record ``body`` for ``tenants`` (of ``source``); the status (202 if any tenant's event
+    is new, 200 if none is) and each tenant's outcome.
+
+    Per tenant, the export's latest revision decides: none yet, revision 1 (create-only);
+    the same body, a duplicate; another body, the next revision, published expecting the
+    latest revision's stream sequence, so that of two different bodies sent at once one is
+    revision n and the other, told so by the log, n + 1 — never two of the same number."""
     export_id = body.export_id
     ref = export_ref(source.name, export_id)
-    payload = sourced_export(body, source.name)
-    digest = ""
+    digest = payload_digest(body)
     settled: dict[str, ExportEvent] = {}
-    fresh: list[Envelope] = []
-    for tenant in source.tenants:
-        event_id = derive_id(source.name, export_id, tenant)
-        known = gw.rm.export(tenant, kind, ref) or _own_legacy(
-            gw.rm, tenant, kind, export_id, event_id
+    todo: dict[str, tuple[int, int]] = {}
+    """tenant → (the revision to record, the subject sequence it expects)."""
+    legacy: set[str] = set()
+    """Tenants whose export was recorded before refs existed, with another body."""
+    for tenant in tenants:
+        current = gw.rm.export(tenant, kind, ref)
+        known = current or _own_legacy(
+            gw.rm, tenant, kind, export_id, revision_event_id(source.name, export_id, tenant, 1)
         )
-        if known is None:
-            fresh.append(
+        if known is not None and known.payload_sha256 == digest:
+            stored = Stored(known.event_id, known.seq, digest, known.revision)
+            settled[tenant] = _outcome(tenant, stored, recorded=False)
+        elif current is None:  # new, or changed since it was recorded before refs existed
+            todo[tenant] = (1, 0)
+            if known is not None:
+                legacy.add(tenant)
+        else:
+            todo[tenant] = (current.revision + 1, current.seq)
+
+    def event_id(tenant: str, n: int) -> str:
+        if n == 1 and tenant in legacy:  # the old event has the first revision's id
+            return derive_id(source.name, export_id, tenant, "ref")
+        return revision_event_id(source.name, export_id, tenant, n)
+
+    for _ in range(MAX_REVISION_ATTEMPTS):
+        if not todo:
+            break
+        sends = [
+            (
                 new_event(
                     f"export.{kind}",
                     tenant,
-                    payload,
+                    sourced_export(body, source.name, n),
                     gw.ctx.clock.now(),
-                    event_id=event_id,
+                    event_id=event_id(tenant, n),
                     correlation_id=request[RID],
-                )
+                ),
+                expected,
             )
-            continue
-        digest = digest or payload_digest(body)
-        settled[tenant] = _settled(
-            tenant, known.event_id, known.seq, known.payload_sha256 == digest
-        )
-    if fresh:
+            for tenant, (n, expected) in todo.items()
+        ]
+        todo = {}
         failure: BaseException | None = None
-        for event, out in zip(fresh, await _publish_all(gw, fresh), strict=True):
+        for (event, _), out in zip(sends, await _publish_all(gw, sends), strict=True):
+            tenant = event.tenant
+            assert isinstance(event.payload, FeedserExport | VexerExport)
             if isinstance(out, PubAck) and not out.duplicate:
-                settled[event.tenant] = ExportEvent(
-                    tenant=event.tenant,
-                    outcome="recorded",
-                    event_id=event.id,
-                    seq=out.seq,
-                    duplicate=False,
-                )
+                stored = Stored(event.id, out.seq, digest, event.payload.revision)
+                settled[tenant] = _outcome(tenant, stored, recorded=True)
                 continue
             seq = out.seq if isinstance(out, PubAck) else _taken_by(out)
             if seq is None:
                 failure = failure or out  # type: ignore[assignment]  # out is an exception when it is not a PubAck (return_exceptions)
                 continue
-            # The subject (or the id, within the duplicate window) holds this export already,
-            # and the read model has not folded it yet: a repeat, or a conflicting body?
-            stored_id, stored_digest = await _stored_export(gw, seq)
-            digest = digest or payload_digest(body)
-            settled[event.tenant] = _settled(event.tenant, stored_id, seq, stored_digest == digest)
+            # The subject (or the id, within the duplicate window) holds a revision the read
+            # model has not folded yet: the same body, or ours is the one after it.
+            stored = await _stored_export(gw, seq)
+            if stored.digest == digest:
+                settled[tenant] = _outcome(tenant, stored, recorded=False)
+            else:
+                todo[tenant] = (stored.revision + 1, seq)
         if failure is not None:
             # Tenants already stored are absorbed on the sender's retry (same derived ids).
             raise publish_failure(failure)
-    events = [settled[t] for t in source.tenants]
-    conflicts = [e.tenant for e in events if e.outcome == "conflict"]
-    if conflicts:
-        log.warning(
-            "export %s of source %s was recorded before with a different body for %s",
+    if todo:
+        raise ProblemError(
+            409,
+            "concurrent-update",
+            f"export {export_id!r} is being revised by other deliveries at this moment; retry",
+            headers={"Retry-After": "1"},
+        )
+    events = [settled[t] for t in tenants]
+    revised = [e.tenant for e in events if e.outcome == "recorded" and e.revision > 1]
+    if revised:
+        log.info(
+            "export %s of source %s: revision %d recorded for %s",
             export_id,
             source.name,
-            ", ".join(conflicts),
+            max(e.revision for e in events),
+            ", ".join(revised),
         )
-        if len(conflicts) == len(events):
-            raise ProblemError(
-                409,
-                "export-conflict",
-                f"export {export_id!r} was already recorded with a different body",
-            )
     recorded = any(e.outcome == "recorded" for e in events)
     accepted = WebhookAccepted(
         export_id=export_id,
         source=source.name,
-        duplicate=all(e.outcome == "duplicate" for e in events),
+        revision=max(e.revision for e in events),
+        duplicate=not recorded,
         events=events,
     )
     return (202 if recorded else 200), accepted
@@ -239,6 +298,27 @@ def _taken_by(out: object) -> int | None:
     return None
 
 
+async def _tenants(gw: Gateway, request: web.Request, source: Source) -> list[str]:
+    """The tenants this delivery records for: those both its token and the source's
+    allowlist admit (403 when none), or the whole allowlist for a source configured to
+    take no token. The token is checked as any API call's (issuer, audience, DPoP or mTLS
+    binding, proof replay), for scope ``scheduler.webhook``."""
+    if not source.require_token:
+        return source.tenants
+    who = await gw.auth.authenticate(request, WEBHOOK)
+    request[TENANT_KEY] = who.tenant
+    request[PRINCIPAL] = who
+    if who.tenant not in source.tenants:
+        raise ProblemError(
+            403,
+            "tenant-not-allowed",
+            f"webhook source {source.name} does not record exports for tenant {who.tenant} "
+            "(the token's tenant is not in the source's tenants)",
+            reason="tenant_not_allowed",
+        )
+    return [who.tenant]
+
+
 async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
     hooks = gw.webhooks
     try:
@@ -246,6 +326,7 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         request[SOURCE_KEY] = source.name
         require_json(request)
         delivery = hooks.admit(request, source)
+        tenants = await _tenants(gw, request, source)
         await hooks.refuse_seen(delivery)
         raw = await hooks.read_signed(request, source, delivery, gw.body_cap)
     except ProblemError:
@@ -255,14 +336,14 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         data = decode_content(raw, request.headers.get("Content-Encoding"), gw.inflated_cap)
         body = decode_export(data, _DECODERS[kind])
         check_key_count(key_count(body))
-        status, accepted = await _record(gw, request, source, kind, body)
+        status, accepted = await _record(gw, request, source, kind, body, tenants)
         await _remember(gw, delivery)
     except BaseException as exc:
         failed = isinstance(exc, ProblemError) and exc.status >= 500
         _RESULTS[kind, "failed" if failed else "refused"]()
         raise
     _RESULTS[kind, "accepted" if status == 202 else "duplicate"]()
-    return json_response(accepted, status)
+    return gw.with_nonce(json_response(accepted, status), request.get(PRINCIPAL))
 
 
 async def _remember(gw: Gateway, delivery: Delivery) -> None:
@@ -324,12 +405,12 @@ _HEADERS = (
 _RESPONSES: dict[int, tuple[type | None, str]] = {
     202: (
         WebhookAccepted,
-        "recorded for at least one tenant of the source; each tenant's outcome in events",
+        "recorded (the first body, or the next revision) for at least one tenant; each "
+        "tenant's outcome and revision in events",
     ),
     200: (
         WebhookAccepted,
-        "nothing new: every tenant's event already existed (a repeat), or "
-        "some conflict (see events)",
+        "nothing new: each tenant's latest revision of the export has this body (a repeat)",
     ),
 }
 OPERATIONS = [
@@ -344,9 +425,13 @@ OPERATIONS = [
         body=FeedserExportBody,
         params=_HEADERS,
         responses=_RESPONSES,
-        errors=(409, 413, 415, 503),
-        description="Recorded as export.feedser once per tenant of the source's allowlist "
-        "(409 export-conflict: every tenant holds the export with another body).",
+        errors=(403, 409, 413, 415, 503),
+        description="A signature (or client certificate) and an access token with scope "
+        "`scheduler.webhook` (admin implies it; none for a source configured with "
+        "`require_token = false`). Recorded as export.feedser for the token's tenant when the "
+        "source lists it (403 otherwise), or for every tenant of a source that takes no "
+        "token. The same exportId with another body is the export's next revision (202, "
+        "`revision`); with the same body, a duplicate (200).",
     ),
     Operation(
         "POST",
@@ -359,8 +444,12 @@ OPERATIONS = [
         body=VexerExportBody,
         params=_HEADERS,
         responses=_RESPONSES,
-        errors=(409, 413, 415, 503),
-        description="Recorded as export.vexer once per tenant of the source's allowlist "
-        "(409 export-conflict: every tenant holds the export with another body).",
+        errors=(403, 409, 413, 415, 503),
+        description="A signature (or client certificate) and an access token with scope "
+        "`scheduler.webhook` (admin implies it; none for a source configured with "
+        "`require_token = false`). Recorded as export.vexer for the token's tenant when the "
+        "source lists it (403 otherwise), or for every tenant of a source that takes no "
+        "token. The same exportId with another body is the export's next revision (202, "
+        "`revision`); with the same body, a duplicate (200).",
     ),
 ]

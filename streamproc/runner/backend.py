@@ -42,10 +42,22 @@ class Answer:
     retries: int
 
 
+class Paces(Protocol):
+    """What a call awaits before each attempt (:class:`~streamproc.runner.pacing.SegmentPace`):
+    ``report`` before evaluating an image, ``registry`` before a registry call of a content
+    refresh."""
+
+    async def report(self) -> None: ...
+
+    async def registry(self) -> None: ...
+
+
 class Backend(Protocol):
     kind: str
 
-    async def answer(self, tenant: str, digest: str, key: str, refresh: bool) -> Answer: ...
+    async def answer(
+        self, tenant: str, digest: str, key: str, refresh: bool, pace: Paces | None = None
+    ) -> Answer: ...
 
     async def close(self) -> None: ...
 
@@ -58,12 +70,17 @@ class StellaBackend:
     def __init__(self, client: ScannerClient) -> None:
         self.client = client
 
-    async def answer(self, tenant: str, digest: str, key: str, refresh: bool) -> Answer:
+    async def answer(
+        self, tenant: str, digest: str, key: str, refresh: bool, pace: Paces | None = None
+    ) -> Answer:
         retries = 0
         target = digest
         if refresh:
-            target, retries = await self.client.refresh(digest, key)
-        report, elapsed, more = await self.client.report(target, key, tenant=tenant)
+            registry = pace.registry if pace is not None else None
+            target, retries = await self.client.refresh(digest, key, registry=registry)
+        report, elapsed, more = await self.client.report(
+            target, key, tenant=tenant, pace=pace.report if pace is not None else None
+        )
         return Answer(report, elapsed, retries + more)
 
     async def close(self) -> None:
@@ -98,7 +115,9 @@ class ToolBackend:
         self.rng = rng or random.Random()
         self._latency = metrics.SCANNER_CALL_SECONDS.labels(self.kind)
 
-    async def answer(self, tenant: str, digest: str, key: str, refresh: bool) -> Answer:
+    async def answer(
+        self, tenant: str, digest: str, key: str, refresh: bool, pace: Paces | None = None
+    ) -> Answer:
         if refresh:
             raise ImageFailed(
                 f"content_refresh_unsupported: scanner.kind={self.kind} evaluates the stored "
@@ -118,6 +137,10 @@ class ToolBackend:
         deadline = time.monotonic() + self.budget_s
         retries = 0
         while True:
+            if pace is not None:  # each run of the tool, a retry too, is one of the run's jobs
+                paced = time.monotonic()
+                await pace.report()
+                deadline += time.monotonic() - paced
             try:
                 report, elapsed = await self.tool.scan(name)
             except ToolError as exc:

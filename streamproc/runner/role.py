@@ -21,7 +21,7 @@ import msgspec
 from streamproc import metrics
 from streamproc.backends.model import ToolError
 from streamproc.backends.tools import Tool
-from streamproc.bus import objects
+from streamproc.bus import jsapi, objects
 from streamproc.bus.jsapi import JsApiError
 from streamproc.bus.workqueue import (
     MaxDeliveries,
@@ -40,6 +40,8 @@ from streamproc.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.runner.backend import Backend, StellaBackend, ToolBackend, settings_policy
 from streamproc.runner.claims_state import VexClaims
 from streamproc.runner.completion import Completer
+from streamproc.runner.limiter import Limiter
+from streamproc.runner.ratebucket import RateStore
 from streamproc.runner.sboms import RunnerSboms, sbom_reader
 from streamproc.runner.scanner_client import ScannerClient, ScannerUnavailable
 from streamproc.runner.segment import SegmentRunner
@@ -67,9 +69,11 @@ class Workers:
         self.queue = WorkQueueConsumer(nc, ctx.settings.prefix, self.work_stream, config)
         self.backend = make_backend(ctx, settings)
         runner_id = f"{ctx.settings.node_id}-{os.getpid()}"
+        self.rates = RateStore(ctx.publisher, ctx.settings.prefix, runner_id)
+        self.limiter = Limiter(self.rates)
         kev, policy = settings_policy(settings.scanner)
         self.segments = SegmentRunner(
-            ctx, settings, self.backend, self.queue, runner_id, kev=kev, policy=policy
+            ctx, settings, self.backend, self.queue, runner_id, self.limiter, kev=kev, policy=policy
         )
         self.tasks: list[asyncio.Task[None]] = []
         self._advisories: Any = None
@@ -83,8 +87,10 @@ class Workers:
             await self.close()
 
     async def start(self) -> None:
-        await self.queue.start()
         nc = self.ctx.publisher.nc
+        await self.rates.open(await jsapi.stream_replicas(nc, self.ctx.settings.events_stream))
+        self.limiter.start()
+        await self.queue.start()
         self._advisories = await nc.subscribe(
             max_deliveries_subject(self.work_stream), cb=self._on_max_deliveries
         )
@@ -148,6 +154,7 @@ class Workers:
                 await self._advisories.unsubscribe()
             self._advisories = None
         await self.queue.close()
+        await self.limiter.close()
 
 
 def make_backend(ctx: RoleContext, settings: RunnerSettings) -> Backend:

@@ -11,9 +11,10 @@ is stored *before* its verdict is published: the verdict's presence then proves 
 was stored; and every verdict of a segment is stored before its ``segment.completed``.
 
 The images of a segment are evaluated ``min(inflight, the schedules' limits.parallelism)``
-at a time; what each one decided (:mod:`streamproc.runner.verdict`) goes to the
-:class:`~streamproc.runner.outbox.Outbox`, which publishes many images' messages and
-verdicts together while the lanes go on with their next scanner calls.
+at a time, each scanner call paced by the buckets every runner shares
+(:mod:`streamproc.runner.pacing`); what each one decided (:mod:`streamproc.runner.verdict`)
+goes to the :class:`~streamproc.runner.outbox.Outbox`, which publishes many images'
+messages and verdicts together while the lanes go on with their next scanner calls.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ from streamproc.runner.claims import ClaimView
 from streamproc.runner.claims_state import ClaimsReader
 from streamproc.runner.delta import FindingKey, combine_rules
 from streamproc.runner.latency import RunLatency
+from streamproc.runner.limiter import Limiter, Stopped
 from streamproc.runner.outbox import Outbox, Record, Tally
+from streamproc.runner.pacing import SegmentPace
 from streamproc.runner.scanner_client import ImageFailed, ScannerUnavailable
 from streamproc.runner.settings import RunnerSettings
 from streamproc.runner.state import Reader, RunRec
@@ -54,27 +57,6 @@ def lanes(inflight: int, parallelism: int | None) -> int:
     """Scanner calls in flight for a segment: the runner's limit, capped by the schedules'
     ``limits.parallelism`` when they set one (a cap never raises the limit)."""
     return min(inflight, parallelism) if parallelism else inflight
-
-
-class TokenBucket:
-    """The segment's ``ratePerSecond``: calls start no faster than this on average."""
-
-    def __init__(self, rate: int | None) -> None:
-        self.rate = rate
-        self.tokens = float(rate or 0)
-        self.at = time.monotonic()
-
-    async def take(self) -> None:
-        if not self.rate:
-            return
-        while True:
-            now = time.monotonic()
-            self.tokens = min(float(self.rate), self.tokens + (now - self.at) * self.rate)
-            self.at = now
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return
-            await asyncio.sleep((1 - self.tokens) / self.rate)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -102,6 +84,7 @@ class SegmentRunner:
         backend: Backend,
         queue: WorkQueueConsumer,
         runner_id: str,
+        limiter: Limiter,
         kev: KevCatalog | None = None,
         policy: Policy | None = None,
     ) -> None:
@@ -111,6 +94,7 @@ class SegmentRunner:
         self.kev = kev or KevCatalog(None)
         self.policy = policy or Policy()
         self.queue = queue
+        self.limiter = limiter
         self.runner_id = runner_id
         self.reader = Reader(ctx.store)
         self.claims = ClaimsReader(ctx.store)
@@ -276,10 +260,11 @@ class SegmentRunner:
         out: Outcome,
         tally: Tally,
     ) -> int:
-        """Evaluate ``todo`` with ``width`` calls in flight; returns the images left undone
-        because the run was cancelled. Raises ScannerUnavailable to fail the attempt (and
-        stops early when a publish failed: :meth:`Tally.settled` raises it)."""
-        bucket = TokenBucket(seg.rate_per_second)
+        """Evaluate ``todo`` with ``width`` calls in flight, paced by the run's, the tenant's
+        and (content refresh) the registry host's shared buckets; returns the images left
+        undone because the run was cancelled. Raises ScannerUnavailable to fail the attempt
+        (and stops early when a publish failed: :meth:`Tally.settled` raises it)."""
+        pace = SegmentPace(self.limiter, job.tenant, seg, cancelled)
         queue = iter(todo)
         left = len(todo)
         failure: list[BaseException] = []
@@ -290,9 +275,10 @@ class SegmentRunner:
             for digest in queue:
                 if cancelled.is_set() or failure or tally.error is not None:
                     return
-                await bucket.take()
                 try:
-                    decision = await self._evaluate(job.of(digest), refresh, out)
+                    decision = await self._evaluate(job.of(digest), refresh, out, pace)
+                except Stopped:
+                    return  # the run was cancelled while this call waited for its turn
                 except ScannerUnavailable as exc:
                     failure.append(exc)
                     return
@@ -304,7 +290,9 @@ class SegmentRunner:
             raise failure[0]
         return left
 
-    async def _evaluate(self, job: ImageJob, refresh: bool, out: Outcome) -> Decision:
+    async def _evaluate(
+        self, job: ImageJob, refresh: bool, out: Outcome, pace: SegmentPace
+    ) -> Decision:
         """Ask the scanner about one image and decide what its verdict and message say."""
         key = scan_key(job.run_id, job.digest)
         kind = self.backend.kind
@@ -312,7 +300,7 @@ class SegmentRunner:
             with tracing.span(
                 "report_call", tenant=job.tenant, run_id=job.run_id, digest=job.digest
             ):
-                got = await self.backend.answer(job.tenant, job.digest, key, refresh)
+                got = await self.backend.answer(job.tenant, job.digest, key, refresh, pace)
         except ImageFailed as exc:
             out.failed += 1
             return decide_failed(job, str(exc), self._stamp(), kind)

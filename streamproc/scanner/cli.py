@@ -22,7 +22,10 @@ from streamproc import exitcodes
 from streamproc.app import System
 from streamproc.cliargs import add_config_flag
 from streamproc.cliargs import settings as _settings
-from streamproc.config import environment, load
+from streamproc.client.http import Unreachable
+from streamproc.client.tokens import TokenRefused, TokenUnavailable
+from streamproc.config import ConfigError, environment, load
+from streamproc.gateway.tokens_cli import KeyFileError
 from streamproc.role_cli import DEFAULT_NATS_URL
 from streamproc.scanner import vexer
 from streamproc.scanner.advisories import AdvisoryDb, AdvisoryError
@@ -30,13 +33,14 @@ from streamproc.scanner.faults import FaultConfig
 from streamproc.scanner.feedser import (
     WEBHOOK_PATH,
     build_export,
+    deliver_export,
     load_state,
     next_state,
-    post_export,
     sending_state,
     signed_headers,
 )
 from streamproc.scanner.images import IndexedImages
+from streamproc.scanner.sender_auth import SenderKind, credentials
 from streamproc.scanner.service import start_scanner
 from streamproc.signals import install_stop_signals
 
@@ -70,18 +74,7 @@ def register(
     p.add_argument("--kev", type=Path, help="CISA KEV catalog JSON (marks KEV ids)")
     p.add_argument("--epss", type=Path, help="FIRST's EPSS scores CSV (ranks the work)")
     p.add_argument("--debian-sources", type=Path, help="Debian binary→source package map")
-    p.add_argument("--url", default="http://127.0.0.1:8480", help="gateway base URL")
-    p.add_argument("--secret", help="HMAC secret (default $STREAMPROC_FEEDSER_SECRET)")
-    p.add_argument("--ed25519-seed-file", type=Path, help="32-byte Ed25519 seed to sign with")
-    p.add_argument("--source", help="X-Scheduler-Source (needed with several Feedser sources)")
-    p.add_argument(
-        "--data-dir", help="data directory (default ./data, STREAMPROC_DATA_DIR): holds the state"
-    )
-    p.add_argument(
-        "--state", type=Path, help="what was exported already (default DATA/feedser-export.json)"
-    )
-    add_config_flag(p)
-    p.add_argument("--dry-run", action="store_true", help="print the body; send nothing")
+    _sender_flags(p, "feedser", "Feedser")
     p.set_defaults(fn=cmd_feedser_export)
 
     vexer = subparsers.add_parser("vexer", help="VEX-source tools")
@@ -94,19 +87,41 @@ def register(
         "the last export (remembered in --state) as a signed Vexer webhook.",
     )
     p.add_argument("--vex", type=Path, required=True, help="directory of VEX documents")
+    _sender_flags(p, "vexer", "Vexer")
+    p.set_defaults(fn=cmd_vexer_export)
+
+
+def _sender_flags(p: argparse.ArgumentParser, kind: SenderKind, label: str) -> None:
+    """The flags ``feedser export`` and ``vexer export`` share: where to send, what to sign
+    with, which token to present for which tenants, where the state is."""
+    env = f"STREAMPROC_{kind.upper()}"
     p.add_argument("--url", default="http://127.0.0.1:8480", help="gateway base URL")
-    p.add_argument("--secret", help="HMAC secret (default $STREAMPROC_VEXER_SECRET)")
+    p.add_argument("--secret", help=f"HMAC secret (default ${env}_SECRET)")
     p.add_argument("--ed25519-seed-file", type=Path, help="32-byte Ed25519 seed to sign with")
-    p.add_argument("--source", help="X-Scheduler-Source (needed with several Vexer sources)")
+    p.add_argument("--source", help=f"X-Scheduler-Source (needed with several {label} sources)")
     p.add_argument(
-        "--data-dir", help="data directory (default ./data, STREAMPROC_DATA_DIR): holds the state"
+        "--token",
+        help=f"access token to present, DPoP-bound to the client key (default ${env}_TOKEN; "
+        f"else client credentials, or tokens minted from {kind}.issuer_key, with `make run` "
+        "from its development issuer)",
     )
     p.add_argument(
-        "--state", type=Path, help="what was exported already (default DATA/vexer-export.json)"
+        "--tenant",
+        action="append",
+        default=[],
+        help=f"a tenant to deliver to with a minted token (repeatable; default {kind}.tenants, "
+        f"or with `make run` its {label} source's tenants)",
+    )
+    p.add_argument(
+        "--data-dir",
+        help="data directory (default ./data, STREAMPROC_DATA_DIR): holds the state and the "
+        "client's DPoP key",
+    )
+    p.add_argument(
+        "--state", type=Path, help=f"what was exported already (default DATA/{kind}-export.json)"
     )
     add_config_flag(p)
     p.add_argument("--dry-run", action="store_true", help="print the body; send nothing")
-    p.set_defaults(fn=cmd_vexer_export)
 
 
 def cmd_scanner(args: argparse.Namespace) -> int:
@@ -147,15 +162,16 @@ def cmd_scanner(args: argparse.Namespace) -> int:
 
 def _send(
     args: argparse.Namespace,
-    kind: str,
+    kind: SenderKind,
+    data_dir: Path,
     body: dict[str, Any],
     save: Callable[[dict[str, Any]], None],
     pending: dict[str, Any],
     path: str,
 ) -> int:
-    """Sign and POST ``body`` (``pending`` saved first, so a retry sends the same export):
-    ``OK`` when the gateway accepted it; otherwise the exit code, and a message that says
-    what to do."""
+    """Sign ``body`` and deliver it with a DPoP-bound token per tenant (``pending`` saved
+    first, so a retry sends the same export): ``OK`` when the gateway accepted every
+    delivery; otherwise the exit code, and a message that says what to do."""
     var = f"STREAMPROC_{kind.upper()}_SECRET"
     secret = args.secret or environment().get(var)
     seed = args.ed25519_seed_file.read_bytes()[:32] if args.ed25519_seed_file else None
@@ -163,21 +179,46 @@ def _send(
         print(f"streamproc: nothing to sign the export with: pass --secret (or set {var}; "
               "`make run` prints it) or --ed25519-seed-file", file=sys.stderr)  # fmt: skip
         return exitcodes.USAGE
+    try:
+        creds = credentials(
+            data_dir,
+            environment(),
+            token=args.token,
+            tenants=args.tenant,
+            source=args.source,
+            kind=kind,
+        )
+    except (ConfigError, KeyFileError) as exc:
+        print(f"streamproc: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    named = ", ".join(t for t in creds.tenants if t)
+    print(f"presenting {creds.how}" + (f" for tenant(s) {named}" if named else ""))
 
     def headers(raw: bytes, delivery: str) -> dict[str, str]:
         return signed_headers(raw, delivery, secret=secret, ed25519_seed=seed, source=args.source)
 
     save(pending)
     try:
-        status, answer = asyncio.run(post_export(args.url, body, headers, path=path))
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        answers = asyncio.run(deliver_export(args.url, body, headers, creds, path=path))
+    except (aiohttp.ClientError, TimeoutError, Unreachable, TokenUnavailable) as exc:
         why = str(exc) or type(exc).__name__
         print(f"streamproc: the gateway at {args.url} did not answer ({why}); run this again "
               "to send the same export", file=sys.stderr)  # fmt: skip
         return exitcodes.FAILED
-    shown = answer if isinstance(answer, str) else json.dumps(answer)
-    print(f"gateway answered {status}: {shown}")
-    if status >= 300:
+    except TokenRefused as exc:
+        print(f"streamproc: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    refused = False
+    for tenant, status, answer in answers:
+        shown = answer if isinstance(answer, str) else json.dumps(answer)
+        who = f" (tenant {tenant})" if tenant else ""
+        print(f"gateway answered {status}{who}: {shown}")
+        refused |= status >= 300
+        if status == 401 and creds.tokens is None:
+            print(f"streamproc: the source takes an access token: configure {kind}.token "
+                  f"(STREAMPROC_{kind.upper()}_TOKEN), client credentials (client.*) or "
+                  f"{kind}.issuer_key", file=sys.stderr)  # fmt: skip
+    if refused:
         print("streamproc: export not accepted; run this again to send the same export",
               file=sys.stderr)  # fmt: skip
         return exitcodes.FAILED
@@ -193,7 +234,8 @@ def _saver(path: Path) -> Callable[[dict[str, Any]], None]:
 
 
 def cmd_vexer_export(args: argparse.Namespace) -> int:
-    state_path = args.state or load({"data_dir": args.data_dir}).data_dir / "vexer-export.json"
+    data_dir = load({"data_dir": args.data_dir}).data_dir
+    state_path = args.state or data_dir / "vexer-export.json"
     try:
         docs = vexer.read_dir(args.vex)
         state = load_state(state_path)
@@ -210,7 +252,9 @@ def cmd_vexer_export(args: argparse.Namespace) -> int:
         print(json.dumps(body, indent=2))
         return 0
     save = _saver(state_path)
-    sent = _send(args, "vexer", body, save, sending_state(state, body), vexer.WEBHOOK_PATH)
+    sent = _send(
+        args, "vexer", data_dir, body, save, sending_state(state, body), vexer.WEBHOOK_PATH
+    )
     if sent != exitcodes.OK:
         return sent
     save(vexer.next_state(docs, body))
@@ -218,7 +262,8 @@ def cmd_vexer_export(args: argparse.Namespace) -> int:
 
 
 def cmd_feedser_export(args: argparse.Namespace) -> int:
-    state_path = args.state or load({"data_dir": args.data_dir}).data_dir / "feedser-export.json"
+    data_dir = load({"data_dir": args.data_dir}).data_dir
+    state_path = args.state or data_dir / "feedser-export.json"
     try:
         db = AdvisoryDb.load(args.osv, args.kev, args.debian_sources, args.epss)
     except AdvisoryError as exc:
@@ -235,7 +280,7 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
         print(json.dumps(body, indent=2))
         return 0
     save = _saver(state_path)
-    sent = _send(args, "feedser", body, save, sending_state(state, body), WEBHOOK_PATH)
+    sent = _send(args, "feedser", data_dir, body, save, sending_state(state, body), WEBHOOK_PATH)
     if sent != exitcodes.OK:
         return sent
     save(next_state(db, body))

@@ -189,8 +189,10 @@ def render_guide(
         f"  cp {new} {osv_dir}/",
         *([] if tool else [f"  curl -s -X POST {scanner}/advisories/reload"]),
         "",
-        "  # 4. ... and the advisory aggregator tells the scheduler (signed Feedser webhook;",
-        "  #    STREAMPROC_FEEDSER_SECRET exported as above)",
+        "  # 4. ... and the advisory aggregator tells the scheduler: a Feedser webhook, signed",
+        "  #    (STREAMPROC_FEEDSER_SECRET exported as above) and with an access token (DPoP-",
+        f"  #    bound, minted from {Path(settings.data_dir) / 'dev' / 'issuer.jwk'} for tenant"
+        f" {tenant!r})",
         f"  {cli} feedser export{data_dir} --osv {osv_dir} --kev {data}/kev.json \\",
         f"      --epss {data}/epss.csv \\",
         f"      --debian-sources {sources} --url {gateway} \\",

@@ -32,7 +32,12 @@ from tests.helpers import memory_fold
 DATA = Path(__file__).resolve().parents[1] / "data" / "events"
 RECORDED: dict[str, str] = json.loads((DATA / "schema2-digests.json").read_text())
 UNCHANGED = ("planner", "runner", "auditor", "scanner", "activity")
-"""Roles whose state does not depend on the renamed names: the recorded digest holds."""
+"""Roles whose state does not depend on the renamed names: the recorded digest holds. (The
+planner's and the runner's are recorded again with their state formats of export revisions
+— ``pl_exports`` 3 and ``pl_reports`` 2 with each image's last findings; ``runner`` 3 with
+export times by ref and revision —: a format change, which a replay makes, not an upcast;
+the planner's once more with ``pl_exports`` 4 (VEX claims' keys, EPSS), which changed only
+its format record here. The auditor's, the chain's, is the one recorded first.)"""
 CP = Checkpoint("SCHEDULER", "2026-12-06T02:18:00Z", 56)
 """The checkpoint the recorded digests were taken with."""
 

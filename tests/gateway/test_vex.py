@@ -8,6 +8,7 @@ import asyncio
 import base64
 import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,8 @@ import pytest
 
 from streamproc.bus import jsapi
 from streamproc.events.envelope import decode
-from tests.gateway.harness import BASE, Harness, default_settings, token
+from streamproc.gateway.tokens_cli import write_key_file
+from tests.gateway.harness import BASE, ISSUER, ISSUER_KEY, Harness, default_settings, token
 from tests.helpers import eventually
 
 VEX = f"{BASE}/vex"
@@ -168,12 +170,22 @@ async def test_what_is_not_a_vex_document(gw: Harness) -> None:
 
 
 def _vexer_cli(gw: Harness, tmp: Path, vex: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    """``vexer export`` as beside ``make run``: the data directory holds a development issuer
+    the gateway trusts and the gateway file naming the Vexer source's tenants, from which it
+    mints its DPoP-bound tokens."""
     seed = tmp / "vexer.seed"
     seed.write_bytes(b"\x04" * 32)  # VEXER_KEYS[0] of the harness's vexer-main source
+    data = tmp / "data"
+    if not (data / "dev" / "issuer.jwk").exists():
+        write_key_file(data / "dev" / "issuer.jwk", ISSUER_KEY, kid="k1", iss=ISSUER)
+        hooks = [{"name": "feedser-main", "kind": "feedser", "tenants": ["acme", "globex"]},
+                 {"name": "vexer-main", "kind": "vexer", "tenants": ["acme"]}]  # fmt: skip
+        (data / "dev" / "gateway.json").write_text(json.dumps({"webhooks": hooks}))
     argv = [sys.executable, "-m", "streamproc.cli", "vexer", "export", "--vex", str(vex),
             "--url", gw.url, "--ed25519-seed-file", str(seed), "--source", "vexer-main",
-            "--state", str(tmp / "vexer-export.json"), *more]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            "--data-dir", str(data), *more]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPROC_")}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
 
 
 async def test_vexer_export_sends_the_changed_claims_of_a_directory(
@@ -185,7 +197,12 @@ async def test_vexer_export_sends_the_changed_claims_of_a_directory(
     shutil.copy(DATA / "csaf" / "redhat-cve-2023-1370.json", vex)
     done = await asyncio.to_thread(_vexer_cli, gw, tmp_path, vex)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 documents, 35 changed claims" in done.stdout and "gateway answered 202" in done.stdout
+    assert "2 documents, 35 changed claims" in done.stdout
+    assert "presenting DPoP-bound tokens minted from" in done.stdout
+    assert (
+        "for tenant(s) acme" in done.stdout and "gateway answered 202 (tenant acme)" in done.stdout
+    )
+    assert (tmp_path / "data" / "vexer-export.json").is_file(), "the state in the data directory"
     again = await asyncio.to_thread(_vexer_cli, gw, tmp_path, vex)
     assert again.returncode == 0 and "no changed VEX claims" in again.stdout
 

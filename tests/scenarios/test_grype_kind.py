@@ -88,6 +88,7 @@ async def test_a_feedser_export_turns_into_deltas_naming_grypes_findings(
         shutil.copy(DATA / "osv" / "GHSA-cx63-2mw6-8hw5.json", osv)
         argv = ["feedser", "export", "--osv", str(osv), "--kev", str(DATA / "kev.json"),
                 "--url", system.http_url, "--secret", os.environ["STREAMPROC_FEEDSER_SECRET"],
+                "--data-dir", str(settings.data_dir),  # its development issuer mints the token
                 "--state", str(tmp_path / "feedser-state.json")]  # fmt: skip
         assert await asyncio.to_thread(main, argv) == 0
         sent = time.monotonic()
