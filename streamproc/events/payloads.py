@@ -487,6 +487,11 @@ class SegmentEnqueued(Payload, kw_only=True):
     registry_host: Str | UnsetType = UNSET
     registry_rate: Rate | UnsetType = UNSET
     burst_s: Annotated[float, Meta(gt=0, le=3600)] | UnsetType = UNSET
+    policy_revision: Annotated[str, Meta(max_length=512)] | UnsetType = UNSET
+    """The policy revision the run's schedules ask the scanner to evaluate against
+    (``onlyIf.policyRevision``): sent with every ``POST /reports`` of the segment. Absent
+    when no schedule names one, or when they name different ones (the scanner's current
+    policy then)."""
 
 
 class SegmentStarted(Payload, kw_only=True):

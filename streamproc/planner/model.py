@@ -98,6 +98,7 @@ class Plan:
     keys: int = 0
     hosts: dict[str, int] = field(default_factory=dict)
     buckets: pacing.Buckets = field(kw_only=True)
+    policy_revision: str | None = None
 
     def run_planned(self) -> p.RunPlanned:
         return p.RunPlanned(
@@ -127,6 +128,7 @@ class Plan:
                 registry_host=s.host or msgspec.UNSET,
                 registry_rate=self.buckets.registry_rate if s.host else msgspec.UNSET,
                 burst_s=self.buckets.burst_s,
+                policy_revision=self.policy_revision or msgspec.UNSET,
             )
             for s in self.segments
         ]

@@ -107,7 +107,15 @@ def build_plan(
         keys=selected.keys,
         hosts=hosts,
         buckets=pacing.Buckets(cfg.tenant_rate, cfg.registry_rate, cfg.burst_s),
+        policy_revision=_policy_revision(targets),
     )
+
+
+def _policy_revision(targets: Sequence[Target]) -> str | None:
+    """The ``onlyIf.policyRevision`` the run's schedules name, if they name one; schedules
+    that name different ones get the scanner's current policy (None)."""
+    named = {t.only_if.policy_revision for t in targets if t.only_if.policy_revision}
+    return named.pop() if len(named) == 1 else None
 
 
 def _run_mode(cause: Cause, targets: Sequence[Target]) -> p.Mode:

@@ -56,8 +56,17 @@ class Backend(Protocol):
     kind: str
 
     async def answer(
-        self, tenant: str, digest: str, key: str, refresh: bool, pace: Paces | None = None
-    ) -> Answer: ...
+        self,
+        tenant: str,
+        digest: str,
+        key: str,
+        refresh: bool,
+        pace: Paces | None = None,
+        policy_revision: str | None = None,
+    ) -> Answer:
+        """``policy_revision``: what the run's schedules ask the backend to decide by (a
+        backend without policies of its own ignores it)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -71,7 +80,13 @@ class StellaBackend:
         self.client = client
 
     async def answer(
-        self, tenant: str, digest: str, key: str, refresh: bool, pace: Paces | None = None
+        self,
+        tenant: str,
+        digest: str,
+        key: str,
+        refresh: bool,
+        pace: Paces | None = None,
+        policy_revision: str | None = None,
     ) -> Answer:
         retries = 0
         target = digest
@@ -79,7 +94,11 @@ class StellaBackend:
             registry = pace.registry if pace is not None else None
             target, retries = await self.client.refresh(digest, key, registry=registry)
         report, elapsed, more = await self.client.report(
-            target, key, tenant=tenant, pace=pace.report if pace is not None else None
+            target,
+            key,
+            policy_revision,
+            tenant=tenant,
+            pace=pace.report if pace is not None else None,
         )
         return Answer(report, elapsed, retries + more)
 
@@ -116,8 +135,16 @@ class ToolBackend:
         self._latency = metrics.SCANNER_CALL_SECONDS.labels(self.kind)
 
     async def answer(
-        self, tenant: str, digest: str, key: str, refresh: bool, pace: Paces | None = None
+        self,
+        tenant: str,
+        digest: str,
+        key: str,
+        refresh: bool,
+        pace: Paces | None = None,
+        policy_revision: str | None = None,
     ) -> Answer:
+        """The tool's findings, decided by the runner's policy (``policy_revision`` is a
+        ``stella`` backend's: a tool has no policies to choose from)."""
         if refresh:
             raise ImageFailed(
                 f"content_refresh_unsupported: scanner.kind={self.kind} evaluates the stored "

@@ -269,6 +269,7 @@ class SegmentRunner:
         left = len(todo)
         failure: list[BaseException] = []
         refresh = seg.mode == "content-refresh"
+        policy = seg.policy_revision or None  # unset: the scanner's current policy
 
         async def lane() -> None:
             nonlocal left
@@ -276,7 +277,7 @@ class SegmentRunner:
                 if cancelled.is_set() or failure or tally.error is not None:
                     return
                 try:
-                    decision = await self._evaluate(job.of(digest), refresh, out, pace)
+                    decision = await self._evaluate(job.of(digest), refresh, out, pace, policy)
                 except Stopped:
                     return  # the run was cancelled while this call waited for its turn
                 except ScannerUnavailable as exc:
@@ -291,7 +292,12 @@ class SegmentRunner:
         return left
 
     async def _evaluate(
-        self, job: ImageJob, refresh: bool, out: Outcome, pace: SegmentPace
+        self,
+        job: ImageJob,
+        refresh: bool,
+        out: Outcome,
+        pace: SegmentPace,
+        policy_revision: str | None = None,
     ) -> Decision:
         """Ask the scanner about one image and decide what its verdict and message say."""
         key = scan_key(job.run_id, job.digest)
@@ -300,7 +306,9 @@ class SegmentRunner:
             with tracing.span(
                 "report_call", tenant=job.tenant, run_id=job.run_id, digest=job.digest
             ):
-                got = await self.backend.answer(job.tenant, job.digest, key, refresh, pace)
+                got = await self.backend.answer(
+                    job.tenant, job.digest, key, refresh, pace, policy_revision
+                )
         except ImageFailed as exc:
             out.failed += 1
             return decide_failed(job, str(exc), self._stamp(), kind)

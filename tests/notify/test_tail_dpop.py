@@ -110,3 +110,9 @@ async def test_the_tail_fails_closed_with_exit_code_3_and_keeps_its_checkpoint(
     )
     assert "nothing was skipped" in out.stderr
     assert state.checkpoint("acme", "rescan.delta") == kept
+    # No command moves the checkpoint by hand, and starting again alone repairs nothing.
+    reset = await tail(data, dpop_gw.url, "--token", bound, "--reset")
+    assert reset.returncode == 2 and "never reset by the tail" in reset.stderr, reset.stderr
+    again = await tail(data, dpop_gw.url, "--token", bound)
+    assert again.returncode == 3 and "fail closed" in again.stderr, again.stderr
+    assert state.checkpoint("acme", "rescan.delta") == kept

@@ -185,6 +185,23 @@ def test_only_if_last_report_older_than_days(index: ImpactIndex) -> None:
     assert plan.stats.deduped == len(hit)
 
 
+def test_the_schedules_policy_revision_is_on_every_segment(index: ImpactIndex) -> None:
+    """``onlyIf.policyRevision`` goes to the scanner with each report call: on every segment
+    of the run (its spill continuations too); schedules naming different ones name none."""
+    r7 = schedule("a", only_if=p.OnlyIf(policy_revision="policy-7"), limits=p.Limits(max_jobs=5))
+    plan = plan_run(
+        event_cause(changes([lib(1)])), [r7, schedule("b")], StaticSource(index), {}, CFG
+    )
+    rest = plan_run(event_cause(changes([lib(1)]), offset=5), [r7], StaticSource(index), {}, CFG)
+    segments = plan.segment_payloads() + rest.segment_payloads()
+    assert segments and {s.policy_revision for s in segments} == {"policy-7"}
+    assert b'"policyRevision":"policy-7"' in msgspec.json.encode(segments[0])
+    r8 = schedule("c", only_if=p.OnlyIf(policy_revision="policy-8"))
+    both = plan_run(event_cause(changes([lib(1)])), [r7, r8], StaticSource(index), {}, CFG)
+    assert {s.policy_revision for s in both.segment_payloads()} == {UNSET}
+    assert b"policyRevision" not in msgspec.json.encode(both.segment_payloads()[0])
+
+
 def test_nightly_resolves_the_whole_selection_kev_history_first(index: ImpactIndex) -> None:
     sched = schedule(
         "n", selection=p.Selection(namespaces=["data"]), limits=p.Limits(max_jobs=1000)
