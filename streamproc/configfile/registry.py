@@ -224,7 +224,8 @@ KEYS: tuple[Key, ...] = (
        "sample digests returned by a preview", minimum=0),
     _k("planner.epss_high_percentile", "STREAMPROC_PLANNER_EPSS_HIGH_PERCENTILE", "float",
        0.9, "a changed finding whose EPSS percentile is at least this ranks its images with "
-       "the critical ones (and counts as high-EPSS)", minimum=0, maximum=1),
+       "the critical ones; a preview counts its projected delta as high-EPSS "
+       "(`projectedHighEpss`)", minimum=0, maximum=1),
     # ------------------------------------------------------------------ runner, scanner
     _k("runner.workers", "STREAMPROC_RUNNER_WORKERS", "int", 2,
        "segments processed at once by one runner process", minimum=1, maximum=256),

@@ -120,11 +120,11 @@ class PlannerExports(Projection):
         raw = self._store.get(EXPORTS_CF, record_key(rec.tenant, rec.source, rec.export_id))
         return uncovered(rec, r.decode_export(raw).covered) if raw is not None else rec
 
-    def vuln_flags(self, tenant: str, vuln_id: str) -> int:
-        """KEV and critical bits Feedser exports gave a vulnerability (0: none)."""
+    def vuln(self, tenant: str, vuln_id: str) -> tuple[int, p.Epss | None]:
+        """The KEV and critical bits (0: none) and the latest EPSS Feedser exports gave a
+        vulnerability."""
         assert self._store is not None
-        raw = self._store.get(VULNS_CF, r.key(tenant, vuln_id))
-        return raw[0] if raw else 0
+        return r.decode_vuln(self._store.get(VULNS_CF, r.key(tenant, vuln_id)))
 
     def cursor(self, tenant: str) -> r.Cursor:
         return self.cursors.get(tenant) or r.Cursor()
