@@ -102,6 +102,9 @@ KEYS: tuple[Key, ...] = (
        "other commands connect to it (or start a temporary one when none runs)"),
     _k("nats.port", "STREAMPROC_NATS_PORT", "int", 4222,
        "port of the embedded server (loopback only; unused with `nats.url`)", **_PORT),
+    _k("nats.monitor_port", "STREAMPROC_NATS_MONITOR_PORT", "int", None,
+       "monitoring port of the embedded server (`/varz`, `/jsz`: its memory and JetStream's "
+       "own accounting), on loopback", default_text="none", minimum=1, maximum=65535),
     _k("nats.prefix", "STREAMPROC_PREFIX", "str", DEFAULT_PREFIX,
        "subject prefix; stream names are its upper case"),
     _k("nats.user", "STREAMPROC_NATS_USER", "str", None,

@@ -16,6 +16,7 @@ from streamproc.bus import jsapi
 from streamproc.bus.ttlkv import TtlBucket
 from streamproc.gateway import accesslog
 from streamproc.gateway.auth import READ, Authenticator, Principal
+from streamproc.gateway.exportlog import ExportLog
 from streamproc.gateway.hardening import decode_json, read_body, require_json
 from streamproc.gateway.openapi import openapi_handler
 from streamproc.gateway.operations import BASE, Operation
@@ -48,6 +49,13 @@ class Gateway:
         self.replay = ReplayGuard(bucket, settings.replay_per_client)
         self.auth = Authenticator(settings, self.replay)
         self.webhooks = WebhookVerifier(settings, self.replay)
+        self.exports = ExportLog(
+            ctx.publisher,
+            ctx.settings.events_stream,
+            ctx.applied,
+            ctx.wait_for,
+            wait_s=settings.wait_timeout_s,
+        )
         self.remote = Remote(
             ctx.publisher.nc,
             prefix,

@@ -3,9 +3,9 @@ size limits, and record the export once per tenant of the source's allowlist.
 
 An export is known by its ref, ``<source>:<exportId>``: export ids are the sender's own,
 and another configured source using the same id neither blocks nor stands in for this one.
-Event ids are ``derive_id(source, exportId, tenant)`` and each is published create-only on
-its own subject (``…<tenant>.<feedser|vexer>.<ref>``), so a repeated delivery — within
-JetStream's duplicate window or long after it — yields no second event; the read model is
+Event ids are ``derive_id(source, exportId, tenant)``; each tenant's event is appended to its
+shard of the tenant's exports at most once (:mod:`streamproc.gateway.exportlog`), so a
+repeated delivery — a moment or months later — yields no second event; the read model is
 checked first and answers repeats without publishing at all. Every tenant has its own
 outcome — recorded, duplicate, or conflict (the same export recorded before with another
 body) — and one tenant's conflict never keeps the others from being recorded.
@@ -14,22 +14,17 @@ body) — and one tenant's conflict never keeps the others from being recorded.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import re
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
 from aiohttp import web
 
 from streamproc import metrics
-from streamproc.bus import jsapi
-from streamproc.bus.publisher import PubAck, WrongExpectedSequence
-from streamproc.events.envelope import Envelope, EventError, decode, encode, new_event
+from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.events.payloads import (
-    FeedserExport,
     FeedserExportBody,
-    VexerExport,
     VexerExportBody,
     export_ref,
     sourced_export,
@@ -37,6 +32,7 @@ from streamproc.events.payloads import (
 from streamproc.gateway.accesslog import RID
 from streamproc.gateway.accesslog import SOURCE as SOURCE_KEY
 from streamproc.gateway.auth import Principal
+from streamproc.gateway.exportlog import NotCaughtUp, Recorded, Unreadable
 from streamproc.gateway.hardening import (
     check_key_count,
     decode_content,
@@ -57,9 +53,8 @@ from streamproc.gateway.webhooks import (
 from streamproc.gateway.writes import UNAVAILABLE_HEADERS, json_response, publish_failure
 from streamproc.ids import derive_id
 from streamproc.problems import ProblemError
-from streamproc.readmodel.exports import export_digest, payload_digest
+from streamproc.readmodel.exports import payload_digest
 from streamproc.readmodel.queries import ReadModel
-from streamproc.readmodel.records import ExportRecord
 
 if TYPE_CHECKING:
     from streamproc.gateway.app import Gateway
@@ -71,7 +66,6 @@ _DECODERS: dict[str, msgspec.json.Decoder[FeedserExportBody | VexerExportBody]] 
     "vexer": msgspec.json.Decoder(VexerExportBody),
 }
 log = logging.getLogger(__name__)
-_LAST_SEQ = re.compile(r"wrong last sequence: (\d+)")
 _RESULTS = {
     (kind, result): metrics.loop_counter(metrics.SCHEDULER_EVENTS.labels(kind, result))
     for kind in ("feedser", "vexer")
@@ -89,64 +83,69 @@ def key_count(payload: Body) -> int:
     return len(payload.changed_claims)
 
 
-async def _publish_all(gw: Gateway, events: list[Envelope]) -> list[object]:
-    """Create-only publishes, all sent before any is awaited, the payload encoded once for
-    every tenant; shielded when there are several, so a cancelled request cannot stop
-    between tenants."""
+def _known(rm: ReadModel, tenant: str, kind: str, ref: str, export_id: str, event_id: str
+           ) -> Recorded | None:  # fmt: skip
+    """The read model's record of the export: by its ref, or this source's record of it from
+    before refs (keyed by the bare id; the event id, derived from the source, tells it from
+    another source's)."""
+    rec = rm.export(tenant, kind, ref)
+    if rec is None:
+        legacy = rm.export(tenant, kind, export_id)
+        rec = legacy if legacy is not None and legacy.event_id == event_id else None
+    return None if rec is None else Recorded(rec.event_id, rec.seq, rec.payload_sha256)
+
+
+def _settled(tenant: str, rec: Recorded, digest: str, fresh: bool = False) -> ExportEvent:
+    if fresh:
+        return ExportEvent(
+            tenant=tenant, outcome="recorded", event_id=rec.event_id, seq=rec.seq, duplicate=False
+        )
+    same = rec.digest == digest
+    outcome: Outcome = "duplicate" if same else "conflict"
+    return ExportEvent(
+        tenant=tenant, outcome=outcome, event_id=rec.event_id, seq=rec.seq, duplicate=same
+    )
+
+
+async def _append_all(
+    gw: Gateway, events: list[Envelope], kind: str, ref: str, export_id: str, digest: str
+) -> list[tuple[Recorded, bool] | BaseException]:
+    """Append each tenant's event to its shard (:mod:`streamproc.gateway.exportlog`), the
+    payload encoded once for every tenant; all at once, shielded when there are several, so
+    a cancelled request cannot stop between tenants."""
+    log_ = gw.exports
     publisher = gw.ctx.publisher
-    if len(events) == 1:
-        try:
-            return [await publisher.publish_event(events[0], expected_last_subject_seq=0)]
-        except Exception as exc:
-            return [exc]
     raw = msgspec.Raw(msgspec.json.encode(events[0].payload))
-    sends = [
-        publisher.publish(
+
+    def append(e: Envelope) -> Awaitable[tuple[Recorded, bool]]:
+        return log_.append(
             publisher.subject_of(e),
             encode(msgspec.structs.replace(e, payload=raw)),
             e.id,
-            expected_last_subject_seq=0,
+            (e.tenant, kind, ref),
+            digest,
+            lambda: _known(gw.rm, e.tenant, kind, ref, export_id, e.id),
         )
-        for e in events
-    ]
+
+    if len(events) == 1:
+        try:
+            return [await append(events[0])]
+        except Exception as exc:
+            return [exc]
+    sends = [append(e) for e in events]
     return list(await asyncio.shield(asyncio.gather(*sends, return_exceptions=True)))
 
 
-def _own_legacy(
-    rm: ReadModel, tenant: str, kind: str, export_id: str, event_id: str
-) -> ExportRecord | None:
-    """This source's record of the export from before refs (keyed by the bare id), if any:
-    the event id, derived from the source, tells it from another source's."""
-    rec = rm.export(tenant, kind, export_id)
-    return rec if rec is not None and rec.event_id == event_id else None
-
-
-async def _stored_export(gw: Gateway, seq: int) -> tuple[str, str]:
-    """The id and body digest of the export event at ``seq`` (one that took the subject or
-    the message id first): whether ours is a repeat of it or conflicts with it."""
-    nc = gw.ctx.publisher.nc
-    try:
-        doc = await jsapi.request(
-            nc, f"STREAM.MSG.GET.{gw.ctx.settings.events_stream}", {"seq": seq}
-        )
-        event = decode(base64.b64decode(doc["message"]["data"]))
-    except (jsapi.JsApiError, EventError, KeyError) as exc:
-        log.warning("could not read the export event at %d to compare: %s", seq, exc)
-        raise ProblemError(
+def _append_failure(exc: BaseException) -> ProblemError:
+    if isinstance(exc, NotCaughtUp | Unreadable):
+        log.warning("export not recorded now: %s", exc)
+        return ProblemError(
             503,
             "log-unavailable",
-            "the event log did not say what it holds for this export; retrying is safe",
+            "the event log did not say whether it holds this export yet; retrying is safe",
             headers=UNAVAILABLE_HEADERS,
-        ) from None
-    assert isinstance(event.payload, FeedserExport | VexerExport)
-    return event.id, export_digest(event.payload)
-
-
-def _settled(tenant: str, event_id: str, seq: int, same_body: bool) -> ExportEvent:
-    outcome: Outcome = "duplicate" if same_body else "conflict"
-    return ExportEvent(
-        tenant=tenant, outcome=outcome, event_id=event_id, seq=seq, duplicate=same_body
-    )
+        )
+    return publish_failure(exc)
 
 
 async def _record(
@@ -157,54 +156,40 @@ async def _record(
     export_id = body.export_id
     ref = export_ref(source.name, export_id)
     payload = sourced_export(body, source.name)
-    digest = ""
+    digest = payload_digest(body)
     settled: dict[str, ExportEvent] = {}
     fresh: list[Envelope] = []
     for tenant in source.tenants:
         event_id = derive_id(source.name, export_id, tenant)
-        known = gw.rm.export(tenant, kind, ref) or _own_legacy(
-            gw.rm, tenant, kind, export_id, event_id
+        known = _known(gw.rm, tenant, kind, ref, export_id, event_id) or gw.exports.recent(
+            tenant, kind, ref
         )
-        if known is None:
-            fresh.append(
-                new_event(
-                    f"export.{kind}",
-                    tenant,
-                    payload,
-                    gw.ctx.clock.now(),
-                    event_id=event_id,
-                    correlation_id=request[RID],
-                )
-            )
+        if known is not None:
+            settled[tenant] = _settled(tenant, known, digest)
             continue
-        digest = digest or payload_digest(body)
-        settled[tenant] = _settled(
-            tenant, known.event_id, known.seq, known.payload_sha256 == digest
+        fresh.append(
+            new_event(
+                f"export.{kind}",
+                tenant,
+                payload,
+                gw.ctx.clock.now(),
+                event_id=event_id,
+                correlation_id=request[RID],
+            )
         )
     if fresh:
         failure: BaseException | None = None
-        for event, out in zip(fresh, await _publish_all(gw, fresh), strict=True):
-            if isinstance(out, PubAck) and not out.duplicate:
-                settled[event.tenant] = ExportEvent(
-                    tenant=event.tenant,
-                    outcome="recorded",
-                    event_id=event.id,
-                    seq=out.seq,
-                    duplicate=False,
-                )
+        for event, out in zip(
+            fresh, await _append_all(gw, fresh, kind, ref, export_id, digest), strict=True
+        ):
+            if isinstance(out, BaseException):
+                failure = failure or out
                 continue
-            seq = out.seq if isinstance(out, PubAck) else _taken_by(out)
-            if seq is None:
-                failure = failure or out  # type: ignore[assignment]  # out is an exception when it is not a PubAck (return_exceptions)
-                continue
-            # The subject (or the id, within the duplicate window) holds this export already,
-            # and the read model has not folded it yet: a repeat, or a conflicting body?
-            stored_id, stored_digest = await _stored_export(gw, seq)
-            digest = digest or payload_digest(body)
-            settled[event.tenant] = _settled(event.tenant, stored_id, seq, stored_digest == digest)
+            rec, appended = out
+            settled[event.tenant] = _settled(event.tenant, rec, digest, fresh=appended)
         if failure is not None:
-            # Tenants already stored are absorbed on the sender's retry (same derived ids).
-            raise publish_failure(failure)
+            # Tenants already stored are found on the sender's retry (by the ref).
+            raise _append_failure(failure)
     events = [settled[t] for t in source.tenants]
     conflicts = [e.tenant for e in events if e.outcome == "conflict"]
     if conflicts:
@@ -228,15 +213,6 @@ async def _record(
         events=events,
     )
     return (202 if recorded else 200), accepted
-
-
-def _taken_by(out: object) -> int | None:
-    """The sequence of the event that holds the subject a create-only publish was refused."""
-    if isinstance(out, WrongExpectedSequence):
-        m = _LAST_SEQ.search(out.description)
-        if m:
-            return int(m.group(1))
-    return None
 
 
 async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:

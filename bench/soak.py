@@ -1,0 +1,564 @@
+"""A soak of ``streamproc up`` as an operator runs it: does memory plateau, does latency hold?
+
+``streamproc up --demo`` (every role in one process, the demo catalog, default settings) runs
+on free loopback ports under a steady mix for ``--minutes``:
+
+* 100 signed Feedser webhooks/s, each a distinct exportId over the demo catalog's packages
+  (signed as ``streamproc feedser export`` signs them);
+* 50 GET/s, alternating ``/runs`` and ``/schedules``, DPoP-signed by the client module every
+  command of ours uses (a token bound to the data directory's client key, minted with
+  ``streamproc token issue`` from the demo's development issuer);
+* a manual run (``POST /run``) every 30 s.
+
+Requests are sent open loop (latency counted from each request's scheduled time, so a stall
+is not hidden by the generator waiting). Every 15 s a row: RSS of ``up`` and of its
+nats-server, their open fds, p50/p99 of webhooks and GETs over the window, and JetStream's
+own accounting (``/varz`` memory, the event stream's messages and subjects, the replay
+bucket's keys). At the end, after the load stops: every webhook answered 202 must be in the
+event log exactly once, and every run must have completed.
+
+Usage: ``python bench/soak.py [--minutes 10] [--keep DIR]``. Prints the table, then one line
+of JSON: soak_minutes, lost, duplicated, runs, runs_stuck, rss_up_slope_mb_per_min and
+rss_nats_slope_mb_per_min (least squares over the second half), p99_webhook_growth and
+p99_get_growth (last window / first steady window), http_5xx, largest_runs_response_bytes,
+and the load average at the start and the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from streamproc.bus.cluster import free_ports  # noqa: E402
+from streamproc.bus.connect import connect  # noqa: E402
+from streamproc.client.dpop import DpopKey  # noqa: E402
+from streamproc.client.http import ApiClient, Unreachable  # noqa: E402
+from streamproc.client.tokens import StaticToken  # noqa: E402
+from streamproc.events.envelope import decode  # noqa: E402
+from streamproc.impact.purls import normalize_image_purls  # noqa: E402
+from streamproc.impact.sbom import parse_sbom  # noqa: E402
+from streamproc.names import API_BASE, replay_bucket, stream_names  # noqa: E402
+from streamproc.scanner.demo import DATA as DEMO_DATA  # noqa: E402
+from streamproc.scanner.feedser import WEBHOOK_PATH, signed_headers  # noqa: E402
+
+TENANT = "demo"
+WINDOW_S = 15.0
+STEADY_AFTER_S = 60.0
+"""The first window starting this long after the load began is the "first steady" one."""
+DRAIN_S = 180.0
+"""After the load: how long runs get to complete (the planner's debounce is 30 s)."""
+MAX_IN_FLIGHT = 256
+"""Requests outstanding at once; beyond, a request waits (and its latency shows it)."""
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def slope_per_min(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of ``(seconds, MB)`` in MB per minute."""
+    if len(points) < 2:
+        return 0.0
+    n = len(points)
+    mx = sum(t for t, _ in points) / n
+    my = sum(v for _, v in points) / n
+    den = sum((t - mx) ** 2 for t, _ in points)
+    return 0.0 if den == 0 else 60.0 * sum((t - mx) * (v - my) for t, v in points) / den
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Rss:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return -1
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def demo_product_keys() -> list[str]:
+    """Every product key of the demo catalog (what ``up --demo`` indexes)."""
+    keys: set[str] = set()
+    for path in sorted((DEMO_DATA / "sboms").glob("*.json")):
+        for n in normalize_image_purls(parse_sbom(path.read_bytes()).purls):
+            keys.add(n.product_key)
+    return sorted(keys)
+
+
+# ----------------------------------------------------------------------------- the system
+
+
+@dataclass
+class Up:
+    """``streamproc up --demo`` on free ports in a directory of its own."""
+
+    root: Path
+    proc: subprocess.Popen[str] | None = None
+    ports: dict[str, int] = field(default_factory=dict)
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def api(self) -> str:
+        return f"http://127.0.0.1:{self.ports['http']}{API_BASE}"
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.ports['http']}"
+
+    @property
+    def monitor(self) -> str:
+        return f"http://127.0.0.1:{self.ports['monitor']}"
+
+    @property
+    def nats_url(self) -> str:
+        return f"nats://127.0.0.1:{self.ports['nats']}"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("STREAMPROC_", "NATS_URL"))}  # fmt: skip
+        env["STREAMPROC_SCANNER_PORT"] = str(self.ports["scanner"])
+        env["STREAMPROC_NATS_MONITOR_PORT"] = str(self.ports["monitor"])
+        return env
+
+    def start(self, timeout: float = 180.0) -> None:
+        names = ("nats", "http", "scanner", "monitor")
+        self.ports = dict(zip(names, free_ports("127.0.0.1", len(names)), strict=True))
+        cmd = [sys.executable, "-m", "streamproc.cli", "up", "--demo",
+               "--data-dir", str(self.data), "--nats-port", str(self.ports["nats"]),
+               "--http-port", str(self.ports["http"])]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, cwd=self.root, env=self.env(), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        deadline = now() + timeout
+        while now() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("streamproc up exited:\n" + "".join(self.output[-30:]))
+            self.output.append(line)
+            if "Press Ctrl-C" in line:
+                break
+        else:
+            raise TimeoutError("streamproc up did not start")
+        # Keep reading its output, so a full pipe never blocks it.
+        threading_reader(self.proc, self.output)
+
+    def nats_pid(self) -> int:
+        doc = json.loads((self.data / "nats" / "owner.json").read_text())
+        return int(doc["server_pids"][0])
+
+    def cli(self, *args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "streamproc.cli", *args], cwd=self.root, env=self.env(),
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return out.stdout.strip()
+
+    def stop(self) -> str:
+        if self.proc is None or self.proc.poll() is not None:
+            return "not running"
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return "killed after 60 s"
+        time.sleep(0.2)
+        return "stopped cleanly" if any("stopped cleanly" in x for x in self.output) else "?"
+
+
+def threading_reader(proc: subprocess.Popen[str], sink: list[str]) -> None:
+    import threading
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sink.append(line)
+            del sink[:-200]
+
+    threading.Thread(target=read, daemon=True).start()
+
+
+# ----------------------------------------------------------------------------- the load
+
+
+@dataclass
+class Window:
+    start: float
+    webhook_ms: list[float] = field(default_factory=list)
+    get_ms: list[float] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
+    errors: int = 0
+
+
+@dataclass
+class Load:
+    up: Up
+    api: ApiClient
+    http: aiohttp.ClientSession
+    secret: str
+    keys: list[str]
+    tag: str
+    windows: list[Window] = field(default_factory=list)
+    accepted: set[str] = field(default_factory=set)
+    """exportIds answered 202."""
+    manual_runs: list[str] = field(default_factory=list)
+    http_5xx: int = 0
+    largest_runs: int = 0
+    sem: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_IN_FLIGHT))
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    seq: int = 0
+
+    @property
+    def window(self) -> Window:
+        return self.windows[-1]
+
+    def note(self, status: int) -> None:
+        w = self.window
+        w.statuses[status] = w.statuses.get(status, 0) + 1
+        if status >= 500:
+            self.http_5xx += 1
+
+    async def webhook(self, due: float) -> None:
+        self.seq += 1
+        export_id = f"soak-{self.tag}-{self.seq:09d}"
+        body = msgspec.json.encode({
+            "exportId": export_id,
+            "changedProductKeys": random.sample(self.keys, 3),
+            "kev": [],
+        })  # fmt: skip
+        headers = signed_headers(body, f"{export_id}.1", secret=self.secret)
+        async with self.sem:
+            try:
+                async with self.http.post(
+                    self.up.base + WEBHOOK_PATH, data=body, headers=headers
+                ) as r:
+                    await r.read()
+                    status = r.status
+            except (aiohttp.ClientError, TimeoutError):
+                self.window.errors += 1
+                return
+        self.window.webhook_ms.append((now() - due) * 1000)
+        self.note(status)
+        if status == 202:
+            self.accepted.add(export_id)
+
+    async def get(self, due: float, path: str) -> None:
+        async with self.sem:
+            try:
+                reply = await self.api.request("GET", self.up.api + path, tenant=TENANT)
+            except Unreachable:
+                self.window.errors += 1
+                return
+        self.window.get_ms.append((now() - due) * 1000)
+        self.note(reply.status)
+        if path == "/runs":
+            self.largest_runs = max(self.largest_runs, len(reply.body))
+
+    async def manual_run(self) -> None:
+        try:
+            reply = await self.api.request(
+                "POST", self.up.api + "/run", tenant=TENANT, json={"reason": "soak"}
+            )
+        except Unreachable:
+            self.window.errors += 1
+            return
+        self.note(reply.status)
+        if reply.status in (201, 202):
+            self.manual_runs.append(reply.headers["Location"].rsplit("/", 1)[1])
+
+    def spawn(self, coro: Any) -> None:
+        t = asyncio.ensure_future(coro)
+        self.tasks.add(t)
+        t.add_done_callback(self.tasks.discard)
+
+    async def run(self, seconds: float, webhooks_per_s: float, gets_per_s: float,
+                  run_every_s: float, on_window: Any) -> None:  # fmt: skip
+        t0 = now()
+        self.windows.append(Window(0.0))
+        next_hook = next_get = t0
+        next_run = t0
+        next_window = t0 + WINDOW_S
+        gets = 0
+        while True:
+            t = now()
+            if t >= t0 + seconds:
+                break
+            while next_hook <= t:
+                self.spawn(self.webhook(next_hook))
+                next_hook += 1.0 / webhooks_per_s
+            while next_get <= t:
+                gets += 1
+                self.spawn(self.get(next_get, "/runs" if gets % 2 else "/schedules"))
+                next_get += 1.0 / gets_per_s
+            if next_run <= t:
+                self.spawn(self.manual_run())
+                next_run += run_every_s
+            if next_window <= t:
+                done = self.window
+                self.windows.append(Window(next_window - t0))
+                next_window += WINDOW_S
+                self.spawn(on_window(done, next_window - WINDOW_S - t0))
+            await asyncio.sleep(max(0.0, min(next_hook, next_get, next_run, next_window) - now()))
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=60)
+
+
+# ----------------------------------------------------------------------------- accounting
+
+
+@dataclass
+class Sample:
+    t: float
+    rss_up: float
+    rss_nats: float
+    fds_up: int
+    fds_nats: int
+    varz_mem: float
+    events: int
+    subjects: int
+    replay_keys: int
+    window: Window | None
+
+
+async def js_accounting(nc: Any, up: Up) -> tuple[int, int, int]:
+    """The event stream's messages and subjects, the replay bucket's live keys."""
+    events, _, _ = stream_names("scheduler")
+    out = []
+    for name in (events, f"KV_{replay_bucket('scheduler')}"):
+        try:
+            msg = await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=5)
+            state = json.loads(msg.data).get("state", {})
+        except Exception:
+            state = {}
+        out.append(state)
+    return (out[0].get("messages", -1), out[0].get("num_subjects", -1),
+            out[1].get("messages", -1))  # fmt: skip
+
+
+async def varz_mem(http: aiohttp.ClientSession, up: Up) -> float:
+    try:
+        async with http.get(up.monitor + "/varz") as r:
+            return float((await r.json())["mem"]) / 2**20
+    except Exception:
+        return float("nan")
+
+
+async def exports_in_log(nc: Any, tag: str) -> dict[str, int]:
+    """How many times each of this soak's exportIds is in the event log."""
+    js = nc.jetstream()
+    counts: dict[str, int] = {}
+    events, _, _ = stream_names("scheduler")
+    info = await js.stream_info(events)
+    last = info.state.last_seq
+    done = asyncio.Event()
+    prefix = f"soak-{tag}-"
+
+    async def cb(msg: Any) -> None:
+        if msg.metadata.sequence.stream >= last:
+            done.set()
+        try:
+            event = decode(msg.data)
+        except Exception:
+            return
+        export_id = getattr(event.payload, "export_id", None)
+        if event.kind == "export.feedser" and export_id and export_id.startswith(prefix):
+            counts[export_id] = counts.get(export_id, 0) + 1
+
+    sub = await js.subscribe(f"scheduler.events.{TENANT}.>", cb=cb, ordered_consumer=True)
+    await asyncio.wait_for(done.wait(), 600)
+    await sub.unsubscribe()
+    return counts
+
+
+async def runs_by_state(api: ApiClient, up: Up) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    cursor = None
+    while True:
+        params = {"limit": "200"}
+        if cursor:
+            params["cursor"] = cursor
+        reply = await api.request("GET", up.api + "/runs", tenant=TENANT, params=params)
+        doc = reply.json()
+        for item in doc.get("items", []):
+            out.setdefault(item["state"], []).append(item["id"])
+        cursor = doc.get("nextCursor")
+        if not cursor:
+            return out
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def row(s: Sample) -> str:
+    w = s.window
+    hook = w.webhook_ms if w else []
+    get = w.get_ms if w else []
+    n5 = sum(v for k, v in (w.statuses.items() if w else []) if k >= 500)
+    return (f"{s.t / 60:6.2f} {s.rss_up:8.1f} {s.rss_nats:8.1f} {s.varz_mem:8.1f} "
+            f"{s.fds_up:5d} {s.fds_nats:5d} {len(hook) / WINDOW_S:6.1f} "
+            f"{pct(hook, .5):7.1f} {pct(hook, .99):7.1f} {len(get) / WINDOW_S:6.1f} "
+            f"{pct(get, .5):7.1f} {pct(get, .99):7.1f} {n5:4d} {s.events:9d} {s.subjects:8d} "
+            f"{s.replay_keys:7d}")  # fmt: skip
+
+
+HEADER = (f"{'min':>6} {'rss_up':>8} {'rss_nats':>8} {'varz':>8} {'fd_up':>5} {'fd_n':>5} "
+          f"{'hook/s':>6} {'hk_p50':>7} {'hk_p99':>7} {'get/s':>6} {'gt_p50':>7} "
+          f"{'gt_p99':>7} {'5xx':>4} {'events':>9} {'subjects':>8} {'replay':>7}")  # fmt: skip
+
+
+async def soak(args: argparse.Namespace, up: Up) -> dict[str, Any]:
+    secret = (up.data / "dev" / "feedser.secret").read_text().strip()
+    jkt = up.cli("token", "client-key", "--data-dir", str(up.data))
+    token = up.cli("token", "issue", "--key", str(up.data / "dev" / "issuer.jwk"),
+                   "--tenant", TENANT, "--scope", "scheduler.admin", "--jkt", jkt,
+                   "--ttl", "86400")  # fmt: skip
+    key = DpopKey.load_or_create(up.data / "client" / "dpop.jwk")
+    up_pid, nats_pid = up.proc.pid, up.nats_pid()  # type: ignore[union-attr]
+    nc = await connect(up.nats_url, name="soak")
+    samples: list[Sample] = []
+    timeout = aiohttp.ClientTimeout(total=30)
+    connector = aiohttp.TCPConnector(limit=MAX_IN_FLIGHT)
+    async with (
+        ApiClient(key, StaticToken(token, key), timeout_s=30) as api,
+        aiohttp.ClientSession(timeout=timeout, connector=connector) as http,
+    ):
+        load = Load(up, api, http, secret, demo_product_keys(), f"{int(time.time())}")
+
+        async def sample(w: Window | None, t: float) -> None:
+            events, subjects, replay = await js_accounting(nc, up)
+            s = Sample(t, rss_mb(up_pid), rss_mb(nats_pid), fds(up_pid), fds(nats_pid),
+                       await varz_mem(http, up), events, subjects, replay, w)  # fmt: skip
+            samples.append(s)
+            print(row(s), flush=True)
+
+        load_start = load_avg()
+        print(f"load average at the start: {load_start}")
+        print(HEADER)
+        await sample(None, 0.0)
+        await load.run(args.minutes * 60, args.webhooks_per_s, args.gets_per_s,
+                       args.run_every_s, sample)  # fmt: skip
+        load_end = load_avg()
+        # Drain: every run completes (the last exports coalesce into one more run).
+        deadline = now() + DRAIN_S
+        while True:
+            states = await runs_by_state(api, up)
+            open_runs = sum(len(v) for k, v in states.items() if k not in TERMINAL)
+            if open_runs == 0 or now() > deadline:
+                break
+            await asyncio.sleep(2)
+        await sample(None, args.minutes * 60 + (DRAIN_S - max(0.0, deadline - now())))
+        counts = await exports_in_log(nc, load.tag)
+    await nc.close()
+    lost = sum(1 for e in load.accepted if counts.get(e, 0) == 0)
+    duplicated = sum(1 for c in counts.values() if c > 1)
+    manual_missing = sum(1 for r in load.manual_runs
+                         if r not in {i for v in states.values() for i in v})  # fmt: skip
+    runs = sum(len(v) for v in states.values())
+    stuck = runs - len(states.get("completed", [])) + manual_missing
+    half = args.minutes * 30
+    second = [s for s in samples if s.window is not None and s.t >= half]
+    steady = [s for s in samples if s.window is not None and s.window.start >= STEADY_AFTER_S]
+    first, last = (steady[0], steady[-1]) if steady else (None, None)
+
+    def growth(attr: str) -> float:
+        if first is None or last is None:
+            return float("nan")
+        a = pct(getattr(first.window, attr), 0.99)
+        b = pct(getattr(last.window, attr), 0.99)
+        return round(b / a, 3) if a else float("nan")
+
+    return {
+        "soak_minutes": args.minutes,
+        "lost": lost,
+        "duplicated": duplicated,
+        "accepted": len(load.accepted),
+        "runs": runs,
+        "runs_stuck": stuck,
+        "rss_up_slope_mb_per_min": round(slope_per_min([(s.t, s.rss_up) for s in second]), 3),
+        "rss_nats_slope_mb_per_min": round(slope_per_min([(s.t, s.rss_nats) for s in second]), 3),
+        "p99_webhook_growth": growth("webhook_ms"),
+        "p99_get_growth": growth("get_ms"),
+        "http_5xx": load.http_5xx,
+        "request_errors": sum(w.errors for w in load.windows),
+        "largest_runs_response_bytes": load.largest_runs,
+        "rss_up_mb_end": round(samples[-1].rss_up, 1),
+        "rss_nats_mb_end": round(samples[-1].rss_nats, 1),
+        "load_start": load_start,
+        "load_end": load_end,
+        "states": {k: len(v) for k, v in states.items()},
+    }
+
+
+TERMINAL = {"completed", "error", "cancelled"}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--webhooks-per-s", type=float, default=100.0)
+    p.add_argument("--gets-per-s", type=float, default=50.0)
+    p.add_argument("--run-every-s", type=float, default=30.0)
+    p.add_argument("--keep", help="keep the data directory here (default: a removed temp dir)")
+    args = p.parse_args()
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="soak-"))
+    root.mkdir(parents=True, exist_ok=True)
+    up = Up(root)
+    up.start()
+    try:
+        result = asyncio.run(soak(args, up))
+    finally:
+        stopped = up.stop()
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    result["up_stop"] = stopped
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -1,0 +1,172 @@
+"""Exports recorded exactly once on a bounded set of subjects (streamproc/gateway/exportlog.py):
+the subjects (and JetStream's duplicate-window entries) do not grow with the exports; two
+replicas taking the same exports at once record each once; a resent publish is known as our
+own; a read model that cannot catch up answers 503 and records nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from streamproc.bus import jsapi
+from streamproc.bus.fastclient import FastClient
+from streamproc.bus.publisher import Publisher
+from streamproc.events import payloads as p
+from streamproc.events.catalog import subject_for
+from streamproc.events.envelope import decode, encode, new_event
+from streamproc.gateway.exportlog import ExportLog, NotCaughtUp, Recorded
+from streamproc.hlc import HybridLogicalClock
+from streamproc.names import EXPORT_SHARDS
+from streamproc.readmodel.exports import export_digest
+from tests.gateway.harness import Harness
+from tests.gateway.test_replay import pair as pair  # the two-replica fixture
+from tests.gateway.test_webhooks import FEEDSER, export, post
+
+TENANTS = ("acme", "globex")
+"""The harness's Feedser source records each export for both."""
+
+
+async def subjects_of(nc: FastClient, stream: str) -> dict[str, int]:
+    doc = await jsapi.request(nc, f"STREAM.INFO.{stream}", {"subjects_filter": ">"})
+    return dict(doc["state"].get("subjects") or {})
+
+
+async def test_exports_share_a_few_subjects_and_leave_no_duplicate_window_entries(
+    gw: Harness,
+) -> None:
+    """300 exports for two tenants: 600 events on at most 2 x EXPORT_SHARDS subjects (a
+    subject per export kept an index entry per export in nats-server's memory), none with a
+    ``Nats-Msg-Id`` (each would hold an entry in the stream's one-hour duplicate window)."""
+    n = 300
+    answers = await asyncio.gather(*(post(gw, FEEDSER, export(f"e{i}")) for i in range(n)))
+    assert [a[0] for a in answers] == [202] * n
+    nc = gw.system.nc
+    assert nc is not None
+    stream = gw.system.settings.events_stream
+    exports = {s: c for s, c in (await subjects_of(nc, stream)).items() if ".feedser." in s}
+    assert sum(exports.values()) == 2 * n
+    assert len(exports) <= 2 * EXPORT_SHARDS, len(exports)
+    assert len(exports) > EXPORT_SHARDS, "spread over the shards"
+    info = await jsapi.stream_info(nc, stream)
+    assert info is not None
+    js = nc.jetstream()
+    for seq in range(info.state.last_seq - 20, info.state.last_seq + 1):
+        msg = await js.get_msg(stream, seq)
+        assert "Nats-Msg-Id" not in (msg.headers or {}), msg.headers
+
+
+async def test_two_replicas_taking_the_same_exports_at_once_record_each_once(
+    pair: tuple[Harness, Harness],
+) -> None:
+    """Every export delivered to both replicas at the same moment (different delivery ids,
+    as a sender retrying on another replica would): for each tenant exactly one answer says
+    recorded, the other duplicate, and the log holds each export once per tenant."""
+    one, two = pair
+    n = 60
+    sends = []
+    for i in range(n):
+        body = export(f"x{i}")
+        sends += [post(one, FEEDSER, body, delivery=f"a-{i}"),
+                  post(two, FEEDSER, body, delivery=f"b-{i}")]  # fmt: skip
+    answers = await asyncio.gather(*sends)
+    recorded: dict[tuple[str, str], int] = {}
+    for status, doc, _ in answers:
+        assert status in (200, 202), doc
+        for e in doc["events"]:
+            assert e["outcome"] in ("recorded", "duplicate"), doc
+            key = (e["tenant"], doc["exportId"])
+            recorded[key] = recorded.get(key, 0) + (e["outcome"] == "recorded")
+    assert recorded == {(t, f"x{i}"): 1 for t in TENANTS for i in range(n)}
+    nc = one.system.nc
+    assert nc is not None
+    stream = one.system.settings.events_stream
+    info = await jsapi.stream_info(nc, stream)
+    assert info is not None
+    refs = []
+    js = nc.jetstream()
+    for seq in range(1, info.state.last_seq + 1):
+        event = decode((await js.get_msg(stream, seq)).data)
+        if event.kind == "export.feedser":
+            refs.append((event.tenant, event.payload.export_id))
+    assert sorted(refs) == sorted(recorded)
+
+
+@pytest.fixture
+async def publisher(
+    nc: FastClient, prefix: str, stream_names: tuple[str, str, str]
+) -> AsyncIterator[Publisher]:
+    pub = await Publisher(nc, prefix=prefix).start()
+    yield pub
+    await pub.close()
+
+
+def _event(prefix: str, export_id: str, clock: HybridLogicalClock) -> tuple[str, bytes, str, str]:
+    payload = p.sourced_export(p.FeedserExportBody(export_id=export_id), "feedser")
+    event = new_event("export.feedser", "acme", payload, clock.now(), event_id=f"ev-{export_id}")
+    subject = subject_for(prefix, "acme", event.kind, payload)
+    return subject, encode(event), event.id, export_digest(payload)
+
+
+async def test_a_resent_publish_meets_its_own_first_copy_and_is_recorded(
+    publisher: Publisher, stream_names: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """The first copy of an append was stored but its acknowledgement lost (the publisher
+    resends after a timeout): the resend is refused as "wrong last sequence" naming that
+    copy, which is ours, so the export counts as appended now, once."""
+    stream = stream_names[0]
+    clock = HybridLogicalClock("t", state_file=tmp_path / "hlc.json")
+
+    async def wait_for(seq: int, timeout: float) -> None:
+        return None
+
+    log = ExportLog(publisher, stream, lambda: 0, wait_for, wait_s=1)
+    subject, data, event_id, digest = _event(publisher.prefix, "r1", clock)
+    first = await publisher.publish(subject, data, None, expected_last_subject_seq=0)
+    log._last[subject] = 0  # what this process knew before the lost acknowledgement
+    rec, appended = await log.append(
+        subject, data, event_id, ("acme", "feedser", "feedser:r1"), digest, lambda: None
+    )
+    assert appended and rec == Recorded(event_id, first.seq, digest)
+    info = await jsapi.stream_info(publisher.nc, stream)
+    assert info is not None and info.state.messages == 1
+    # Appending it again: known (not yet folded by the read model), nothing published.
+    rec2, appended2 = await log.append(
+        subject, data, event_id, ("acme", "feedser", "feedser:r1"), digest, lambda: None
+    )
+    assert rec2 == rec and not appended2
+    info = await jsapi.stream_info(publisher.nc, stream)
+    assert info is not None and info.state.messages == 1
+
+
+async def test_a_read_model_that_cannot_catch_up_records_nothing(
+    publisher: Publisher, stream_names: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """Another replica appended to the shard and this read model does not reach it in time:
+    whether the export is among those is unknown, so nothing is published (a 503 to the
+    sender, who retries)."""
+    stream = stream_names[0]
+    clock = HybridLogicalClock("t", state_file=tmp_path / "hlc.json")
+    subject, data, _, _ = _event(publisher.prefix, "o1", clock)
+    await publisher.publish(subject, data, None)  # another replica's export on that shard
+
+    async def never(seq: int, timeout: float) -> None:
+        raise TimeoutError
+
+    log = ExportLog(publisher, stream, lambda: 0, never, wait_s=0.1)
+    other = b"o1"
+    while _event(publisher.prefix, other.decode(), clock)[0] != subject:
+        other += b"x"  # another export on the same shard
+    subject2, data2, event_id2, digest2 = _event(publisher.prefix, other.decode(), clock)
+    with pytest.raises(NotCaughtUp):
+        await log.append(subject2, data2, event_id2, ("acme", "feedser", "x"), digest2,
+                         lambda: None)  # fmt: skip
+    info = await jsapi.stream_info(publisher.nc, stream)
+    assert info is not None and info.state.messages == 1
+    raw = await jsapi.request(publisher.nc, f"STREAM.MSG.GET.{stream}", {"seq": 1})
+    assert decode(base64.b64decode(raw["message"]["data"])).id == "ev-o1"
+    assert msgspec.json.decode(data2)["id"] == event_id2
