@@ -102,6 +102,15 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -130,6 +139,10 @@ class Up:
     """``streamproc up --demo`` on free ports in a directory of its own."""
 
     root: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """Settings for ``up`` beyond its defaults (an A/B of one setting: ``--env``)."""
+    code: str | None = None
+    """Another tree's ``streamproc`` package to run (``--code``: an A/B of two builds)."""
     proc: subprocess.Popen[str] | None = None
     ports: dict[str, int] = field(default_factory=dict)
     output: list[str] = field(default_factory=list)
@@ -151,6 +164,10 @@ class Up:
         return f"http://127.0.0.1:{self.ports['monitor']}"
 
     @property
+    def ops(self) -> str:
+        return f"http://127.0.0.1:{self.ports['ops']}"
+
+    @property
     def nats_url(self) -> str:
         return f"nats://127.0.0.1:{self.ports['nats']}"
 
@@ -159,10 +176,13 @@ class Up:
                if not k.startswith(("STREAMPROC_", "NATS_URL"))}  # fmt: skip
         env["STREAMPROC_SCANNER_PORT"] = str(self.ports["scanner"])
         env["STREAMPROC_NATS_MONITOR_PORT"] = str(self.ports["monitor"])
-        return env
+        env["STREAMPROC_OPS_PORT"] = str(self.ports["ops"])
+        if self.code:
+            env["PYTHONPATH"] = self.code
+        return {**env, **self.extra_env}
 
     def start(self, timeout: float = 180.0) -> None:
-        names = ("nats", "http", "scanner", "monitor")
+        names = ("nats", "http", "scanner", "monitor", "ops")
         self.ports = dict(zip(names, free_ports("127.0.0.1", len(names)), strict=True))
         cmd = [sys.executable, "-m", "streamproc.cli", "up", "--demo",
                "--data-dir", str(self.data), "--nats-port", str(self.ports["nats"]),
@@ -247,6 +267,8 @@ class Load:
     """exportIds answered 202."""
     manual_runs: list[str] = field(default_factory=list)
     http_5xx: int = 0
+    problems: dict[str, int] = field(default_factory=dict)
+    """5xx answers by ``status type`` (the problem document's)."""
     largest_runs: int = 0
     sem: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_IN_FLIGHT))
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -256,11 +278,17 @@ class Load:
     def window(self) -> Window:
         return self.windows[-1]
 
-    def note(self, status: int) -> None:
+    def note(self, status: int, body: bytes = b"") -> None:
         w = self.window
         w.statuses[status] = w.statuses.get(status, 0) + 1
         if status >= 500:
             self.http_5xx += 1
+            try:
+                kind = str(msgspec.json.decode(body).get("type", "")).rsplit(":", 1)[-1]
+            except (msgspec.DecodeError, AttributeError):
+                kind = "?"
+            key = f"{status} {kind}"
+            self.problems[key] = self.problems.get(key, 0) + 1
 
     async def webhook(self, due: float) -> None:
         self.seq += 1
@@ -276,13 +304,13 @@ class Load:
                 async with self.http.post(
                     self.up.base + WEBHOOK_PATH, data=body, headers=headers
                 ) as r:
-                    await r.read()
+                    answer = await r.read()
                     status = r.status
             except (aiohttp.ClientError, TimeoutError):
                 self.window.errors += 1
                 return
         self.window.webhook_ms.append((now() - due) * 1000)
-        self.note(status)
+        self.note(status, answer)
         if status == 202:
             self.accepted.add(export_id)
 
@@ -294,7 +322,7 @@ class Load:
                 self.window.errors += 1
                 return
         self.window.get_ms.append((now() - due) * 1000)
-        self.note(reply.status)
+        self.note(reply.status, reply.body)
         if path == "/runs":
             self.largest_runs = max(self.largest_runs, len(reply.body))
 
@@ -306,7 +334,7 @@ class Load:
         except Unreachable:
             self.window.errors += 1
             return
-        self.note(reply.status)
+        self.note(reply.status, reply.body)
         if reply.status in (201, 202):
             self.manual_runs.append(reply.headers["Location"].rsplit("/", 1)[1])
 
@@ -346,6 +374,10 @@ class Load:
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=60)
 
+    def cancel(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+
 
 # ----------------------------------------------------------------------------- accounting
 
@@ -361,6 +393,8 @@ class Sample:
     events: int
     subjects: int
     replay_keys: int
+    parts: dict[str, float]
+    """``up``'s own figures (``streamproc_memory_bytes``), MB."""
     window: Window | None
 
 
@@ -377,6 +411,21 @@ async def js_accounting(nc: Any, up: Up) -> tuple[int, int, int]:
         out.append(state)
     return (out[0].get("messages", -1), out[0].get("num_subjects", -1),
             out[1].get("messages", -1))  # fmt: skip
+
+
+async def memory_parts(http: aiohttp.ClientSession, up: Up) -> dict[str, float]:
+    """``streamproc_memory_bytes{part}`` from ``up``'s ops listener, in MB."""
+    out: dict[str, float] = {}
+    try:
+        async with http.get(up.ops + "/metrics") as r:
+            text = await r.text()
+    except Exception:
+        return out
+    for line in text.splitlines():
+        if line.startswith('streamproc_memory_bytes{part="'):
+            name, value = line[len('streamproc_memory_bytes{part="') :].split('"} ')
+            out[name] = float(value) / 2**20
+    return out
 
 
 async def varz_mem(http: aiohttp.ClientSession, up: Up) -> float:
@@ -433,21 +482,50 @@ async def runs_by_state(api: ApiClient, up: Up) -> dict[str, list[str]]:
 # ----------------------------------------------------------------------------- main
 
 
+COLUMNS = [
+    "min",
+    "rss_up",
+    "rss_nats",
+    "varz",
+    "fd_up",
+    "fd_n",
+    "hook/s",
+    "hk_p50",
+    "hk_p99",
+    "get/s",
+    "gt_p50",
+    "gt_p99",
+    "5xx",
+    "events",
+    "subjects",
+    "replay",
+    "memtbl",
+    "bcache",
+    "m_used",
+    "m_free",
+]
+"""Per window: minutes in; RSS of up and nats-server and nats' own /varz figure (MB); open
+fds; webhooks/s and their p50/p99 (ms); GETs/s and theirs; 5xx answers; the event stream's
+messages and subjects; the replay bucket's live keys; up's memtables, block cache, glibc heap
+in use and freed-but-kept (MB, its streamproc_memory_bytes)."""
+
+
 def row(s: Sample) -> str:
     w = s.window
     hook = w.webhook_ms if w else []
     get = w.get_ms if w else []
     n5 = sum(v for k, v in (w.statuses.items() if w else []) if k >= 500)
-    return (f"{s.t / 60:6.2f} {s.rss_up:8.1f} {s.rss_nats:8.1f} {s.varz_mem:8.1f} "
-            f"{s.fds_up:5d} {s.fds_nats:5d} {len(hook) / WINDOW_S:6.1f} "
-            f"{pct(hook, .5):7.1f} {pct(hook, .99):7.1f} {len(get) / WINDOW_S:6.1f} "
-            f"{pct(get, .5):7.1f} {pct(get, .99):7.1f} {n5:4d} {s.events:9d} {s.subjects:8d} "
-            f"{s.replay_keys:7d}")  # fmt: skip
+    mb = [s.parts.get(k, -1.0) for k in
+          ("rocksdb_memtables", "rocksdb_block_cache", "malloc_in_use", "malloc_free")]  # fmt: skip
+    cells = [f"{s.t / 60:.2f}", f"{s.rss_up:.1f}", f"{s.rss_nats:.1f}", f"{s.varz_mem:.1f}",
+             str(s.fds_up), str(s.fds_nats), f"{len(hook) / WINDOW_S:.1f}",
+             f"{pct(hook, .5):.1f}", f"{pct(hook, .99):.1f}", f"{len(get) / WINDOW_S:.1f}",
+             f"{pct(get, .5):.1f}", f"{pct(get, .99):.1f}", str(n5), str(s.events),
+             str(s.subjects), str(s.replay_keys), *(f"{v:.1f}" for v in mb)]  # fmt: skip
+    return " ".join(f"{c:>{max(6, len(h))}}" for c, h in zip(cells, COLUMNS, strict=True))
 
 
-HEADER = (f"{'min':>6} {'rss_up':>8} {'rss_nats':>8} {'varz':>8} {'fd_up':>5} {'fd_n':>5} "
-          f"{'hook/s':>6} {'hk_p50':>7} {'hk_p99':>7} {'get/s':>6} {'gt_p50':>7} "
-          f"{'gt_p99':>7} {'5xx':>4} {'events':>9} {'subjects':>8} {'replay':>7}")  # fmt: skip
+HEADER = " ".join(f"{h:>{max(6, len(h))}}" for h in COLUMNS)
 
 
 async def soak(args: argparse.Namespace, up: Up) -> dict[str, Any]:
@@ -471,17 +549,24 @@ async def soak(args: argparse.Namespace, up: Up) -> dict[str, Any]:
         async def sample(w: Window | None, t: float) -> None:
             events, subjects, replay = await js_accounting(nc, up)
             s = Sample(t, rss_mb(up_pid), rss_mb(nats_pid), fds(up_pid), fds(nats_pid),
-                       await varz_mem(http, up), events, subjects, replay, w)  # fmt: skip
+                       await varz_mem(http, up), events, subjects, replay,
+                       await memory_parts(http, up), w)  # fmt: skip
             samples.append(s)
             print(row(s), flush=True)
 
         load_start = load_avg()
+        cpu0 = cpu_s(up_pid), cpu_s(nats_pid)
         print(f"load average at the start: {load_start}")
         print(HEADER)
         await sample(None, 0.0)
-        await load.run(args.minutes * 60, args.webhooks_per_s, args.gets_per_s,
-                       args.run_every_s, sample)  # fmt: skip
+        try:
+            await load.run(args.minutes * 60, args.webhooks_per_s, args.gets_per_s,
+                           args.run_every_s, sample)  # fmt: skip
+        finally:
+            load.cancel()
         load_end = load_avg()
+        cpu = cpu_s(up_pid) - cpu0[0], cpu_s(nats_pid) - cpu0[1]
+        requests = sum(len(w.webhook_ms) + len(w.get_ms) for w in load.windows)
         # Drain: every run completes (the last exports coalesce into one more run).
         deadline = now() + DRAIN_S
         while True:
@@ -523,6 +608,9 @@ async def soak(args: argparse.Namespace, up: Up) -> dict[str, Any]:
         "p99_webhook_growth": growth("webhook_ms"),
         "p99_get_growth": growth("get_ms"),
         "http_5xx": load.http_5xx,
+        "http_5xx_by_type": load.problems,
+        "up_cpu_ms_per_request": round(1000 * cpu[0] / max(1, requests), 3),
+        "nats_cpu_ms_per_request": round(1000 * cpu[1] / max(1, requests), 3),
         "request_errors": sum(w.errors for w in load.windows),
         "largest_runs_response_bytes": load.largest_runs,
         "rss_up_mb_end": round(samples[-1].rss_up, 1),
@@ -543,10 +631,19 @@ def main() -> int:
     p.add_argument("--gets-per-s", type=float, default=50.0)
     p.add_argument("--run-every-s", type=float, default=30.0)
     p.add_argument("--keep", help="keep the data directory here (default: a removed temp dir)")
+    p.add_argument("--code", help="run streamproc from this tree instead (an A/B of builds)")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for streamproc up (repeatable; default: none, the defaults)",
+    )
     args = p.parse_args()
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="soak-"))
     root.mkdir(parents=True, exist_ok=True)
-    up = Up(root)
+    up = Up(root, dict(kv.split("=", 1) for kv in args.env), args.code)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop `up` on the way out
     up.start()
     try:
         result = asyncio.run(soak(args, up))
@@ -555,6 +652,7 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     result["up_stop"] = stopped
+    result["env"] = up.extra_env
     print(json.dumps(result))
     return 0
 

@@ -153,6 +153,10 @@ KEYS: tuple[Key, ...] = (
     _k("projector.write_buffer_mb", "STREAMPROC_WRITE_BUFFER_MB", "int", 64,
        "RocksDB memtable memory of one state directory, all its column families together, "
        "in MB (each memtable a quarter of it; 0: RocksDB's own, 64 MB per family)", minimum=0),
+    _k("projector.block_cache_mb", "STREAMPROC_BLOCK_CACHE_MB", "int", 32,
+       "RocksDB block cache of the process, every state directory and family together, in "
+       "MB: what it keeps of table files in memory, index and filter blocks included",
+       minimum=1),
     # ------------------------------------------------------------------ streams, lease, status
     _k("streams.replicas", "STREAMPROC_STREAM_REPLICAS", "int", 0,
        "stream replicas; 0 = 3 when the cluster has at least 3 nodes, else 1",

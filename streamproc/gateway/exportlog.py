@@ -11,15 +11,17 @@ optimistic concurrency of its own:
 
 * an export is appended to its shard with ``Nats-Expected-Last-Subject-Sequence`` set to the
   shard's last sequence, once every export on the shard up to that sequence is known here —
-  folded into the read model, or appended by this process — and the ref is not among them;
+  folded into the read model, appended by this process, or read from the shard — and the ref
+  is not among them;
 * the append fails if anyone appended to the shard since (another gateway replica): the
-  server names the shard's new last sequence, the read model is waited for up to it, and the
-  export is looked up again before the next attempt.
+  server names the shard's new last sequence, the few events appended since are read from
+  the shard (or, when there are many — a process just started — the read model is waited
+  for), and the export is looked up among them before the next attempt.
 
 So a ref is appended at most once, for good: no de-duplication window and no TTL is
 involved, and no ``Nats-Msg-Id`` either — JetStream's duplicate window would otherwise hold
 an entry per export for an hour. A publish resent after a lost acknowledgement meets its own
-first copy as "wrong last sequence", and is recognised byte for byte. Appends to one
+first copy as "wrong last sequence", and is recognised byte for byte among them. Appends to one
 shard wait for each other in this process; different shards, tenants and kinds do not.
 """
 
@@ -34,8 +36,21 @@ from dataclasses import dataclass
 
 from streamproc.bus import jsapi
 from streamproc.bus.publisher import PubAck, Publisher, WrongExpectedSequence
+from streamproc.events.envelope import EventError, decode
+from streamproc.events.payloads import FeedserExport, VexerExport
+from streamproc.readmodel.exports import export_digest
 
 _LAST_SEQ = re.compile(r"wrong last sequence: (\d+)")
+SCAN_MAX = 64
+"""Most events of a shard read directly to learn what was appended since; beyond, the read
+model is waited for instead (it is that far behind: a process just started)."""
+
+
+class _TooMany:
+    """More events to read than :data:`SCAN_MAX`."""
+
+
+_TOO_MANY = _TooMany()
 
 
 @dataclass(frozen=True)
@@ -115,10 +130,19 @@ class ExportLog:
                 last = self._last.get(subject)
                 if last is None:
                     last = self._last[subject] = await self._last_on(subject)
-                if max(seen, self._known.get(subject, 0)) < last:
-                    await self._catch_up(last)
-                    self._known[subject] = max(self._known.get(subject, 0), last)
-                    continue  # look again: the read model now knows everything up to last
+                covered = max(seen, self._known.get(subject, 0))
+                if covered < last:
+                    # Appended since what we know (by another replica, or our own copy whose
+                    # acknowledgement was lost): read those few events of the shard.
+                    found = await self._between(subject, covered, last, key[2], data)
+                    if isinstance(found, _TooMany):
+                        await self._catch_up(last)  # far behind: the read model knows them
+                        continue
+                    if isinstance(found, Recorded):
+                        return found, False
+                    if isinstance(found, int):  # our own copy, byte for byte
+                        return self._appended(subject, key, Recorded(event_id, found, digest))
+                    self._known[subject] = last
                 try:
                     ack: PubAck = await self.publisher.publish(
                         subject, data, None, expected_last_subject_seq=last
@@ -127,21 +151,57 @@ class ExportLog:
                     m = _LAST_SEQ.search(exc.description)
                     if m is None:
                         raise
-                    now = int(m.group(1))
-                    self._last[subject] = now
-                    if (await self._message_at(now)) != data:
-                        continue  # someone else appended: catch up, look again
-                    # Our own first copy, byte for byte (a resend after a lost acknowledgement;
-                    # another replica's event of this export has its own stamp and request id).
-                    ack = PubAck(self.stream, now)
+                    self._last[subject] = int(m.group(1))
+                    continue  # someone (or our first copy) appended: read it, look again
                 except BaseException:
                     self._last.pop(subject, None)  # stored or not: learn it again next time
                     raise
-                rec = Recorded(event_id, ack.seq, digest)
-                self._last[subject] = self._known[subject] = ack.seq
-                self._recent[key] = rec
-                self._order.append((ack.seq, key))
-                return rec, True
+                return self._appended(subject, key, Recorded(event_id, ack.seq, digest))
+
+    def _appended(
+        self, subject: str, key: tuple[str, str, str], rec: Recorded
+    ) -> tuple[Recorded, bool]:
+        self._last[subject] = self._known[subject] = rec.seq
+        self._recent[key] = rec
+        self._order.append((rec.seq, key))
+        return rec, True
+
+    async def _between(
+        self, subject: str, after: int, upto: int, ref: str, data: bytes
+    ) -> Recorded | int | _TooMany | None:
+        """The shard's events in ``(after, upto]``: the export ``ref`` as recorded if it is
+        among them, the sequence of ``data`` itself (our own copy), None if neither, or
+        ``_TOO_MANY`` when there are more than :data:`SCAN_MAX` to read."""
+        seq = after + 1
+        for _ in range(SCAN_MAX):
+            try:
+                doc = await jsapi.request(
+                    self.publisher.nc,
+                    f"STREAM.MSG.GET.{self.stream}",
+                    {"seq": seq, "next_by_subj": subject},
+                )
+                msg = doc["message"]
+                at = int(msg["seq"])
+                raw = base64.b64decode(msg["data"])
+            except jsapi.JsApiError as exc:
+                if exc.err_code == jsapi.NO_MESSAGE:
+                    return None
+                raise Unreadable(str(exc)) from None
+            except (KeyError, ValueError) as exc:
+                raise Unreadable(f"the shard's event after {seq - 1}: {exc}") from None
+            if at > upto:
+                return None
+            if raw == data:
+                return at
+            try:
+                event = decode(raw)
+            except EventError as exc:
+                raise Unreadable(f"the event at {at}: {exc}") from None
+            payload = event.payload
+            if isinstance(payload, FeedserExport | VexerExport) and payload.ref == ref:
+                return Recorded(event.id, at, export_digest(payload))
+            seq = at + 1
+        return _TOO_MANY
 
     def _forget_folded(self) -> None:
         applied = self.applied()
@@ -168,12 +228,3 @@ class ExportLog:
                 return 0
             raise Unreadable(str(exc)) from None
         return int(doc["message"]["seq"])
-
-    async def _message_at(self, seq: int) -> bytes:
-        try:
-            doc = await jsapi.request(
-                self.publisher.nc, f"STREAM.MSG.GET.{self.stream}", {"seq": seq}
-            )
-            return base64.b64decode(doc["message"]["data"])
-        except (jsapi.JsApiError, KeyError, ValueError) as exc:
-            raise Unreadable(f"the event at {seq}: {exc}") from None

@@ -6,11 +6,9 @@ own; a read model that cannot catch up answers 503 and records nothing."""
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from streamproc.bus import jsapi
@@ -19,7 +17,7 @@ from streamproc.bus.publisher import Publisher
 from streamproc.events import payloads as p
 from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import decode, encode, new_event
-from streamproc.gateway.exportlog import ExportLog, NotCaughtUp, Recorded
+from streamproc.gateway.exportlog import SCAN_MAX, ExportLog, NotCaughtUp, Recorded
 from streamproc.hlc import HybridLogicalClock
 from streamproc.names import EXPORT_SHARDS
 from streamproc.readmodel.exports import export_digest
@@ -143,30 +141,64 @@ async def test_a_resent_publish_meets_its_own_first_copy_and_is_recorded(
     assert info is not None and info.state.messages == 1
 
 
-async def test_a_read_model_that_cannot_catch_up_records_nothing(
+def _on_the_same_shard(prefix: str, subject: str, clock: HybridLogicalClock, n: int) -> list[str]:
+    """``n`` export ids whose events go to ``subject``'s shard."""
+    out: list[str] = []
+    i = 0
+    while len(out) < n:
+        i += 1
+        if _event(prefix, f"o{i}", clock)[0] == subject:
+            out.append(f"o{i}")
+    return out
+
+
+async def _never(seq: int, timeout: float) -> None:
+    raise TimeoutError
+
+
+async def test_what_another_replica_appended_is_read_from_the_shard(
     publisher: Publisher, stream_names: tuple[str, str, str], tmp_path: Path
 ) -> None:
-    """Another replica appended to the shard and this read model does not reach it in time:
-    whether the export is among those is unknown, so nothing is published (a 503 to the
-    sender, who retries)."""
+    """Another replica appended to the shard and this read model is behind: the shard's few
+    new events are read from the log, so the export is appended after another export, and
+    found (not appended) when it is the export itself."""
     stream = stream_names[0]
     clock = HybridLogicalClock("t", state_file=tmp_path / "hlc.json")
-    subject, data, _, _ = _event(publisher.prefix, "o1", clock)
-    await publisher.publish(subject, data, None)  # another replica's export on that shard
+    subject, data, event_id, digest = _event(publisher.prefix, "mine", clock)
+    other, same = _on_the_same_shard(publisher.prefix, subject, clock, 1)[0], "mine"
+    await publisher.publish(_event(publisher.prefix, other, clock)[0],
+                            _event(publisher.prefix, other, clock)[1], None)  # fmt: skip
+    log = ExportLog(publisher, stream, lambda: 0, _never, wait_s=0.1)
+    rec, appended = await log.append(
+        subject, data, event_id, ("acme", "feedser", "feedser:mine"), digest, lambda: None
+    )
+    assert appended and rec.seq == 2
+    # A second replica (its own log, its read model behind too) takes the same export.
+    twin = ExportLog(publisher, stream, lambda: 0, _never, wait_s=0.1)
+    subject2, data2, event_id2, digest2 = _event(publisher.prefix, same, clock)
+    assert subject2 == subject and data2 != data  # its own stamp
+    rec2, appended2 = await twin.append(
+        subject2, data2, event_id2, ("acme", "feedser", "feedser:mine"), digest2, lambda: None
+    )
+    assert not appended2 and rec2 == Recorded(event_id, 2, digest)
+    info = await jsapi.stream_info(publisher.nc, stream)
+    assert info is not None and info.state.messages == 2
 
-    async def never(seq: int, timeout: float) -> None:
-        raise TimeoutError
 
-    log = ExportLog(publisher, stream, lambda: 0, never, wait_s=0.1)
-    other = b"o1"
-    while _event(publisher.prefix, other.decode(), clock)[0] != subject:
-        other += b"x"  # another export on the same shard
-    subject2, data2, event_id2, digest2 = _event(publisher.prefix, other.decode(), clock)
+async def test_a_shard_far_ahead_of_a_read_model_that_cannot_catch_up_records_nothing(
+    publisher: Publisher, stream_names: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """More events on the shard than are read directly, and the read model does not reach
+    them in time: whether the export is among them is unknown, so nothing is published (a
+    503 to the sender, who retries)."""
+    stream = stream_names[0]
+    clock = HybridLogicalClock("t", state_file=tmp_path / "hlc.json")
+    subject, data, event_id, digest = _event(publisher.prefix, "late", clock)
+    for other in _on_the_same_shard(publisher.prefix, subject, clock, SCAN_MAX + 1):
+        await publisher.publish(subject, _event(publisher.prefix, other, clock)[1], None)
+    log = ExportLog(publisher, stream, lambda: 0, _never, wait_s=0.1)
     with pytest.raises(NotCaughtUp):
-        await log.append(subject2, data2, event_id2, ("acme", "feedser", "x"), digest2,
+        await log.append(subject, data, event_id, ("acme", "feedser", "feedser:late"), digest,
                          lambda: None)  # fmt: skip
     info = await jsapi.stream_info(publisher.nc, stream)
-    assert info is not None and info.state.messages == 1
-    raw = await jsapi.request(publisher.nc, f"STREAM.MSG.GET.{stream}", {"seq": 1})
-    assert decode(base64.b64decode(raw["message"]["data"])).id == "ev-o1"
-    assert msgspec.json.decode(data2)["id"] == event_id2
+    assert info is not None and info.state.messages == SCAN_MAX + 1
