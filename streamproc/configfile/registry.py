@@ -150,7 +150,7 @@ KEYS: tuple[Key, ...] = (
        "a projector whose view frees tens of MB per batch (the impact index) hands glibc's "
        "free memory back to the OS after a batch at most this often, in seconds (0: never)",
        minimum=0),
-    _k("projector.write_buffer_mb", "STREAMPROC_WRITE_BUFFER_MB", "int", 64,
+    _k("projector.write_buffer_mb", "STREAMPROC_WRITE_BUFFER_MB", "int", 8,
        "RocksDB memtable memory of one state directory, all its column families together, "
        "in MB (each memtable a quarter of it; 0: RocksDB's own, 64 MB per family)", minimum=0),
     _k("projector.block_cache_mb", "STREAMPROC_BLOCK_CACHE_MB", "int", 32,

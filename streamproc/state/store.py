@@ -123,12 +123,12 @@ def _prefix_end(prefix: bytes) -> bytes | None:
 
 
 WRITE_BUFFER_ENV = "STREAMPROC_WRITE_BUFFER_MB"
-DEFAULT_WRITE_BUFFER_MB = 64
+DEFAULT_WRITE_BUFFER_MB = 8
 
 
 def write_buffer_bytes(env: Mapping[str, str] | None = None) -> int:
     """``STREAMPROC_WRITE_BUFFER_MB`` (``projector.write_buffer_mb``), validated, in bytes:
-    default 64 MB, 0: RocksDB's own defaults."""
+    default 8 MB (chosen by the soak, docs/performance.md), 0: RocksDB's own defaults."""
     raw = ((environment() if env is None else env).get(WRITE_BUFFER_ENV) or "").strip()
     if not raw:
         return DEFAULT_WRITE_BUFFER_MB << 20

@@ -386,4 +386,4 @@ def test_rocks_bounds_the_memtables_of_all_families_together(tmp_path, monkeypat
 def test_a_bad_write_buffer_bound_is_a_config_error_naming_the_variable(raw, reason):
     with pytest.raises(ConfigError, match=f"^STREAMPROC_WRITE_BUFFER_MB={reason}"):
         write_buffer_bytes({"STREAMPROC_WRITE_BUFFER_MB": raw})
-    assert write_buffer_bytes({}) == 64 << 20 and write_buffer_bytes({"X": "1"}) == 64 << 20
+    assert write_buffer_bytes({}) == 8 << 20 and write_buffer_bytes({"X": "1"}) == 8 << 20
