@@ -188,8 +188,11 @@ def _options(family: str | None = None, wbm: WriteBufferManager | None = None) -
     table.set_cache_index_and_filter_blocks(True)
     # the newest files' index and filter stay cached (every read of the family needs them)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    # ~1 % false positives, a full-file filter: most point reads are of keys that are not
+    # there yet (an export, a run seen for the first time), and a filter answers those
+    # without reading the file's data blocks
+    table.set_bloom_filter(10, False)
     if family in POINT_READ_FAMILIES:
-        table.set_bloom_filter(10, False)  # ~1 % false positives, a full-file filter
         o.set_compression_type(DBCompressionType.none())
     o.set_block_based_table_factory(table)
     return o
