@@ -33,6 +33,7 @@ import re
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from streamproc.bus import jsapi
 from streamproc.bus.publisher import PubAck, Publisher, WrongExpectedSequence
@@ -75,6 +76,25 @@ Lookup = Callable[[], Recorded | None]
 """The read model's record of the export being appended (and of its legacy key)."""
 
 
+class Append(NamedTuple):
+    """An export event to append: its bytes as published, its id, its body's digest."""
+
+    data: bytes
+    event_id: str
+    digest: str
+
+
+Decide = Callable[[Recorded | None], Append | Recorded]
+"""Given the export's latest record in the log (None: it is not there), what to append, or
+the record a repeat is answered with."""
+
+
+def _newest(a: Recorded | None, b: Recorded | None) -> Recorded | None:
+    if a is None or (b is not None and b.seq > a.seq):
+        return b
+    return a
+
+
 class ExportLog:
     """Appends exports to their shard subjects; one per gateway process."""
 
@@ -110,23 +130,25 @@ class ExportLog:
         return self._recent.get((tenant, kind, ref))
 
     async def append(
-        self, subject: str, data: bytes, event_id: str, key: tuple[str, str, str],
-        digest: str, lookup: Lookup,
-    ) -> tuple[Recorded, bool]:  # fmt: skip
-        """Append the export event ``data`` (id ``event_id``) to its shard ``subject`` unless
-        the log holds its ref already; the export as recorded, and whether it was appended
-        now. Raises :class:`NotCaughtUp`, :class:`Unreadable` or the publisher's errors."""
+        self, subject: str, key: tuple[str, str, str], lookup: Lookup, decide: Decide
+    ) -> tuple[Recorded, bool]:
+        """Record the export ``key`` (tenant, kind, ref) on its shard ``subject``: ``decide``
+        is given its latest record in the log — the read model's (``lookup``), this
+        process's, or one read from the shard — or None, and says what to append, or which
+        record answers the delivery. The export as recorded, and whether it was appended now.
+        Raises :class:`NotCaughtUp`, :class:`Unreadable` or the publisher's errors."""
         lock = self._locks.get(subject)
         if lock is None:
             lock = self._locks[subject] = asyncio.Lock()
         async with lock:
+            sent: dict[bytes, Append] = {}
+            """What this call published (a refusal may name our own first copy)."""
+            found: Recorded | None = None
+            """The newest record of the export read from the shard."""
             while True:
                 # What the look-up below saw the read model hold: at least this far (it may
                 # fold on while we wait for the server, but the look-up is not repeated).
                 seen = self.applied()
-                known = lookup() or self.recent(*key)
-                if known is not None:
-                    return known, False
                 last = self._last.get(subject)
                 if last is None:
                     last = self._last[subject] = await self._last_on(subject)
@@ -134,18 +156,25 @@ class ExportLog:
                 if covered < last:
                     # Appended since what we know (by another replica, or our own copy whose
                     # acknowledgement was lost): read those few events of the shard.
-                    found = await self._between(subject, covered, last, key[2], data)
-                    if isinstance(found, _TooMany):
+                    scan = await self._between(subject, covered, last, key[2], sent)
+                    if isinstance(scan, _TooMany):
                         await self._catch_up(last)  # far behind: the read model knows them
                         continue
-                    if isinstance(found, Recorded):
-                        return found, False
-                    if isinstance(found, int):  # our own copy, byte for byte
-                        return self._appended(subject, key, Recorded(event_id, found, digest))
+                    ours, newest = scan
+                    if ours is not None:
+                        seq, mine = ours
+                        return self._appended(subject, key, Recorded(mine.event_id, seq,
+                                                                     mine.digest))  # fmt: skip
+                    found = _newest(found, newest)
                     self._known[subject] = last
+                latest = _newest(_newest(lookup(), self.recent(*key)), found)
+                decision = decide(latest)
+                if isinstance(decision, Recorded):
+                    return decision, False
+                sent[decision.data] = decision
                 try:
                     ack: PubAck = await self.publisher.publish(
-                        subject, data, None, expected_last_subject_seq=last
+                        subject, decision.data, None, expected_last_subject_seq=last
                     )
                 except WrongExpectedSequence as exc:
                     m = _LAST_SEQ.search(exc.description)
@@ -156,7 +185,8 @@ class ExportLog:
                 except BaseException:
                     self._last.pop(subject, None)  # stored or not: learn it again next time
                     raise
-                return self._appended(subject, key, Recorded(event_id, ack.seq, digest))
+                rec = Recorded(decision.event_id, ack.seq, decision.digest)
+                return self._appended(subject, key, rec)
 
     def _appended(
         self, subject: str, key: tuple[str, str, str], rec: Recorded
@@ -167,12 +197,13 @@ class ExportLog:
         return rec, True
 
     async def _between(
-        self, subject: str, after: int, upto: int, ref: str, data: bytes
-    ) -> Recorded | int | _TooMany | None:
-        """The shard's events in ``(after, upto]``: the export ``ref`` as recorded if it is
-        among them, the sequence of ``data`` itself (our own copy), None if neither, or
-        ``_TOO_MANY`` when there are more than :data:`SCAN_MAX` to read."""
+        self, subject: str, after: int, upto: int, ref: str, sent: dict[bytes, Append]
+    ) -> tuple[tuple[int, Append] | None, Recorded | None] | _TooMany:
+        """The shard's events in ``(after, upto]``: one this call sent (our own copy, byte
+        for byte) and where, and the newest record of ``ref`` among them; ``_TOO_MANY`` when
+        there are more than :data:`SCAN_MAX` to read."""
         seq = after + 1
+        newest: Recorded | None = None
         for _ in range(SCAN_MAX):
             try:
                 doc = await jsapi.request(
@@ -185,21 +216,22 @@ class ExportLog:
                 raw = base64.b64decode(msg["data"])
             except jsapi.JsApiError as exc:
                 if exc.err_code == jsapi.NO_MESSAGE:
-                    return None
+                    return None, newest
                 raise Unreadable(str(exc)) from None
             except (KeyError, ValueError) as exc:
                 raise Unreadable(f"the shard's event after {seq - 1}: {exc}") from None
             if at > upto:
-                return None
-            if raw == data:
-                return at
+                return None, newest
+            mine = sent.get(raw)
+            if mine is not None:
+                return (at, mine), newest
             try:
                 event = decode(raw)
             except EventError as exc:
                 raise Unreadable(f"the event at {at}: {exc}") from None
             payload = event.payload
             if isinstance(payload, FeedserExport | VexerExport) and payload.ref == ref:
-                return Recorded(event.id, at, export_digest(payload))
+                newest = Recorded(event.id, at, export_digest(payload))
             seq = at + 1
         return _TOO_MANY
 

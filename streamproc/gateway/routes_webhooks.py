@@ -32,7 +32,7 @@ from streamproc.events.payloads import (
 from streamproc.gateway.accesslog import RID
 from streamproc.gateway.accesslog import SOURCE as SOURCE_KEY
 from streamproc.gateway.auth import Principal
-from streamproc.gateway.exportlog import NotCaughtUp, Recorded, Unreadable
+from streamproc.gateway.exportlog import Append, NotCaughtUp, Recorded, Unreadable
 from streamproc.gateway.hardening import (
     check_key_count,
     decode_content,
@@ -118,13 +118,12 @@ async def _append_all(
     raw = msgspec.Raw(msgspec.json.encode(events[0].payload))
 
     def append(e: Envelope) -> Awaitable[tuple[Recorded, bool]]:
+        this = Append(encode(msgspec.structs.replace(e, payload=raw)), e.id, digest)
         return log_.append(
             publisher.subject_of(e),
-            encode(msgspec.structs.replace(e, payload=raw)),
-            e.id,
             (e.tenant, kind, ref),
-            digest,
             lambda: _known(gw.rm, e.tenant, kind, ref, export_id, e.id),
+            lambda latest: latest or this,  # recorded before: a repeat, or a conflict
         )
 
     if len(events) == 1:

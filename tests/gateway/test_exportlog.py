@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from streamproc.bus.publisher import Publisher
 from streamproc.events import payloads as p
 from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import decode, encode, new_event
-from streamproc.gateway.exportlog import SCAN_MAX, ExportLog, NotCaughtUp, Recorded
+from streamproc.gateway.exportlog import SCAN_MAX, Append, ExportLog, NotCaughtUp, Recorded
 from streamproc.hlc import HybridLogicalClock
 from streamproc.names import EXPORT_SHARDS
 from streamproc.readmodel.exports import export_digest
@@ -110,32 +111,45 @@ def _event(prefix: str, export_id: str, clock: HybridLogicalClock) -> tuple[str,
     return subject, encode(event), event.id, export_digest(payload)
 
 
+async def _append(
+    log: ExportLog, subject: str, data: bytes, event_id: str, ref: str, digest: str
+) -> tuple[Recorded, bool]:
+    """Record an export the way the webhook does: its record answers a repeat."""
+    this = Append(data, event_id, digest)
+    return await log.append(
+        subject, ("acme", "feedser", ref), lambda: None, lambda latest: latest or this
+    )
+
+
 async def test_a_resent_publish_meets_its_own_first_copy_and_is_recorded(
-    publisher: Publisher, stream_names: tuple[str, str, str], tmp_path: Path
-) -> None:
-    """The first copy of an append was stored but its acknowledgement lost (the publisher
-    resends after a timeout): the resend is refused as "wrong last sequence" naming that
-    copy, which is ours, so the export counts as appended now, once."""
+    publisher: Publisher, stream_names: tuple[str, str, str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The first copy of an append was stored but its acknowledgement lost, so the
+    publisher sent it again: the resend is refused as "wrong last sequence" naming that
+    copy, which is ours, byte for byte, so the export counts as appended now, once."""
     stream = stream_names[0]
     clock = HybridLogicalClock("t", state_file=tmp_path / "hlc.json")
 
     async def wait_for(seq: int, timeout: float) -> None:
         return None
 
+    publish = publisher.publish
+
+    async def ack_lost_then_resent(*args: Any, **kw: Any) -> Any:
+        await publish(*args, **kw)  # stored; its acknowledgement never arrives
+        return await publish(*args, **kw)  # the resend: refused, naming the first copy
+
     log = ExportLog(publisher, stream, lambda: 0, wait_for, wait_s=1)
     subject, data, event_id, digest = _event(publisher.prefix, "r1", clock)
-    first = await publisher.publish(subject, data, None, expected_last_subject_seq=0)
-    log._last[subject] = 0  # what this process knew before the lost acknowledgement
-    rec, appended = await log.append(
-        subject, data, event_id, ("acme", "feedser", "feedser:r1"), digest, lambda: None
-    )
-    assert appended and rec == Recorded(event_id, first.seq, digest)
+    monkeypatch.setattr(publisher, "publish", ack_lost_then_resent)
+    rec, appended = await _append(log, subject, data, event_id, "feedser:r1", digest)
+    monkeypatch.setattr(publisher, "publish", publish)
+    assert appended and rec == Recorded(event_id, 1, digest)
     info = await jsapi.stream_info(publisher.nc, stream)
     assert info is not None and info.state.messages == 1
     # Appending it again: known (not yet folded by the read model), nothing published.
-    rec2, appended2 = await log.append(
-        subject, data, event_id, ("acme", "feedser", "feedser:r1"), digest, lambda: None
-    )
+    rec2, appended2 = await _append(log, subject, data, event_id, "feedser:r1", digest)
     assert rec2 == rec and not appended2
     info = await jsapi.stream_info(publisher.nc, stream)
     assert info is not None and info.state.messages == 1
@@ -169,17 +183,13 @@ async def test_what_another_replica_appended_is_read_from_the_shard(
     await publisher.publish(_event(publisher.prefix, other, clock)[0],
                             _event(publisher.prefix, other, clock)[1], None)  # fmt: skip
     log = ExportLog(publisher, stream, lambda: 0, _never, wait_s=0.1)
-    rec, appended = await log.append(
-        subject, data, event_id, ("acme", "feedser", "feedser:mine"), digest, lambda: None
-    )
+    rec, appended = await _append(log, subject, data, event_id, "feedser:mine", digest)
     assert appended and rec.seq == 2
     # A second replica (its own log, its read model behind too) takes the same export.
     twin = ExportLog(publisher, stream, lambda: 0, _never, wait_s=0.1)
     subject2, data2, event_id2, digest2 = _event(publisher.prefix, same, clock)
     assert subject2 == subject and data2 != data  # its own stamp
-    rec2, appended2 = await twin.append(
-        subject2, data2, event_id2, ("acme", "feedser", "feedser:mine"), digest2, lambda: None
-    )
+    rec2, appended2 = await _append(twin, subject2, data2, event_id2, "feedser:mine", digest2)
     assert not appended2 and rec2 == Recorded(event_id, 2, digest)
     info = await jsapi.stream_info(publisher.nc, stream)
     assert info is not None and info.state.messages == 2
@@ -198,7 +208,6 @@ async def test_a_shard_far_ahead_of_a_read_model_that_cannot_catch_up_records_no
         await publisher.publish(subject, _event(publisher.prefix, other, clock)[1], None)
     log = ExportLog(publisher, stream, lambda: 0, _never, wait_s=0.1)
     with pytest.raises(NotCaughtUp):
-        await log.append(subject, data, event_id, ("acme", "feedser", "feedser:late"), digest,
-                         lambda: None)  # fmt: skip
+        await _append(log, subject, data, event_id, "feedser:late", digest)
     info = await jsapi.stream_info(publisher.nc, stream)
     assert info is not None and info.state.messages == SCAN_MAX + 1
