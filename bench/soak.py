@@ -396,6 +396,12 @@ class Sample:
     parts: dict[str, float]
     """``up``'s own figures (``streamproc_memory_bytes``), MB."""
     window: Window | None
+    cpu_up: float = 0.0
+    cpu_nats: float = 0.0
+    """CPU seconds each has used so far."""
+    cpu_up_pct: float = 0.0
+    cpu_nats_pct: float = 0.0
+    """Their CPU over the window, in % of one core."""
 
 
 async def js_accounting(nc: Any, up: Up) -> tuple[int, int, int]:
@@ -487,6 +493,8 @@ COLUMNS = [
     "rss_up",
     "rss_nats",
     "varz",
+    "cpu_up",
+    "cpu_n",
     "fd_up",
     "fd_n",
     "hook/s",
@@ -504,10 +512,11 @@ COLUMNS = [
     "m_used",
     "m_free",
 ]
-"""Per window: minutes in; RSS of up and nats-server and nats' own /varz figure (MB); open
-fds; webhooks/s and their p50/p99 (ms); GETs/s and theirs; 5xx answers; the event stream's
-messages and subjects; the replay bucket's live keys; up's memtables, block cache, glibc heap
-in use and freed-but-kept (MB, its streamproc_memory_bytes)."""
+"""Per window: minutes in; RSS of up and nats-server and nats' own /varz figure (MB); the
+CPU each used over the window (% of a core); open fds; webhooks/s and their p50/p99 (ms);
+GETs/s and theirs; 5xx answers; the event stream's messages and subjects; the replay
+bucket's live keys; up's memtables, block cache, glibc heap in use and freed-but-kept (MB,
+its streamproc_memory_bytes)."""
 
 
 def row(s: Sample) -> str:
@@ -518,6 +527,7 @@ def row(s: Sample) -> str:
     mb = [s.parts.get(k, -1.0) for k in
           ("rocksdb_memtables", "rocksdb_block_cache", "malloc_in_use", "malloc_free")]  # fmt: skip
     cells = [f"{s.t / 60:.2f}", f"{s.rss_up:.1f}", f"{s.rss_nats:.1f}", f"{s.varz_mem:.1f}",
+             f"{s.cpu_up_pct:.0f}", f"{s.cpu_nats_pct:.0f}",
              str(s.fds_up), str(s.fds_nats), f"{len(hook) / WINDOW_S:.1f}",
              f"{pct(hook, .5):.1f}", f"{pct(hook, .99):.1f}", f"{len(get) / WINDOW_S:.1f}",
              f"{pct(get, .5):.1f}", f"{pct(get, .99):.1f}", str(n5), str(s.events),
@@ -550,7 +560,11 @@ async def soak(args: argparse.Namespace, up: Up) -> dict[str, Any]:
             events, subjects, replay = await js_accounting(nc, up)
             s = Sample(t, rss_mb(up_pid), rss_mb(nats_pid), fds(up_pid), fds(nats_pid),
                        await varz_mem(http, up), events, subjects, replay,
-                       await memory_parts(http, up), w)  # fmt: skip
+                       await memory_parts(http, up), w, cpu_s(up_pid), cpu_s(nats_pid))  # fmt: skip
+            if samples and t > samples[-1].t:
+                dt = t - samples[-1].t
+                s.cpu_up_pct = 100 * (s.cpu_up - samples[-1].cpu_up) / dt
+                s.cpu_nats_pct = 100 * (s.cpu_nats - samples[-1].cpu_nats) / dt
             samples.append(s)
             print(row(s), flush=True)
 
