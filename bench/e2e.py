@@ -4,14 +4,15 @@ that learns its images from the event log, and real HTTP in between. The planner
 streamproc's own, at its default settings (the 30 s debounce window included).
 
 1. Feedser export → first ``rescan.delta`` on the Notify stream, 20 trials: a signed Feedser
-   webhook to the gateway → ``export.feedser`` → the planner → work queue → runner →
-   scanner → Notify. Each trial is an export on a *quiet* system: the first export of its
-   tenant and source in the last debounce window, which the planner plans at once (exports
-   arriving within the window after it would coalesce into the next run, 30 s later). The
-   trials rotate over 10 tenants (one Feedser source each), so each tenant is quiet again
-   when its turn comes. A trial re-publishes a real advisory (GHSA-cx63-2mw6-8hw5) that the
-   untimed reset run after the previous trial of the tenant had withdrawn, so the findings
-   of the tenant's images get worse every trial.
+   webhook with its DPoP-bound access token (the gateway's default modes) to the gateway →
+   ``export.feedser`` → the planner → work queue → runner → scanner → Notify. Each trial is
+   an export on a *quiet* system: the first export of its tenant and source in the last
+   debounce window, which the planner plans at once (exports arriving within the window
+   after it would coalesce into the next run, 30 s later). The trials rotate over 10 tenants
+   (one Feedser source each), so each tenant is quiet again when its turn comes. A trial
+   re-publishes a real advisory (GHSA-cx63-2mw6-8hw5) that the untimed reset run after the
+   previous trial of the tenant had withdrawn, so the findings of the tenant's images get
+   worse every trial.
 2. Nightly coverage: 50,000 images indexed, a run over all of them requested (as
    ``POST /run`` publishes it) on a schedule whose limits do not pace it; the planner plans
    it, one runner with 10 workers x 8 scanner calls in flight runs it against the scanner
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from nacl.signing import SigningKey
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -45,14 +47,17 @@ from streamproc.bus.connect import connect  # noqa: E402
 from streamproc.bus.fastclient import FastClient  # noqa: E402
 from streamproc.bus.publisher import Publisher  # noqa: E402
 from streamproc.bus.server import EmbeddedNats, free_port  # noqa: E402
+from streamproc.client.http import ApiClient  # noqa: E402
 from streamproc.events import payloads as p  # noqa: E402
 from streamproc.events.envelope import new_event  # noqa: E402
 from streamproc.events.payloads import export_ref  # noqa: E402
+from streamproc.gateway.tokens_cli import write_key_file  # noqa: E402
 from streamproc.ids import derive_id  # noqa: E402
 from streamproc.impact.purls import normalize_image_purls  # noqa: E402
 from streamproc.impact.sbom import read_sbom  # noqa: E402
 from streamproc.planner.changes import export_run_id  # noqa: E402
 from streamproc.scanner.feedser import post_export, signed_headers  # noqa: E402
+from streamproc.scanner.sender_auth import credentials  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 SECRET = "bench-feedser-secret-0123456789abcdef"
@@ -238,8 +243,12 @@ async def summary(nc: FastClient, prefix: str, tenant: str, run_id: str,
 async def export_latency(tmp: Path, nats_url: str, trials: int = 20) -> list[float]:
     prefix = "benche2e"
     config = tmp / "gateway.json"
+    issuer = tmp / "issuer.jwk"  # the Feedser's tokens: DPoP-bound, as the defaults require
+    doc = write_key_file(issuer, SigningKey.generate(), kid="bench", iss="https://authority.bench")
     config.write_text(json.dumps({
-        "required_modes": ["bearer"], "access_log": "off",
+        "access_log": "off",
+        "issuers": [{"issuer": "https://authority.bench", "tenants": TENANTS,
+                     "keys": [{"kid": "bench", "public_key": doc["x"]}]}],
         "webhooks": [{"name": f"feedser-{k}", "kind": "feedser", "tenants": [t],
                       "hmac_secrets": [SECRET]} for k, t in enumerate(TENANTS)],
     }))  # fmt: skip
@@ -267,7 +276,10 @@ async def export_latency(tmp: Path, nats_url: str, trials: int = 20) -> list[flo
                               lambda t=t: request_run(pub, t, f"baseline-{t}"), 120)  # fmt: skip
             advisory = (DATA / f"osv/{TRIAL_ADVISORY}.json").read_bytes()
             last: dict[str, float] = {}
-            async with aiohttp.ClientSession() as s:
+            creds = credentials(tmp, {"STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer),
+                                      "STREAMPROC_FEEDSER_TENANTS": ",".join(TENANTS)})  # fmt: skip
+            assert creds.key is not None and creds.tokens is not None
+            async with aiohttp.ClientSession() as s, ApiClient(creds.key, creds.tokens) as api:
                 for trial in range(trials):
                     k = trial % len(TENANTS)
                     tenant = TENANTS[k]
@@ -293,6 +305,7 @@ async def export_latency(tmp: Path, nats_url: str, trials: int = 20) -> list[flo
                         gateway, body,
                         lambda raw, d, k=k: signed_headers(raw, d, secret=SECRET,
                                                            source=f"feedser-{k}"),
+                        api=api, tenant=tenant,
                     )  # fmt: skip
                     assert status == 202, answer
                     await asyncio.wait_for(first, 60)

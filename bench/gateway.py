@@ -39,6 +39,8 @@ import uuid
 from pathlib import Path
 
 SECRET = "bench-hmac-secret"
+ISSUER_SEED = b"bench-issuer-key-seed-0123456789"[:32]
+"""The issuer of the sender's token (a bearer token: the bench server admits ``bearer``)."""
 HOOK = "/api/v1/scheduler/events/feedser-export"
 HERE = Path(__file__).resolve()
 CONNECTIONS = 32
@@ -48,9 +50,18 @@ MAX_SECONDS, RATE_SECONDS, RATE = 10, 10, 1000
 
 
 def make_requests(path: Path, n: int, tag: str) -> None:
-    """One signed delivery per line: timestamp, delivery id, signature, body (tab-separated)."""
+    """One signed delivery per line: timestamp, delivery id, signature, the sender's access
+    token, body (tab-separated)."""
+    from nacl.signing import SigningKey
+
+    from streamproc.gateway.tokens_cli import mint_token
+
     ts = str(int(time.time()))
     key = SECRET.encode()
+    token = mint_token(
+        SigningKey(ISSUER_SEED), {"kid": "bench", "iss": "https://authority.bench"},
+        tenant="bench", scope="scheduler.webhook", ttl=86_400,
+    )  # fmt: skip
     with path.open("w") as f:
         for i in range(n):
             body = json.dumps(
@@ -63,7 +74,7 @@ def make_requests(path: Path, n: int, tag: str) -> None:
                 separators=(",", ":"),
             )
             sig = hmac.new(key, ts.encode() + b"." + body.encode(), hashlib.sha256).hexdigest()
-            f.write(f"{ts}\t{tag}-{i}\tsha256={sig}\t{body}\n")
+            f.write(f"{ts}\t{tag}-{i}\tsha256={sig}\t{token}\t{body}\n")
 
 
 LUA = r"""
@@ -71,11 +82,12 @@ local reqs, n, i, pause = {}, 0, 0, nil
 function init(args)
   if args[3] then pause = tonumber(args[3]) end
   for line in io.lines(args[1]) do
-    local ts, d, sig, body = line:match("([^\t]+)\t([^\t]+)\t([^\t]+)\t(.*)")
+    local ts, d, sig, tok, body = line:match("([^\t]+)\t([^\t]+)\t([^\t]+)\t([^\t]+)\t(.*)")
     n = n + 1
     reqs[n] = wrk.format("POST", args[2], {
       ["Content-Type"] = "application/json", ["X-Scheduler-Timestamp"] = ts,
-      ["X-Scheduler-Delivery"] = d, ["X-Scheduler-Signature"] = sig}, body)
+      ["X-Scheduler-Delivery"] = d, ["X-Scheduler-Signature"] = sig,
+      ["Authorization"] = "Bearer " .. tok}, body)
   end
 end
 function delay()
@@ -96,17 +108,27 @@ def serve(args: argparse.Namespace) -> int:
     """The gateway role plus an empty route, in one process, until SIGTERM."""
     import uvloop
     from aiohttp import web
+    from nacl.signing import SigningKey
 
     from streamproc import roles
     from streamproc.app import System
     from streamproc.config import Settings
+    from streamproc.gateway.jwt import b64url
     from streamproc.gateway.role import make_mount
-    from streamproc.gateway.settings import GatewaySettings, WebhookSource
+    from streamproc.gateway.settings import GatewaySettings, Issuer, IssuerKey, WebhookSource
     from streamproc.reactor import RoleContext, RoleSpec
     from streamproc.readmodel import READ_MODEL
 
+    public = b64url(bytes(SigningKey(ISSUER_SEED).verify_key))
     gs = GatewaySettings(
         required_modes=["bearer"],
+        issuers=[
+            Issuer(
+                issuer="https://authority.bench",
+                tenants=["bench"],
+                keys=[IssuerKey(kid="bench", public_key=public)],
+            )
+        ],
         webhooks=[
             WebhookSource(name="feedser", kind="feedser", tenants=["bench"], hmac_secrets=[SECRET])
         ],
@@ -189,7 +211,7 @@ def load(args: argparse.Namespace) -> int:
     lines = Path(args.file).read_text().splitlines()
     reqs = []
     for line in lines:
-        ts, d, sig, body = line.split("\t", 3)
+        ts, d, sig, tok, body = line.split("\t", 4)
         reqs.append(
             (
                 body.encode(),
@@ -198,6 +220,7 @@ def load(args: argparse.Namespace) -> int:
                     "X-Scheduler-Timestamp": ts,
                     "X-Scheduler-Delivery": d,
                     "X-Scheduler-Signature": sig,
+                    "Authorization": f"Bearer {tok}",
                 },
             )
         )

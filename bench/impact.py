@@ -1,4 +1,5 @@
-"""ImpactIndex benchmark: a generated 50,000-image / 1,000,000-purl catalog.
+"""ImpactIndex benchmark: a generated 50,000-image / 1,000,000-purl catalog, then one four
+times larger (200,000 images / 4,000,000 purls, the same 400 purls per image) in the same run.
 
 Phases (each timed on its own; generation and SQLite loading are never counted as ingest):
 
@@ -18,12 +19,16 @@ Phases (each timed on its own; generation and SQLite loading are never counted a
 4. The ingest baseline, in its own process: the same events decoded by the same decoder
    into a plain in-memory dict of sets (purl and product key -> image numbers, contains and
    used), timed and RSS-sampled the same way.
+5. The larger catalog (``--scale``, default 200,000 images): phase 1 again in its own
+   process (rate, peak and steady RSS, the longest batch against the median one: a merge
+   that stalls the fold shows there), then its cold queries as in phase 2. Its rate is
+   compared with the first catalog's (``ingest_rate_200k_vs_50k``).
 
-Usage: ``python bench/impact.py [--images N] [--purls N] [--batch N] [--dir DIR]``; prints
-a table, then one line of JSON. ``--dir DIR --query-only`` runs phase 2 alone (in a fresh
-process, as above) on the state an earlier run left in ``DIR`` (the same ``--images`` and
-``--purls``), and prints its figures as one line of JSON: what a change to the query path
-needs, without a new ingest.
+Usage: ``python bench/impact.py [--images N] [--purls N] [--scale N] [--batch N] [--dir
+DIR]``; prints a table, then one line of JSON. ``--scale 0`` skips phase 5. ``--dir DIR
+--query-only`` runs phase 2 alone (in a fresh process, as above) on the state an earlier
+run left in ``DIR`` (the same ``--images`` and ``--purls``), and prints its figures as one
+line of JSON: what a change to the query path needs, without a new ingest.
 """
 
 from __future__ import annotations
@@ -172,12 +177,24 @@ def batches(images: int, size: int) -> list[tuple[int, int]]:
     return [(lo, min(images, lo + size)) for lo in range(0, images, size)]
 
 
-def producer(conn: Connection, images: int, purls: int, batch: int, db_path: str) -> None:
+def producer(conn: Connection, images: int, purls: int, batch: int, db_path: str | None) -> None:
     """Generate and encode the events (sent to the folding process batch by batch), and
-    load the same catalog into SQLite meanwhile: neither is part of the ingest timing."""
+    load the same catalog into SQLite meanwhile (unless ``db_path`` is None): neither is
+    part of the ingest timing."""
     import msgspec
 
     cat = Catalog(images, purls)
+    if db_path is None:
+        for lo, hi in batches(images, batch):
+            msgs = []
+            for n in range(lo, hi):
+                tenant, payload = cat.image(n)
+                ts = f"{1_700_000_000_000 + n}:0:b"
+                msgs.append(encode(new_event("image.indexed", tenant, payload, ts)))
+            conn.send_bytes(msgspec.msgpack.encode(msgs))
+        conn.send_bytes(msgspec.msgpack.encode([len(cat._names), 0.0]))
+        conn.close()
+        return
     db = sqlite3.connect(db_path)
     for pragma in ("journal_mode=OFF", "synchronous=OFF", "cache_size=-262144"):
         db.execute(f"PRAGMA {pragma}")
@@ -203,7 +220,9 @@ def producer(conn: Connection, images: int, purls: int, batch: int, db_path: str
     conn.close()
 
 
-def ingest(images: int, purls: int, batch: int, state: Path, db_path: Path) -> dict[str, float]:
+def ingest(
+    images: int, purls: int, batch: int, state: Path, db_path: Path | None
+) -> dict[str, float]:
     import multiprocessing as mp
 
     import msgspec
@@ -215,14 +234,18 @@ def ingest(images: int, purls: int, batch: int, state: Path, db_path: Path) -> d
 
     parent, child = mp.Pipe(duplex=False)
     proc = mp.get_context("fork").Process(
-        target=producer, args=(child, images, purls, batch, str(db_path)), daemon=True
+        target=producer,
+        args=(child, images, purls, batch, None if db_path is None else str(db_path)),
+        daemon=True,
     )
     proc.start()
     sampler = PeakRss().start()
     store = RocksStore(state)
-    folder = Folder(store, [ImpactProjection()], "impact")  # default cache bound
+    proj = ImpactProjection()  # default cache bound
+    folder = Folder(store, [proj], "impact")
     wall = cpu = 0.0
     seq = 0
+    times: list[float] = []
     for _, hi in batches(images, batch):
         events = msgspec.msgpack.decode(parent.recv_bytes(), type=list[bytes])
         msgs = [(seq + k + 1, "scheduler.events.image", data) for k, data in enumerate(events)]
@@ -233,6 +256,7 @@ def ingest(images: int, purls: int, batch: int, state: Path, db_path: Path) -> d
         dt, dc = time.perf_counter() - t, time.process_time() - c
         wall += dt
         cpu += dc
+        times.append(dt)
         if hi % 5000 < batch or hi == images:
             print(
                 f"  ingested {hi:,} images ({len(msgs) / dt:,.0f}/s at batch {len(msgs):,}), "
@@ -241,15 +265,20 @@ def ingest(images: int, purls: int, batch: int, state: Path, db_path: Path) -> d
                 flush=True,
             )
     peak = sampler.stop()
+    steady = rss_mb()
     distinct, build = msgspec.msgpack.decode(parent.recv_bytes())
     proc.join()
     store.close()
+    full = sorted(times[:-1] if len(times) > 1 else times)  # the last batch may be short
     return {
         "ingest_images_per_s": images / wall,
         "ingest_images_per_cpu_s": images / cpu,
         "ingest_batch": batch,
         "ingest_peak_rss_mb": peak,
-        "ingest_rss_mb": rss_mb(),
+        "ingest_rss_mb": steady,
+        "ingest_batch_median_s": full[len(full) // 2],
+        "ingest_batch_max_s": full[-1],
+        "cache_bound_mb": (proj.max_bytes or 0) / 2**20,
         "distinct_purls": distinct,
         "sqlite_index_build_s": build,
     }
@@ -283,7 +312,7 @@ def baseline(images: int, purls: int, batch: int) -> dict[str, float]:
 
 
 # -- phase 2: queries in a fresh process ------------------------------------------------------
-def reader(state: Path, images: int, purls: int) -> dict[str, float]:
+def reader(state: Path, images: int, purls: int, cold_only: bool = False) -> dict[str, float]:
     from pyroaring import BitMap
 
     from streamproc.impact.projection import ImpactProjection
@@ -311,6 +340,9 @@ def reader(state: Path, images: int, purls: int) -> dict[str, float]:
     out["resolve_10k_p95_cpu_ms_cold"] = p95(cold_cpu)  # the query thread's CPU time
     out["resolve_10k_median_cpu_ms_cold"] = sorted(cold_cpu)[len(cold_cpu) // 2]
     out["open_ms"] = p95(opens)
+    if cold_only:
+        out["rss_mb"] = rss_mb()
+        return out
 
     store = RocksStore(state)
     proj = ImpactProjection(warm_on_start=False)
@@ -373,6 +405,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, default=50_000)
     ap.add_argument("--purls", type=int, default=1_000_000)
+    ap.add_argument(
+        "--scale",
+        type=int,
+        default=200_000,
+        help="images of the second, larger catalog (its purls in proportion; 0: none)",
+    )
     ap.add_argument("--batch", type=int, help="events per batch (default: the projector's)")
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
     ap.add_argument(
@@ -381,11 +419,16 @@ def main() -> int:
         help="only the queries (phase 2), on the state an earlier run with --dir left there",
     )
     ap.add_argument("--reader", help=argparse.SUPPRESS)
+    ap.add_argument("--cold-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--ingest-only", help=argparse.SUPPRESS)
     ap.add_argument("--baseline", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.batch = args.batch or default_batch()
     if args.reader:
-        print(json.dumps(reader(Path(args.reader), args.images, args.purls)))
+        print(json.dumps(reader(Path(args.reader), args.images, args.purls, args.cold_only)))
+        return 0
+    if args.ingest_only:
+        print(json.dumps(ingest(args.images, args.purls, args.batch, Path(args.ingest_only), None)))
         return 0
     if args.baseline:
         print(json.dumps(baseline(args.images, args.purls, args.batch)))
@@ -410,6 +453,8 @@ def main() -> int:
         print("ingest baseline (dict of sets) in a fresh process ...", file=sys.stderr, flush=True)
         batch = ["--batch", str(args.batch)]
         res.update(child_json([sys.executable, __file__, "--baseline", *sizes, *batch]))
+        if args.scale:
+            res.update(scaled(args, work))
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
@@ -417,6 +462,10 @@ def main() -> int:
     res["sqlite_vs_index"] = res["sqlite_p95_ms"] / res["resolve_10k_p95_ms_hot"]
     res["ingest_vs_baseline"] = res["ingest_images_per_s"] / res["baseline_images_per_s"]
     res["seconds"] = time.perf_counter() - t0
+    if args.scale:
+        res["ingest_rate_200k_vs_50k"] = (
+            res["ingest_images_per_s_200k"] / res["ingest_images_per_s"]
+        )
     report(args, res)
     keys = [
         "resolve_10k_p95_ms_hot",
@@ -430,9 +479,43 @@ def main() -> int:
         "ingest_peak_rss_mb",
         "baseline_images_per_s",
         "ingest_vs_baseline",
+        "cache_bound_mb",
+        "ingest_batch_max_s",
     ]
+    if args.scale:
+        keys += [
+            "ingest_images_per_s_200k",
+            "ingest_rate_200k_vs_50k",
+            "ingest_peak_rss_mb_200k",
+            "ingest_rss_mb_200k",
+            "ingest_batch_max_s_200k",
+            "ingest_batch_median_s_200k",
+            "resolve_10k_p95_ms_cold_200k",
+        ]
     print(json.dumps({k: round(res[k], 2) for k in keys}))
     return 0
+
+
+def scaled(args: argparse.Namespace, work: Path) -> dict[str, float]:
+    """Phase 5: the larger catalog's ingest and cold queries, each in a fresh process."""
+    images = args.scale
+    purls = args.purls * images // args.images
+    state = work / "state-scaled"
+    shutil.rmtree(state, ignore_errors=True)
+    print(f"ingesting {images:,} images (the larger catalog) ...", file=sys.stderr, flush=True)
+    sizes = ["--images", str(images), "--purls", str(purls), "--batch", str(args.batch)]
+    got = child_json([sys.executable, __file__, "--ingest-only", str(state), *sizes])
+    print("cold queries on the larger catalog ...", file=sys.stderr, flush=True)
+    cold = child_json([sys.executable, __file__, "--reader", str(state), "--cold-only", *sizes])
+    if not args.dir:  # with --dir the larger catalog's state stays in DIR/state-scaled
+        shutil.rmtree(state, ignore_errors=True)
+    out = {f"{k}_200k": v for k, v in got.items() if k.startswith("ingest_")}
+    out["resolve_10k_p95_ms_cold_200k"] = cold["resolve_10k_p95_ms_cold"]
+    out["resolve_10k_p95_cpu_ms_cold_200k"] = cold["resolve_10k_p95_cpu_ms_cold"]
+    out["open_ms_200k"] = cold["open_ms"]
+    out["scale_images"] = images
+    out["scale_purls"] = got["distinct_purls"]
+    return out
 
 
 def query_only(args: argparse.Namespace) -> int:
@@ -449,8 +532,9 @@ def query_only(args: argparse.Namespace) -> int:
 
 
 def child_json(cmd: list[str]) -> dict[str, float]:
-    """Run a phase in a fresh process; its last stdout line is its JSON result."""
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    """Run a phase in a fresh process; its last stdout line is its JSON result (its
+    progress lines go to this process's stderr)."""
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -474,13 +558,33 @@ def report(args: argparse.Namespace, r: dict[str, float]) -> None:
         ("  dict-of-sets baseline", f"{r['baseline_images_per_s']:,.0f} images/s "
          f"(same events and decoder, in memory only)"),
         ("  index / baseline", f"{r['ingest_vs_baseline']:.2f}x"),
-        ("peak RSS during ingest", f"{r['ingest_peak_rss_mb']:,.0f} MB  (target <= 1024; "
+        ("peak RSS during ingest", f"{r['ingest_peak_rss_mb']:,.0f} MB, "
+         f"{r['ingest_rss_mb']:,.0f} MB after it  (cache bound {r['cache_bound_mb']:,.0f} MB; "
          f"baseline {r['baseline_peak_rss_mb']:,.0f} MB)"),
+        ("batch time, median / max", f"{r['ingest_batch_median_s']:.2f} / "
+         f"{r['ingest_batch_max_s']:.2f} s"),
         ("warm-up", f"{r['warm_s']:.1f} s, {r['warm_resident_groups']:,} groups, "
          f"{r['cached_mb']:,.0f} MB estimated"),
         ("RSS, index loaded", f"{r['rss_mb']:,.0f} MB  (target <= 1024)"),
-        ("benchmark wall time", f"{r['seconds']:.0f} s"),
     ]  # fmt: skip
+    if args.scale:
+        rows += [
+            (f"{int(r['scale_images']):,} images", f"{r['scale_purls']:,.0f} purls, "
+             f"{PER_IMAGE} purls/image"),
+            ("  ingest", f"{r['ingest_images_per_s_200k']:,.0f} images/s wall, "
+             f"{r['ingest_images_per_cpu_s_200k']:,.0f} per CPU-second"),
+            ("  rate vs the first catalog", f"{r['ingest_rate_200k_vs_50k']:.2f}x  "
+             "(target >= 0.8)"),
+            ("  peak RSS during ingest", f"{r['ingest_peak_rss_mb_200k']:,.0f} MB, "
+             f"{r['ingest_rss_mb_200k']:,.0f} MB after it  (target <= cache bound "
+             f"{r['cache_bound_mb']:,.0f} + 512 MB)"),
+            ("  batch time, median / max", f"{r['ingest_batch_median_s_200k']:.2f} / "
+             f"{r['ingest_batch_max_s_200k']:.2f} s"),
+            ("  resolve 10k keys, p95 cold", f"{r['resolve_10k_p95_ms_cold_200k']:.1f} ms  "
+             f"({r['resolve_10k_p95_cpu_ms_cold_200k']:.1f} ms CPU; opening "
+             f"{r['open_ms_200k']:.0f} ms; target < 300 ms)"),
+        ]  # fmt: skip
+    rows.append(("benchmark wall time", f"{r['seconds']:.0f} s"))
     width = max(len(k) for k, _ in rows)
     print(f"{'measure':<{width}}  value")
     print(f"{'-' * width}  {'-' * 40}")

@@ -118,7 +118,10 @@ class System:
         auth = NatsAuth.from_env() if s.nats_url else None  # the embedded server has none
         self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}", auth=auth)
         defs = streams.definitions(
-            s.prefix, streams.configured_replicas(), streams.configured_events_retention()
+            s.prefix,
+            streams.configured_replicas(),
+            streams.configured_events_retention(),
+            streams.configured_notify_retention(),
         )
         for r in await streams.apply(self.nc, defs):
             if r.action == "drift":

@@ -23,6 +23,7 @@ from streamproc.bus.session import CLUSTER_DIR
 from streamproc.bus.session import run as _run
 from streamproc.bus.session import with_nats as _with_nats
 from streamproc.cliargs import OPS_PORT_HELP
+from streamproc.client import cli as api_cli
 from streamproc.config import ConfigError
 from streamproc.configfile import activate
 from streamproc.configfile import cli as config_cli
@@ -31,12 +32,13 @@ from streamproc.events.schemas import render_catalog, write_all
 from streamproc.gateway import tokens_cli
 from streamproc.gateway.replay import default_bucket_definition
 from streamproc.impact.cli import register as register_index
-from streamproc.names import DEFAULT_PREFIX
+from streamproc.names import DEFAULT_PREFIX, stream_names
 from streamproc.notify import cli as notify_cli
 from streamproc.projection import Projection, describe_rejections
 from streamproc.replay import partial_warning, rebuild, swap_in
 from streamproc.roles import DEMO_ONLY, ROLES
 from streamproc.runner import cli as runner_cli
+from streamproc.runner.ratebucket import definition as rate_bucket_definition
 from streamproc.scanner import cli as scanner_cli
 from streamproc.signals import install_stop_signals
 from streamproc.state.digest import state_digest
@@ -91,10 +93,12 @@ def cmd_nats(args: argparse.Namespace) -> int:
 def cmd_streams_apply(args: argparse.Namespace) -> int:
     s = cliargs.settings(args)
     retention = streams.configured_events_retention()  # a bad setting fails before connecting
+    notify = streams.configured_notify_retention()
 
     async def apply(nc: Any) -> int:
         replicas = streams.configured_replicas() if args.replicas is None else args.replicas
-        results = await streams.apply(nc, streams.definitions(s.prefix, replicas, retention))
+        defs = streams.definitions(s.prefix, replicas, retention, notify)
+        results = await streams.apply(nc, defs)
         for r in results:
             print(f"{r.stream:<24} {r.action:<10} {r.describe()}")
         if any(r.action == "drift" for r in results):
@@ -115,10 +119,17 @@ def cmd_streams_export(args: argparse.Namespace) -> int:
 
     prefix = args.prefix or DEFAULT_PREFIX
     replay = default_bucket_definition(prefix, args.replicas)  # the gateways create it
-    for d in [*streams.definitions(prefix, args.replicas), replay]:
+    rates = rate_bucket_definition(prefix, args.replicas)  # the runners create it
+    for d in [*streams.definitions(prefix, args.replicas), replay, rates]:
         path = out / f"{d['name']}.json"
         path.write_text(json.dumps(d, indent=2) + "\n")
         print(path)
+    # The Notify stream's window consumer: `nats consumer add <stream> --config FILE`, made
+    # before the stream takes interest retention (streams apply does both).
+    window = streams.window_consumer()
+    path = out / f"{stream_names(prefix)[2]}.{window['durable_name']}.consumer.json"
+    path.write_text(json.dumps(window, indent=2) + "\n")
+    print(path)
     return 0
 
 
@@ -299,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_schemas)
 
     tokens_cli.register(sub)
+    api_cli.register(sub)  # `api`: one DPoP-signed call to the gateway
     register_audit(sub, cliargs.common)
 
     register_index(sub, cliargs.common)

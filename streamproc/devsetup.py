@@ -25,9 +25,11 @@ from nacl.signing import SigningKey
 
 from streamproc.client.settings import dpop_key
 from streamproc.config import ConfigError, Settings, environment, file_document
-from streamproc.gateway import jwt
+from streamproc.gateway.tokens_cli import write_key_file
 
 DEMO_TENANT = "demo"
+DEFAULT_DATA_DIR = Settings().data_dir
+DEFAULT_API_URL = f"http://{Settings().http_host}:{Settings().http_port}"
 DEV_ISSUER = "https://authority.dev.local"
 
 
@@ -77,19 +79,28 @@ def _write_private(path: Path, text: str) -> None:
 class DevAuth:
     issuer_key: Path | None
     config: Path | None
+    client_key: Path | None = None
+    """The DPoP key commands of ours sign with: the guide binds its tokens to it."""
+    data_dir: Path = DEFAULT_DATA_DIR
 
     def guide(self, http_url: str) -> str:
         if self.issuer_key is None:
             return "  -- gateway: as configured (config file or STREAMPROC_GATEWAY_CONFIG)"
-        api = f"{http_url}/api/v1/scheduler"
+        cli = cli_command()
+        # `streamproc api` signs with the data directory's DPoP key (DPoP-only gateways too)
+        # and calls the default address unless told otherwise.
+        client = self.client_key
+        where = "" if self.data_dir == DEFAULT_DATA_DIR else f" --data-dir {self.data_dir}"
+        if http_url != DEFAULT_API_URL:
+            where += f" --url {http_url}"
         return "\n".join(
             [
                 "",
                 f"  -- development auth (written to {self.config}):",
-                f"  TOKEN=$({cli_command()} token issue --key {self.issuer_key} \\",
-                f"      --tenant {DEMO_TENANT} --scope 'scheduler.admin')",
-                f'  curl -s -H "Authorization: Bearer $TOKEN" {api}/schedules',
-                f'  curl -s -H "Authorization: Bearer $TOKEN" {api}/runs',
+                f"  TOKEN=$({cli} token issue --key {self.issuer_key} \\",
+                f"      --tenant {DEMO_TENANT} --scope scheduler.admin --dpop-key {client})",
+                f'  {cli} api GET /schedules --token "$TOKEN"{where}',
+                f'  {cli} api GET /runs --token "$TOKEN"{where}',
                 f"  export STREAMPROC_FEEDSER_SECRET=$(cat {self._secret_path()})",
             ]
         )
@@ -108,10 +119,7 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
     secret_file = base / "feedser.secret"
     config = base / "gateway.json"
     if not key_file.exists():
-        key = SigningKey.generate()
-        public = jwt.okp_jwk(key.verify_key)
-        doc = {**public, "d": jwt.b64url(bytes(key)), "kid": uuid.uuid4().hex[:16]}
-        _write_private(key_file, json.dumps({**doc, "iss": DEV_ISSUER}, indent=2) + "\n")
+        write_key_file(key_file, SigningKey.generate(), kid=uuid.uuid4().hex[:16], iss=DEV_ISSUER)
     if not secret_file.exists():
         _write_private(secret_file, secrets.token_hex(32) + "\n")
     key_doc = json.loads(key_file.read_text())
@@ -134,9 +142,9 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
         ],
     }
     _write_private(config, json.dumps(gateway, indent=2) + "\n")
-    dpop_key(settings.data_dir)  # the client key the guide binds its tokens to
+    client = dpop_key(settings.data_dir).path
     os.environ["STREAMPROC_GATEWAY_CONFIG"] = str(config)
     env = environment()
     if "STREAMPROC_FEEDSER_SECRET" not in env:
         os.environ["STREAMPROC_FEEDSER_SECRET"] = secret_file.read_text().strip()
-    return DevAuth(key_file, config)
+    return DevAuth(key_file, config, client, settings.data_dir)

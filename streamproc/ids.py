@@ -48,6 +48,12 @@ def derive_id(*parts: str | int) -> str:
     return h.hexdigest()[:40]
 
 
+def spill_run_id(root_run_id: str, offset: int) -> str:
+    """The continuation that plans a run's surplus from image ``offset`` of its cause (the
+    planner requests it; the read model expects it, to tell the backlog)."""
+    return derive_id(root_run_id, "spill", offset)
+
+
 def uuid7() -> str:
     """RFC 9562 UUIDv7: time-ordered, for events that have no cause to derive from."""
     ms = time.time_ns() // 1_000_000

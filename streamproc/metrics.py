@@ -122,7 +122,15 @@ PLANNER_BACKLOG = Gauge(
     ["tenant"],
 )
 PLANNER_ERRORS = Counter(
-    "scheduler_planner_errors", "Plans or ticks that failed to publish, by reason", ["reason"]
+    "scheduler_planner_errors",
+    "Plans, ticks or SBOM retention passes that failed, by reason",
+    ["reason"],
+)
+SBOMS_DELETED = Counter(
+    "scheduler_sboms_deleted",
+    "SBOMs the retention deleted from the SBOM store: `released` (no image uses it any more) "
+    "or `unreferenced` (stored, but no indexed image ever named it)",
+    ["reason"],
 )
 PLANNER_RECOVERY_FAILING = Gauge(
     "scheduler_planner_recovery_failing",
@@ -145,9 +153,16 @@ DELTA_IMAGES = Counter(
 )
 RATE_LIMITED = Counter(
     "scheduler_rate_limited",
-    "Scanner calls backed off and retried (429|5xx|timeout|connection), or held back by a pacing "
-    "bucket (tenant_bucket|registry_bucket), by reason",
+    "Scanner calls backed off and retried (429|5xx|timeout|connection), or held back by a shared "
+    "leaky bucket (run_rate|tenant_bucket|registry_bucket) or waiting for the buckets to answer "
+    "(bucket_unavailable), by reason",
     ["reason"],
+)
+RATE_BUCKET_CALLS = Counter(
+    "scheduler_rate_bucket_calls",
+    "Requests to the shared rate buckets in JetStream KV, by outcome (granted: tokens taken|"
+    "conflict: another runner wrote first|read|clock: server time measured|error)",
+    ["outcome"],
 )
 SEGMENTS = Counter(
     "scheduler_runner_segments",
@@ -158,6 +173,13 @@ SEGMENTS_DEAD_LETTERED = Counter(
     "scheduler_segments_dead_lettered",
     "Segments that exhausted max_deliver and were recorded as segment.failed(deadLettered)",
     ["tenant"],
+)
+RUNNER_ERRORS = Counter(
+    "scheduler_runner_errors",
+    "Scanner tool calls that gave no usable answer, by reason (missing_tool|timeout|"
+    "exit_status|unparseable_output|sbom_missing); each is retried, and an image whose "
+    "retries run out gets a failed verdict naming the reason",
+    ["reason"],
 )
 VERDICTS = Counter("scheduler_verdicts", "Verdicts recorded by runners", ["status"])
 SCANNER_CALL_SECONDS = Histogram(
@@ -175,10 +197,20 @@ for _metric in (IMPACT_RESOLVE_SECONDS, PLAN_SECONDS, IMAGES_SELECTED, JOBS_ENQU
     _preset(_metric, *MODES)
 _preset(CRON_TICKS, "fired", "late", "skipped")
 _preset(PLANNER_ERRORS, "publish", "recovery", "unrecoverable_segments", "cron_publish")
+_preset(PLANNER_ERRORS, "sbom_retention")
+_preset(SBOMS_DELETED, "released", "unreferenced")
 _preset(DELTA_IMAGES, "kev", "critical", "high", "other")
-_preset(RATE_LIMITED, "429", "5xx", "timeout", "connection", "tenant_bucket", "registry_bucket")
+_preset(
+    RATE_LIMITED,
+    *("429", "5xx", "timeout", "connection"),
+    *("run_rate", "tenant_bucket", "registry_bucket", "bucket_unavailable"),
+)
+_preset(RATE_BUCKET_CALLS, "granted", "conflict", "read", "clock", "error")
 _preset(SEGMENTS, "completed", "cancelled", "retried", "dead_lettered", "invalid")
 _preset(VERDICTS, "ok", "failed")
+_preset(
+    RUNNER_ERRORS, "missing_tool", "timeout", "exit_status", "unparseable_output", "sbom_missing"
+)
 _preset(NOTIFY_MESSAGES, "rescan.delta", "report.ready")
 
 # ---------------------------------------------------------------- active/standby leases

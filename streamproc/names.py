@@ -85,6 +85,18 @@ def projector_consumer(role: str, *where: str) -> str:
 NOTIFY_TAIL: Final = "notify-tail"
 """The default durable consumer (and HTTP checkpoint) of ``streamproc notify tail``."""
 
+NOTIFY_WINDOW: Final = "notify-window"
+"""The Notify stream's delivery window: a durable consumer that holds every message until it
+is older than ``notify.max_age_s`` (the stream keeps messages while a consumer needs them)."""
+
+
+def feed_hold_consumer(tenant: str, kind: str) -> str:
+    """``feed-<kind>-<tenant>``: the durable consumer by which an HTTP feed registration holds
+    its tenant's messages of one kind until it reports them (one of three fixed kinds leads,
+    so the name is unique)."""
+    return f"feed-{kind.replace('.', '-')}-{tenant}"
+
+
 # ---------------------------------------------------------------- KV buckets
 
 
@@ -101,6 +113,16 @@ def lease_bucket(prefix: str) -> str:
 def status_bucket(prefix: str) -> str:
     """Role heartbeats for ``streamproc status``."""
     return f"{prefix}_status"
+
+
+def rate_bucket(prefix: str) -> str:
+    """The runners' shared leaky buckets (per run, tenant and registry host)."""
+    return f"{prefix.replace('.', '_')}_rates"
+
+
+def sbom_bucket(prefix: str) -> str:
+    """The object store holding every indexed SBOM as sent, by ``sha256:<hex>``."""
+    return f"{prefix.replace('.', '_')}_sboms"
 
 
 def feed_bucket(prefix: str) -> str:
@@ -148,11 +170,17 @@ RUNNER_OPEN_CF: Final = "runner_open"
 """Runs not yet completed or cancelled: what the runner's completion reactor looks at."""
 RUNNER_SUMMARY_IMAGES_CF: Final = "runner_summary_images"
 RUNNER_EXPORTS_CF: Final = "runner_exports"
+RUNNER_SBOMS_CF: Final = "runner_sboms"
+"""(tenant, digest) → the SBOM store name the image was indexed with (the tool backends)."""
+SBOM_REFS_CF: Final = "sbom_refs"
+"""The planner's count of images using each stored SBOM, and the SBOMs no image uses (their
+retention)."""
 
 PL_SCHEDULES_CF: Final = PL_SCHEDULES
 PL_RUNS_CF: Final = PL_RUNS
 PL_BACKLOG_CF: Final = "pl_backlog"
 PL_REPORTS_CF: Final = PL_REPORTS
+PL_FINDINGS_CF: Final = "pl_findings"
 PL_EXPORTS_CF: Final = PL_EXPORTS
 PL_CLAIMS_CF: Final = "pl_claims"
 PL_CURSORS_CF: Final = "pl_cursors"
@@ -176,6 +204,7 @@ RM_RUN_EXPORTS_CF: Final = "rm_run_exports"
 """Every export a run covers, in order: what ``GET /runs/{id}/exports`` pages through."""
 RM_CURSORS_CF: Final = "rm_cursors"
 """``impact_cursors``: per tenant, the latest export of each source a planned run covers."""
+RM_BACKLOG_CF: Final = "rm_backlog"
 
 # ---------------------------------------------------------------- HTTP API
 
@@ -194,3 +223,5 @@ READ_SCOPE: Final = "scheduler.read"
 ADMIN_SCOPE: Final = "scheduler.admin"
 IMAGES_WRITE_SCOPE: Final = "scheduler.images.write"
 """Ingest only: index and remove images (CI pipelines, scanners); reads need READ."""
+WEBHOOK_SCOPE: Final = "scheduler.webhook"
+"""Deliver Feedser/Vexer exports to the webhooks, and nothing else (admin implies it)."""

@@ -11,21 +11,30 @@ question that does not decode or names no valid tenant (:func:`read_query`, 400)
 
 from __future__ import annotations
 
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
 
 from streamproc.audit.verify import ChainReport as ChainVerification
 from streamproc.bus.services import ServiceFailure
-from streamproc.events.payloads import MAX_KEYS, Selection, Str
+from streamproc.events.payloads import (
+    MAX_KEYS,
+    FeedserExportBody,
+    Selection,
+    SourceName,
+    Str,
+    VexerExportBody,
+)
 from streamproc.ids import InvalidTenant, validate_tenant
 
 __all__ = [
     "ChainVerification",
+    "ExportAt",
     "PreviewQuery",
     "PreviewRequest",
     "PreviewResult",
+    "PreviewedExport",
     "VerifyQuery",
     "read_query",
 ]
@@ -37,16 +46,39 @@ VERIFY = "verify"
 
 
 class PreviewRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
-    """Change keys (product keys or purls) and/or a selection; no keys = the whole selection."""
+    """What to preview: change keys (product keys or purls), or a Feedser/Vexer export — one
+    recorded before (``exportId``, with ``source`` when several sources sent that id) or
+    its body (``feedserExport``/``vexerExport``) — within ``selection``; with none of
+    them, the whole selection."""
 
     product_keys: Annotated[list[Str], Meta(max_length=MAX_KEYS)] = []
     selection: Selection = msgspec.field(default_factory=Selection)
     usage_only: bool = True
     sample_size: Annotated[int, Meta(ge=0, le=100)] = 10
+    export_id: Str | None = None
+    """A Feedser or Vexer export recorded for the caller's tenant: its latest revision."""
+    source: SourceName | None = None
+    """The webhook source that sent ``exportId`` (needed when several did)."""
+    feedser_export: FeedserExportBody | None = None
+    """A Feedser export's body, as its webhook takes it (previewed, not recorded)."""
+    vexer_export: VexerExportBody | None = None
+    """A Vexer export's body, as its webhook takes it (previewed, not recorded)."""
+
+
+class PreviewedExport(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    """Which export a preview was of."""
+
+    kind: Literal["feedser", "vexer"]
+    export_id: str
+    source: str | None = None
+    """The source that sent it (a recorded export)."""
+    revision: int | None = None
+    """Its latest revision (a recorded export)."""
 
 
 class PreviewResult(msgspec.Struct, kw_only=True, rename="camel"):
     count: int
+    """Candidate images: those the change keys hit within the selection."""
     sample: list[str]
     unmatched: list[str]
     """Keys that match no image of the tenant (at most 100 shown)."""
@@ -54,11 +86,36 @@ class PreviewResult(msgspec.Struct, kw_only=True, rename="camel"):
     usage_unknown: int = 0
     """How many of the ``count`` images have no usage data: they count as using every
     component they contain, also with ``usageOnly``."""
+    export: PreviewedExport | None = None
+    projected_deltas: int | None = None
+    """(An export's preview.) Images whose verdict its advisories would make worse — a new
+    critical or high finding, or a new KEV one — judged against each image's last verdict
+    (docs/api.md, "Preview", says how, and what it can get wrong)."""
+    projected_kev: int | None = None
+    """How many of ``projectedDeltas`` would carry a KEV finding."""
+    unassessed: int | None = None
+    """Candidates the export names no severity or KEV status for (a bare changed key, a VEX
+    claim on a vulnerability no Feedser export described): not counted either way."""
+    projected_from: int | None = None
+    """How many candidates the projection read the last verdict of: all of them, or an
+    even sample of a large set, whose counts are scaled up."""
+
+
+class ExportAt(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A recorded export's latest revision, where the event log holds it."""
+
+    kind: Literal["feedser", "vexer"]
+    seq: int
+    export_id: str
+    source: str | None = None
+    revision: int = 1
 
 
 class PreviewQuery(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tenant: str
     request: PreviewRequest
+    export_at: ExportAt | None = None
+    """The export ``request.exportId`` names, found by the gateway in its read model."""
 
 
 class VerifyQuery(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

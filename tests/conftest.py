@@ -59,7 +59,7 @@ async def stream_names(nc: FastClient, prefix: str) -> AsyncIterator[tuple[str, 
     await streams.apply(nc, streams.definitions(prefix))
     names = streams.stream_names(prefix)
     yield names
-    for name in names:
+    for name in [d["name"] for d in streams.definitions(prefix)]:
         with contextlib.suppress(jsapi.JsApiError):
             await jsapi.request(nc, f"STREAM.DELETE.{name}")
 

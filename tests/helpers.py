@@ -63,14 +63,28 @@ async def eventually(
         await asyncio.sleep(every)
 
 
-def mint_token(key_file: Path, scope: str = "scheduler.admin") -> str:
+def most_in_a_window(times: list[float], w: float) -> int:
+    """The most of ``times`` in any window ``[t - w, t]`` (one ending at each time)."""
+    ts = sorted(times)
+    j = best = 0
+    for i, t in enumerate(ts):
+        while ts[j] < t - w:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+def mint_token(key_file: Path, scope: str = "scheduler.admin", *, jkt: str | None = None) -> str:
     """A development token for tenant ``demo``, by the documented command, as an operator
-    would run it."""
+    would run it; with ``jkt``, bound to that DPoP key (``--jkt=``: a thumbprint may start
+    with ``-``)."""
     cli = Path(sys.executable).with_name("streamproc")
+    bind = [f"--jkt={jkt}"] if jkt else []
     out = subprocess.run(
-        [str(cli), "token", "issue", "--key", str(key_file), "--tenant", "demo", "--scope", scope],
+        [str(cli), "token", "issue", "--key", str(key_file), "--tenant", "demo", "--scope", scope,
+         *bind],
         check=True,
         capture_output=True,
         text=True,
-    )
+    )  # fmt: skip
     return out.stdout.strip()

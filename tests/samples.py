@@ -59,6 +59,8 @@ def sample_payload(kind: str, i: int) -> p.Payload:
         )
     if kind == "image.removed":
         return p.ImageRemoved(digest=digest(i % 500))
+    if kind == "sbom.deleted":
+        return p.SbomDeleted(sbom=digest(i), released_by=f"e{i}")
     if kind == "run.requested":
         return p.RunRequested(run_id=run, trigger="manual")
     if kind == "run.planned":

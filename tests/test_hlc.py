@@ -232,6 +232,31 @@ def test_remote_too_far_ahead_is_refused_counted_and_not_merged():
     assert clock.now().physical == BASE
 
 
+def test_the_offset_gauge_follows_a_remote_clock_ahead():
+    """``hlc_physical_offset_seconds`` is the HLC's lead over the wall clock: a remote clock
+    ahead (within the bound) pulls it forward, and it falls back once the wall catches up;
+    ``hlc_ticks_total`` counts every timestamp issued."""
+    from prometheus_client import REGISTRY
+
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name) or 0.0
+
+    wall = FakeWall(BASE)
+    clock = HybridLogicalClock("n", max_clock_skew_ms=SKEW, wall=wall)
+    ticks = sample("hlc_ticks_total")
+    clock.now()
+    assert sample("hlc_physical_offset_seconds") == 0.0
+    clock.receive(Timestamp(BASE + 2_000, 7, "ahead"))
+    assert sample("hlc_physical_offset_seconds") == 2.0
+    wall.value = BASE + 500
+    assert clock.now() == Timestamp(BASE + 2_000, 9, "n")
+    assert sample("hlc_physical_offset_seconds") == 1.5
+    wall.value = BASE + 2_500
+    clock.now()
+    assert sample("hlc_physical_offset_seconds") == 0.0
+    assert sample("hlc_ticks_total") == ticks + 4
+
+
 def test_check_skew_refuses_and_counts_without_merging():
     wall = FakeWall(BASE)
     clock = HybridLogicalClock("n", max_clock_skew_ms=SKEW, wall=wall)

@@ -40,6 +40,7 @@ def payload(kind: str, run: str = RUN, segment: str = SEGMENT) -> p.Payload:
             digest=digest(1), registry="r.local", repository="team/app"
         ),
         "image.removed": lambda: p.ImageRemoved(digest=digest(1)),
+        "sbom.deleted": lambda: p.SbomDeleted(sbom=digest(1), released_by="e0"),
         "run.requested": lambda: p.RunRequested(
             run_id=run,
             trigger="cron",
@@ -95,6 +96,7 @@ UNKNOWN_REASON = {
     **{k: "unknown_schedule" for k in KINDS if k.startswith("schedule.")},
     **{k: "unknown_run" for k in KINDS if k.split(".")[0] in ("run", "segment", "verdict")},
     "image.removed": "image_not_indexed",
+    "sbom.deleted": "sbom_not_released",
     "audit.snapshot": "snapshot_beyond_head",
 }
 """The reason an update of an unknown entity is rejected with, by kind."""

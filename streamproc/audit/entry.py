@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -55,7 +55,7 @@ CONTROL_PLANE: Final[frozenset[str]] = frozenset(
 """Control-plane kinds: their action is the event kind itself."""
 
 CHAINED_KINDS: Final[frozenset[str]] = frozenset(LIFECYCLE) | CONTROL_PLANE
-"""Every kind that becomes a chain entry. ``image.*`` and ``export.*`` do not; an
+"""Every kind that becomes a chain entry. ``image.*``, ``sbom.*`` and ``export.*`` do not; an
 ``audit.snapshot`` is recorded as a snapshot, never as an entry."""
 
 PAYLOAD_DIGEST_DOMAIN: Final = b"streamproc.audit.entry.v1"
@@ -147,16 +147,35 @@ _STATIC_ACTION: Final[dict[str, str]] = {
 
 def chain_payload(event: Envelope) -> object:
     """The payload as the chain hashes it: in its kind's ``chain_form`` (an older schema's
-    names), so a renamed field never changes a link — of an entry chained before the rename,
-    when a log is replayed or a bundle's chain head checked, or of one chained after it."""
+    names), and without the fields added since while they are null (``chain_omits``), so a
+    renamed or added field never changes a link — of an entry chained before it, when a log
+    is replayed or a bundle's chain head checked, or of one chained after it."""
     spec = KINDS[event.kind]
     form = spec.chain_form
-    if form is None or form == spec.version:
+    renamed = form is not None and form != spec.version
+    if not renamed and not spec.chain_omits:
         return event.payload
     doc = msgspec.to_builtins(event.payload)
-    for version in range(spec.version - 1, form - 1, -1):
-        doc = spec.downcasters[version](doc)
+    if renamed:
+        assert form is not None
+        for version in range(spec.version - 1, form - 1, -1):
+            doc = spec.downcasters[version](doc)
+    for path in spec.chain_omits:
+        _omit_null(doc, path)
     return doc
+
+
+def _omit_null(doc: dict[str, Any], path: str) -> None:
+    """Drop the field ``path`` names (``a``, or ``list[].a`` in each item) where it is null:
+    a field added after its kind was first chained is not in the form old entries hashed."""
+    head, dot, rest = path.partition("[].")
+    if not dot:
+        if doc.get(path, 0) is None:
+            del doc[path]
+        return
+    for item in doc.get(head) or ():
+        if isinstance(item, dict):
+            _omit_null(item, rest)
 
 
 def make_entry(event: Envelope, position: int, prev: str | None) -> Entry:

@@ -23,6 +23,8 @@ T = TypeVar("T")
 API = "$JS.API"
 STREAM_NOT_FOUND = 10059
 CONSUMER_NOT_FOUND = 10014
+STREAM_NAME_IN_USE = 10058
+"""``STREAM.CREATE`` of a name that exists with another configuration."""
 NO_MESSAGE = 10037
 """``STREAM.MSG.GET`` of a sequence the stream does not hold."""
 
@@ -52,6 +54,10 @@ class StreamState(msgspec.Struct):
     first_seq: int = 0
     last_seq: int = 0
     consumer_count: int = 0
+    first_ts: str = ""
+    """Time of the first message held (``0001-01-01T00:00:00Z`` when none)."""
+    last_ts: str = ""
+    """Time of the last message stored, held or not."""
 
 
 class StreamPeer(msgspec.Struct):

@@ -1,27 +1,41 @@
 """The three streams of the design, as code and as operator JSON, applied idempotently.
 
-``apply`` creates what is missing, updates what JetStream lets us change, and reports as
-drift what it cannot (retention, storage, turning deny flags off) instead of failing silently.
+``apply`` creates what is missing, updates what JetStream lets us change (retention between
+limits and interest included: the Notify stream of an older version switches in place, its
+window consumer added first), and reports as drift what it cannot (to or from a work queue,
+storage, turning deny flags off) instead of failing silently.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from nats.aio.client import Client
 
-from streamproc.bus import jsapi
+from streamproc.bus import jsapi, objects
 from streamproc.bus.cluster import cluster_size
 from streamproc.config import ConfigError, environment
 from streamproc.ids import ascii_int
-from streamproc.names import DEFAULT_PREFIX, EVENTS, NOTIFY, WORK, all_of, stream_names
+from streamproc.names import (
+    DEFAULT_PREFIX,
+    EVENTS,
+    NOTIFY,
+    NOTIFY_WINDOW,
+    WORK,
+    all_of,
+    sbom_bucket,
+    stream_names,
+)
 
 NS = 1_000_000_000
 HOUR = 3600 * NS
 IMMUTABLE = ("name", "retention", "storage")
+RETENTION_IN_PLACE = frozenset({"limits", "interest"})
+"""Retention JetStream changes in place between these two (never to or from workqueue)."""
 ONE_WAY = ("deny_delete", "deny_purge")
 """Flags that can be switched on after creation but never off."""
 
@@ -68,12 +82,74 @@ def configured_events_retention() -> EventsRetention:
     return EventsRetention(*values)
 
 
+NOTIFY_MAX_AGE_ENV = "STREAMPROC_NOTIFY_MAX_AGE_S"
+NOTIFY_MAX_RETENTION_ENV = "STREAMPROC_NOTIFY_MAX_RETENTION_S"
+MIN_NOTIFY_AGE_S = 10
+
+
+@dataclass(frozen=True)
+class NotifyRetention:
+    """How long the Notify stream keeps a message.
+
+    ``max_age_s`` is the delivery window everyone gets: the window consumer
+    (:data:`~streamproc.names.NOTIFY_WINDOW`) holds each message that long. A registered HTTP
+    feed consumer holds its own tenant and kind's messages beyond it until it reports them,
+    at most ``max_retention_s`` — the stream's ``max_age``: the stream has interest retention,
+    so a message goes once no consumer holds it any more."""
+
+    max_age_s: int = 86_400
+    max_retention_s: int = 7 * 86_400
+
+    def __post_init__(self) -> None:
+        if self.max_age_s < MIN_NOTIFY_AGE_S:
+            raise ConfigError(
+                f"{NOTIFY_MAX_AGE_ENV}={self.max_age_s}: at least {MIN_NOTIFY_AGE_S} seconds"
+            )
+        if self.max_retention_s < self.max_age_s:
+            raise ConfigError(
+                f"{NOTIFY_MAX_RETENTION_ENV}={self.max_retention_s}: at least the delivery "
+                f"window, {NOTIFY_MAX_AGE_ENV}"
+            )
+
+
+def configured_notify_retention(env: Mapping[str, str] | None = None) -> NotifyRetention:
+    """``STREAMPROC_NOTIFY_MAX_AGE_S`` and ``STREAMPROC_NOTIFY_MAX_RETENTION_S``."""
+    env = environment() if env is None else env
+    values = []
+    for var, default in (
+        (NOTIFY_MAX_AGE_ENV, NotifyRetention.max_age_s),
+        (NOTIFY_MAX_RETENTION_ENV, NotifyRetention.max_retention_s),
+    ):
+        raw = (env.get(var) or str(default)).strip()
+        value = ascii_int(raw)
+        if value is None:
+            raise ConfigError(f"{var}={raw!r}: a whole number of seconds")
+        values.append(value)
+    return NotifyRetention(*values)
+
+
+def window_consumer() -> dict[str, Any]:
+    """The Notify stream's delivery window (a durable consumer nobody pulls from: the
+    gateways move it along, :mod:`streamproc.notify.retention`)."""
+    return {
+        "durable_name": NOTIFY_WINDOW,
+        "description": "Holds every Notify message for notify.max_age_s (the delivery window)",
+        "ack_policy": "explicit",
+        "deliver_policy": "all",
+    }
+
+
 def definitions(
-    prefix: str = DEFAULT_PREFIX, replicas: int = 1, events_retention: EventsRetention | None = None
+    prefix: str = DEFAULT_PREFIX,
+    replicas: int = 1,
+    events_retention: EventsRetention | None = None,
+    notify_retention: NotifyRetention | None = None,
 ) -> list[dict[str, Any]]:
-    """Stream configs in the JetStream API's JSON form (durations in nanoseconds)."""
+    """Stream configs in the JetStream API's JSON form (durations in nanoseconds): the three
+    streams and the SBOM store's bucket (an object store is a stream too, replicated alike)."""
     events, work, notify = stream_names(prefix)
     limits = (events_retention or EventsRetention()).config()
+    held = (notify_retention or NotifyRetention()).max_retention_s * NS
     return [
         {
             "name": events,
@@ -115,19 +191,24 @@ def definitions(
             "name": notify,
             "description": "What Notify consumes: rescan.delta, report.ready, run.summary",
             "subjects": [all_of(prefix, NOTIFY)],
-            "retention": "limits",
+            "retention": "interest",
             "storage": "file",
             "num_replicas": replicas,
             "max_msgs": -1,
             "max_bytes": -1,
-            "max_age": 24 * HOUR,
+            "max_age": held,
             "max_msg_size": 8 * 1024 * 1024,
             "discard": "old",
-            "duplicate_window": HOUR,
+            "duplicate_window": min(HOUR, held),
             "deny_delete": False,
             "deny_purge": False,
             "allow_direct": True,
         },
+        objects.definition(
+            sbom_bucket(prefix),
+            replicas,
+            "Every indexed SBOM as it was sent, by sha256 (a JetStream object store)",
+        ),
     ]
 
 
@@ -154,7 +235,8 @@ def diff(have: dict[str, Any], want: dict[str, Any]) -> tuple[dict[str, Any], di
             continue
         if current == v:
             continue
-        if k in IMMUTABLE or (k in ONE_WAY and current and not v):
+        in_place = k == "retention" and {current, v} <= RETENTION_IN_PLACE
+        if (k in IMMUTABLE and not in_place) or (k in ONE_WAY and current and not v):
             drift[k] = (current, v)
         else:
             changed[k] = (current, v)
@@ -199,6 +281,13 @@ async def _request_retried(nc: Client, subject: str, body: dict[str, Any]) -> No
     await jsapi.with_retries(lambda: jsapi.request(nc, subject, body), APPLY_RETRY_S)
 
 
+async def _ensure_window(nc: Client, stream: str) -> None:
+    """The window consumer of an interest stream (``CONSUMER.CREATE`` of an existing one
+    with the same config changes nothing)."""
+    config = window_consumer()
+    await jsapi.with_retries(partial(jsapi.create_consumer, nc, stream, config), APPLY_RETRY_S)
+
+
 async def apply(nc: Client, configs: list[dict[str, Any]]) -> list[ApplyResult]:
     """Create or update each stream. ``num_replicas`` 0 means auto: a new stream gets
     :func:`detected_replicas`; an existing one keeps its count or grows to it, never
@@ -214,11 +303,30 @@ async def apply(nc: Client, configs: list[dict[str, Any]]) -> list[ApplyResult]:
                 detected = await detected_replicas(nc)
             have = int(info.config.get("num_replicas") or 1) if info is not None else 0
             want = {**want, "num_replicas": max(have, detected)}
+        interest = want.get("retention") == "interest"
         if info is None:
-            await _request_retried(nc, f"STREAM.CREATE.{name}", want)
-            results.append(ApplyResult(name, "created"))
-            continue
+            # An interest stream drops what no consumer holds: it is made as limits, its
+            # window consumer added, and only then switched, so no publish meets it bare.
+            first = {**want, "retention": "limits"} if interest else want
+            try:
+                await _request_retried(nc, f"STREAM.CREATE.{name}", first)
+            except jsapi.JsApiError as exc:
+                if exc.err_code != jsapi.STREAM_NAME_IN_USE:
+                    raise
+                # Another process made it meanwhile (and may have switched it already):
+                # update it like any stream that exists.
+                info = await jsapi.with_retries(partial(jsapi.stream_info, nc, name), APPLY_RETRY_S)
+                if info is None:
+                    raise
+            else:
+                if interest:
+                    await _ensure_window(nc, name)
+                    await _request_retried(nc, f"STREAM.UPDATE.{name}", want)
+                results.append(ApplyResult(name, "created"))
+                continue
         changed, drift = diff(info.config, want)
+        if interest and "retention" not in drift:
+            await _ensure_window(nc, name)  # before the switch, and back if it was deleted
         if changed:
             update = dict(info.config)
             update.update({k: v for k, (_, v) in changed.items()})

@@ -48,12 +48,12 @@ def _check_binding(token: str, key: DpopKey, where: str) -> dict[str, Any]:
     if claims and jkt is None:
         raise TokenRefused(
             f"{where} is not DPoP-bound (no cnf.jkt): this client presents only tokens bound "
-            f"to its key {key.jkt} ({key.path}); mint one with --jkt {key.jkt}"
+            f"to its key {key.jkt} ({key.path}); mint one with --jkt={key.jkt}"
         )
     if jkt is not None and jkt != key.jkt:
         raise TokenRefused(
             f"{where} is bound to the key {jkt}, not to this client's key {key.jkt} "
-            f"({key.path}); mint one with --jkt {key.jkt}"
+            f"({key.path}); mint one with --jkt={key.jkt}"
         )
     return claims
 

@@ -1,5 +1,6 @@
 """``config check``'s second half: every capability's own validation (core settings, planner,
-runner, auditor, signing and trusted keys, gateway sources and issuers, NATS credentials) run
+runner, auditor, signing and trusted keys, gateway sources and issuers, NATS credentials, the
+Notify stream, feed and HTTP consumer) run
 against the merged settings, each failure attributed to the key that causes it."""
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import msgspec
 from streamproc import config, tracing
 from streamproc.audit import settings as audit_settings
 from streamproc.audit import signing
+from streamproc.bus import streams
 from streamproc.bus.connect import AUTH_ENV, NatsAuth
+from streamproc.client import settings as client_settings
 from streamproc.configfile.loader import Problem
 from streamproc.configfile.registry import BY_ENV, BY_PATH, KEYS
 from streamproc.configfile.values import ValueProblem, from_env
@@ -27,6 +30,7 @@ from streamproc.gateway.settings import GatewaySettings
 from streamproc.gateway.tls import server_context
 from streamproc.gateway.webhooks import Source
 from streamproc.lease import ENV_TTL, lease_ttl
+from streamproc.notify import feed_consumer, registrations
 from streamproc.planner import settings as planner_settings
 from streamproc.readmodel.retention import ENV as RETENTION_ENV
 from streamproc.readmodel.retention import retention_days
@@ -136,6 +140,32 @@ def check_operations(env: Env) -> list[Problem]:
     return out
 
 
+def check_notify(env: Env) -> list[Problem]:
+    """The Notify stream's retention, the feed's registrations, the HTTP consumer and the
+    client's token endpoint, by their own readers."""
+    out = attribute(
+        "notify", streams.configured_notify_retention,
+        [streams.NOTIFY_MAX_AGE_ENV, streams.NOTIFY_MAX_RETENTION_ENV], env,
+    )  # fmt: skip
+    out += attribute("notify", registrations.load_settings,
+                     [registrations.LEASE_ENV, registrations.CONSUMERS_ENV], env)  # fmt: skip
+
+    def consumer(e: Env) -> object:  # the URL and tenants only when the file sets them
+        return feed_consumer.load_settings(
+            base_url=None if e.get(feed_consumer.ENV["base_url"]) else "http://feed",
+            tenants=[] if e.get(feed_consumer.ENV["tenants"]) else ["tenant"],
+            kinds=[], env=e,
+        )  # fmt: skip
+
+    out += attribute("notify", consumer, list(feed_consumer.ENV.values()), env)
+    url = client_settings.TOKEN_URL_ENV
+    if env.get(url):
+        out += attribute(
+            "client", lambda e: client_settings.absolute_http_url(url, e[url]), [url], env
+        )
+    return out
+
+
 def _installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -240,6 +270,7 @@ def check_all(env: Env, documents: Mapping[str, Mapping[str, Any]]) -> list[Prob
         check_audit,
         check_nats,
         check_operations,
+        check_notify,
     ):
         out += check(clean)
     out += check_gateway(clean, documents.get("gateway", {}))

@@ -73,9 +73,9 @@ SPEC_KEYS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "on when a `[[gateway.webhooks]]` source of `kind = \"feedser\"` is configured (each "
      "with its own keys and tenants); off without one"),
     ("integrates.vexerWebhook", ("gateway.webhooks",), "the same, `kind = \"vexer\"`"),
-    ("notifications.emitBus", ("notify.feed_consumers",),
+    ("notifications.emitBus", ("notify.consumer_client_ids",),
      "none to choose: Notify's messages always go to the `SCHEDULER_NOTIFY` JetStream stream "
-     "(read directly, or over the gateway's HTTP feed, whose consumers are named here)"),
+     "(read directly, or over the gateway's HTTP feed, whose consumer client is named here)"),
 )  # fmt: skip
 """The specification's configuration block (§10, ``scheduler.`` left out): each key, ours
 (config-file keys or tables), and what differs."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from streamproc.names import ADMIN_SCOPE, AUDIENCE, DEFAULT_PREFIX
+from streamproc.names import AUDIENCE, DEFAULT_PREFIX
 
 Type = Literal["str", "int", "float", "bool", "list[str]", "list[float]"]
 
@@ -76,9 +76,14 @@ SECTIONS: dict[str, str] = {
     "otel": "OpenTelemetry traces",
     "planner": "planning runs: debounce, segments, limits, rate buckets, cron ticks",
     "runner": "running segments against the scanner",
-    "scanner": "the scanner the runner calls",
+    "scanner": "the scanner the runner calls: its kind, the policy, the KEV catalog",
+    "scanner.trivy": "the `trivy` kind: Trivy on the stored SBOM (`trivy sbom FILE --format json`)",
+    "scanner.grype": "the `grype` kind: Grype on the stored SBOM (`grype sbom:FILE -o json`)",
+    "scanner.osv-scanner": "the `osv-scanner` kind: OSV-Scanner on the stored SBOM "
+    "(`osv-scanner scan --sbom FILE --format json`)",
     "audit": "the audit chain: snapshots, signing key, trusted keys",
     "impact": "the impact index",
+    "sboms": "the SBOM store (`<prefix>_sboms`): every indexed SBOM as it was sent",
     "gateway": "the HTTP API: tokens, webhooks, body limits",
     "gateway.dpop": "DPoP proof checking",
     "feedser": "the `streamproc feedser export` client",
@@ -185,7 +190,8 @@ KEYS: tuple[Key, ...] = (
     _k("planner.segment_size", "STREAMPROC_PLANNER_SEGMENT_SIZE", "int", 500,
        "most images per segment", minimum=1, maximum=10000),
     _k("planner.default_rate", "STREAMPROC_PLANNER_DEFAULT_RATE", "int", 50,
-       "images/s of a run whose schedules set no `limits.ratePerSecond`", minimum=1),
+       "image evaluations/s (report calls or tool runs) of a run, over all its segments and "
+       "runners, whose schedules set no `limits.ratePerSecond`", minimum=1),
     _k("planner.default_parallelism", "STREAMPROC_PLANNER_DEFAULT_PARALLELISM", "int", 8,
        "shards of a run without `limits.parallelism`", minimum=1, maximum=1024),
     _k("planner.max_jobs_per_run", "STREAMPROC_PLANNER_MAX_JOBS_PER_RUN", "int", 50000,
@@ -209,11 +215,15 @@ KEYS: tuple[Key, ...] = (
     _k("planner.degraded_max_jobs", "STREAMPROC_PLANNER_DEGRADED_MAX_JOBS", "int", 10000,
        "images per event-driven run while the impact index is not warm", minimum=1),
     _k("planner.tenant_rate", "STREAMPROC_PLANNER_TENANT_RATE", "int", 200,
-       "images/s of one tenant's leaky bucket", minimum=1),
+       "image evaluations/s (report calls or tool runs) of one tenant's leaky bucket, over all "
+       "its runs and every runner process", minimum=1),
     _k("planner.registry_rate", "STREAMPROC_PLANNER_REGISTRY_RATE", "int", 20,
-       "images/s per registry host (content refresh)", minimum=1),
+       "registry calls/s per registry host (content refresh: tag resolution and pulls), over "
+       "all tenants and every runner process", minimum=1),
     _k("planner.burst_s", "STREAMPROC_PLANNER_BURST_S", "float", 1.0,
-       "a bucket holds this many seconds of its rate as burst"),
+       "a bucket's burst, in seconds of its rate (at least one call): in any window of w "
+       "seconds a bucket lets through at most w x rate + burst calls", minimum=0.001,
+       maximum=3600),
     _k("planner.max_runs_per_pass", "STREAMPROC_PLANNER_MAX_RUNS_PER_PASS", "int", 16,
        "runs planned per reactor pass, round-robin across tenants", minimum=1),
     _k("planner.preview_sample", "STREAMPROC_PLANNER_PREVIEW_SAMPLE", "int", 20,
@@ -242,6 +252,54 @@ KEYS: tuple[Key, ...] = (
     _k("scanner.port", "STREAMPROC_SCANNER_PORT", "int", 8490,
        "loopback port of the reference scanner `streamproc up --demo` starts when "
        "`scanner.url` is unset (the runners then call it there)", minimum=1, maximum=65535),
+    _k("scanner.kind", "STREAMPROC_SCANNER_KIND", "str", "stella",
+       "what answers the runners: `stella` (a `/reports` service at `scanner.url`), or a "
+       "tool run on the stored SBOM", choices=("stella", "trivy", "grype", "osv-scanner")),
+    _k("scanner.kev_catalog", "STREAMPROC_SCANNER_KEV_CATALOG", "str", None,
+       "a CISA KEV catalog file (JSON): findings whose id or alias it lists are KEV (re-read "
+       "when it changes)", default_text="none: only what the tool itself marks"),
+    _k("scanner.fail_on", "STREAMPROC_SCANNER_FAIL_ON", "str", "high",
+       "the policy: a verdict FAILs with a finding of this severity or above, or a KEV one",
+       choices=("low", "medium", "high", "critical")),
+    _k("scanner.trivy.path", "STREAMPROC_SCANNER_TRIVY_PATH", "str", "trivy",
+       "the Trivy executable: a name looked up on PATH, or a path"),
+    _k("scanner.trivy.args", "STREAMPROC_SCANNER_TRIVY_ARGS", "str", "",
+       "extra arguments after the fixed ones, split into words as a POSIX shell would "
+       "(no shell runs)"),
+    _k("scanner.trivy.timeout_s", "STREAMPROC_SCANNER_TRIVY_TIMEOUT_S", "float", 120.0,
+       "a Trivy call running longer is killed (its whole process group) and counts as "
+       "`timeout`", minimum=0.001),
+    _k("scanner.trivy.concurrency", "STREAMPROC_SCANNER_TRIVY_CONCURRENCY", "int", 2,
+       "Trivy processes one runner process runs at once", minimum=1, maximum=64),
+    _k("scanner.trivy.server", "STREAMPROC_SCANNER_TRIVY_SERVER", "str", None,
+       "a `trivy server` URL: the runners pass `--server URL`, and the server holds the DB",
+       default_text="none: each call reads the local DB"),
+    _k("scanner.grype.path", "STREAMPROC_SCANNER_GRYPE_PATH", "str", "grype",
+       "the Grype executable: a name looked up on PATH, or a path"),
+    _k("scanner.grype.args", "STREAMPROC_SCANNER_GRYPE_ARGS", "str", "",
+       "extra arguments after the fixed ones, split into words as a POSIX shell would "
+       "(no shell runs)"),
+    _k("scanner.grype.timeout_s", "STREAMPROC_SCANNER_GRYPE_TIMEOUT_S", "float", 120.0,
+       "a Grype call running longer is killed (its whole process group) and counts as "
+       "`timeout`", minimum=0.001),
+    _k("scanner.grype.concurrency", "STREAMPROC_SCANNER_GRYPE_CONCURRENCY", "int", 2,
+       "Grype processes one runner process runs at once", minimum=1, maximum=64),
+    _k("scanner.osv-scanner.path", "STREAMPROC_SCANNER_OSV_SCANNER_PATH", "str", "osv-scanner",
+       "the OSV-Scanner executable: a name looked up on PATH, or a path"),
+    _k("scanner.osv-scanner.args", "STREAMPROC_SCANNER_OSV_SCANNER_ARGS", "str", "",
+       "extra arguments after the fixed ones, split into words as a POSIX shell would "
+       "(no shell runs)"),
+    _k("scanner.osv-scanner.timeout_s", "STREAMPROC_SCANNER_OSV_SCANNER_TIMEOUT_S", "float", 120.0,
+       "an OSV-Scanner call running longer is killed (its whole process group) and counts as "
+       "`timeout`", minimum=0.001),
+    _k("scanner.osv-scanner.concurrency", "STREAMPROC_SCANNER_OSV_SCANNER_CONCURRENCY", "int", 2,
+       "OSV-Scanner processes one runner process runs at once", minimum=1, maximum=64),
+    # ------------------------------------------------------------------ sboms
+    _k("sboms.retention_s", "STREAMPROC_SBOMS_RETENTION_S", "float", 86400.0,
+       "an SBOM no indexed image uses any more is deleted from the SBOM store this many "
+       "seconds after the last image using it was removed (or re-indexed with another SBOM), "
+       "and never sooner than this long after it was last stored; the active planner deletes",
+       minimum=1),
     # ------------------------------------------------------------------ audit
     _k("audit.batch_size", "STREAMPROC_AUDIT_BATCH_SIZE", "int", 1000,
        "chain entries per signed batch snapshot", minimum=1, maximum=100000),
@@ -329,10 +387,27 @@ KEYS: tuple[Key, ...] = (
     # ------------------------------------------------------------------ clients
     _k("feedser.secret", "STREAMPROC_FEEDSER_SECRET", "str", None,
        "HMAC secret `streamproc feedser export` signs with", secret=True, default_text="none"),
+    _k("feedser.token", "STREAMPROC_FEEDSER_TOKEN", "str", None,
+       "access token `streamproc feedser export` presents (scope `scheduler.webhook`, one "
+       "tenant), DPoP-bound to the client's key (`client.dpop_key`)", secret=True,
+       default_text="client credentials (`client.*`), else minted from `feedser.issuer_key`"),
+    _k("feedser.issuer_key", "STREAMPROC_FEEDSER_ISSUER_KEY", "str", None,
+       "issuer key file `streamproc feedser export` mints its tokens from (development and "
+       "tests)", default_text="`DATA/dev/issuer.jwk` when `make run` wrote it"),
+    _k("feedser.tenants", "STREAMPROC_FEEDSER_TENANTS", "list[str]", None,
+       "tenants `streamproc feedser export` delivers each export to, one delivery and token "
+       "each (minted or client-credentials tokens)",
+       default_text="the Feedser source's tenants in `DATA/dev/gateway.json`"),
     _k("client.dpop_key", "STREAMPROC_CLIENT_DPOP_KEY", "str", None,
        "the DPoP key (private Ed25519 JWK) every command that calls the gateway signs its "
        "proofs with; created on first use with mode 0600",
        default_text="`<data_dir>/client/dpop.jwk`"),
+    _k("client.token", "STREAMPROC_TOKEN", "str", None,
+       "static access token of `streamproc api`, bound to the client's DPoP key",
+       secret=True, default_text="none"),
+    _k("client.api_url", "STREAMPROC_API_URL", "str", None,
+       "the gateway `streamproc api` calls",
+       default_text="`http://<http.host>:<http.port>`: the one `streamproc up` serves"),
     _k("client.token_url", "STREAMPROC_CLIENT_TOKEN_URL", "str", None,
        "the issuer's OAuth 2.0 token endpoint: commands without a static token get "
        "DPoP-bound tokens there with client credentials, one per tenant", default_text="none"),
@@ -346,13 +421,36 @@ KEYS: tuple[Key, ...] = (
     _k("notify.token", "STREAMPROC_NOTIFY_TOKEN", "str", None,
        "static access token of `streamproc notify tail --http`, bound to the client's DPoP "
        "key (instead of client credentials; one tenant)", secret=True, default_text="none"),
-    _k("notify.feed_consumers", "STREAMPROC_FEED_CONSUMERS", "list[str]",
+    _k("notify.consumer_client_ids", "STREAMPROC_NOTIFY_CONSUMER_CLIENT_IDS", "list[str]",
        ["streamproc-notify"],
-       "token subjects (`sub`) that may register and report HTTP feed positions (besides "
-       f"callers with scope `{ADMIN_SCOPE}`)"),
+       "the HTTP feed's consumer: tokens whose `client_id`, `azp` or `sub` is one of these may "
+       "register and report positions (anyone else: 403)"),
     _k("notify.feed_lease_s", "STREAMPROC_FEED_LEASE_S", "float", 86400.0,
-       "how long the feed keeps a consumer's reported position without a new report",
-       minimum=3),
+       "how long the feed keeps a consumer's registration, and holds what it has not reported, "
+       "without a new report", minimum=3),
+    _k("notify.max_age_s", "STREAMPROC_NOTIFY_MAX_AGE_S", "int", 86400,
+       "the Notify stream's delivery window: every message is kept this long (what an "
+       "unregistered reader gets)", minimum=10),
+    _k("notify.max_retention_s", "STREAMPROC_NOTIFY_MAX_RETENTION_S", "int", 604800,
+       "the hold's limit: a message a live registration (or a NATS durable consumer) has not "
+       "reported is kept up to this long (the stream's `max_age`; at least `notify.max_age_s`)",
+       minimum=10),
+    _k("notify.base_url", "STREAMPROC_NOTIFY_BASE_URL", "str", None,
+       "`notify tail --http`: the feed's owner (the gateway), an absolute http(s) URL without "
+       "credentials, query or fragment", default_text="none (`--http URL`)"),
+    _k("notify.tenants", "STREAMPROC_NOTIFY_TENANTS", "list[str]", None,
+       "`notify tail --http`: the tenants to follow, one partition each (ASCII letters, digits, "
+       "`-`, `_`; lowered; distinct)", default_text="a static token's tenant; else required"),
+    _k("notify.poll_interval_s", "STREAMPROC_NOTIFY_POLL_INTERVAL_S", "float", 15.0,
+       "`notify tail --http`: the pause between polls once every partition is caught up",
+       minimum=0.001),
+    _k("notify.batch_size", "STREAMPROC_NOTIFY_BATCH_SIZE", "int", 50,
+       "`notify tail --http`: events per partition and request", minimum=1, maximum=500),
+    _k("notify.http_timeout_s", "STREAMPROC_NOTIFY_HTTP_TIMEOUT_S", "float", 30.0,
+       "`notify tail --http`: timeout of each request to the feed", minimum=0.001),
+    _k("notify.lease_ttl_s", "STREAMPROC_NOTIFY_LEASE_TTL_S", "float", 120.0,
+       "`notify tail --http`: a partition's processing lease, renewed while its events are "
+       "handled (another consumer on the same state waits it out)", minimum=3),
 )  # fmt: skip
 
 DOCUMENTS: tuple[Document, ...] = (

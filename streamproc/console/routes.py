@@ -1,7 +1,8 @@
 """Serve the operator console's static files at ``/ui`` with strict security headers.
 
 The console is plain HTML, CSS and JavaScript modules shipped in ``static/`` (no build step);
-it talks only to the public REST API (``/api/v1/scheduler``) with the operator's bearer token.
+it talks only to the public REST API (``/api/v1/scheduler``) with the operator's access token,
+each request DPoP-signed in the browser (``static/dpop.js``).
 Mount it from the gateway's ``routes`` hook with ``mount_console(app, ctx)``.
 """
 

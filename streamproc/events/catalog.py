@@ -45,6 +45,10 @@ class KindSpec:
     current one). A rename of payload fields must not change the link of any entry already
     chained — nor make the chain of a replayed log differ from the one that was signed —
     so an audit entry keeps the form its kind had when the rename came."""
+    chain_omits: tuple[str, ...] = ()
+    """Optional fields added to the payload after its kind was first chained (``findings[].x``:
+    in each item of a list): the chain leaves each out while it is null, so the link of an
+    entry chained before the field existed — and of its event replayed now — never changes."""
 
     def aggregate_id(self, payload: p.Payload) -> str:
         return str(getattr(payload, self.id_field))
@@ -106,10 +110,23 @@ def _schedule_v3_to_v2(d: dict[str, Any]) -> dict[str, Any]:
     return renamed(d, SCHEDULE_V3_RENAMES, back=True)
 
 
+def _first_revision(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 exports had no revisions: each is its export's first (``revision`` 1, the
+    default)."""
+    return d
+
+
 def _unscoped_export(d: dict[str, Any]) -> dict[str, Any]:
     """Version 1 exports were not scoped by source: they stay without one (``source``
     absent), so they keep the subject and the keys they were recorded under — the bare
     export id — and replaying an old log rebuilds exactly the state it had."""
+    return d
+
+
+def _share_as_run_rate(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 segments recorded their shard's share of the run's rate and no tenant or
+    registry bucket. Read as the run's rate, an old segment still in the queue runs
+    slower than it was planned, never faster; it is paced by its run's bucket only."""
     return d
 
 
@@ -158,10 +175,10 @@ KINDS: dict[str, KindSpec] = {
             p.FeedserExport,
             "feedser",
             "ref",
-            version=2,
+            version=3,
             emitted_by="gateway (webhook), feedser CLI",
             folded_by="planner (vuln map, cursors), read model",
-            upcasters={1: _unscoped_export},
+            upcasters={1: _unscoped_export, 2: _first_revision},
             shards=EXPORT_SHARDS,
         ),
         KindSpec(
@@ -169,10 +186,10 @@ KINDS: dict[str, KindSpec] = {
             p.VexerExport,
             "vexer",
             "ref",
-            version=2,
+            version=3,
             emitted_by="gateway (webhook)",
             folded_by="planner (cursors), read model",
-            upcasters={1: _unscoped_export},
+            upcasters={1: _unscoped_export, 2: _first_revision},
             shards=EXPORT_SHARDS,
         ),
         KindSpec(
@@ -181,7 +198,7 @@ KINDS: dict[str, KindSpec] = {
             "image",
             "digest",
             emitted_by="index CLI, gateway (PUT/DELETE /images), scanners",
-            folded_by="ImpactIndex, read model",
+            folded_by="ImpactIndex, read model, runner and planner (SBOM references)",
         ),
         KindSpec(
             "image.removed",
@@ -189,7 +206,15 @@ KINDS: dict[str, KindSpec] = {
             "image",
             "digest",
             emitted_by="index CLI, gateway (PUT/DELETE /images), scanners",
-            folded_by="ImpactIndex, read model",
+            folded_by="ImpactIndex, read model, runner and planner (SBOM references)",
+        ),
+        KindSpec(
+            "sbom.deleted",
+            p.SbomDeleted,
+            "sbom",
+            "sbom",
+            emitted_by="planner (SBOM retention)",
+            folded_by="planner (SBOM references)",
         ),
         KindSpec(
             "run.requested",
@@ -236,6 +261,8 @@ KINDS: dict[str, KindSpec] = {
             p.SegmentEnqueued,
             "segment",
             "segment_id",
+            version=2,
+            upcasters={1: _share_as_run_rate},
             emitted_by="planner",
             folded_by="read model, auditor",
         ),
@@ -270,6 +297,14 @@ KINDS: dict[str, KindSpec] = {
             "digest",
             emitted_by="runner",
             folded_by="read model (previous verdicts), auditor",
+            chain_omits=(
+                "policyVerdict",
+                "revision",
+                "policyRevision",
+                "scanner",
+                "findings[].fixedVersion",
+                "topFindings[].fixedVersion",
+            ),
         ),
         KindSpec(
             "audit.snapshot",

@@ -23,11 +23,14 @@ MAX_KEYS = 100_000
 Str = Annotated[str, Meta(min_length=1, max_length=512)]
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 Digest = Annotated[str, Meta(pattern=r"^[a-z0-9]+:[a-f0-9]{32,128}(?!\n)$")]
+SbomKey = Annotated[str, Meta(pattern=r"^sha256:[a-f0-9]{64}(?!\n)$")]
+"""An SBOM's name in the SBOM store: ``sha256:`` and the hex SHA-256 of its bytes."""
 Count = Annotated[int, Meta(ge=0)]
 KeyList = Annotated[list[Str], Meta(max_length=MAX_KEYS)]
 Mode = Literal["analysis-only", "content-refresh"]
 Trigger = Literal["cron", "feedser", "vexer", "manual"]
 Severity = Literal["low", "medium", "high", "critical"]
+SEVERITY_RANK: dict[str, int] = {"low": 1, "medium": 2, "high": 3, "critical": 4}
 VEX_STATUSES = frozenset({"not_affected", "affected", "fixed", "under_investigation"})
 _EPOCH = datetime(2000, 1, 1)
 _TRANSITION = re.compile(r"^([a-z_]+)\s*(?:→|->)\s*([a-z_]+)$")
@@ -185,12 +188,19 @@ class FeedserExportBody(Payload, kw_only=True):
     advisories: Annotated[list[AdvisoryChange], Meta(max_length=MAX_KEYS)] = []
 
 
+Revision = Annotated[int, Meta(ge=1)]
+
+
 class FeedserExport(FeedserExportBody, kw_only=True):
-    """``export.feedser``: the body as delivered, and the source that delivered it."""
+    """``export.feedser``: the body as delivered, the source that delivered it, and which
+    revision of the export it is."""
 
     source: SourceName | None = None
     """The authenticated webhook source (set by the gateway, never by the body); None in
     events recorded before exports were scoped by source."""
+    revision: Revision = 1
+    """1 for the export's first body; each later delivery of the same ``exportId`` by the
+    same source with another body is the next revision (keep last)."""
 
     @property
     def ref(self) -> str:
@@ -220,10 +230,13 @@ class VexerExportBody(Payload, kw_only=True):
 
 
 class VexerExport(VexerExportBody, kw_only=True):
-    """``export.vexer``: the body as delivered, and the source that delivered it."""
+    """``export.vexer``: the body as delivered, the source that delivered it, and which
+    revision of the export it is."""
 
     source: SourceName | None = None
     """As :attr:`FeedserExport.source`."""
+    revision: Revision = 1
+    """As :attr:`FeedserExport.revision`."""
 
     @property
     def ref(self) -> str:
@@ -238,11 +251,12 @@ def export_body(payload: FeedserExport | VexerExport) -> FeedserExportBody | Vex
 
 
 def sourced_export(
-    body: FeedserExportBody | VexerExportBody, source: str
+    body: FeedserExportBody | VexerExportBody, source: str, revision: int = 1
 ) -> FeedserExport | VexerExport:
-    """The event payload of a delivered ``body``: the same fields, and its source."""
+    """The event payload of a delivered ``body``: the same fields, its source and revision."""
     kind = FeedserExport if isinstance(body, FeedserExportBody) else VexerExport
-    return kind(**{f: getattr(body, f) for f in body.__struct_fields__}, source=source)
+    fields = {f: getattr(body, f) for f in body.__struct_fields__}
+    return kind(**fields, source=source, revision=revision)
 
 
 # ---------------------------------------------------------------- images
@@ -268,11 +282,26 @@ class ImageIndexed(Payload, kw_only=True):
     """True: the producer knows which components the entrypoint uses (the ``used`` flags,
     possibly all false); false: it does not, and the image counts as using every component.
     Absent (events from before this field): known when any component is used."""
+    sbom: SbomKey | None = None
+    """The SBOM exactly as it was sent, stored in the SBOM store (the ``<prefix>_sboms``
+    object store) under this name before the event was published; what the scanner
+    backends evaluate. Absent: not kept (events from before SBOMs were, or a producer that
+    does not store them)."""
 
 
 class ImageRemoved(Payload, kw_only=True):
     digest: Digest
     reason: Annotated[str, Meta(max_length=1000)] | None = None
+
+
+class SbomDeleted(Payload, kw_only=True):
+    """The SBOM store deleted an SBOM that no image used any more, once ``sboms.retention_s``
+    had passed since the last image using it went (and since it was last stored)."""
+
+    sbom: SbomKey
+    released_by: Str
+    """The id of the event that removed its last use (an ``image.removed``, or an
+    ``image.indexed`` that changed the image's SBOM): the release this deletion ends."""
 
 
 # ---------------------------------------------------------------- runs
@@ -282,6 +311,20 @@ class RunReason(Payload, kw_only=True):
     feedser_export_ids: list[ExportRef] = []
     """The exports the run plans, by :func:`export_ref` (``<source>:<exportId>``)."""
     vexer_export_ids: list[ExportRef] = []
+    revisions: dict[ExportRef, Revision] | UnsetType = UNSET
+    """The revision the run plans of each export it names, when not the first (a follow-up
+    of a late revision: docs/planning.md, "Coalescing exports"). Absent when every export
+    is at its first: a request's encoding — and the audit chain's hash of it — is then what
+    it was before revisions existed."""
+
+    def revision_of(self, ref: str) -> int:
+        """The revision the run plans of export ``ref``."""
+        return 1 if isinstance(self.revisions, UnsetType) else self.revisions.get(ref, 1)
+
+    @property
+    def later_revisions(self) -> dict[str, int]:
+        return {} if isinstance(self.revisions, UnsetType) else dict(self.revisions)
+
     scheduled_for: Annotated[str, Meta(max_length=64)] | None = None
     text: Annotated[str, Meta(max_length=1000)] | None = None
 
@@ -355,14 +398,33 @@ class RunCompleted(Payload, kw_only=True):
 # ---------------------------------------------------------------- segments and verdicts
 
 
+Rate = Annotated[int, Meta(ge=1)]
+
+
 class SegmentEnqueued(Payload, kw_only=True):
+    """A segment and the leaky buckets its scanner calls are paced by (runners share
+    them, docs/planning.md "Pacing"): the run's rate over all its segments, the tenant's,
+    and for content refresh its registry host's, each with a burst of ``burst_s`` seconds.
+    The bucket fields are absent from segments of schema 1 (and stay absent when such an
+    event is encoded again, so its audit digest does not change)."""
+
     segment_id: Str
     run_id: Str
     shard: Count
     digests: Annotated[list[Digest], Meta(min_length=1, max_length=10_000)]
-    rate_per_second: Annotated[int, Meta(ge=1)] | None = None
+    rate_per_second: Rate | None = None
+    """Images/s of the whole run (schema 1: the segment's share, read as the run's)."""
     mode: Mode = "analysis-only"
     priority: Annotated[int, Meta(ge=0, le=9)] = 5
+    tenant_rate: Rate | UnsetType = UNSET
+    registry_host: Str | UnsetType = UNSET
+    registry_rate: Rate | UnsetType = UNSET
+    burst_s: Annotated[float, Meta(gt=0, le=3600)] | UnsetType = UNSET
+    policy_revision: Annotated[str, Meta(max_length=512)] | UnsetType = UNSET
+    """The policy revision the run's schedules ask the scanner to evaluate against
+    (``onlyIf.policyRevision``): sent with every ``POST /reports`` of the segment. Absent
+    when no schedule names one, or when they name different ones (the scanner's current
+    policy then)."""
 
 
 class SegmentStarted(Payload, kw_only=True):
@@ -408,6 +470,8 @@ class Finding(Payload, kw_only=True):
     severity: Severity
     kev: bool = False
     link: Annotated[str, Meta(max_length=2048)] | None = None
+    fixed_version: Annotated[str, Meta(max_length=512)] | None = None
+    """The version that fixes it, as the scanner says (absent: none known)."""
 
 
 class VerdictRecorded(Payload, kw_only=True):
@@ -422,6 +486,17 @@ class VerdictRecorded(Payload, kw_only=True):
     top_findings: Annotated[list[Finding], Meta(max_length=100)] = []
     findings: Annotated[list[Finding], Meta(max_length=MAX_KEYS)] = []
     report_url: Annotated[str, Meta(max_length=2048)] | None = None
+    policy_verdict: Literal["PASS", "FAIL"] | None = None
+    """The policy's decision on the findings (absent on failed verdicts and on verdicts
+    recorded before it was kept)."""
+    revision: Annotated[str, Meta(max_length=512)] | None = None
+    """What the scanner evaluated against: the reference scanner's advisory revision, or a
+    tool's vulnerability DB version or build."""
+    policy_revision: Annotated[str, Meta(max_length=512)] | None = None
+    """The policy the verdict was decided by: the backend's, or ``failOn=<severity>;kev=<KEV
+    catalog version>``."""
+    scanner: Annotated[str, Meta(max_length=64)] | None = None
+    """The backend kind that answered (``stella``, ``trivy``, ``grype``, ``osv-scanner``)."""
 
 
 # ---------------------------------------------------------------- audit

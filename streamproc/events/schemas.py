@@ -196,6 +196,12 @@ def render_catalog(folds: Mapping[str, Sequence[Fold]]) -> str:
                 f"The audit chain hashes it in its schema-{s.chain_form} form (field names "
                 f"of that version), so no link made before a rename changes."
             )
+        if s.chain_omits:
+            names = ", ".join(f"`{f}`" for f in s.chain_omits)
+            lines.append(
+                f"The audit chain leaves out {names} while null: fields added after the kind "
+                "was first chained, so no link made before them changes."
+            )
         lines += ["", "| field | type | required |", "|---|---|---|"]
         for name, t, req in _fields(kind):
             lines.append(f"| `{name}` | {t} | {'yes' if req else ''} |")

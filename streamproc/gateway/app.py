@@ -3,19 +3,21 @@ routes, middlewares, an optional TLS listener, and draining on shutdown."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import ssl
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
 
 from streamproc.bus import jsapi
+from streamproc.bus.streams import configured_notify_retention
 from streamproc.bus.ttlkv import TtlBucket
 from streamproc.gateway import accesslog
-from streamproc.gateway.auth import READ, Authenticator, Principal
+from streamproc.gateway.auth import Authenticator, Principal
 from streamproc.gateway.exportlog import ExportLog
 from streamproc.gateway.hardening import decode_json, read_body, require_json
 from streamproc.gateway.openapi import openapi_handler
@@ -26,7 +28,8 @@ from streamproc.gateway.routes import OPERATIONS
 from streamproc.gateway.settings import GatewaySettings
 from streamproc.gateway.tls import server_context
 from streamproc.gateway.webhooks import WebhookVerifier
-from streamproc.notify.feed_http import add_feed_routes
+from streamproc.notify.feed_http import Feed
+from streamproc.notify.retention import WindowKeeper
 from streamproc.planner import settings as planner_settings
 from streamproc.problems import ProblemError
 from streamproc.reactor import RoleContext
@@ -35,6 +38,7 @@ from streamproc.readmodel.queries import ReadModel
 log = logging.getLogger("streamproc.gateway")
 SHUTDOWN_TIMEOUT = 30.0
 GATEWAY = web.AppKey("gateway", object)
+R = TypeVar("R", bound=web.StreamResponse)
 
 
 class Gateway:
@@ -56,6 +60,7 @@ class Gateway:
             ctx.wait_for,
             wait_s=settings.wait_timeout_s,
         )
+        self._nonce = "dpop" in self.auth.modes and settings.dpop.require_nonce
         self.remote = Remote(
             ctx.publisher.nc,
             prefix,
@@ -68,6 +73,9 @@ class Gateway:
         self.body_cap = min(settings.max_body or process_cap, process_cap)
         self.inflated_cap = settings.max_decompressed_body or self.body_cap
         self.draining = False
+        self.feed = Feed(ctx.publisher.nc, prefix)
+        self.window = WindowKeeper(self.feed.holds, configured_notify_retention().max_age_s)
+        self._keeper: asyncio.Task[None] | None = None
         self.tls_runner: web.AppRunner | None = None
         self.tls_url = ""
         self._apps: list[web.Application] = []
@@ -87,7 +95,6 @@ class Gateway:
         scope = op.scope
         handler = op.handler
         auth = self.auth
-        nonce = "dpop" in auth.modes and self.s.dpop.require_nonce
 
         async def route(request: web.Request) -> web.StreamResponse:
             if self.draining:
@@ -101,12 +108,15 @@ class Gateway:
             if scope is not None:
                 who = await auth.authenticate(request, scope)
                 request[accesslog.TENANT] = who.tenant
-            resp = await handler(self, request, who)
-            if nonce and who is not None and who.mode == "dpop":
-                resp.headers["DPoP-Nonce"] = auth.dpop.nonce()
-            return resp
+            return self.with_nonce(await handler(self, request, who), who)
 
         return route
+
+    def with_nonce(self, resp: R, who: Principal | None) -> R:
+        """A fresh ``DPoP-Nonce`` on a DPoP caller's answer, when nonces are required."""
+        if self._nonce and who is not None and who.mode == "dpop":
+            resp.headers["DPoP-Nonce"] = self.auth.dpop.nonce()
+        return resp
 
     def install(self, app: web.Application) -> None:
         """Add the API routes, /openapi.json and the middleware to ``app``."""
@@ -116,12 +126,6 @@ class Gateway:
         for op in OPERATIONS:
             app.router.add_route(op.method, op.full_path, self._bind(op), name=op.operation_id)
         app.router.add_get("/openapi.json", openapi_handler)
-        add_feed_routes(
-            app,
-            nc=self.ctx.publisher.nc,
-            prefix=self.ctx.settings.prefix,
-            who=lambda request: self.auth.authenticate(request, READ),
-        )
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
 
@@ -134,9 +138,20 @@ class Gateway:
         )
         await self.replay.open(nc, config)
 
+    def start_window_keeper(self) -> None:
+        """Move the Notify stream's delivery window along while the gateway runs (every
+        gateway does: a move is idempotent and only ever forward)."""
+        if self._keeper is None:
+            self._keeper = asyncio.create_task(self.window.run(), name="notify-window-keeper")
+
     async def _on_shutdown(self, _app: web.Application) -> None:
         """Stop taking new requests; aiohttp then lets in-flight ones finish."""
         self.draining = True
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+            self._keeper = None
         if self.tls_runner is not None:
             runner, self.tls_runner = self.tls_runner, None
             await runner.cleanup()
@@ -192,6 +207,7 @@ def mount_gateway(app: web.Application, ctx: RoleContext, settings: GatewaySetti
 
     async def open_replay(_app: web.Application) -> None:
         await gw.open_replay_bucket()
+        gw.start_window_keeper()
 
     async def start_tls(_app: web.Application) -> None:
         await gw.start_tls()

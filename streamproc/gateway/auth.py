@@ -24,13 +24,14 @@ from streamproc.gateway.replay import ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, Issuer, resolve_ref
 from streamproc.gateway.tls import peer_cert_der, x5t_s256
 from streamproc.ids import TENANT_RE
-from streamproc.names import ADMIN_SCOPE, IMAGES_WRITE_SCOPE, READ_SCOPE, REALM
+from streamproc.names import ADMIN_SCOPE, IMAGES_WRITE_SCOPE, READ_SCOPE, REALM, WEBHOOK_SCOPE
 from streamproc.problems import ProblemError
 
 READ = READ_SCOPE
 ADMIN = ADMIN_SCOPE
 IMAGES_WRITE = IMAGES_WRITE_SCOPE
-ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE})
+WEBHOOK = WEBHOOK_SCOPE
+ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE, WEBHOOK})
 _CACHE_MAX = 20_000
 
 
@@ -39,6 +40,12 @@ class Principal(NamedTuple):
     subject: str | None
     scopes: frozenset[str]
     mode: str
+    client_ids: frozenset[str] = frozenset()
+    """Who the token says the client is: its ``client_id``, ``azp`` and ``sub`` claims."""
+
+
+PRINCIPAL = web.RequestKey("principal", Principal)
+"""The caller a handler authenticated itself (the webhooks, whose token is per source)."""
 
 
 _claims_dec = msgspec.json.Decoder(jwt.Claims)
@@ -83,7 +90,7 @@ class Authenticator:
             out.append(("WWW-Authenticate", f'Bearer realm="{REALM}"{p}'))
         if "dpop" in self.modes:
             p = params if scheme in (None, "dpop") else ""
-            out.append(("WWW-Authenticate", f'DPoP realm="{REALM}", algs="EdDSA"{p}'))
+            out.append(("WWW-Authenticate", f'DPoP realm="{REALM}", algs="EdDSA ES256"{p}'))
         return out
 
     def _fail(self, description: str, scheme: str | None, error: str = "invalid_token") -> None:
@@ -186,7 +193,8 @@ class Authenticator:
                 ],
                 reason="insufficient_scope",
             )
-        return Principal(claims.tenant, claims.sub, scopes, mode)
+        ids = frozenset(i for i in (claims.client_id, claims.azp, claims.sub) if i)
+        return Principal(claims.tenant, claims.sub, scopes, mode, ids)
 
     async def _binding(
         self, request: web.Request, claims: jwt.Claims, token: str, scheme: str

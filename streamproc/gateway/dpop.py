@@ -1,5 +1,6 @@
-"""DPoP proofs (RFC 9449) with Ed25519 keys: signature, ``htm``/``htu``/``iat``/``ath``,
-the key the token is bound to, server nonces and a unique ``jti``.
+"""DPoP proofs (RFC 9449) signed with Ed25519 (``EdDSA``) or ECDSA P-256 (``ES256``, what a
+browser's WebCrypto signs with) keys: signature, ``htm``/``htu``/``iat``/``ath``, the key the
+token is bound to, server nonces and a unique ``jti``.
 
 Nonces are stateless — ``base64url(issued_at ‖ HMAC(secret, issued_at)[:16])`` — so any
 replica sharing the secret accepts them and nothing has to be stored per client. A proof's
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from cryptography.hazmat.primitives.asymmetric import ec
 from nacl.signing import VerifyKey
 from yarl import URL
 
@@ -112,14 +114,14 @@ class DpopVerifier:
         """Check one proof for this request, signed with the key ``jkt`` (the token's
         ``cnf.jkt``); remembers its ``jti`` last. Returns the key's thumbprint."""
         try:
-            c = jwt.parse(proof)
+            c = jwt.parse(proof, jwt.PROOF_ALGS)
         except jwt.JwtError as exc:
             raise DpopError("invalid_dpop_proof", str(exc)) from None
         h = c.header
         if h.typ != PROOF_TYP:
             raise DpopError("invalid_dpop_proof", f"typ must be {PROOF_TYP}")
-        key, thumb = _public_jwk(h.jwk)
-        if not jwt.verify(c, key):
+        verify, thumb = _public_jwk(h.jwk, h.alg)
+        if not verify(c):
             raise DpopError("invalid_dpop_proof", "signature does not verify with its jwk")
         try:
             claims = _claims_dec.decode(c.payload)
@@ -153,17 +155,42 @@ class DpopVerifier:
         return thumb
 
 
-def _public_jwk(jwk: dict[str, Any] | None) -> tuple[VerifyKey, str]:
+Verifier = Callable[[jwt.Compact], bool]
+
+
+def _coordinate(jwk: dict[str, Any], name: str) -> bytes:
+    value = jwk.get(name)
+    if not isinstance(value, str):
+        raise DpopError("invalid_dpop_proof", f"jwk {name} is missing")
+    try:
+        raw = jwt.b64url_decode(value)
+    except jwt.JwtError:
+        raise DpopError("invalid_dpop_proof", f"jwk {name} is not base64url") from None
+    if len(raw) != 32:
+        raise DpopError("invalid_dpop_proof", f"jwk {name} must be 32 bytes")
+    return raw
+
+
+def _public_jwk(jwk: dict[str, Any] | None, alg: str) -> tuple[Verifier, str]:
+    """The proof's verifier and its key's thumbprint, from the header's ``jwk``: an OKP
+    Ed25519 key for ``EdDSA``, an EC P-256 key (a point on the curve) for ``ES256``."""
     if not isinstance(jwk, dict):
         raise DpopError("invalid_dpop_proof", "header must carry the public jwk")
-    if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519" or not isinstance(jwk.get("x"), str):
-        raise DpopError("invalid_dpop_proof", "jwk must be an OKP Ed25519 key")
     if "d" in jwk:
         raise DpopError("invalid_dpop_proof", "jwk must not contain the private key")
-    try:
-        raw = jwt.b64url_decode(jwk["x"])
-    except jwt.JwtError:
-        raise DpopError("invalid_dpop_proof", "jwk x is not base64url") from None
-    if len(raw) != 32:
-        raise DpopError("invalid_dpop_proof", "jwk x must be 32 bytes")
-    return VerifyKey(raw), jwt.jwk_thumbprint(jwk)
+    if alg == jwt.ES256:
+        if jwk.get("kty") != "EC" or jwk.get("crv") != "P-256":
+            raise DpopError("invalid_dpop_proof", "an ES256 proof's jwk must be an EC P-256 key")
+        x, y = _coordinate(jwk, "x"), _coordinate(jwk, "y")
+        try:
+            numbers = ec.EllipticCurvePublicNumbers(
+                int.from_bytes(x, "big"), int.from_bytes(y, "big"), ec.SECP256R1()
+            )
+            key = numbers.public_key()
+        except ValueError:
+            raise DpopError("invalid_dpop_proof", "jwk is not a point on P-256") from None
+        return (lambda c: jwt.verify_es256(c, key)), jwt.jwk_thumbprint(jwk)
+    if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
+        raise DpopError("invalid_dpop_proof", "jwk must be an OKP Ed25519 key")
+    ed = VerifyKey(_coordinate(jwk, "x"))
+    return (lambda c: jwt.verify(c, ed)), jwt.jwk_thumbprint(jwk)

@@ -11,14 +11,14 @@ optimistic concurrency of its own:
 
 * an export is appended to its shard with ``Nats-Expected-Last-Subject-Sequence`` set to the
   shard's last sequence, once every export on the shard up to that sequence is known here —
-  folded into the read model, appended by this process, or read from the shard — and the ref
-  is not among them;
+  folded into the read model, appended by this process, or read from the shard — and the
+  export's latest revision among them has another body (or there is none);
 * the append fails if anyone appended to the shard since (another gateway replica): the
   server names the shard's new last sequence, the few events appended since are read from
   the shard (or, when there are many — a process just started — the read model is waited
   for), and the export is looked up among them before the next attempt.
 
-So a ref is appended at most once, for good: no de-duplication window and no TTL is
+So each revision of a ref is appended at most once, for good: no de-duplication window and no TTL is
 involved, and no ``Nats-Msg-Id`` either — JetStream's duplicate window would otherwise hold
 an entry per export for an hour. A publish resent after a lost acknowledgement meets its own
 first copy as "wrong last sequence", and is recognised byte for byte among them. Appends to one
@@ -56,11 +56,12 @@ _TOO_MANY = _TooMany()
 
 @dataclass(frozen=True)
 class Recorded:
-    """An export as the log holds it: what tells a repeat from a conflict."""
+    """An export's revision as the log holds it: what tells a repeat from the next revision."""
 
     event_id: str
     seq: int
     digest: str
+    revision: int
 
 
 class NotCaughtUp(Exception):
@@ -77,11 +78,13 @@ Lookup = Callable[[], Recorded | None]
 
 
 class Append(NamedTuple):
-    """An export event to append: its bytes as published, its id, its body's digest."""
+    """An export event to append: its bytes as published, its id, its body's digest, its
+    revision."""
 
     data: bytes
     event_id: str
     digest: str
+    revision: int
 
 
 Decide = Callable[[Recorded | None], Append | Recorded]
@@ -163,8 +166,8 @@ class ExportLog:
                     ours, newest = scan
                     if ours is not None:
                         seq, mine = ours
-                        return self._appended(subject, key, Recorded(mine.event_id, seq,
-                                                                     mine.digest))  # fmt: skip
+                        rec = Recorded(mine.event_id, seq, mine.digest, mine.revision)
+                        return self._appended(subject, key, rec)
                     found = _newest(found, newest)
                     self._known[subject] = last
                 latest = _newest(_newest(lookup(), self.recent(*key)), found)
@@ -185,7 +188,7 @@ class ExportLog:
                 except BaseException:
                     self._last.pop(subject, None)  # stored or not: learn it again next time
                     raise
-                rec = Recorded(decision.event_id, ack.seq, decision.digest)
+                rec = Recorded(decision.event_id, ack.seq, decision.digest, decision.revision)
                 return self._appended(subject, key, rec)
 
     def _appended(
@@ -231,7 +234,7 @@ class ExportLog:
                 raise Unreadable(f"the event at {at}: {exc}") from None
             payload = event.payload
             if isinstance(payload, FeedserExport | VexerExport) and payload.ref == ref:
-                newest = Recorded(event.id, at, export_digest(payload))
+                newest = Recorded(event.id, at, export_digest(payload), payload.revision)
             seq = at + 1
         return _TOO_MANY
 

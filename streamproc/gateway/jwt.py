@@ -1,9 +1,11 @@
-"""Just enough JWS/JWT (RFC 7515/7519) for Ed25519: compact parsing, ``EdDSA`` only.
+"""Just enough JWS/JWT (RFC 7515/7519): compact parsing, ``EdDSA`` for access tokens and
+``EdDSA`` or ``ES256`` for DPoP proofs (browsers sign with ECDSA P-256 through WebCrypto).
 
 Every other ``alg`` — ``none`` included — is refused before any key is touched, ``crit``
-extensions are refused, and the signature is checked with pynacl (libsodium) over the exact
-``header.payload`` bytes as received. Nothing is decoded leniently: every segment must be
-canonical unpadded base64url (so one token has exactly one spelling), and the header and the
+extensions are refused, and the signature is checked over the exact ``header.payload`` bytes
+as received: Ed25519 with pynacl (libsodium), ES256 with ``cryptography`` (OpenSSL). Nothing
+is decoded leniently: every segment must be canonical unpadded base64url (so one token has
+exactly one spelling), and the header and the
 payload are refused unread if their JSON nests deeper than :data:`MAX_JSON_DEPTH` (a
 recursive decoder would otherwise fail with ``RecursionError`` on a few kilobytes).
 """
@@ -17,6 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
@@ -107,6 +113,9 @@ class Claims(msgspec.Struct, kw_only=True):
     nbf: int | float | None = None
     iat: int | float | None = None
     sub: str | None = None
+    client_id: str | None = None
+    """RFC 9068 §2.2: the client the token was issued to (``azp`` in OpenID terms)."""
+    azp: str | None = None
     jti: str | None = None
     tenant: str | None = None
     scope: str | None = None
@@ -124,9 +133,16 @@ class Compact(msgspec.Struct, frozen=True):
     signature: bytes
 
 
-def parse(token: str) -> Compact:
-    """Split and decode a compact JWS; checks ``alg``/``crit``, the encoding and the JSON
-    depth, but not the signature."""
+ES256 = "ES256"
+TOKEN_ALGS = frozenset({ALG})
+PROOF_ALGS = frozenset({ALG, ES256})
+SIGNATURE_BYTES = {ALG: 64, ES256: 64}
+"""An Ed25519 signature; an ES256 one is R ‖ S, 32 bytes each (RFC 7518 §3.4)."""
+
+
+def parse(token: str, algs: frozenset[str] = TOKEN_ALGS) -> Compact:
+    """Split and decode a compact JWS whose ``alg`` is one of ``algs``; checks ``alg``/``crit``,
+    the encoding and the JSON depth, but not the signature."""
     if len(token) > MAX_TOKEN:
         raise JwtError("token too long")
     parts = token.split(".")
@@ -137,20 +153,35 @@ def parse(token: str) -> Compact:
         header = _header_dec.decode(raw_header)
     except msgspec.DecodeError:
         raise JwtError("malformed JOSE header") from None
-    if header.alg != ALG:
-        raise JwtError(f"alg {header.alg!r} is not accepted (EdDSA only)")
+    if header.alg not in algs:
+        raise JwtError(f"alg {header.alg!r} is not accepted ({' or '.join(sorted(algs))} only)")
     if header.crit:
         raise JwtError("critical header extensions are not supported")
     payload = _shallow(b64url_decode(parts[1]), "payload")
     signature = b64url_decode(parts[2])
-    if len(signature) != 64:
-        raise JwtError("an Ed25519 signature is 64 bytes")
+    if len(signature) != SIGNATURE_BYTES[header.alg]:
+        raise JwtError(f"an {header.alg} signature is {SIGNATURE_BYTES[header.alg]} bytes")
     return Compact(header, payload, f"{parts[0]}.{parts[1]}".encode("ascii"), signature)
 
 
 def verify(c: Compact, key: VerifyKey) -> bool:
+    """An ``EdDSA`` signature by ``key``."""
+    if c.header.alg != ALG:
+        return False
     try:
         key.verify(c.signing_input, c.signature)
     except BadSignatureError:
+        return False
+    return True
+
+
+def verify_es256(c: Compact, key: ec.EllipticCurvePublicKey) -> bool:
+    """An ``ES256`` signature (R ‖ S) by the P-256 ``key``."""
+    if c.header.alg != ES256:
+        return False
+    r, s = int.from_bytes(c.signature[:32], "big"), int.from_bytes(c.signature[32:], "big")
+    try:
+        key.verify(encode_dss_signature(r, s), c.signing_input, ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
         return False
     return True

@@ -177,6 +177,9 @@ class RunReasonView(Response, kw_only=True):
     """How many exports the run covers (all of them: ``GET /runs/{id}/exports``)."""
     exports: list[str] = []
     """The first few of them, by ref (``<source>:<exportId>``)."""
+    revisions: dict[str, int] = {}
+    """Of ``exports``, each the run plans at a revision past its first (a corrected
+    re-export: docs/planning.md, "Coalescing exports")."""
     scheduled_for: str | None = None
     """A cron run's fire time (UTC)."""
     text: str | None = None
@@ -223,6 +226,8 @@ class RunExportView(Response, kw_only=True):
     export_id: str
     """As its sender named it."""
     recorded_at: str | None
+    revision: int = 1
+    """The revision of the export the run plans."""
 
 
 class RunExportList(Response, kw_only=True):
@@ -316,6 +321,9 @@ class ImageView(Response, kw_only=True):
     event_id: str
     version: int
     """Stream sequence of the image.indexed event."""
+    sbom: str | None = None
+    """sha256:<hex> of the SBOM as it was sent, kept in the SBOM store and answered by
+    ``GET /images/{digest}/sbom``; null when it was not kept."""
 
 
 class ImageList(Response, kw_only=True):
@@ -342,23 +350,28 @@ class ImageAccepted(Accepted, kw_only=True):
 
 
 class ExportEvent(Response, kw_only=True):
-    """What became of the export for one tenant of the source."""
+    """What became of the export for one tenant it was recorded for."""
 
     tenant: str
-    outcome: Literal["recorded", "duplicate", "conflict"]
-    """``recorded``: its event is new; ``duplicate``: the same export was recorded before;
-    ``conflict``: the source recorded this export id before with another body (the event
-    named is that one; nothing new was recorded for this tenant)."""
+    outcome: Literal["recorded", "duplicate"]
+    """``recorded``: its event is new (the export's first body, or its next revision);
+    ``duplicate``: the export's latest revision has this very body (nothing was recorded)."""
     event_id: str
     seq: int
     duplicate: bool
     """``outcome == "duplicate"``."""
+    revision: int = 1
+    """The revision of the export this body is for the tenant: 1 for its first body, one
+    more for each later body under the same ``exportId`` (the last one counts)."""
 
 
 class WebhookAccepted(Response, kw_only=True):
     export_id: str
     source: str
+    revision: int
+    """The revision this body is (the highest over ``events``, should tenants differ)."""
     duplicate: bool
-    """True when every tenant's event already existed (a repeated delivery)."""
+    """True when every tenant's latest revision already had this body."""
     events: list[ExportEvent]
-    """One per tenant of the source, in its configured order."""
+    """One per tenant it was recorded for: the token's, or, for a source that takes no
+    token, each of the source's tenants in its configured order."""

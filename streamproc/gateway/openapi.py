@@ -17,13 +17,14 @@ from aiohttp import web
 from streamproc import __version__
 from streamproc.gateway.operations import Operation
 from streamproc.gateway.routes import OPERATIONS
+from streamproc.names import WEBHOOK_SCOPE
 from streamproc.problems import CONTENT_TYPE, Problem
 
 _REF = "#/components/schemas/{name}"
 _ERROR_TEXT = {
     400: "invalid request (the problem names the field)",
     401: "missing, invalid or unbound credentials (see WWW-Authenticate)",
-    403: "the token lacks the required scope",
+    403: "the token lacks the required scope (a webhook: or its tenant is not the source's)",
     404: "no such resource for the caller's tenant",
     409: "conflict with the current state",
     412: "If-Match is not the current version",
@@ -35,7 +36,13 @@ _ERROR_TEXT = {
     "retry after Retry-After",
 }
 _BEARER_SECURITY: list[dict[str, list[str]]] = [{"bearer": []}, {"dpop": []}, {"mtls": []}]
-_WEBHOOK_SECURITY: list[dict[str, list[str]]] = [{"webhookSignature": []}, {"webhookMtls": []}]
+_WEBHOOK_SECURITY: list[dict[str, list[str]]] = [
+    {sender: [], token: []}
+    for sender in ("webhookSignature", "webhookMtls")
+    for token in ("dpop", "mtls", "bearer")
+]
+"""A signature or client certificate, plus an access token (scope ``scheduler.webhook``;
+a source configured with ``require_token = false`` takes none)."""
 
 
 def document(operations: list[Operation]) -> dict[str, Any]:
@@ -88,7 +95,8 @@ def document(operations: list[Operation]) -> dict[str, Any]:
                     "type": "http",
                     "scheme": "DPoP",
                     "bearerFormat": "JWT (EdDSA) with cnf.jkt",
-                    "description": "RFC 9449: Authorization: DPoP <token> plus a DPoP proof.",
+                    "description": "RFC 9449: Authorization: DPoP <token> plus a DPoP proof "
+                    "(EdDSA or ES256).",
                 },
                 "mtls": {
                     "type": "mutualTLS",
@@ -119,6 +127,8 @@ def _operation(op: Operation, refs: dict[Any, dict[str, Any]]) -> dict[str, Any]
     if op.scope:
         desc = f"Requires scope `{op.scope}`. {desc}".strip()
         out["x-required-scope"] = op.scope
+    else:
+        out["x-required-scope"] = WEBHOOK_SCOPE
     if desc:
         out["description"] = desc
     if op.params:
@@ -148,7 +158,7 @@ def _operation(op: Operation, refs: dict[Any, dict[str, Any]]) -> dict[str, Any]
                 for k, v in op.headers[status].items()
             }
         responses[str(status)] = r
-    for status in sorted({400, 429, *op.errors, *((401, 403) if op.scope else (401,))}):
+    for status in sorted({400, 401, 403, 429, *op.errors}):
         responses[str(status)] = {
             "description": _ERROR_TEXT.get(status, "error"),
             "content": {CONTENT_TYPE: {"schema": refs[Problem]}},

@@ -38,7 +38,8 @@ class Operation:
     summary: str
     tag: str
     scope: str | None
-    """Token scope required; ``None`` for webhooks (signed deliveries instead)."""
+    """Token scope required; ``None``: the handler authenticates itself (webhooks: a signature
+    or certificate, plus a token with ``scheduler.webhook`` unless the source takes none)."""
     body: type | None = None
     body_required: bool = True
     responses: dict[int, tuple[type | None, str]] = field(default_factory=dict)

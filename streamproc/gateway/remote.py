@@ -24,6 +24,7 @@ from streamproc.queries import (
     PREVIEW,
     VERIFY,
     ChainVerification,
+    ExportAt,
     PreviewQuery,
     PreviewRequest,
     PreviewResult,
@@ -46,8 +47,10 @@ class Remote:
         self.preview_timeout_s = preview_timeout_s
         self.verify_timeout_s = verify_timeout_s
 
-    async def preview(self, tenant: str, request: PreviewRequest) -> PreviewResult:
-        body = _encode(PreviewQuery(tenant=tenant, request=request))
+    async def preview(
+        self, tenant: str, request: PreviewRequest, export_at: ExportAt | None = None
+    ) -> PreviewResult:
+        body = _encode(PreviewQuery(tenant=tenant, request=request, export_at=export_at))
         data = await self._ask(PLANNER, PREVIEW, body, self.preview_timeout_s, "impact preview")
         return _preview.decode(data)
 

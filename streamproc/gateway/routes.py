@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from streamproc.gateway import (
     routes_audit,
+    routes_backlog,
+    routes_feed,
     routes_images,
     routes_preview,
     routes_runs,
@@ -15,8 +17,10 @@ from streamproc.gateway.operations import Operation
 OPERATIONS: list[Operation] = [
     *routes_schedules.OPERATIONS,
     *routes_runs.OPERATIONS,
+    *routes_backlog.OPERATIONS,
     *routes_preview.OPERATIONS,
     *routes_audit.OPERATIONS,
     *routes_webhooks.OPERATIONS,
     *routes_images.OPERATIONS,
+    *routes_feed.OPERATIONS,
 ]

@@ -16,6 +16,7 @@ import msgspec
 from aiohttp import web
 
 from streamproc import metrics
+from streamproc.bus import objects
 from streamproc.bus.jsapi import JsApiError
 from streamproc.events.payloads import Digest, ImageIndexed, ImageRemoved
 from streamproc.gateway.accesslog import RID
@@ -39,10 +40,12 @@ from streamproc.impact.publish import (
     UsageError,
     image_payload,
     split_repo,
+    store_sbom,
     write_image_event,
 )
 from streamproc.impact.purls import PurlError, normalize_purl
 from streamproc.impact.sbom import SbomError, parse_sbom
+from streamproc.names import sbom_bucket
 from streamproc.problems import ProblemError
 from streamproc.readmodel.images import Images
 
@@ -98,7 +101,8 @@ def _used(purls: list[str]) -> list[str]:
 
 
 def build(tenant: str, digest: str, body: ImagePut) -> ImageIndexed:
-    """The ``image.indexed`` payload of a PUT, or a 400/413 naming what is wrong."""
+    """The ``image.indexed`` payload of a PUT, or a 400/413 naming what is wrong. It names
+    the SBOM by the SHA-256 of its bytes exactly as they were sent."""
     try:
         sbom = parse_sbom(body.sbom)
     except SbomError as exc:
@@ -128,6 +132,7 @@ def build(tenant: str, digest: str, body: ImagePut) -> ImageIndexed:
             namespace=body.namespace,
             tags=body.tags,
             labels=body.labels,
+            sbom_key=objects.key_of(bytes(body.sbom)),
         )
     except PurlError as exc:
         raise ProblemError(
@@ -185,6 +190,19 @@ async def _write(
         raise publish_failure(exc) from None
 
 
+async def _store(gw: Gateway, sbom: bytes) -> None:
+    """Keep the SBOM as sent, before the event that names it is published."""
+    try:
+        await store_sbom(gw.ctx.publisher.nc, gw.ctx.settings.prefix, sbom)
+    except (objects.ObjectError, JsApiError) as exc:
+        raise ProblemError(
+            503,
+            "sbom-store-unavailable",
+            f"the SBOM store did not take the SBOM: {exc}; nothing was published, retrying is safe",
+            headers=UNAVAILABLE_HEADERS,
+        ) from None
+
+
 async def _accepted(
     gw: Gateway, request: web.Request, digest: str, out: ImageWrite
 ) -> web.Response:
@@ -208,7 +226,9 @@ async def put_image(gw: Gateway, request: web.Request, who: Principal | None) ->
         require_json(request)
         raw = await read_body(request, gw.body_cap)
         data = decode_content(raw, request.headers.get("Content-Encoding"), gw.inflated_cap)
-        payload = build(who.tenant, digest, decode_json(data, _put))
+        body = decode_json(data, _put)
+        payload = build(who.tenant, digest, body)
+        await _store(gw, bytes(body.sbom))
         out = await _write(gw, request, "image.indexed", who.tenant, digest, payload)
     except ProblemError as exc:
         _RESULTS["failed" if exc.status >= 500 else "refused"].inc()
@@ -236,6 +256,39 @@ async def get_image(gw: Gateway, request: web.Request, who: Principal | None) ->
     if rec is None:
         raise ProblemError(404, "not-found", f"image {digest} is not indexed")
     return json_response(image_view(who.tenant, rec))
+
+
+async def get_sbom(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
+    """The image's SBOM, byte for byte as it was sent; 404 for an image of another tenant,
+    as for any image this tenant has not indexed."""
+    assert who is not None
+    digest = _digest(request)
+    rec = gw.rm.image(who.tenant, digest)
+    if rec is None:
+        raise ProblemError(404, "not-found", f"image {digest} is not indexed")
+    if rec.sbom is None:
+        raise ProblemError(
+            404,
+            "sbom-not-kept",
+            f"image {digest} was indexed without its SBOM being kept (indexed before SBOMs "
+            "were stored, or by a producer that did not store it); index it again",
+        )
+    try:
+        data = await objects.get(gw.ctx.publisher.nc, sbom_bucket(gw.ctx.settings.prefix), rec.sbom)
+    except objects.Missing:
+        raise ProblemError(
+            404, "sbom-missing", f"the SBOM {rec.sbom} of image {digest} is no longer stored"
+        ) from None
+    except (objects.ObjectError, JsApiError) as exc:
+        raise ProblemError(
+            503, "sbom-store-unavailable", f"the SBOM store did not answer: {exc}",
+            headers=UNAVAILABLE_HEADERS,
+        ) from None  # fmt: skip
+    return web.Response(
+        body=data,
+        content_type="application/json",
+        headers={"ETag": f'"{rec.sbom}"'},
+    )
 
 
 async def list_images(gw: Gateway, request: web.Request, who: Principal | None) -> web.Response:
@@ -290,6 +343,21 @@ OPERATIONS = [
         params=(DIGEST,),
         responses={200: (ImageView, "the image's SBOM summary")},
         errors=(404,),
+    ),
+    Operation(
+        "GET",
+        "/images/{digest}/sbom",
+        get_sbom,
+        "getImageSbom",
+        "The image's SBOM, exactly as it was sent",
+        "images",
+        READ,
+        params=(DIGEST,),
+        responses={200: (None, "the SBOM document (CycloneDX or SPDX JSON), byte for byte")},
+        errors=(404, 503),
+        description="Answers the bytes the image was indexed with (the `sbom` of the PUT, "
+        "or the file `streamproc index add` read). 404 for an image this tenant has not "
+        "indexed, for one indexed before SBOMs were kept, and for one whose SBOM is gone.",
     ),
     Operation(
         "DELETE",

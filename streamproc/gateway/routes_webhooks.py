@@ -1,14 +1,19 @@
-"""Export webhooks from Feedser and Vexer: authenticate the delivery, decode it under the
-size limits, and record the export once per tenant of the source's allowlist.
+"""Export webhooks from Feedser and Vexer: authenticate the delivery (its signature or
+client certificate, and its access token), decode it under the size limits, and record the
+export once per tenant that both the token and the source's allowlist admit (every tenant of
+the allowlist for a source configured to take no token).
 
 An export is known by its ref, ``<source>:<exportId>``: export ids are the sender's own,
 and another configured source using the same id neither blocks nor stands in for this one.
-Event ids are ``derive_id(source, exportId, tenant)``; each tenant's event is appended to its
-shard of the tenant's exports at most once (:mod:`streamproc.gateway.exportlog`), so a
-repeated delivery — a moment or months later — yields no second event; the read model is
-checked first and answers repeats without publishing at all. Every tenant has its own
-outcome — recorded, duplicate, or conflict (the same export recorded before with another
-body) — and one tenant's conflict never keeps the others from being recorded.
+Each tenant's event is appended to its shard of the tenant's exports
+(:mod:`streamproc.gateway.exportlog`) only when the export's latest revision there has
+another body: a repeated delivery — a moment or months later — yields no second event, and
+the read model is checked first so repeats are answered without publishing at all. The same
+source sending the same ``exportId`` with another body records the export's next revision
+("keep last", docs/conformance.md §12), id ``derive_id(source, exportId, tenant, "revision",
+n)``; of two different bodies sent at once, one is revision n and the other n + 1 — never
+two of the same number. Every tenant has its own outcome — recorded (with its revision) or
+duplicate.
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
 
 from streamproc import metrics
-from streamproc.events.envelope import Envelope, encode, new_event
+from streamproc.events.catalog import subject_for
+from streamproc.events.envelope import encode, new_event
 from streamproc.events.payloads import (
     FeedserExportBody,
     VexerExportBody,
@@ -31,7 +37,8 @@ from streamproc.events.payloads import (
 )
 from streamproc.gateway.accesslog import RID
 from streamproc.gateway.accesslog import SOURCE as SOURCE_KEY
-from streamproc.gateway.auth import Principal
+from streamproc.gateway.accesslog import TENANT as TENANT_KEY
+from streamproc.gateway.auth import PRINCIPAL, WEBHOOK, Principal
 from streamproc.gateway.exportlog import Append, NotCaughtUp, Recorded, Unreadable
 from streamproc.gateway.hardening import (
     check_key_count,
@@ -55,12 +62,12 @@ from streamproc.ids import derive_id
 from streamproc.problems import ProblemError
 from streamproc.readmodel.exports import payload_digest
 from streamproc.readmodel.queries import ReadModel
+from streamproc.readmodel.records import ExportRecord
 
 if TYPE_CHECKING:
     from streamproc.gateway.app import Gateway
 
 Body = FeedserExportBody | VexerExportBody
-Outcome = Literal["recorded", "duplicate", "conflict"]
 _DECODERS: dict[str, msgspec.json.Decoder[FeedserExportBody | VexerExportBody]] = {
     "feedser": msgspec.json.Decoder(FeedserExportBody),
     "vexer": msgspec.json.Decoder(VexerExportBody),
@@ -83,56 +90,35 @@ def key_count(payload: Body) -> int:
     return len(payload.changed_claims)
 
 
-def _known(rm: ReadModel, tenant: str, kind: str, ref: str, export_id: str, event_id: str
-           ) -> Recorded | None:  # fmt: skip
-    """The read model's record of the export: by its ref, or this source's record of it from
-    before refs (keyed by the bare id; the event id, derived from the source, tells it from
-    another source's)."""
-    rec = rm.export(tenant, kind, ref)
-    if rec is None:
-        legacy = rm.export(tenant, kind, export_id)
-        rec = legacy if legacy is not None and legacy.event_id == event_id else None
-    return None if rec is None else Recorded(rec.event_id, rec.seq, rec.payload_sha256)
+def _own_legacy(
+    rm: ReadModel, tenant: str, kind: str, export_id: str, event_id: str
+) -> ExportRecord | None:
+    """This source's record of the export from before refs (keyed by the bare id), if any:
+    the event id, derived from the source, tells it from another source's."""
+    rec = rm.export(tenant, kind, export_id)
+    return rec if rec is not None and rec.event_id == event_id else None
 
 
-def _settled(tenant: str, rec: Recorded, digest: str, fresh: bool = False) -> ExportEvent:
-    if fresh:
-        return ExportEvent(
-            tenant=tenant, outcome="recorded", event_id=rec.event_id, seq=rec.seq, duplicate=False
-        )
-    same = rec.digest == digest
-    outcome: Outcome = "duplicate" if same else "conflict"
+def _recorded(rec: ExportRecord) -> Recorded:
+    return Recorded(rec.event_id, rec.seq, rec.payload_sha256, rec.revision)
+
+
+def revision_event_id(source: str, export_id: str, tenant: str, revision: int) -> str:
+    """The first revision keeps the id exports always had; later ones add their number."""
+    if revision == 1:
+        return derive_id(source, export_id, tenant)
+    return derive_id(source, export_id, tenant, "revision", revision)
+
+
+def _outcome(tenant: str, rec: Recorded, recorded: bool) -> ExportEvent:
     return ExportEvent(
-        tenant=tenant, outcome=outcome, event_id=rec.event_id, seq=rec.seq, duplicate=same
+        tenant=tenant,
+        outcome="recorded" if recorded else "duplicate",
+        event_id=rec.event_id,
+        seq=rec.seq,
+        duplicate=not recorded,
+        revision=rec.revision,
     )
-
-
-async def _append_all(
-    gw: Gateway, events: list[Envelope], kind: str, ref: str, export_id: str, digest: str
-) -> list[tuple[Recorded, bool] | BaseException]:
-    """Append each tenant's event to its shard (:mod:`streamproc.gateway.exportlog`), the
-    payload encoded once for every tenant; all at once, shielded when there are several, so
-    a cancelled request cannot stop between tenants."""
-    log_ = gw.exports
-    publisher = gw.ctx.publisher
-    raw = msgspec.Raw(msgspec.json.encode(events[0].payload))
-
-    def append(e: Envelope) -> Awaitable[tuple[Recorded, bool]]:
-        this = Append(encode(msgspec.structs.replace(e, payload=raw)), e.id, digest)
-        return log_.append(
-            publisher.subject_of(e),
-            (e.tenant, kind, ref),
-            lambda: _known(gw.rm, e.tenant, kind, ref, export_id, e.id),
-            lambda latest: latest or this,  # recorded before: a repeat, or a conflict
-        )
-
-    if len(events) == 1:
-        try:
-            return [await append(events[0])]
-        except Exception as exc:
-            return [exc]
-    sends = [append(e) for e in events]
-    return list(await asyncio.shield(asyncio.gather(*sends, return_exceptions=True)))
 
 
 def _append_failure(exc: BaseException) -> ProblemError:
@@ -148,70 +134,128 @@ def _append_failure(exc: BaseException) -> ProblemError:
 
 
 async def _record(
-    gw: Gateway, request: web.Request, source: Source, kind: str, body: Body
+    gw: Gateway, request: web.Request, source: Source, kind: str, body: Body, tenants: list[str]
 ) -> tuple[int, WebhookAccepted]:
-    """Record ``body`` for every tenant of ``source``; the status (202 if any tenant's event
-    is new, 200 if none is) and each tenant's outcome. 409 when every tenant conflicts."""
+    """Record ``body`` for ``tenants`` (of ``source``); the status (202 if any tenant's event
+    is new, 200 if none is) and each tenant's outcome.
+
+    Per tenant, the export's latest revision in the log decides: none yet, revision 1; the
+    same body, a duplicate; another body, the next revision. Tenants are appended all at
+    once, shielded when there are several, so a cancelled request cannot stop between
+    them; a payload is encoded once per revision however many tenants share it."""
     export_id = body.export_id
     ref = export_ref(source.name, export_id)
-    payload = sourced_export(body, source.name)
     digest = payload_digest(body)
     settled: dict[str, ExportEvent] = {}
-    fresh: list[Envelope] = []
-    for tenant in source.tenants:
-        event_id = derive_id(source.name, export_id, tenant)
-        known = _known(gw.rm, tenant, kind, ref, export_id, event_id) or gw.exports.recent(
-            tenant, kind, ref
-        )
-        if known is not None:
-            settled[tenant] = _settled(tenant, known, digest)
+    legacy: set[str] = set()
+    """Tenants whose export was recorded before refs existed, with another body."""
+    pending: list[str] = []
+    for tenant in tenants:
+        first_id = revision_event_id(source.name, export_id, tenant, 1)
+        current = gw.rm.export(tenant, kind, ref)
+        known = current or _own_legacy(gw.rm, tenant, kind, export_id, first_id)
+        if known is not None and known.payload_sha256 == digest:
+            settled[tenant] = _outcome(tenant, _recorded(known), recorded=False)
             continue
-        fresh.append(
-            new_event(
-                f"export.{kind}",
-                tenant,
-                payload,
-                gw.ctx.clock.now(),
-                event_id=event_id,
-                correlation_id=request[RID],
-            )
+        if current is None and known is not None:
+            legacy.add(tenant)
+        pending.append(tenant)
+    raws: dict[int, msgspec.Raw] = {}
+    first = sourced_export(body, source.name, 1)
+    """Names the export's shard subject (the same for every revision)."""
+
+    def decide(tenant: str, latest: Recorded | None) -> Append | Recorded:
+        if latest is not None and latest.digest == digest:
+            return latest  # a repeat of the latest revision
+        n = 1 if latest is None else latest.revision + 1
+        if n == 1 and tenant in legacy:  # the old event has the first revision's id
+            event_id = derive_id(source.name, export_id, tenant, "ref")
+        else:
+            event_id = revision_event_id(source.name, export_id, tenant, n)
+        payload = first if n == 1 else sourced_export(body, source.name, n)
+        event = new_event(
+            f"export.{kind}",
+            tenant,
+            payload,
+            gw.ctx.clock.now(),
+            event_id=event_id,
+            correlation_id=request[RID],
         )
-    if fresh:
-        failure: BaseException | None = None
-        for event, out in zip(
-            fresh, await _append_all(gw, fresh, kind, ref, export_id, digest), strict=True
-        ):
-            if isinstance(out, BaseException):
-                failure = failure or out
-                continue
-            rec, appended = out
-            settled[event.tenant] = _settled(event.tenant, rec, digest, fresh=appended)
-        if failure is not None:
-            # Tenants already stored are found on the sender's retry (by the ref).
-            raise _append_failure(failure)
-    events = [settled[t] for t in source.tenants]
-    conflicts = [e.tenant for e in events if e.outcome == "conflict"]
-    if conflicts:
-        log.warning(
-            "export %s of source %s was recorded before with a different body for %s",
+        if n not in raws:
+            raws[n] = msgspec.Raw(msgspec.json.encode(payload))
+        return Append(encode(msgspec.structs.replace(event, payload=raws[n])), event_id, digest, n)
+
+    def append(tenant: str) -> Awaitable[tuple[Recorded, bool]]:
+        def lookup() -> Recorded | None:
+            rec = gw.rm.export(tenant, kind, ref)
+            return None if rec is None else _recorded(rec)
+
+        return gw.exports.append(
+            subject_for(gw.ctx.publisher.prefix, tenant, f"export.{kind}", first),
+            (tenant, kind, ref),
+            lookup,
+            lambda latest: decide(tenant, latest),
+        )
+
+    outs: list[tuple[Recorded, bool] | BaseException]
+    if len(pending) == 1:
+        try:
+            outs = [await append(pending[0])]
+        except Exception as exc:
+            outs = [exc]
+    else:
+        sends = [append(t) for t in pending]
+        outs = list(await asyncio.shield(asyncio.gather(*sends, return_exceptions=True)))
+    failure: BaseException | None = None
+    for tenant, out in zip(pending, outs, strict=True):
+        if isinstance(out, BaseException):
+            failure = failure or out
+            continue
+        rec, appended = out
+        settled[tenant] = _outcome(tenant, rec, recorded=appended)
+    if failure is not None:
+        # Tenants already stored are found on the sender's retry (by the ref).
+        raise _append_failure(failure)
+    events = [settled[t] for t in tenants]
+    revised = [e.tenant for e in events if e.outcome == "recorded" and e.revision > 1]
+    if revised:
+        log.info(
+            "export %s of source %s: revision %d recorded for %s",
             export_id,
             source.name,
-            ", ".join(conflicts),
+            max(e.revision for e in events),
+            ", ".join(revised),
         )
-        if len(conflicts) == len(events):
-            raise ProblemError(
-                409,
-                "export-conflict",
-                f"export {export_id!r} was already recorded with a different body",
-            )
     recorded = any(e.outcome == "recorded" for e in events)
     accepted = WebhookAccepted(
         export_id=export_id,
         source=source.name,
-        duplicate=all(e.outcome == "duplicate" for e in events),
+        revision=max(e.revision for e in events),
+        duplicate=not recorded,
         events=events,
     )
     return (202 if recorded else 200), accepted
+
+
+async def _tenants(gw: Gateway, request: web.Request, source: Source) -> list[str]:
+    """The tenants this delivery records for: those both its token and the source's
+    allowlist admit (403 when none), or the whole allowlist for a source configured to
+    take no token. The token is checked as any API call's (issuer, audience, DPoP or mTLS
+    binding, proof replay), for scope ``scheduler.webhook``."""
+    if not source.require_token:
+        return source.tenants
+    who = await gw.auth.authenticate(request, WEBHOOK)
+    request[TENANT_KEY] = who.tenant
+    request[PRINCIPAL] = who
+    if who.tenant not in source.tenants:
+        raise ProblemError(
+            403,
+            "tenant-not-allowed",
+            f"webhook source {source.name} does not record exports for tenant {who.tenant} "
+            "(the token's tenant is not in the source's tenants)",
+            reason="tenant_not_allowed",
+        )
+    return [who.tenant]
 
 
 async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
@@ -221,6 +265,7 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         request[SOURCE_KEY] = source.name
         require_json(request)
         delivery = hooks.admit(request, source)
+        tenants = await _tenants(gw, request, source)
         await hooks.refuse_seen(delivery)
         raw = await hooks.read_signed(request, source, delivery, gw.body_cap)
     except ProblemError:
@@ -230,14 +275,14 @@ async def _export(gw: Gateway, request: web.Request, kind: str) -> web.Response:
         data = decode_content(raw, request.headers.get("Content-Encoding"), gw.inflated_cap)
         body = decode_export(data, _DECODERS[kind])
         check_key_count(key_count(body))
-        status, accepted = await _record(gw, request, source, kind, body)
+        status, accepted = await _record(gw, request, source, kind, body, tenants)
         await _remember(gw, delivery)
     except BaseException as exc:
         failed = isinstance(exc, ProblemError) and exc.status >= 500
         _RESULTS[kind, "failed" if failed else "refused"]()
         raise
     _RESULTS[kind, "accepted" if status == 202 else "duplicate"]()
-    return json_response(accepted, status)
+    return gw.with_nonce(json_response(accepted, status), request.get(PRINCIPAL))
 
 
 async def _remember(gw: Gateway, delivery: Delivery) -> None:
@@ -299,12 +344,12 @@ _HEADERS = (
 _RESPONSES: dict[int, tuple[type | None, str]] = {
     202: (
         WebhookAccepted,
-        "recorded for at least one tenant of the source; each tenant's outcome in events",
+        "recorded (the first body, or the next revision) for at least one tenant; each "
+        "tenant's outcome and revision in events",
     ),
     200: (
         WebhookAccepted,
-        "nothing new: every tenant's event already existed (a repeat), or "
-        "some conflict (see events)",
+        "nothing new: each tenant's latest revision of the export has this body (a repeat)",
     ),
 }
 OPERATIONS = [
@@ -319,9 +364,13 @@ OPERATIONS = [
         body=FeedserExportBody,
         params=_HEADERS,
         responses=_RESPONSES,
-        errors=(409, 413, 415, 503),
-        description="Recorded as export.feedser once per tenant of the source's allowlist "
-        "(409 export-conflict: every tenant holds the export with another body).",
+        errors=(403, 409, 413, 415, 503),
+        description="A signature (or client certificate) and an access token with scope "
+        "`scheduler.webhook` (admin implies it; none for a source configured with "
+        "`require_token = false`). Recorded as export.feedser for the token's tenant when the "
+        "source lists it (403 otherwise), or for every tenant of a source that takes no "
+        "token. The same exportId with another body is the export's next revision (202, "
+        "`revision`); with the same body, a duplicate (200).",
     ),
     Operation(
         "POST",
@@ -334,8 +383,12 @@ OPERATIONS = [
         body=VexerExportBody,
         params=_HEADERS,
         responses=_RESPONSES,
-        errors=(409, 413, 415, 503),
-        description="Recorded as export.vexer once per tenant of the source's allowlist "
-        "(409 export-conflict: every tenant holds the export with another body).",
+        errors=(403, 409, 413, 415, 503),
+        description="A signature (or client certificate) and an access token with scope "
+        "`scheduler.webhook` (admin implies it; none for a source configured with "
+        "`require_token = false`). Recorded as export.vexer for the token's tenant when the "
+        "source lists it (403 otherwise), or for every tenant of a source that takes no "
+        "token. The same exportId with another body is the export's next revision (202, "
+        "`revision`); with the same body, a duplicate (200).",
     ),
 ]

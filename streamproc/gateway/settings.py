@@ -97,6 +97,11 @@ class WebhookSource(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     hmac_secrets: list[str] = []
     ed25519_public_keys: list[str] = []
     mtls: SourceMtls | None = None
+    require_token: bool = True
+    """Deliveries carry an access token too (scope ``scheduler.webhook``, checked like any
+    API call's), and record only for the tenants both the token and ``tenants`` admit.
+    ``false`` trusts the signature (or certificate) alone for every tenant of ``tenants``;
+    the gateway warns at start (docs/security.md says what that gives up)."""
 
     def __post_init__(self) -> None:
         for t in self.tenants:

@@ -22,7 +22,7 @@ from streamproc.config import load
 from streamproc.gateway import jwt
 from streamproc.gateway.dpop import access_token_hash
 from streamproc.gateway.tls import x5t_s256
-from streamproc.names import ADMIN_SCOPE, AUDIENCE, IMAGES_WRITE_SCOPE, READ_SCOPE
+from streamproc.names import ADMIN_SCOPE, AUDIENCE, IMAGES_WRITE_SCOPE, READ_SCOPE, WEBHOOK_SCOPE
 
 DEFAULT_ISSUER = "https://authority.local"
 
@@ -31,29 +31,92 @@ class KeyFileError(ValueError):
     """A ``--key`` file that is not one ``token keygen`` wrote."""
 
 
-def _load(path: str) -> tuple[SigningKey, dict[str, Any]]:
+def load_key_file(path: str | Path) -> tuple[SigningKey, dict[str, Any]]:
+    """A private JWK written by ``token keygen`` (or ``up --demo``): the key and the doc."""
     try:
         doc = json.loads(Path(path).read_text())
         seed = jwt.b64url_decode(doc["d"])
-    except (OSError, ValueError, KeyError, jwt.JwtError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, jwt.JwtError) as exc:
         raise KeyFileError(f"{path} is not a key file from `token keygen`: {exc}") from None
     return SigningKey(seed), doc
+
+
+def write_key_file(path: Path, key: SigningKey, **extra: str) -> dict[str, Any]:
+    """Write ``key`` as a private JWK (mode 0600) with ``extra`` members; the doc."""
+    doc = {**jwt.okp_jwk(key.verify_key), "d": jwt.b64url(bytes(key)), **extra}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    return doc
+
+
+def mint_token(
+    key: SigningKey,
+    doc: dict[str, Any],
+    *,
+    tenant: str,
+    scope: str,
+    issuer: str | None = None,
+    audience: str = AUDIENCE,
+    sub: str = "dev",
+    ttl: int = 3600,
+    cnf: dict[str, str] | None = None,
+    now: int | None = None,
+) -> str:
+    """An access token (``typ: at+jwt``) signed with an issuer key file's key."""
+    iat = int(time.time()) if now is None else now
+    claims: dict[str, Any] = {
+        "iss": issuer or doc.get("iss") or DEFAULT_ISSUER,
+        "aud": audience,
+        "sub": sub,
+        "tenant": tenant,
+        "scope": scope,
+        "iat": iat,
+        "nbf": iat,
+        "exp": iat + ttl,
+        "jti": uuid.uuid4().hex,
+    }
+    if cnf:
+        claims["cnf"] = cnf
+    return jwt.sign(claims, key, {"typ": "at+jwt", "kid": doc.get("kid")})
+
+
+def dpop_proof(
+    key: SigningKey,
+    *,
+    htm: str,
+    htu: str,
+    token: str | None = None,
+    ath: str | None = None,
+    nonce: str | None = None,
+) -> str:
+    """A DPoP proof (RFC 9449) for one request, signed with the client's key."""
+    claims: dict[str, Any] = {
+        "jti": uuid.uuid4().hex,
+        "htm": htm.upper(),
+        "htu": htu,
+        "iat": int(time.time()),
+    }
+    if token:
+        claims["ath"] = access_token_hash(token)
+    elif ath:
+        claims["ath"] = ath
+    if nonce:
+        claims["nonce"] = nonce
+    return jwt.sign(claims, key, {"typ": "dpop+jwt", "jwk": jwt.okp_jwk(key.verify_key)})
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
     key = SigningKey.generate()
     kid = args.kid or uuid.uuid4().hex[:16]
     public = jwt.okp_jwk(key.verify_key)
-    doc = {**public, "d": jwt.b64url(bytes(key)), "kid": kid, "iss": args.issuer}
     out = Path(args.out)
     if out.exists() and not args.force:
         print(f"streamproc: {out} exists (use --force to replace it)", file=sys.stderr)
         return exitcodes.USAGE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
+    write_key_file(out, key, kid=kid, iss=args.issuer)
     tenants = args.tenant or ["*"]
     snippet = {
         "issuer": args.issuer,
@@ -69,50 +132,39 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_issue(args: argparse.Namespace) -> int:
-    key, doc = _load(args.key)
-    now = int(time.time())
+    key, doc = load_key_file(args.key)
     scopes = " ".join(s for group in args.scope for s in group.split()) or READ_SCOPE
-    claims: dict[str, Any] = {
-        "iss": args.issuer or doc.get("iss") or DEFAULT_ISSUER,
-        "aud": args.audience,
-        "sub": args.sub,
-        "tenant": args.tenant,
-        "scope": scopes,
-        "iat": now,
-        "nbf": now,
-        "exp": now + args.ttl,
-        "jti": uuid.uuid4().hex,
-    }
     cnf: dict[str, str] = {}
     if args.dpop_key:
-        _, client = _load(args.dpop_key)
+        _, client = load_key_file(args.dpop_key)
         cnf["jkt"] = jwt.jwk_thumbprint(client)
     elif args.jkt:
         cnf["jkt"] = args.jkt
     if args.cert:
         cnf["x5t#S256"] = x5t_s256(ssl.PEM_cert_to_DER_cert(Path(args.cert).read_text()))
-    if cnf:
-        claims["cnf"] = cnf
-    print(jwt.sign(claims, key, {"typ": "at+jwt", "kid": doc.get("kid")}))
+    print(
+        mint_token(
+            key,
+            doc,
+            tenant=args.tenant,
+            scope=scopes,
+            issuer=args.issuer,
+            audience=args.audience,
+            sub=args.sub,
+            ttl=args.ttl,
+            cnf=cnf,
+        )
+    )
     return 0
 
 
 def cmd_dpop_proof(args: argparse.Namespace) -> int:
-    key, _ = _load(args.key)
-    claims: dict[str, Any] = {
-        "jti": uuid.uuid4().hex,
-        "htm": args.htm.upper(),
-        "htu": args.htu,
-        "iat": int(time.time()),
-    }
-    if args.token:
-        claims["ath"] = access_token_hash(args.token)
-    elif args.ath:
-        claims["ath"] = args.ath
-    if args.nonce:
-        claims["nonce"] = args.nonce
-    header = {"typ": "dpop+jwt", "jwk": jwt.okp_jwk(key.verify_key)}
-    print(jwt.sign(claims, key, header))
+    key, _ = load_key_file(args.key)
+    print(
+        dpop_proof(
+            key, htm=args.htm, htu=args.htu, token=args.token, ath=args.ath, nonce=args.nonce
+        )
+    )
     return 0
 
 
@@ -152,7 +204,8 @@ def register(subparsers: Any) -> None:
         "--scope",
         action="append",
         default=[],
-        help=f"{READ_SCOPE}, {ADMIN_SCOPE} and/or {IMAGES_WRITE_SCOPE} (repeatable)",
+        help=f"{READ_SCOPE}, {ADMIN_SCOPE}, {IMAGES_WRITE_SCOPE} and/or {WEBHOOK_SCOPE} "
+        "(repeatable)",
     )
     p.add_argument("--audience", default=AUDIENCE)
     p.add_argument("--issuer", help="default: the key file's iss")

@@ -84,6 +84,7 @@ def run_view(r: RunRecord) -> RunView:
             cursor=why.cursor,
             export_count=why.export_count,
             exports=why.exports,
+            revisions=why.revisions,
             scheduled_for=why.scheduled_for,
             text=why.text,
         ),
@@ -117,6 +118,7 @@ def run_export_view(x: ExportItem) -> RunExportView:
         source=source,
         export_id=x.export_id,
         recorded_at=ms_to_iso(x.ms),
+        revision=x.revision,
     )
 
 
@@ -162,4 +164,5 @@ def image_view(tenant: str, r: ImageSummary) -> ImageView:
         indexed_hlc=r.indexed_hlc,
         event_id=r.event_id,
         version=r.seq,
+        sbom=r.sbom,
     )

@@ -32,6 +32,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -55,6 +56,7 @@ SIGNATURE = "X-Scheduler-Signature"
 TIMESTAMP = "X-Scheduler-Timestamp"
 DELIVERY = "X-Scheduler-Delivery"
 SOURCE = "X-Scheduler-Source"
+log = logging.getLogger(__name__)
 _DELIVERY_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _HEX_MAC = re.compile(r"^[0-9a-fA-F]{64}$")
 _B64_SIG = re.compile(r"^[A-Za-z0-9+/_-]{86}(==)?$")
@@ -127,6 +129,7 @@ class Source:
         self.hmac_keys = [resolve_ref(s).encode() for s in cfg.hmac_secrets]
         self.ed_keys = [VerifyKey(decode_key(resolve_ref(k))) for k in cfg.ed25519_public_keys]
         self.mtls = cfg.mtls
+        self.require_token = cfg.require_token
         self.ca_subjects: list[Any] = []
         if cfg.mtls and cfg.mtls.ca_file:
             self.ca_subjects = ca_subjects(cfg.mtls.ca_file)
@@ -195,6 +198,15 @@ class WebhookVerifier:
         self.window = s.webhook_window_s
         self._clock = clock
         self.sources = [Source(c) for c in s.webhooks]
+        for source in self.sources:
+            if not source.require_token:
+                log.warning(
+                    "webhook source %s takes no access token (require_token = false): its "
+                    "signature alone records exports for every tenant it lists (%s); see "
+                    "docs/security.md",
+                    source.name,
+                    ", ".join(source.tenants),
+                )
         self._by_kind = {k: [s for s in self.sources if s.kind == k] for k in ("feedser", "vexer")}
         self.replay = replay
         self.large_in_flight = 0

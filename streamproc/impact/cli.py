@@ -58,12 +58,13 @@ def _exits_2(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
 @_exits_2
 def cmd_add(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    payload, purls, used = build_payload(args)
+    built = build_payload(args)
+    payload, purls, used = built.payload, built.purls, built.used
     products = len({c.product_key for c in payload.components})
 
     async def go(nc: Any) -> int:
         out = await publish_image_event(
-            settings, nc, "image.indexed", args.tenant, args.image, payload
+            settings, nc, "image.indexed", args.tenant, args.image, payload, built.sbom
         )
         if out is None:
             print(f"{args.image} of {args.tenant} is already indexed with this content")

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from streamproc.bus import jsapi
+from streamproc.bus import jsapi, objects
 from streamproc.bus.publisher import Publisher, WrongExpectedSequence
 from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import EventError, decode, new_event
@@ -27,7 +27,8 @@ from streamproc.hlc import HybridLogicalClock
 from streamproc.ids import InvalidTenant, derive_id, validate_tenant
 from streamproc.impact.purls import PurlError, normalize_purl
 from streamproc.impact.records import build_image
-from streamproc.impact.sbom import SbomError, read_sbom
+from streamproc.impact.sbom import SbomError, parse_sbom
+from streamproc.names import sbom_bucket
 
 NO_MESSAGE = 10037
 """JetStream's "no message found" (the subject has no event yet)."""
@@ -98,11 +99,13 @@ def image_payload(
     namespace: str | None,
     tags: Iterable[str],
     labels: dict[str, str],
+    sbom_key: str | None = None,
 ) -> ImageIndexed:
     """The ``image.indexed`` payload of an SBOM, validated against the event schema.
     ``used``: the canonical purls the entrypoint uses, None when not known (usage unknown is
     not "nothing used"). Raises PurlError for a purl of the SBOM, UnknownUsedPurls, or
-    msgspec.ValidationError. The CLI and the gateway both build images here."""
+    msgspec.ValidationError. ``sbom_key``: the SBOM's name in the SBOM store (store it
+    before publishing). The CLI and the gateway both build images here."""
     wanted = set(used or ())
     flags = None if used is None else [normalize_purl(p).purl in wanted for p in sbom.purls]
     rec = build_image(
@@ -131,24 +134,37 @@ def image_payload(
             for p, k, u in zip(rec.purls, rec.product_keys, rec.used, strict=True)
         ],
         usage_known=rec.usage_known,
+        sbom=sbom_key,
     )
     # msgspec validates on decode only: round-trip to apply the schema's limits
     msgspec.json.decode(msgspec.json.encode(payload), type=ImageIndexed)
     return payload
 
 
-def build_payload(args: argparse.Namespace) -> tuple[Any, int, int | None]:
-    """The validated ``image.indexed`` payload, its purl count and used count (None when
-    the image's usage is unknown)."""
+class Built(NamedTuple):
+    payload: ImageIndexed
+    purls: int
+    used: int | None
+    """None when the image's usage is unknown."""
+    sbom: bytes
+    """The SBOM file's bytes, stored as they are (named by ``payload.sbom``)."""
+
+
+def build_payload(args: argparse.Namespace) -> Built:
+    """The validated ``image.indexed`` payload of ``index add``, and what it counts."""
     try:
         validate_tenant(args.tenant)
     except InvalidTenant as exc:
         raise UsageError(str(exc)) from None
     registry, repo = split_repo(args.repo)
     try:
-        sbom = read_sbom(args.sbom)
-    except (OSError, SbomError) as exc:
+        with open(args.sbom, "rb") as fh:
+            data = fh.read()
+        sbom = parse_sbom(data)
+    except OSError as exc:
         raise UsageError(f"{exc}; nothing published") from None
+    except SbomError as exc:
+        raise UsageError(f"{args.sbom}: {exc}; nothing published") from None
     if len(sbom.purls) > MAX_KEYS:
         raise UsageError(
             f"{args.sbom}: {len(sbom.purls)} purls; at most {MAX_KEYS} per image are "
@@ -165,6 +181,7 @@ def build_payload(args: argparse.Namespace) -> tuple[Any, int, int | None]:
             namespace=args.namespace,
             tags=args.tag,
             labels=_labels(args.label),
+            sbom_key=objects.key_of(data),
         )
     except PurlError as exc:
         raise UsageError(
@@ -176,7 +193,8 @@ def build_payload(args: argparse.Namespace) -> tuple[Any, int, int | None]:
     except msgspec.ValidationError as exc:
         raise UsageError(f"image.indexed payload refused: {exc}; nothing published") from None
     comps = payload.components
-    return payload, len(comps), sum(c.used for c in comps) if payload.usage_known else None
+    used = sum(c.used for c in comps) if payload.usage_known else None
+    return Built(payload, len(comps), used, data)
 
 
 async def _last_on_subject(nc: Any, stream: str, subject: str) -> tuple[int, bytes | None]:
@@ -245,14 +263,34 @@ async def write_image_event(
     raise UsageError(f"image {digest} keeps changing under us; try again")
 
 
+async def store_sbom(nc: Any, prefix: str, data: bytes) -> str:
+    """Keep an SBOM as sent in the SBOM store (before the event naming it is published);
+    returns its name. Storing the same bytes again is cheap (no chunk is rewritten)."""
+    return await objects.put(nc, sbom_bucket(prefix), data)
+
+
 async def publish_image_event(
-    settings: Any, nc: Any, kind: str, tenant: str, digest: str, payload: Any
+    settings: Any,
+    nc: Any,
+    kind: str,
+    tenant: str,
+    digest: str,
+    payload: Any,
+    sbom: bytes | None = None,
 ) -> tuple[str, int] | None:
     """Publish with a publisher and clock of its own (the CLI): the event id and sequence,
-    or None when the log already says this (see :func:`write_image_event`)."""
+    or None when the log already says this (see :func:`write_image_event`). ``sbom``: the
+    document ``payload.sbom`` names, stored first."""
     stream = settings.events_stream
     if await jsapi.stream_info(nc, stream) is None:
         raise UsageError(f"stream {stream} does not exist: run `streamproc streams apply`")
+    if sbom is not None:
+        if await jsapi.stream_info(nc, objects.stream_of(sbom_bucket(settings.prefix))) is None:
+            raise UsageError(
+                f"the SBOM store {sbom_bucket(settings.prefix)} does not exist: run "
+                "`streamproc streams apply`"
+            )
+        await store_sbom(nc, settings.prefix, sbom)
     clock = HybridLogicalClock(settings.node_id)
     pub = await Publisher(nc, prefix=settings.prefix).start()
     try:

@@ -56,6 +56,10 @@ class ImpactSet:
     def digests(self) -> list[str]:
         return [self._digest_of(i) for i in self.bitmap]
 
+    def subset(self, ids: BitMap) -> ImpactSet:
+        """The same result narrowed to ``ids`` (of its own): their digests, say."""
+        return ImpactSet(self.bitmap & ids, [], self._digest_of)
+
     def sample(self, n: int) -> list[str]:
         """Digests of the ``n`` lowest image ids: stable for an unchanged index."""
         return [self._digest_of(i) for i in islice(self.bitmap, max(n, 0))]

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import uvloop
 from nats.errors import ConnectionClosedError
 
@@ -21,11 +22,19 @@ from streamproc.bus.session import nats_session
 from streamproc.cancellation import checkpoint
 from streamproc.client.http import ApiClient
 from streamproc.client.settings import dpop_key, token_source
-from streamproc.config import Settings, environment, load
+from streamproc.client.tokens import StaticToken
+from streamproc.config import ConfigError, Settings, environment, load
 from streamproc.names import NOTIFY_TAIL, READ_SCOPE, stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
-from streamproc.notify.http_tail import FeedClosed, FeedRefused, FeedUnavailable, HttpTail
+from streamproc.notify.feed_consumer import (
+    ConsumerSettings,
+    FeedClosed,
+    FeedConsumer,
+    load_settings,
+)
+from streamproc.notify.feed_http import epoch_of
+from streamproc.notify.feed_state import Checkpoint, FeedState
 from streamproc.notify.schemas import write_all
 
 TOKEN_ENV = "STREAMPROC_NOTIFY_TOKEN"
@@ -39,7 +48,11 @@ def register(
     nsub = notify.add_subparsers(dest="notify_command", required=True)
     p = nsub.add_parser("tail", help="print deltas as they arrive; resumes where it left off")
     common(p)
-    p.add_argument("--tenant", help="one tenant (default: all tenants; NATS only)")
+    p.add_argument(
+        "--tenant", action="append", default=[],
+        help="NATS: one tenant (default: every tenant); --http: the tenants to follow "
+        "(repeatable; default notify.tenants, or a static token's tenant)",
+    )  # fmt: skip
     p.add_argument(
         "--durable",
         help=f"durable consumer / checkpoint name (default {NOTIFY_TAIL}, or "
@@ -50,13 +63,19 @@ def register(
         "--kind", action="append", choices=nm.KINDS,
         help="message kinds (repeatable; default rescan.delta)",
     )  # fmt: skip
-    p.add_argument("--http", metavar="URL", help="follow the gateway's HTTP feed instead of NATS")
+    p.add_argument(
+        "--http", metavar="URL", nargs="?", const="",
+        help="follow the gateway's HTTP feed instead of NATS (URL default: notify.base_url)",
+    )  # fmt: skip
     p.add_argument(
         "--token",
         help=f"access token for --http, bound to this client's DPoP key (default "
         f"${TOKEN_ENV}; else client credentials, docs/notify.md)",
     )
-    p.add_argument("--state", help="checkpoint file for --http (default DATA/notify/NAME.json)")
+    p.add_argument(
+        "--state",
+        help="checkpoints and leases of --http (default DATA/notify/NAME.sqlite)",
+    )
     p.add_argument(
         "--reset", action="store_true",
         help="delete the durable consumer first: start over from the oldest message (NATS only)",
@@ -88,33 +107,15 @@ def cmd_tail(args: argparse.Namespace) -> int:
     def show(msg: nm.AnyMessage, seq: int) -> None:
         print(nm.encode(msg).decode() if args.json else render(msg, seq), flush=True)
 
-    if args.http:
-        if len(kinds) != 1 or args.reset:
-            print("streamproc: --http follows one --kind; to start over remove its --state file",
-                  file=sys.stderr)  # fmt: skip
+    if args.http is not None:
+        if args.reset:
+            print("streamproc: --reset is for NATS; over --http a checkpoint is never reset by "
+                  "the tail: to start over, remove its --state file", file=sys.stderr)  # fmt: skip
             return exitcodes.USAGE
-        name = args.durable or NOTIFY_TAIL
-        state = Path(args.state or settings.data_dir / "notify" / f"{name}.json")
-        key = dpop_key(settings.data_dir)
-        tokens = token_source(
-            key, token=args.token or environment().get(TOKEN_ENV),
-            token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,),
-        )  # fmt: skip
-        tail = HttpTail(args.http, state, api=ApiClient(key, tokens), kind=kinds[0], out=show)
-        try:
-            uvloop.run(tail.run(once=args.once))
-        except FeedClosed as exc:
-            print(f"streamproc: notify tail stopped (fail closed): {exc}", file=sys.stderr)
-            return exitcodes.known(exc)
-        except FeedRefused as exc:
-            print(f"streamproc: notify tail: {exc}", file=sys.stderr)
-            return exitcodes.known(exc)
-        except FeedUnavailable as exc:  # --once only; otherwise the tail waits and retries
-            print(f"streamproc: notify tail: {exc}; checkpoint kept", file=sys.stderr)
-            return exitcodes.known(exc)
-        except KeyboardInterrupt:
-            return exitcodes.INTERRUPTED
-        return exitcodes.OK
+        return _tail_http(settings, args, show)
+    if len(args.tenant) > 1:
+        print("streamproc: over NATS, --tenant names one tenant", file=sys.stderr)
+        return exitcodes.USAGE
 
     try:  # --nats-url, else the data directory's running server (or a temporary one)
         return int(uvloop.run(_tail_nats(settings, args, kinds, show)))
@@ -131,6 +132,62 @@ def cmd_tail(args: argparse.Namespace) -> int:
         return exitcodes.INTERRUPTED
 
 
+def _tail_http(
+    settings: Settings, args: argparse.Namespace, show: Callable[[nm.AnyMessage, int], None]
+) -> int:
+    key = dpop_key(settings.data_dir)
+    static = args.token or environment().get(TOKEN_ENV)
+    tokens = token_source(
+        key, token=static, token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,)
+    )
+    own = tokens.tenant if isinstance(tokens, StaticToken) else None
+    cs = load_settings(base_url=args.http, tenants=args.tenant, kinds=args.kind or [],
+                       token_tenant=own)  # fmt: skip
+    if isinstance(tokens, StaticToken) and own is not None and cs.tenants != (own,):
+        raise ConfigError(
+            f"a static token serves its own tenant ({own}), not {', '.join(cs.tenants)}: use "
+            "client credentials (docs/notify.md) to follow several tenants"
+        )
+    name = args.durable or NOTIFY_TAIL
+    state = FeedState(Path(args.state or settings.data_dir / "notify" / f"{name}.sqlite"),
+                      ttl_s=cs.lease_ttl_s)  # fmt: skip
+    _adopt_legacy(settings.data_dir / "notify" / f"{name}.json", state, cs)
+    consumer = FeedConsumer(cs, ApiClient(key, tokens, timeout_s=cs.http_timeout_s), state, show)
+    try:
+        return int(uvloop.run(consumer.run(once=args.once)))
+    except FeedClosed as exc:
+        print(f"streamproc: notify tail stopped (fail closed): {exc}. The checkpoint is kept; "
+              "nothing was skipped (docs/notify.md: recovering)", file=sys.stderr)  # fmt: skip
+        return exitcodes.known(exc)
+    except KeyboardInterrupt:
+        return exitcodes.INTERRUPTED
+
+
+class _LegacyCheckpoint(msgspec.Struct):
+    url: str
+    kind: str
+    epoch: str
+    seq: int
+
+
+def _adopt_legacy(path: Path, state: FeedState, cs: ConsumerSettings) -> None:
+    """An earlier version's checkpoint file (one tenant, its epoch the stream's creation
+    time): taken over once, for the one partition it can be."""
+    if not path.exists() or len(cs.tenants) != 1:
+        return
+    try:
+        old = msgspec.json.decode(path.read_bytes(), type=_LegacyCheckpoint)
+        epoch = epoch_of(old.epoch)
+    except (msgspec.DecodeError, ValueError) as exc:
+        print(f"streamproc: {path} is not a checkpoint of an earlier notify tail ({exc}); "
+              "left alone", file=sys.stderr)  # fmt: skip
+        return
+    if old.kind in cs.kinds and state.adopt(cs.tenants[0], old.kind, Checkpoint(epoch, old.seq),
+                                             old.url):  # fmt: skip
+        print(f"streamproc: took over the checkpoint of {path} ({cs.tenants[0]} {old.kind} at "
+              f"{old.seq}); it is no longer read", file=sys.stderr)  # fmt: skip
+
+
 async def _tail_nats(
     settings: Settings,
     args: argparse.Namespace,
@@ -138,12 +195,13 @@ async def _tail_nats(
     show: Callable[[nm.AnyMessage, int], None],
 ) -> int:
     prefix = settings.prefix
-    durable = args.durable or default_durable(args.tenant, kinds)
+    tenant = args.tenant[0] if args.tenant else None
+    durable = args.durable or default_durable(tenant, kinds)
     async with nats_session(settings, name="streamproc-notify-tail") as nc:
         if args.reset:
             await jsapi.delete_consumer(nc, stream_names(prefix)[2], durable)
         async with NotifyConsumer(
-            nc, durable=durable, prefix=prefix, tenant=args.tenant, kinds=kinds
+            nc, durable=durable, prefix=prefix, tenant=tenant, kinds=kinds
         ) as feed:
             return await _follow(feed, args.once, show)
 

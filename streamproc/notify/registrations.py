@@ -1,16 +1,18 @@
 """Feed registrations: each (tenant, kind) consumer's reported position, shared by every
 gateway replica in the JetStream KV bucket ``<prefix>_feed`` and kept for the lease.
 
-A registration is what the consumer last reported with ``POST …/consumer-checkpoint``:
-the epoch and sequence of its durable checkpoint, who reported it, and how far past it the
-feed could *vouch* that no message of that tenant and kind existed (``vouched``: no message
-on the subject in ``(seq, vouched]``, checked against the stream leader when it was
-reported). The bucket's ``max_age`` is the lease (``notify.feed_lease_s``, default 24 h): a
-registration nobody renews disappears, and with it the feed's word for that range — as the
-consumer contract says, a stopped consumer can outlive that protection.
+A registration is what the consumer last reported with ``POST …/consumer-checkpoint``: the
+epoch and sequence of its durable checkpoint, who reported it, since when its hold is
+unbroken (``held_after`` and ``hold_created``: the holding consumer of
+:mod:`.retention` and the position from which it has held every message of the subject), and
+how far past ``seq`` the feed could *vouch* that no message of that tenant and kind existed
+(``vouched``, checked against the stream leader when it was reported). The bucket's
+``max_age`` is the lease (``notify.feed_lease_s``, default 24 h), like the holding
+consumer's ``inactive_threshold``: a registration nobody renews disappears, and its hold
+with it — as the consumer contract says, a stopped consumer can outlive that protection.
 
-Only the configured consumer identities (``notify.feed_consumers``: token ``sub`` values)
-or a caller with the write scope (``scheduler.admin``) may report; readers may not.
+Only the configured consumer client identities (``notify.consumer_client_ids``, matched
+against the token's ``client_id``, ``azp`` or ``sub``) may register or report.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from streamproc.names import feed_bucket
 bucket_name = feed_bucket
 
 LEASE_ENV = "STREAMPROC_FEED_LEASE_S"
-CONSUMERS_ENV = "STREAMPROC_FEED_CONSUMERS"
+CONSUMERS_ENV = "STREAMPROC_NOTIFY_CONSUMER_CLIENT_IDS"
 DEFAULT_LEASE_S = 86_400.0
 MIN_LEASE_S = 3.0
 DEFAULT_CONSUMERS = ("streamproc-notify",)
@@ -40,11 +42,12 @@ KV_FAILURES = (nats.errors.Error, TimeoutError, OSError)
 
 class FeedSettings(msgspec.Struct, frozen=True, kw_only=True):
     lease_s: float = DEFAULT_LEASE_S
-    consumers: tuple[str, ...] = DEFAULT_CONSUMERS
+    consumer_client_ids: tuple[str, ...] = DEFAULT_CONSUMERS
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> FeedSettings:
-    """``STREAMPROC_FEED_LEASE_S`` and ``STREAMPROC_FEED_CONSUMERS`` (comma-separated)."""
+    """``STREAMPROC_FEED_LEASE_S`` and ``STREAMPROC_NOTIFY_CONSUMER_CLIENT_IDS``
+    (comma-separated)."""
     env = environment() if env is None else env
     raw = (env.get(LEASE_ENV) or "").strip()
     lease = DEFAULT_LEASE_S
@@ -59,13 +62,17 @@ def load_settings(env: Mapping[str, str] | None = None) -> FeedSettings:
     consumers: tuple[str, ...] = DEFAULT_CONSUMERS
     if names is not None and names.strip():
         consumers = tuple(n.strip() for n in names.split(",") if n.strip())
-    return FeedSettings(lease_s=lease, consumers=consumers)
+    return FeedSettings(lease_s=lease, consumer_client_ids=consumers)
 
 
 class Registration(msgspec.Struct, kw_only=True):
     consumer: str
-    epoch: str
+    """The client identity that reported it."""
+    epoch: int
     seq: int
+    held_after: int
+    """Every message of the subject after this sequence has been held since ``hold_created``."""
+    hold_created: str
     vouched: int
     reported_ms: int
 
@@ -124,7 +131,12 @@ class Registrations:
             return None
         except (jsapi.JsApiError, *KV_FAILURES) as exc:
             raise RegistryUnavailable(f"feed registrations: {exc or type(exc).__name__}") from exc
-        return _decode(entry.value) if entry.value else None
+        if not entry.value:
+            return None
+        try:
+            return _decode(entry.value)
+        except msgspec.DecodeError:  # an older version's record: it vouches for nothing
+            return None
 
     async def put(self, tenant: str, kind: str, reg: Registration) -> None:
         try:

@@ -18,14 +18,14 @@ from streamproc.notify import messages as nm
 from streamproc.notify.feed_http import CheckpointAnswer, FeedPage
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-TYPES: dict[str, tuple[type[msgspec.Struct], str]] = {
+TYPES: dict[str, tuple[Any, str]] = {
     "rescan.delta": (nm.RescanDelta, "<prefix>.notify.<tenant>.rescan.delta"),
     "report.ready": (nm.ReportReady, "<prefix>.notify.<tenant>.report.ready"),
     "run.summary": (nm.RunSummary, "<prefix>.notify.<tenant>.run.summary"),
-    "feed.page": (FeedPage, "GET /api/v1/scheduler/feeds/{kind}/events"),
+    "feed.page": (FeedPage[nm.AnyMessage], "GET /api/v1/scheduler/feeds/<kind>/events"),
     "feed.checkpoint": (
         CheckpointAnswer,
-        "POST /api/v1/scheduler/feeds/{kind}/consumer-checkpoint",
+        "POST /api/v1/scheduler/feeds/<kind>/consumer-checkpoint",
     ),
 }
 

@@ -3,13 +3,17 @@
 Pure functions: the projection uses the first half inside its fold, the reactor and the
 tests the second. Coalescing is decided by the exports' own HLC times and ids — never by
 when the planner happened to look — so the same pending exports always form the same runs
-with the same ids.
+with the same ids. A revision of an export whose earlier revision a run already claimed
+plans only what that run did not cover (:func:`uncovered`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.ids import derive_id
@@ -87,9 +91,53 @@ class Changes:
         return cls(frozenset(keys), frozenset(kev), frozenset(crit), frozenset(vulns))
 
 
-def export_run_id(tenant: str, export_ids: Iterable[str]) -> str:
-    """``derive_id("run", tenant, *sorted export ids)``: same exports, same run."""
-    return derive_id("run", tenant, *sorted(export_ids))
+def export_run_id(
+    tenant: str, export_ids: Iterable[str], revisions: Mapping[str, int] | None = None
+) -> str:
+    """``derive_id("run", tenant, *sorted export ids)``: same exports, same run. A run of
+    later revisions (``revisions``: ref → revision, those past the first) adds them, so a
+    follow-up never takes the id of the run before it."""
+    later: list[str | int] = [
+        part for ref, n in sorted((revisions or {}).items()) if n > 1 for part in (ref, n)
+    ]
+    if not later:
+        return derive_id("run", tenant, *sorted(export_ids))
+    return derive_id("run", tenant, *sorted(export_ids), "revisions", *later)
+
+
+def _hash(kind: bytes, value: str) -> bytes:
+    return hashlib.sha256(kind + value.encode()).digest()[:8]
+
+
+def coverage(rec: ExportRecord) -> set[bytes]:
+    """What a revision names, as 8-byte hashes: its keys and its KEV vuln ids."""
+    return {_hash(b"k", k) for k in rec.keys} | {_hash(b"v", v) for v in rec.kev_vulns}
+
+
+def add_coverage(covered: bytes, rec: ExportRecord) -> bytes:
+    """``covered`` (sorted 8-byte hashes) with what ``rec`` names added."""
+    return b"".join(sorted(_hashes(covered) | coverage(rec)))
+
+
+def _hashes(covered: bytes) -> set[bytes]:
+    return {covered[i : i + 8] for i in range(0, len(covered), 8)}
+
+
+def uncovered(rec: ExportRecord, covered: bytes) -> ExportRecord:
+    """The part of a revision that no claimed revision of its export named: the keys and
+    KEV vuln ids the follow-up run plans (with their KEV and critical tags)."""
+    if not covered:
+        return rec
+    seen = _hashes(covered)
+    keys = [k for k in rec.keys if _hash(b"k", k) not in seen]
+    left = set(keys)
+    return msgspec.structs.replace(
+        rec,
+        keys=keys,
+        kev_keys=[k for k in rec.kev_keys if k in left],
+        critical_keys=[k for k in rec.critical_keys if k in left],
+        kev_vulns=[v for v in rec.kev_vulns if _hash(b"v", v) not in seen],
+    )
 
 
 @dataclass(frozen=True)
@@ -107,8 +155,13 @@ class ExportGroup:
         return sorted(e.export_id for e in self.exports)
 
     @property
+    def revisions(self) -> dict[str, int]:
+        """The revision planned of each export, where it is not the first."""
+        return {e.export_id: e.revision for e in self.exports if e.revision > 1}
+
+    @property
     def run_id(self) -> str:
-        return export_run_id(self.tenant, self.export_ids)
+        return export_run_id(self.tenant, self.export_ids, self.revisions)
 
     @property
     def latest(self) -> ExportRecord:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import msgspec
+
 from streamproc.events import payloads as p
 from streamproc.ids import derive_id
 from streamproc.impact.index import ImpactIndex
@@ -95,6 +97,8 @@ class Plan:
     degraded_reason: str | None = None
     keys: int = 0
     hosts: dict[str, int] = field(default_factory=dict)
+    buckets: pacing.Buckets = field(kw_only=True)
+    policy_revision: str | None = None
 
     def run_planned(self) -> p.RunPlanned:
         return p.RunPlanned(
@@ -120,6 +124,11 @@ class Plan:
                 rate_per_second=s.rate_per_second,
                 mode=s.mode,
                 priority=s.priority,
+                tenant_rate=self.buckets.tenant_rate,
+                registry_host=s.host or msgspec.UNSET,
+                registry_rate=self.buckets.registry_rate if s.host else msgspec.UNSET,
+                burst_s=self.buckets.burst_s,
+                policy_revision=self.policy_revision or msgspec.UNSET,
             )
             for s in self.segments
         ]

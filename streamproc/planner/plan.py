@@ -72,8 +72,6 @@ def build_plan(
         ).append(d)
     segments: list[SegmentPlan] = []
     size = cfg.segment_size
-    host_rate = cfg.registry_rate if refresh else None
-    rate = pacing.segment_rate(limits.rate, limits.parallelism, host_rate)
     for (tier, host, shard), digests in sorted(groups.items()):
         for j in range(0, len(digests), size):
             n = len(segments)
@@ -83,7 +81,7 @@ def build_plan(
                     shard=shard,
                     digests=digests[j : j + size],
                     priority=pacing.priority_digit(cause.trigger, tier),
-                    rate_per_second=rate,
+                    rate_per_second=limits.rate,
                     mode=mode,
                     tier=tier,
                     host=host,
@@ -108,7 +106,16 @@ def build_plan(
         degraded_reason=selected.degraded_reason,
         keys=selected.keys,
         hosts=hosts,
+        buckets=pacing.Buckets(cfg.tenant_rate, cfg.registry_rate, cfg.burst_s),
+        policy_revision=_policy_revision(targets),
     )
+
+
+def _policy_revision(targets: Sequence[Target]) -> str | None:
+    """The ``onlyIf.policyRevision`` the run's schedules name, if they name one; schedules
+    that name different ones get the scanner's current policy (None)."""
+    named = {t.only_if.policy_revision for t in targets if t.only_if.policy_revision}
+    return named.pop() if len(named) == 1 else None
 
 
 def _run_mode(cause: Cause, targets: Sequence[Target]) -> p.Mode:

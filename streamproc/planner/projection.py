@@ -18,9 +18,10 @@ from msgspec import UNSET
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
-from streamproc.ids import derive_id
+from streamproc.ids import spill_run_id
 from streamproc.names import (
     PL_BACKLOG_CF,
+    PL_FINDINGS_CF,
     PL_REPORTS,
     PL_REPORTS_CF,
     PL_RUNS,
@@ -34,6 +35,7 @@ from streamproc.state.store import Store
 
 BACKLOG_CF = PL_BACKLOG_CF
 REPORTS_CF = PL_REPORTS_CF
+FINDINGS_CF = PL_FINDINGS_CF
 RUNS_CF = PL_RUNS_CF
 SCHEDULES_CF = PL_SCHEDULES_CF
 
@@ -51,11 +53,6 @@ def parse_utc_ms(text: str | None) -> int | None:
     if dt.tzinfo is None:
         return None
     return round(dt.timestamp() * 1000)
-
-
-def spill_run_id(root_run_id: str, offset: int) -> str:
-    """The continuation that plans a run's surplus from image ``offset`` of its cause."""
-    return derive_id(root_run_id, "spill", offset)
 
 
 class PlannerSchedules(Projection):
@@ -303,14 +300,27 @@ def _report_flags(v: p.VerdictRecorded) -> int:
     return (r.KEV if kev else 0) | (r.CRITICAL if crit else 0)
 
 
+def _by_vuln(v: p.VerdictRecorded) -> list[tuple[str, int, bool]]:
+    """(vulnId, highest severity rank, KEV) per vulnerability of a report, sorted."""
+    best: dict[str, tuple[int, bool]] = {}
+    for f in (*v.top_findings, *v.findings):
+        rank, kev = best.get(f.vuln_id, (0, False))
+        best[f.vuln_id] = (max(rank, p.SEVERITY_RANK[f.severity]), kev or f.kev)
+    return [(vuln, rank, kev) for vuln, (rank, kev) in sorted(best.items())]
+
+
 class LastReports(Projection):
     """Per tenant and digest: when its last report was made (HLC ms) and whether it had KEV
-    or critical findings — for ``onlyIf.lastReportOlderThanDays`` and nightly ordering."""
+    or critical findings — for ``onlyIf.lastReportOlderThanDays`` and nightly ordering —
+    and, read from the store on demand, its findings by vulnerability (what the impact
+    preview's projected deltas are judged against)."""
 
     name: ClassVar[str] = PL_REPORTS
     creates: ClassVar[frozenset[str]] = frozenset({"verdict.recorded"})
     """An image's first report creates its entry (reports are about images, not runs)."""
-    families: ClassVar[tuple[str, ...]] = (REPORTS_CF,)
+    families: ClassVar[tuple[str, ...]] = (REPORTS_CF, FINDINGS_CF)
+    version: ClassVar[int] = 2
+    """2: each image's last findings (``pl_findings``)."""
 
     def __init__(self) -> None:
         self.by_tenant: dict[str, dict[str, tuple[int, int]]] = {}
@@ -327,6 +337,15 @@ class LastReports(Projection):
     def get(self, tenant: str) -> Mapping[str, tuple[int, int]]:
         return self.by_tenant.get(tenant, {})
 
+    def findings(self, tenant: str, digest: str) -> dict[str, tuple[int, bool]] | None:
+        """The image's last report by vulnerability: (severity rank, KEV); None if it has
+        never been reported."""
+        assert self._store is not None
+        raw = self._store.get(FINDINGS_CF, r.key(tenant, digest))
+        if raw is None:
+            return None
+        return {vuln: (rank, kev) for vuln, rank, kev in r.decode_findings(raw)}
+
     @folds(p.VerdictRecorded)
     def _verdict(self, tx: Tx, event: Envelope, v: p.VerdictRecorded) -> None:
         if v.status != "ok":
@@ -336,6 +355,7 @@ class LastReports(Projection):
         prev = reports.get(v.digest)
         if prev is not None and prev[0] > ms:
             return
+        tx.table(FINDINGS_CF).put(r.key(event.tenant, v.digest), r.encode(_by_vuln(v)))
         reports[v.digest] = (ms, _report_flags(v))
         self._dirty.add((event.tenant, v.digest))
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import ClassVar, cast
 
 import msgspec
+from msgspec import UNSET
 
 from streamproc import metrics, tracing
 from streamproc.config import Settings
@@ -265,13 +266,18 @@ class PlannerReactor(Reactor):
         if d.group is not None:
             g = d.group
             ids = g.export_ids
+            revisions = g.revisions
+            text = f"{len(ids)} {g.source} export(s) coalesced"
+            if revisions:
+                text += f", {len(revisions)} at a later revision (keep last)"
             req = p.RunRequested(
                 run_id=g.run_id,
                 trigger=g.source,
                 reason=p.RunReason(
                     feedser_export_ids=ids if g.source == "feedser" else [],
                     vexer_export_ids=ids if g.source == "vexer" else [],
-                    text=f"{len(ids)} {g.source} export(s) coalesced",
+                    revisions=revisions or UNSET,
+                    text=text,
                 ),
                 requested_by="planner",
             )
@@ -283,7 +289,7 @@ class PlannerReactor(Reactor):
                 tenant=d.tenant,
                 trigger=g.source,
                 at_ms=at,
-                changes=Changes.of(g.exports),
+                changes=Changes.of(state.exports.to_plan(e) for e in g.exports),
             )
             return cause, ev, None, None
         b = d.backlog

@@ -52,13 +52,17 @@ class ScheduleView(ScheduleBase, kw_only=True):
 
 
 class ExportRecord(msgspec.Struct, kw_only=True):
-    """One export of a tenant and source kind, with its change normalised to keys."""
+    """One revision of an export of a tenant and source kind, with its change normalised to
+    keys. The first revision's record is the export's head: it also holds the latest
+    revision folded and what the export's claimed revisions covered."""
 
     export_id: str
     """Its ref, ``<source>:<exportId>`` (the bare id for exports recorded before refs)."""
     source: Source
     tenant: str
     ms: int
+    """HLC ms that places it in a coalescing window: its own, or, for a revision that
+    replaced a pending one, that one's (it takes its place)."""
     hlc: str
     event_id: str
     keys: list[str] = []
@@ -70,6 +74,15 @@ class ExportRecord(msgspec.Struct, kw_only=True):
     """The run that claimed it (its ``run.requested`` was folded); None while pending."""
     released: bool = False
     """Planned completely: keys dropped, only the id is kept (so a re-delivery is ignored)."""
+    revision: int = 1
+    superseded: bool = False
+    """A later revision arrived while this one was pending: that one is planned instead."""
+    latest: int = 1
+    """(Head only.) The latest revision folded."""
+    covered: bytes = b""
+    """(Head only.) What the export's claimed revisions named, as sorted 8-byte hashes of
+    their keys and KEV vuln ids (:func:`~streamproc.planner.changes.coverage`): a later
+    revision's follow-up run plans only what is not in it."""
 
 
 class Cursor(CursorBase, kw_only=True):
@@ -131,3 +144,4 @@ decode_cursor = msgspec.msgpack.Decoder(Cursor).decode
 decode_run = msgspec.msgpack.Decoder(RunRecord).decode
 decode_backlog = msgspec.msgpack.Decoder(Backlog).decode
 decode_strs = msgspec.msgpack.Decoder(list[str]).decode
+decode_findings = msgspec.msgpack.Decoder(list[tuple[str, int, bool]]).decode

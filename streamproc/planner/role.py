@@ -1,4 +1,5 @@
-"""The ``planner`` role: its projections and its two reactors (planning and cron).
+"""The ``planner`` role: its projections and its three reactors (planning, cron, and the
+SBOM store's retention, :mod:`streamproc.sboms`).
 
 The planner hosts the ``impact`` projection itself and reads it as
 ``RoleContext.shared["impact"]``; other roles ask it for impact previews over NATS.
@@ -18,6 +19,8 @@ from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.service import start as start_service
 from streamproc.projection import Projection
 from streamproc.reactor import Reactor, RoleSpec
+from streamproc.sboms.refs import SbomRefs
+from streamproc.sboms.retention import SbomRetention
 
 PLANNER_PROJECTIONS: list[Callable[[], Projection]] = [
     PlannerSchedules,
@@ -25,8 +28,9 @@ PLANNER_PROJECTIONS: list[Callable[[], Projection]] = [
     PlannerRuns,
     LastReports,
     PlannerOpenRuns,
+    SbomRefs,
 ]
-PLANNER_REACTORS: list[Callable[[Settings], Reactor]] = [PlannerReactor, CronReactor]
+PLANNER_REACTORS: list[Callable[[Settings], Reactor]] = [PlannerReactor, CronReactor, SbomRetention]
 
 
 PLANNER = RoleSpec(

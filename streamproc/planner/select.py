@@ -228,7 +228,7 @@ def _fresh_enough(
     s: ImpactSet, only_if: p.OnlyIf, at_ms: int, reports: Mapping[str, tuple[int, int]]
 ) -> BitMap:
     """``lastReportOlderThanDays``: images never reported, or last reported before then
-    (``policyRevision`` passes through to the runner; it does not filter here)."""
+    (``policyRevision`` does not filter: the plan puts it on the segments, for the scanner)."""
     days = only_if.last_report_older_than_days
     if days is None:
         return s.bitmap

@@ -1,4 +1,5 @@
-"""The planner's NATS service: impact previews, answered from the ImpactIndex it folds.
+"""The planner's NATS service: impact previews, answered from the ImpactIndex it folds —
+and, for a Feedser or Vexer export, its projected deltas (:mod:`.estimate`).
 
 Every planner instance serves previews — the active one and the standbys, whose index is as
 current as the active's (they fold the same log) — once its projections have caught up with
@@ -8,18 +9,42 @@ one of them (a queue group). The gateway asks with a deadline (``POST /preview/i
 
 from __future__ import annotations
 
+import base64
+import logging
 from collections.abc import Collection
 from typing import Protocol, cast
 
 import msgspec
 from nats.aio.client import Client
 
-from streamproc.bus import services
+from streamproc.bus import jsapi, services
 from streamproc.bus.services import Served, ServiceFailure
+from streamproc.events.envelope import EventError, decode
+from streamproc.events.payloads import (
+    FeedserExport,
+    FeedserExportBody,
+    VexerExport,
+    VexerExportBody,
+    export_body,
+)
 from streamproc.impact.selector import Selector, SelectorError
+from streamproc.planner.estimate import feedser_threats, project, vexer_threats
+from streamproc.planner.exports import PlannerExports
+from streamproc.planner.model import ImpactSource
+from streamproc.planner.projection import LastReports
 from streamproc.planner.reactor import IMPACT
-from streamproc.queries import PLANNER, PREVIEW, PreviewQuery, PreviewResult, read_query
+from streamproc.queries import (
+    PLANNER,
+    PREVIEW,
+    ExportAt,
+    PreviewedExport,
+    PreviewQuery,
+    PreviewResult,
+    read_query,
+)
 from streamproc.reactor import RoleContext
+
+log = logging.getLogger(__name__)
 
 MAX_UNMATCHED_SHOWN = 100
 
@@ -52,18 +77,10 @@ _encode = msgspec.json.Encoder().encode
 
 
 def preview(index: ImpactIndex, query: PreviewQuery) -> PreviewResult:
-    """The impact of ``query.request`` within ``query.tenant``'s images only."""
+    """The impact of ``query.request``'s keys or selection within ``query.tenant``'s images."""
     body = query.request
-    sel = body.selection
     try:
-        selector = Selector(
-            tenant=query.tenant,
-            namespaces=list(sel.namespaces),
-            repos=list(sel.repositories),
-            labels=list(sel.labels),
-            digests=list(sel.digests),
-            include_tags=list(sel.include_tags),
-        )
+        selector = _selector(query)
         if body.product_keys:
             result = index.resolve_by_purls(
                 body.product_keys, usage_only=body.usage_only, selector=selector
@@ -72,19 +89,138 @@ def preview(index: ImpactIndex, query: PreviewQuery) -> PreviewResult:
             result = index.resolve_all(selector)
     except (SelectorError, ValueError) as exc:
         raise ServiceFailure(400, "invalid-body", str(exc), field="$.productKeys") from None
+    return _result(result, body.sample_size)
+
+
+def _selector(query: PreviewQuery) -> Selector:
+    sel = query.request.selection
+    try:
+        return Selector(
+            tenant=query.tenant,
+            namespaces=list(sel.namespaces),
+            repos=list(sel.repositories),
+            labels=list(sel.labels),
+            digests=list(sel.digests),
+            include_tags=list(sel.include_tags),
+        )
+    except (SelectorError, ValueError) as exc:
+        raise ServiceFailure(400, "invalid-body", str(exc), field="$.selection") from None
+
+
+def _result(result: ImpactResult, sample_size: int, **more: object) -> PreviewResult:
     unmatched = list(result.unmatched)
     return PreviewResult(
         count=result.count,
-        sample=result.sample(body.sample_size),
+        sample=result.sample(sample_size),
         unmatched=unmatched[:MAX_UNMATCHED_SHOWN],
         unmatched_count=len(unmatched),
         usage_unknown=result.usage_unknown,
+        **more,  # type: ignore[arg-type]  # the projection's fields of PreviewResult
     )
 
 
-async def serve_previews(nc: Client, prefix: str, index: ImpactIndex, *, node: str = "") -> Served:
+class ExportPreviews:
+    """An export's preview (:mod:`streamproc.planner.estimate`): its candidates from the
+    index, its projected deltas from the planner's last verdicts, the vulnerability flags
+    Feedser exports gave, and — for a recorded export — its event, read from the log."""
+
+    def __init__(
+        self,
+        source: ImpactSource,
+        reports: LastReports,
+        exports: PlannerExports,
+        nc: Client,
+        events_stream: str,
+    ) -> None:
+        self.source = source
+        self.reports = reports
+        self.exports = exports
+        self.nc = nc
+        self.events_stream = events_stream
+
+    async def answer(self, query: PreviewQuery) -> PreviewResult:
+        body = query.request
+        since: int | None = None  # a recorded export's time: later verdicts reflect it
+        if query.export_at is not None:
+            export, previewed, since = await self._recorded(query.tenant, query.export_at)
+        elif body.feedser_export is not None:
+            export = body.feedser_export
+            previewed = PreviewedExport(kind="feedser", export_id=export.export_id)
+        else:
+            assert body.vexer_export is not None
+            export = body.vexer_export
+            previewed = PreviewedExport(kind="vexer", export_id=export.export_id)
+        index = self.source.index
+        tenant = query.tenant
+        if isinstance(export, FeedserExportBody):
+            change = feedser_threats(export, index.vuln_keys)
+        else:
+            change = vexer_threats(export, lambda vuln: self.exports.vuln_flags(tenant, vuln))
+        reports = self.reports.get(tenant)
+
+        def judged_since(digest: str) -> bool:
+            report = reports.get(digest)
+            return since is not None and report is not None and report[0] > since
+
+        try:
+            projection = project(
+                change,
+                index,
+                _selector(query),
+                body.usage_only,
+                lambda digest: self.reports.findings(tenant, digest),
+                judged_since,
+            )
+        except (SelectorError, ValueError) as exc:
+            raise ServiceFailure(400, "invalid-body", str(exc)) from None
+        return _result(
+            projection.candidates,
+            body.sample_size,
+            export=previewed,
+            projected_deltas=projection.deltas,
+            projected_kev=projection.kev,
+            unassessed=projection.unassessed,
+            projected_from=projection.judged,
+        )
+
+    async def _recorded(
+        self, tenant: str, at: ExportAt
+    ) -> tuple[FeedserExportBody | VexerExportBody, PreviewedExport, int]:
+        """The export's latest revision, as the log holds it (the gateway found where), and
+        when it was recorded (HLC ms)."""
+        try:
+            doc = await jsapi.request(
+                self.nc, f"STREAM.MSG.GET.{self.events_stream}", {"seq": at.seq}
+            )
+            event = decode(base64.b64decode(doc["message"]["data"]))
+        except (jsapi.JsApiError, EventError, KeyError) as exc:
+            log.warning("impact preview: the export at %d could not be read: %s", at.seq, exc)
+            raise ServiceFailure(503, "log-unavailable", "the event log did not answer") from None
+        payload = event.payload
+        if event.tenant != tenant or not isinstance(payload, FeedserExport | VexerExport):
+            raise ServiceFailure(404, "not-found", f"no export {at.export_id!r}")
+        previewed = PreviewedExport(
+            kind=at.kind, export_id=at.export_id, source=payload.source, revision=payload.revision
+        )
+        return export_body(payload), previewed, event.timestamp.physical
+
+
+async def serve_previews(
+    nc: Client,
+    prefix: str,
+    index: ImpactIndex,
+    *,
+    node: str = "",
+    exports: ExportPreviews | None = None,
+) -> Served:
     async def answer(data: bytes) -> bytes:
-        return _encode(preview(index, read_query(_query, data)))
+        query = read_query(_query, data)
+        body = query.request
+        if query.export_at or body.feedser_export or body.vexer_export:
+            if exports is None:
+                raise ServiceFailure(503, "planner-unavailable", "no export previews here")
+            return _encode(await exports.answer(query))
+        return _encode(preview(index, query))
 
     return await services.serve(
         nc,
@@ -100,4 +236,13 @@ async def start(ctx: RoleContext) -> Served:
     """The ``services`` hook of the planner role."""
     index = cast(ImpactIndex, ctx.shared[IMPACT])
     nc = ctx.publisher.nc
-    return await serve_previews(nc, ctx.settings.prefix, index, node=ctx.settings.node_id)
+    exports = ExportPreviews(
+        cast(ImpactSource, ctx.shared[IMPACT]),
+        cast(LastReports, ctx.shared[LastReports.name]),
+        cast(PlannerExports, ctx.shared[PlannerExports.name]),
+        nc,
+        ctx.settings.events_stream,
+    )
+    return await serve_previews(
+        nc, ctx.settings.prefix, index, node=ctx.settings.node_id, exports=exports
+    )

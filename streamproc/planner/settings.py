@@ -94,7 +94,7 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
             (self.degraded_max_jobs >= 1, f"degraded max jobs {self.degraded_max_jobs}: >= 1"),
             (self.tenant_rate >= 1, f"tenant rate {self.tenant_rate}: must be >= 1"),
             (self.registry_rate >= 1, f"registry rate {self.registry_rate}: must be >= 1"),
-            (self.burst_s > 0, f"burst {self.burst_s} s: must be > 0"),
+            (0 < self.burst_s <= 3600, f"burst {self.burst_s} s: must be > 0 and <= 3600"),
             (self.max_runs_per_pass >= 1, f"max runs per pass {self.max_runs_per_pass}: >= 1"),
             (self.preview_sample >= 0, f"preview sample {self.preview_sample}: must be >= 0"),
         ]

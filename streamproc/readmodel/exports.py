@@ -1,5 +1,6 @@
-"""Export records: one per (tenant, source kind, export ref), so a repeated delivery of an
-export is recognised long after JetStream's duplicate window has passed.
+"""Export records: one per (tenant, source kind, export ref), as of its latest revision, so
+a repeated delivery of an export is recognised long after JetStream's duplicate window has
+passed, and a changed body becomes the next revision.
 
 The ref is ``<source>:<exportId>`` (:func:`~streamproc.events.payloads.export_ref`): one
 source's export ids never collide with another's. Events recorded before exports were
@@ -14,9 +15,10 @@ from streamproc.events.payloads import FeedserExport, VexerExport, export_body
 from streamproc.events.payloads import payload_digest as payload_digest
 from streamproc.fold import folds
 from streamproc.names import RM_EXPORTS
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.projection import Projection, Tx
+from streamproc.projections.revision import check_revision
 from streamproc.readmodel import keys
-from streamproc.readmodel.records import ExportRecord, encode
+from streamproc.readmodel.records import ExportRecord, decode_export, encode
 from streamproc.readmodel.schedules import physical_ms
 
 CF = RM_EXPORTS
@@ -35,7 +37,10 @@ def export_key(tenant: str, kind: str, ref: str) -> bytes:
 class Exports(Projection):
     name: ClassVar[str] = CF
     creates: ClassVar[frozenset[str]] = frozenset({"export.feedser", "export.vexer"})
+    """The first revision creates the export; a later one needs it (``unknown_export``)."""
     families: ClassVar[tuple[str, ...]] = (CF,)
+    version: ClassVar[int] = 2
+    """2: the latest revision of each export."""
 
     @folds(FeedserExport, VexerExport)
     def _export(self, tx: Tx, event: Envelope, payload: FeedserExport | VexerExport) -> None:
@@ -44,14 +49,17 @@ class Exports(Projection):
         )
         table = tx.table(CF)
         k = export_key(event.tenant, kind, payload.ref)
-        if table.get(k) is not None:
-            raise Rejection("duplicate_export", f"{kind} export {payload.ref} is recorded")
+        raw = table.get(k)
+        known = decode_export(raw) if raw is not None else None
+        n = payload.revision
+        check_revision(kind, payload.ref, n, known.revision if known is not None else None)
         rec = ExportRecord(
             export_id=payload.export_id,
             kind=kind,
             event_id=event.id,
             seq=tx.seq,
             payload_sha256=export_digest(payload),
-            recorded_ms=physical_ms(event),
+            recorded_ms=known.recorded_ms if known is not None else physical_ms(event),
+            revision=n,
         )
         table.put(k, encode(rec))

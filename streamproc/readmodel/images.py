@@ -41,6 +41,8 @@ class ImageSummary(msgspec.Struct, kw_only=True):
     indexed_hlc: str
     event_id: str
     seq: int
+    sbom: str | None = None
+    """The SBOM's name in the SBOM store (None: not kept)."""
 
 
 _enc = msgspec.msgpack.Encoder()
@@ -73,6 +75,7 @@ def summarize(event: Envelope, p: ImageIndexed, seq: int) -> ImageSummary:
         indexed_hlc=event.hlc,
         event_id=event.id,
         seq=seq,
+        sbom=p.sbom,
     )
 
 

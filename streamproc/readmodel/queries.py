@@ -18,12 +18,14 @@ from streamproc.readmodel.exports import export_key
 from streamproc.readmodel.images import CF as IMAGES_CF
 from streamproc.readmodel.images import ImageSummary, decode_image, image_key
 from streamproc.readmodel.records import (
+    BacklogRecord,
     CursorRecord,
     DeltaRecord,
     ExportItem,
     ExportRecord,
     RunRecord,
     ScheduleRecord,
+    decode_backlog,
     decode_cursor,
     decode_delta,
     decode_export,
@@ -31,7 +33,7 @@ from streamproc.readmodel.records import (
     decode_run,
     decode_schedule,
 )
-from streamproc.readmodel.runs import BY_TIME_CF, DELTAS_CF, delta_prefix, run_key
+from streamproc.readmodel.runs import BACKLOG_CF, BY_TIME_CF, DELTAS_CF, delta_prefix, run_key
 from streamproc.readmodel.runs import CF as RUNS_CF
 from streamproc.readmodel.schedules import CF as SCHEDULES_CF
 from streamproc.state import keys as state_keys
@@ -138,6 +140,18 @@ class ReadModel:
             lambda _k, v: decode_delta(v),
             lambda _r: True,
         )
+
+    def backlog(self, tenant: str) -> list[BacklogRecord]:
+        """Work spilled to the next window and not yet requested as a continuation."""
+        prefix = keys.tenant_prefix(tenant)
+        out = []
+        for examined, (_, v) in enumerate(self.store.scan(BACKLOG_CF, prefix), 1):
+            entry = decode_backlog(v)
+            if not entry.requested:
+                out.append(entry)
+            if examined >= SCAN_BUDGET:
+                break
+        return sorted(out, key=lambda b: (b.planned_ms, b.run_id))
 
     def run_exports(
         self, tenant: str, run_id: str, *, limit: int, cursor: str | None = None

@@ -50,13 +50,14 @@ class SegmentState(msgspec.Struct, array_like=True):
 
 class ExportItem(msgspec.Struct, array_like=True):
     """One export a run covers (``rm_run_exports``): its source kind, its ref
-    (``<source>:<exportId>``), the id as its sender named it, and when it was recorded (HLC
-    ms; None for an export this view never recorded)."""
+    (``<source>:<exportId>``), the id as its sender named it, when it was recorded (HLC
+    ms; None for an export this view never recorded), and the revision the run plans."""
 
     kind: Source
     ref: str
     export_id: str
     ms: int | None = None
+    revision: int = 1
 
 
 def sort_key(x: ExportItem) -> tuple[bool, int, str]:
@@ -78,6 +79,8 @@ class ReasonRecord(msgspec.Struct, kw_only=True):
     vexer_export_id: str | None = None
     latest: dict[str, ExportItem] = {}
     """Per source kind, the export recorded last: where a planned run moves the cursor."""
+    revisions: dict[str, int] = {}
+    """Of ``exports``, those the run plans at a revision past the first (a follow-up)."""
 
     @property
     def cursor(self) -> str | None:
@@ -129,16 +132,40 @@ class DeltaRecord(msgspec.Struct, kw_only=True):
     seq: int = 0
 
 
+class BacklogRecord(msgspec.Struct, kw_only=True):
+    """A run's surplus over its ``maxJobs``, spilled to the next window: the continuation
+    the planner will request for it (``continuation_id``), until it is requested."""
+
+    run_id: str
+    """The run that spilled it."""
+    root_run_id: str
+    """The first run of the chain (a continuation's surplus spills again)."""
+    continuation_id: str
+    offset: int
+    """The image of the cause the continuation starts from."""
+    spilled: int
+    planned_ms: int
+    requested: bool = False
+    """The continuation is requested: no longer backlog (kept until it is planned, for its
+    own surplus's chain)."""
+
+
 class ExportRecord(msgspec.Struct, kw_only=True):
-    """One recorded export per (tenant, source kind, export ref): the webhook de-duplication."""
+    """One recorded export per (tenant, source kind, export ref), as of its latest revision:
+    what the webhook compares a delivery with (a repeat, or the next revision)."""
 
     export_id: str
     """As the sender named it (the key holds the ref, ``<source>:<exportId>``)."""
     kind: Literal["feedser", "vexer"]
     event_id: str
+    """Of the latest revision's event."""
     seq: int
+    """Its stream sequence: the subject's last, which the next revision expects."""
     payload_sha256: str
+    """Its body's digest."""
     recorded_ms: int
+    """When the first revision was recorded."""
+    revision: int = 1
 
 
 class CursorRecord(CursorBase, kw_only=True):
@@ -156,5 +183,6 @@ decode_schedule = msgspec.msgpack.Decoder(ScheduleRecord).decode
 decode_run = msgspec.msgpack.Decoder(RunRecord).decode
 decode_delta = msgspec.msgpack.Decoder(DeltaRecord).decode
 decode_export = msgspec.msgpack.Decoder(ExportRecord).decode
+decode_backlog = msgspec.msgpack.Decoder(BacklogRecord).decode
 decode_export_item = msgspec.msgpack.Decoder(ExportItem).decode
 decode_cursor = msgspec.msgpack.Decoder(CursorRecord).decode

@@ -55,10 +55,11 @@ def _items(tx: Tx, tenant: str, reason: p.RunReason) -> list[ExportItem]:
         for ref in dict.fromkeys(refs):
             raw = table.get(export_key(tenant, kind, ref))
             rec = decode_export(raw) if raw is not None else None
+            n = reason.revision_of(ref)
             out.append(
-                ExportItem(kind, ref, rec.export_id, rec.recorded_ms)
+                ExportItem(kind, ref, rec.export_id, rec.recorded_ms, n)
                 if rec is not None
-                else ExportItem(kind, ref, ref)
+                else ExportItem(kind, ref, ref, None, n)
             )
     out.sort(key=sort_key)
     return out
@@ -80,6 +81,7 @@ def record_exports(tx: Tx, tenant: str, run_id: str, reason: p.RunReason) -> Rea
         scheduled_for=reason.scheduled_for,
         export_count=len(items),
         exports=[x.ref for x in items[:EXPORTS_SHOWN]],
+        revisions={x.ref: x.revision for x in items[:EXPORTS_SHOWN] if x.revision > 1},
         feedser_export_id=first["feedser"].export_id if "feedser" in first else None,
         vexer_export_id=first["vexer"].export_id if "vexer" in first else None,
         latest=latest,

@@ -22,15 +22,18 @@ from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
-from streamproc.names import RM_RUN_DELTAS_CF, RM_RUNS, RM_RUNS_BY_TIME_CF
+from streamproc.ids import spill_run_id
+from streamproc.names import RM_BACKLOG_CF, RM_RUN_DELTAS_CF, RM_RUNS, RM_RUNS_BY_TIME_CF
 from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys, retention, run_exports
 from streamproc.readmodel.exports import Exports
 from streamproc.readmodel.records import (
     TERMINAL,
+    BacklogRecord,
     DeltaRecord,
     RunRecord,
     SegmentState,
+    decode_backlog,
     decode_delta,
     decode_run,
     encode,
@@ -40,6 +43,8 @@ from streamproc.readmodel.schedules import Schedules, physical_ms
 from streamproc.state.store import Store
 
 DELTAS_CF = RM_RUN_DELTAS_CF
+BACKLOG_CF = RM_BACKLOG_CF
+"""(tenant, continuation run id) → :class:`BacklogRecord`: work spilled to the next window."""
 CF = RM_RUNS
 BY_TIME_CF = RM_RUNS_BY_TIME_CF
 
@@ -99,10 +104,11 @@ class Runs(Projection):
     or its ``segment.enqueued``, and ``segment.started|completed|failed`` and verdicts of
     any other are ``unknown_segment``."""
     observes: ClassVar[frozenset[str]] = CLOCK_KINDS
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4
     """2: finish-time index and retention clock (``rm_runs_expiry``); 3: the six states of
     the specification, the exports of a run one key each (``rm_run_exports``) with a bounded
-    summary in its record, and the impact cursors (``rm_cursors``)."""
+    summary in its record, and the impact cursors (``rm_cursors``); 4: the backlog
+    (``rm_backlog``)."""
     families: ClassVar[tuple[str, ...]] = (
         CF,
         BY_TIME_CF,
@@ -110,6 +116,7 @@ class Runs(Projection):
         EXPIRY_CF,
         run_exports.ITEMS_CF,
         run_exports.CURSORS_CF,
+        BACKLOG_CF,
     )
     reads: ClassVar[tuple[str, ...]] = (Exports.name,)
     """Each export a run names, as recorded: its id as sent and its time (the run's order,
@@ -209,6 +216,11 @@ class Runs(Projection):
             requested_seq=tx.seq,
         )
         self._touch(k, rec, e, tx.seq)
+        backlog = tx.table(BACKLOG_CF)
+        raw = backlog.get(k)
+        if raw is not None:  # the continuation of a spilled run: its work is planned now
+            entry = decode_backlog(raw)
+            backlog.put(k, encode(msgspec.structs.replace(entry, requested=True)))
 
     @folds(p.RunPlanned)
     def _run_planned(self, tx: Tx, e: Envelope, r: p.RunPlanned) -> None:
@@ -235,6 +247,31 @@ class Runs(Projection):
         rec.degraded = r.degraded
         rec.degraded_reason = r.degraded_reason
         self._touch(k, rec, e, tx.seq)
+        self._spilled(tx, e, r, rec)
+
+    @staticmethod
+    def _spilled(tx: Tx, e: Envelope, r: p.RunPlanned, rec: RunRecord) -> None:
+        """A run whose surplus spills is backlog until the continuation the planner will
+        request for it (the id it derives the same way) is requested."""
+        backlog = tx.table(BACKLOG_CF)
+        k = run_key(e.tenant, r.run_id)
+        raw = backlog.get(k)
+        own = decode_backlog(raw) if raw is not None else None
+        if own is not None:  # a continuation: its own surplus continues the same chain
+            backlog.delete(k)
+        if r.stats.spilled == 0 or rec.cancel_requested:
+            return
+        root = own.root_run_id if own is not None else r.run_id
+        offset = (own.offset if own is not None else 0) + r.stats.queued
+        entry = BacklogRecord(
+            run_id=r.run_id,
+            root_run_id=root,
+            continuation_id=spill_run_id(root, offset),
+            offset=offset,
+            spilled=r.stats.spilled,
+            planned_ms=physical_ms(e),
+        )
+        backlog.put(run_key(e.tenant, entry.continuation_id), encode(entry))
 
     @folds(p.RunCancelRequested)
     def _run_cancel_requested(self, tx: Tx, e: Envelope, r: p.RunCancelRequested) -> None:
@@ -242,6 +279,11 @@ class Runs(Projection):
         rec.cancel_requested = True
         rec.cancel_reason = r.reason
         self._touch(k, rec, e, tx.seq)
+        backlog = tx.table(BACKLOG_CF)  # the rest of its spill chain goes too
+        for bk, raw in list(backlog.scan(keys.tenant_prefix(e.tenant))):
+            entry = decode_backlog(raw)
+            if r.run_id in (entry.run_id, entry.root_run_id, entry.continuation_id):
+                backlog.delete(bk)
 
     def _finish(
         self, tx: Tx, rec: RunRecord, e: Envelope, state: str, stats: p.RunStats

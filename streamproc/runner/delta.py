@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from streamproc.events.payloads import Finding, NotifyRule
+from streamproc.events.payloads import SEVERITY_RANK, Finding, NotifyRule
 
 FindingKey = tuple[str, str, str, bool]
 """(purl, vulnId, severity, kev)"""
 
-RANK = {"low": 1, "medium": 2, "high": 3, "critical": 4}
+RANK = SEVERITY_RANK
 TOP = 10
 """Findings carried in ``topFindings`` (KEV first, then by severity)."""
 

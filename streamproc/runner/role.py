@@ -19,6 +19,10 @@ from typing import Any, ClassVar
 import msgspec
 
 from streamproc import metrics
+from streamproc.backends.model import ToolError
+from streamproc.backends.tools import Tool
+from streamproc.bus import jsapi, objects
+from streamproc.bus.jsapi import JsApiError
 from streamproc.bus.workqueue import (
     MaxDeliveries,
     QueueConfig,
@@ -31,10 +35,14 @@ from streamproc.cancellation import checkpoint
 from streamproc.events import payloads as p
 from streamproc.events.envelope import EventError, decode, new_event
 from streamproc.ids import derive_id
-from streamproc.names import stream_names
+from streamproc.names import sbom_bucket, stream_names
 from streamproc.reactor import Reactor, RoleContext, RoleSpec
+from streamproc.runner.backend import Backend, StellaBackend, ToolBackend, settings_policy
 from streamproc.runner.completion import Completer
-from streamproc.runner.scanner_client import ScannerClient
+from streamproc.runner.limiter import Limiter
+from streamproc.runner.ratebucket import RateStore
+from streamproc.runner.sboms import RunnerSboms, sbom_reader
+from streamproc.runner.scanner_client import ScannerClient, ScannerUnavailable
 from streamproc.runner.segment import SegmentRunner
 from streamproc.runner.settings import RunnerSettings
 from streamproc.runner.settings import load as load_runner_settings
@@ -58,17 +66,14 @@ class Workers:
             idle_poll_s=settings.idle_poll_s,
         )
         self.queue = WorkQueueConsumer(nc, ctx.settings.prefix, self.work_stream, config)
-        self.client = ScannerClient(
-            settings.scanner_url,
-            timeout_s=settings.call_timeout_s,
-            attempts=settings.call_attempts,
-            backoff_base_s=settings.backoff_base_s,
-            backoff_cap_s=settings.backoff_cap_s,
-            budget_s=settings.call_budget_s,
-            connections=settings.workers * settings.inflight + 8,
-        )
+        self.backend = make_backend(ctx, settings)
         runner_id = f"{ctx.settings.node_id}-{os.getpid()}"
-        self.segments = SegmentRunner(ctx, settings, self.client, self.queue, runner_id)
+        self.rates = RateStore(ctx.publisher, ctx.settings.prefix, runner_id)
+        self.limiter = Limiter(self.rates)
+        kev, policy = settings_policy(settings.scanner)
+        self.segments = SegmentRunner(
+            ctx, settings, self.backend, self.queue, runner_id, self.limiter, kev=kev, policy=policy
+        )
         self.tasks: list[asyncio.Task[None]] = []
         self._advisories: Any = None
 
@@ -81,8 +86,10 @@ class Workers:
             await self.close()
 
     async def start(self) -> None:
-        await self.queue.start()
         nc = self.ctx.publisher.nc
+        await self.rates.open(await jsapi.stream_replicas(nc, self.ctx.settings.events_stream))
+        self.limiter.start()
+        await self.queue.start()
         self._advisories = await nc.subscribe(
             max_deliveries_subject(self.work_stream), cb=self._on_max_deliveries
         )
@@ -146,7 +153,46 @@ class Workers:
                 await self._advisories.unsubscribe()
             self._advisories = None
         await self.queue.close()
-        await self.client.close()
+        await self.limiter.close()
+
+
+def make_backend(ctx: RoleContext, settings: RunnerSettings) -> Backend:
+    """The backend ``scanner.kind`` names."""
+    scanner = settings.scanner
+    if scanner.kind == "stella" or scanner.tool is None:
+        return StellaBackend(
+            ScannerClient(
+                settings.scanner_url,
+                timeout_s=settings.call_timeout_s,
+                attempts=settings.call_attempts,
+                backoff_base_s=settings.backoff_base_s,
+                backoff_cap_s=settings.backoff_cap_s,
+                budget_s=settings.call_budget_s,
+                connections=settings.workers * settings.inflight + 8,
+            )
+        )
+    nc = ctx.publisher.nc
+    bucket = sbom_bucket(ctx.settings.prefix)
+
+    async def fetch(name: str) -> bytes:
+        try:
+            return await objects.get(nc, bucket, name)
+        except objects.Missing:
+            raise ToolError("sbom_missing", f"the SBOM store has no {name}") from None
+        except objects.ObjectError as exc:
+            raise ToolError("sbom_missing", str(exc)) from None
+        except JsApiError as exc:  # NATS itself: the attempt fails, the segment is retried
+            raise ScannerUnavailable(f"sbom_store: {exc}") from None
+
+    return ToolBackend(
+        Tool(scanner.kind, scanner.tool, fetch),
+        sbom_reader(ctx.store),
+        ctx.problems,
+        attempts=settings.call_attempts,
+        budget_s=settings.call_budget_s,
+        backoff_base_s=settings.backoff_base_s,
+        backoff_cap_s=settings.backoff_cap_s,
+    )
 
 
 class RunnerReactor(Reactor):
@@ -168,7 +214,7 @@ def make_runner(runner: RunnerSettings | None = None) -> RoleSpec:
     def workers(ctx: RoleContext) -> Coroutine[Any, Any, None]:
         return Workers(ctx, runner or load_runner_settings()).run()
 
-    return RoleSpec([RunnerState], [lambda _s: RunnerReactor()], background=[workers])
+    return RoleSpec([RunnerState, RunnerSboms], [lambda _s: RunnerReactor()], background=[workers])
 
 
 RUNNER = make_runner()

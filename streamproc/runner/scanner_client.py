@@ -3,10 +3,12 @@
 A 429, a 5xx, a timeout or a broken connection is transient: the call is retried with the
 same ``Idempotency-Key`` after an exponential backoff with full jitter, never sooner than
 the server's ``Retry-After`` — which also holds back every other call of this client, so a
-throttled scanner is not hammered by the other calls in flight. Other 4xx answers fail
-only that image (:class:`ImageFailed`); transient failures beyond the image's budget raise
-:class:`ScannerUnavailable`, which fails the attempt of the whole segment (it is retried
-later by redelivery, and dead-lettered after ``max_deliver``).
+throttled scanner is not hammered by the other calls in flight. A call given a ``pace``
+awaits it before every attempt, retries included (the shared rate buckets,
+:mod:`streamproc.runner.pacing`); time spent there does not count against the budget.
+Other 4xx answers fail only that image (:class:`ImageFailed`); transient failures beyond
+the image's budget raise :class:`ScannerUnavailable`, which fails the attempt of the whole
+segment (it is retried later by redelivery, and dead-lettered after ``max_deliver``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -39,6 +42,7 @@ class Finding(msgspec.Struct, kw_only=True, rename="camel"):
     kev: bool = False
     link: str | None = None
     aliases: list[str] = []
+    fixed_version: str | None = None
 
 
 class Attestation(msgspec.Struct, kw_only=True, rename="camel"):
@@ -53,8 +57,15 @@ class ScanReport(msgspec.Struct, kw_only=True, rename="camel"):
     findings: list[Finding] = []
     report_url: str | None = None
     attestation: Attestation | None = None
+    advisories_revision: str | None = None
+    """What the findings were evaluated against (a tool's DB revision, for the tool kinds)."""
+    policy_revision: str | None = None
+    verdict: str | None = None
+    """``PASS`` or ``FAIL`` when the backend's own policy decided; else the runner's does."""
 
 
+Pace = Callable[[], Awaitable[None]]
+"""Awaited before each attempt of a call: returns when the call may go out."""
 IDEMPOTENCY_KEY = "Idempotency-Key"
 _report = msgspec.json.Decoder(ScanReport)
 _SEVERITIES = frozenset({"low", "medium", "high", "critical"})
@@ -125,7 +136,12 @@ class ScannerClient:
         return delay
 
     async def _call(
-        self, method: str, path: str, body: Any = None, key: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        key: str | None = None,
+        pace: Pace | None = None,
     ) -> tuple[bytes, float, int]:
         """(answer body, latency of the successful attempt, retries) or an exception."""
         headers = {"Content-Type": "application/json"}
@@ -139,6 +155,10 @@ class ScannerClient:
             wait = self._not_before - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
+            if pace is not None:
+                paced = time.monotonic()
+                await pace()
+                deadline += time.monotonic() - paced
             t0 = time.perf_counter()
             retry_after: float | None = None
             try:
@@ -181,7 +201,12 @@ class ScannerClient:
             return r.status, await r.read(), r.headers.get("Retry-After")
 
     async def report(
-        self, digest: str, key: str, policy_revision: str | None = None, tenant: str | None = None
+        self,
+        digest: str,
+        key: str,
+        policy_revision: str | None = None,
+        tenant: str | None = None,
+        pace: Pace | None = None,
     ) -> tuple[ScanReport, float, int]:
         """The image's report; ``tenant`` says whose image it is (a scanner that keeps SBOMs
         per tenant needs it)."""
@@ -190,7 +215,7 @@ class ScannerClient:
             body["tenant"] = tenant
         if policy_revision:
             body["policyRevision"] = policy_revision
-        raw, elapsed, retries = await self._call("POST", "/reports", body, key)
+        raw, elapsed, retries = await self._call("POST", "/reports", body, key, pace)
         try:
             report = _report.decode(raw)
         except msgspec.DecodeError as exc:  # ValidationError included
@@ -202,10 +227,15 @@ class ScannerClient:
         return report, elapsed, retries
 
     async def _json(
-        self, method: str, path: str, body: Any = None, key: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        key: str | None = None,
+        pace: Pace | None = None,
     ) -> tuple[dict[str, Any], int]:
         """(JSON object answered, retries)."""
-        raw, _, retries = await self._call(method, path, body, key)
+        raw, _, retries = await self._call(method, path, body, key, pace)
         try:
             doc = msgspec.json.decode(raw)
         except msgspec.DecodeError as exc:
@@ -214,18 +244,23 @@ class ScannerClient:
             raise ImageFailed(f"invalid_answer: {method} {path}: not a JSON object")
         return doc, retries
 
-    async def refresh(self, digest: str, key: str, poll_s: float = 0.05) -> tuple[str, int]:
+    async def refresh(
+        self, digest: str, key: str, poll_s: float = 0.05, registry: Pace | None = None
+    ) -> tuple[str, int]:
         """Content refresh: resolve the image's tag; if it moved, scan the new content and
-        wait for it. Returns (the digest to report on, retries)."""
+        wait for it. Returns (the digest to report on, retries). The calls that reach the
+        registry (resolving, scanning) await ``registry`` first."""
         image, r1 = await self._json("GET", f"/images/{digest}")
         ref = image.get("ref")
         if not ref:
             return digest, r1
-        resolved, r2 = await self._json("GET", f"/resolve?ref={ref}")
+        resolved, r2 = await self._json("GET", f"/resolve?ref={ref}", pace=registry)
         current = resolved.get("digest") or digest
         if current == digest:
             return digest, r1 + r2
-        scan, r3 = await self._json("POST", "/scans", {"imageRef": ref}, key + ":scan")
+        scan, r3 = await self._json(
+            "POST", "/scans", {"imageRef": ref}, key + ":scan", pace=registry
+        )
         deadline = time.monotonic() + self.budget_s
         while True:
             state, _ = await self._json("GET", f"/scans/{scan['scanId']}")

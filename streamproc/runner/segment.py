@@ -11,9 +11,10 @@ is stored *before* its verdict is published: the verdict's presence then proves 
 was stored; and every verdict of a segment is stored before its ``segment.completed``.
 
 The images of a segment are evaluated ``min(inflight, the schedules' limits.parallelism)``
-at a time; what each one decided (:mod:`streamproc.runner.verdict`) goes to the
-:class:`~streamproc.runner.outbox.Outbox`, which publishes many images' messages and
-verdicts together while the lanes go on with their next scanner calls.
+at a time, each scanner call paced by the buckets every runner shares
+(:mod:`streamproc.runner.pacing`); what each one decided (:mod:`streamproc.runner.verdict`)
+goes to the :class:`~streamproc.runner.outbox.Outbox`, which publishes many images'
+messages and verdicts together while the lanes go on with their next scanner calls.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from streamproc import metrics, tracing
+from streamproc.backends.findings import KevCatalog, Policy
 from streamproc.bus import jsapi
 from streamproc.bus.workqueue import WorkItem, WorkQueueConsumer
 from streamproc.cancellation import checkpoint
@@ -35,10 +37,13 @@ from streamproc.hlc import ClockSkewError, Timestamp
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
 from streamproc.reactor import RoleContext
+from streamproc.runner.backend import Backend, settled
 from streamproc.runner.delta import FindingKey, combine_rules
 from streamproc.runner.latency import RunLatency
+from streamproc.runner.limiter import Limiter, Stopped
 from streamproc.runner.outbox import Outbox, Record, Tally
-from streamproc.runner.scanner_client import ImageFailed, ScannerClient, ScannerUnavailable
+from streamproc.runner.pacing import SegmentPace
+from streamproc.runner.scanner_client import ImageFailed, ScannerUnavailable
 from streamproc.runner.settings import RunnerSettings
 from streamproc.runner.state import Reader, RunRec
 from streamproc.runner.verdict import Decision, ImageJob, decide, decide_failed, scan_key
@@ -50,27 +55,6 @@ def lanes(inflight: int, parallelism: int | None) -> int:
     """Scanner calls in flight for a segment: the runner's limit, capped by the schedules'
     ``limits.parallelism`` when they set one (a cap never raises the limit)."""
     return min(inflight, parallelism) if parallelism else inflight
-
-
-class TokenBucket:
-    """The segment's ``ratePerSecond``: calls start no faster than this on average."""
-
-    def __init__(self, rate: int | None) -> None:
-        self.rate = rate
-        self.tokens = float(rate or 0)
-        self.at = time.monotonic()
-
-    async def take(self) -> None:
-        if not self.rate:
-            return
-        while True:
-            now = time.monotonic()
-            self.tokens = min(float(self.rate), self.tokens + (now - self.at) * self.rate)
-            self.at = now
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return
-            await asyncio.sleep((1 - self.tokens) / self.rate)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -95,14 +79,20 @@ class SegmentRunner:
         self,
         ctx: RoleContext,
         settings: RunnerSettings,
-        client: ScannerClient,
+        backend: Backend,
         queue: WorkQueueConsumer,
         runner_id: str,
+        limiter: Limiter,
+        kev: KevCatalog | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.ctx = ctx
         self.s = settings
-        self.client = client
+        self.backend = backend
+        self.kev = kev or KevCatalog(None)
+        self.policy = policy or Policy()
         self.queue = queue
+        self.limiter = limiter
         self.runner_id = runner_id
         self.reader = Reader(ctx.store)
         self.prefix = ctx.settings.prefix
@@ -157,6 +147,7 @@ class SegmentRunner:
 
     async def close(self) -> None:
         await self.outbox.close()
+        await self.backend.close()
 
     # ------------------------------------------------------------------ one segment
 
@@ -263,23 +254,26 @@ class SegmentRunner:
         out: Outcome,
         tally: Tally,
     ) -> int:
-        """Evaluate ``todo`` with ``width`` calls in flight; returns the images left undone
-        because the run was cancelled. Raises ScannerUnavailable to fail the attempt (and
-        stops early when a publish failed: :meth:`Tally.settled` raises it)."""
-        bucket = TokenBucket(seg.rate_per_second)
+        """Evaluate ``todo`` with ``width`` calls in flight, paced by the run's, the tenant's
+        and (content refresh) the registry host's shared buckets; returns the images left
+        undone because the run was cancelled. Raises ScannerUnavailable to fail the attempt
+        (and stops early when a publish failed: :meth:`Tally.settled` raises it)."""
+        pace = SegmentPace(self.limiter, job.tenant, seg, cancelled)
         queue = iter(todo)
         left = len(todo)
         failure: list[BaseException] = []
         refresh = seg.mode == "content-refresh"
+        policy = seg.policy_revision or None  # unset: the scanner's current policy
 
         async def lane() -> None:
             nonlocal left
             for digest in queue:
                 if cancelled.is_set() or failure or tally.error is not None:
                     return
-                await bucket.take()
                 try:
-                    decision = await self._evaluate(job.of(digest), refresh, out)
+                    decision = await self._evaluate(job.of(digest), refresh, out, pace, policy)
+                except Stopped:
+                    return  # the run was cancelled while this call waited for its turn
                 except ScannerUnavailable as exc:
                     failure.append(exc)
                     return
@@ -291,25 +285,33 @@ class SegmentRunner:
             raise failure[0]
         return left
 
-    async def _evaluate(self, job: ImageJob, refresh: bool, out: Outcome) -> Decision:
+    async def _evaluate(
+        self,
+        job: ImageJob,
+        refresh: bool,
+        out: Outcome,
+        pace: SegmentPace,
+        policy_revision: str | None = None,
+    ) -> Decision:
         """Ask the scanner about one image and decide what its verdict and message say."""
         key = scan_key(job.run_id, job.digest)
+        kind = self.backend.kind
         try:
             with tracing.span(
                 "report_call", tenant=job.tenant, run_id=job.run_id, digest=job.digest
             ):
-                target = job.digest
-                if refresh:
-                    target, extra = await self.client.refresh(job.digest, key)
-                    out.retries += extra
-                report, elapsed, retries = await self.client.report(target, key, tenant=job.tenant)
+                got = await self.backend.answer(
+                    job.tenant, job.digest, key, refresh, pace, policy_revision
+                )
         except ImageFailed as exc:
             out.failed += 1
-            return decide_failed(job, str(exc), self._stamp())
-        out.retries += retries
-        out.latencies.append(elapsed * 1000)
+            return decide_failed(job, str(exc), self._stamp(), kind)
+        out.retries += got.retries
+        out.latencies.append(got.elapsed * 1000)
         out.ok += 1
-        return decide(job, report, self._previous(job.tenant, job.digest), self._stamp())
+        report = settled(got.report, self.kev, self.policy)
+        previous = self._previous(job.tenant, job.digest)
+        return decide(job, report, previous, self._stamp(), kind)
 
     def _hand_over(self, d: Decision, run: RunRec | None, tally: Tally) -> None:
         """Encode the image's message and verdict and give them to the outbox."""

@@ -9,6 +9,8 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from streamproc.backends.settings import ScannerSettings
+from streamproc.backends.settings import load as load_scanner
 from streamproc.config import ConfigError, environment
 
 Positive = Annotated[float, Meta(gt=0)]
@@ -35,6 +37,8 @@ class RunnerSettings(msgspec.Struct, kw_only=True):
     idle_poll_s: Positive = 0.1
     sync_timeout_s: Positive = 10.0
     """How long a segment waits for this runner's projection to reach the log's head."""
+    scanner: ScannerSettings = msgspec.field(default_factory=ScannerSettings)
+    """What answers: ``scanner.kind`` and its settings."""
 
     @property
     def heartbeat_s(self) -> float:
@@ -65,6 +69,8 @@ def load(
         raw["retry_backoff_s"] = env["STREAMPROC_RUNNER_RETRY_BACKOFF_S"].split(",")
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
-        return msgspec.convert(raw, RunnerSettings, strict=False)
+        out = msgspec.convert(raw, RunnerSettings, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"runner settings: {exc}") from None
+    out.scanner = load_scanner(env)
+    return out

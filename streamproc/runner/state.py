@@ -48,7 +48,8 @@ one small key each, so a batch of verdicts never rewrites a growing list."""
 OPEN_CF = RUNNER_OPEN_CF
 """Runs not yet completed or cancelled: what the completion reactor looks at."""
 EXPORTS_CF = RUNNER_EXPORTS_CF
-"""(tenant, source, export id) → the export's HLC time (ms), until a run claims it."""
+"""(tenant, source, export ref[, revision past the first]) → the export's HLC time (ms),
+until a run claims it."""
 SEP = b"\x00"
 SUMMARY_IMAGES = 1000
 """Digests kept per vulnerability in a run summary (the count is always exact)."""
@@ -56,6 +57,12 @@ SUMMARY_IMAGES = 1000
 
 def key(*parts: str) -> bytes:
     return SEP.join(x.encode() for x in parts)
+
+
+def _export_key(tenant: str, source: str, ref: str, revision: int) -> bytes:
+    if revision == 1:
+        return key(tenant, source, ref)
+    return key(tenant, source, ref, str(revision))
 
 
 class SegDone(msgspec.Struct, array_like=True):
@@ -173,9 +180,9 @@ class RunnerState(Projection):
         OPEN_CF,
         EXPORTS_CF,
     )
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     """2: export times and each run's cause time (the run latency metric); a summary's
-    images one key each."""
+    images one key each. 3: export times by ref and revision."""
 
     def __init__(self) -> None:
         self._runs: dict[bytes, RunRec] = {}
@@ -215,16 +222,17 @@ class RunnerState(Projection):
 
     @folds(p.FeedserExport)
     def _export_feedser(self, tx: Tx, e: Envelope, x: p.FeedserExport) -> None:
-        self._export(tx, e, "feedser", x.export_id)
+        self._export(tx, e, "feedser", x.ref, x.revision)
 
     @folds(p.VexerExport)
     def _export_vexer(self, tx: Tx, e: Envelope, x: p.VexerExport) -> None:
-        self._export(tx, e, "vexer", x.export_id)
+        self._export(tx, e, "vexer", x.ref, x.revision)
 
     @staticmethod
-    def _export(tx: Tx, e: Envelope, source: str, export_id: str) -> None:
+    def _export(tx: Tx, e: Envelope, source: str, ref: str, revision: int) -> None:
+        """The time of the export (by its ref, as runs name it), per revision."""
         t = tx.table(EXPORTS_CF)
-        k = key(e.tenant, source, export_id)
+        k = _export_key(e.tenant, source, ref, revision)
         if t.get(k) is None:  # a redelivered export keeps its first time
             t.put(k, b"%d" % sort_key(e.hlc)[0])
 
@@ -286,14 +294,18 @@ class RunnerState(Projection):
         exports were coalesced into (a spill continuation names them too, but is not it);
         that run claims its exports, whose times are then forgotten."""
         ms = sort_key(e.hlc)[0]
-        feedser, vexer = r.reason.feedser_export_ids, r.reason.vexer_export_ids
+        reason = r.reason
+        feedser, vexer = reason.feedser_export_ids, reason.vexer_export_ids
         claims = r.trigger in ("feedser", "vexer")
-        if not claims or export_run_id(e.tenant, feedser + vexer) != r.run_id:
+        if (
+            not claims
+            or export_run_id(e.tenant, feedser + vexer, reason.later_revisions) != r.run_id
+        ):
             return ms
         t = tx.table(EXPORTS_CF)
         for source, ids in (("feedser", feedser), ("vexer", vexer)):
             for export_id in ids:
-                ek = key(e.tenant, source, export_id)
+                ek = _export_key(e.tenant, source, export_id, reason.revision_of(export_id))
                 raw = t.get(ek)
                 if raw is not None:
                     ms = min(ms, int(raw))

@@ -62,7 +62,14 @@ class Decision:
 
 def findings_of(report: ScanReport) -> list[p.Finding]:
     return [
-        p.Finding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity, kev=f.kev, link=f.link)  # type: ignore[arg-type]  # the scanner's severity is a str validated against the event's Literal on encode
+        p.Finding(
+            purl=f.purl,
+            vuln_id=f.vuln_id,
+            severity=f.severity,  # type: ignore[arg-type]  # the scanner's severity is a str validated against the event's Literal on encode
+            kev=f.kev,
+            link=f.link,
+            fixed_version=f.fixed_version,
+        )
         for f in report.findings
     ]
 
@@ -77,9 +84,14 @@ def kev_names(report: ScanReport) -> dict[str, str]:
 
 
 def decide(
-    job: ImageJob, report: ScanReport, previous: list[FindingKey] | None, stamp: Timestamp
+    job: ImageJob,
+    report: ScanReport,
+    previous: list[FindingKey] | None,
+    stamp: Timestamp,
+    scanner: str | None = None,
 ) -> Decision:
-    """The verdict and Notify message of an image the scanner reported on."""
+    """The verdict and Notify message of an image the scanner reported on (``report`` as
+    :func:`streamproc.runner.backend.settled` gives it)."""
     vid = verdict_id(job.run_id, job.digest)
     findings = findings_of(report)
     delta = Delta(previous, findings, kev_names(report))
@@ -118,6 +130,9 @@ def decide(
         new_criticals=delta.new_criticals, new_high=delta.new_high,
         kev_hits=delta.kev_hits, top_findings=delta.top, findings=findings,
         report_url=report.report_url,
+        policy_verdict=report.verdict if report.verdict in ("PASS", "FAIL") else None,  # type: ignore[arg-type]  # checked against the Literal's values here
+        revision=report.advisories_revision, policy_revision=report.policy_revision,
+        scanner=scanner,
     )  # fmt: skip
     return Decision(
         _event(job, verdict, vid, stamp),
@@ -127,11 +142,14 @@ def decide(
     )
 
 
-def decide_failed(job: ImageJob, error: str, stamp: Timestamp) -> Decision:
-    """The verdict of an image the scanner refused (an unknown image, an invalid report)."""
+def decide_failed(
+    job: ImageJob, error: str, stamp: Timestamp, scanner: str | None = None
+) -> Decision:
+    """The verdict of an image the scanner refused (an unknown image, an invalid report, a
+    tool that gave no usable answer): never a PASS."""
     verdict = p.VerdictRecorded(
         run_id=job.run_id, segment_id=job.segment_id, digest=job.digest, status="failed",
-        error=error[:2000],
+        error=error[:2000], scanner=scanner,
     )  # fmt: skip
     return Decision(_event(job, verdict, verdict_id(job.run_id, job.digest), stamp), None, [], None)
 

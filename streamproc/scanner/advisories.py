@@ -18,13 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from cvss import CVSS2, CVSS3, CVSS4
-
+from streamproc.backends.osvrecord import link_of, load_kev, severity_of
 from streamproc.scanner.versions import PURL_TYPES, VersionError, affects, ecosystem_of
-
-SEVERITY_RANK = {"low": 1, "medium": 2, "high": 3, "critical": 4}
-_DB_SEVERITY = {"LOW": "low", "MODERATE": "medium", "MEDIUM": "medium", "HIGH": "high"}
-_DB_SEVERITY["CRITICAL"] = "critical"
 
 
 class AdvisoryError(ValueError):
@@ -49,53 +44,6 @@ class Advisory:
         return tuple(a for a in (self.id, *self.aliases) if a.startswith("CVE-"))
 
 
-def _cvss_severity(vector: str) -> str | None:
-    try:
-        if vector.startswith("CVSS:4"):
-            sev = CVSS4(vector).severity
-        elif vector.startswith("CVSS:3"):
-            sev = CVSS3(vector).severities()[0]
-        else:
-            score = CVSS2(vector).scores()[0]
-            sev = "High" if score >= 7 else "Medium" if score >= 4 else "Low"
-    except Exception:  # the cvss library raises its own error types per version
-        return None
-    sev = sev.lower()
-    return sev if sev in SEVERITY_RANK else None
-
-
-def severity_of(doc: Mapping[str, Any], kev: bool) -> str:
-    scores = {s.get("type"): s.get("score", "") for s in doc.get("severity") or ()}
-    for kind in ("CVSS_V4", "CVSS_V3", "CVSS_V2"):
-        if scores.get(kind):
-            sev = _cvss_severity(scores[kind])
-            if sev:
-                return sev
-    db = (doc.get("database_specific") or {}).get("severity")
-    if isinstance(db, str) and db.upper() in _DB_SEVERITY:
-        return _DB_SEVERITY[db.upper()]
-    for entry in doc.get("affected") or ():
-        eco = (entry.get("ecosystem_specific") or {}).get("severity")
-        if isinstance(eco, str) and eco.upper() in _DB_SEVERITY:
-            return _DB_SEVERITY[eco.upper()]
-    return "high" if kev else "medium"
-
-
-def _link(doc: Mapping[str, Any]) -> str:
-    for ref in doc.get("references") or ():
-        if ref.get("type") == "ADVISORY" and ref.get("url"):
-            return str(ref["url"])
-    return f"https://osv.dev/vulnerability/{doc['id']}"
-
-
-def load_kev(path: Path | None) -> frozenset[str]:
-    """CVE ids of a CISA KEV catalog file (``vulnerabilities[].cveID``)."""
-    if path is None or not path.exists():
-        return frozenset()
-    doc = json.loads(path.read_bytes())
-    return frozenset(v["cveID"] for v in doc.get("vulnerabilities", ()) if v.get("cveID"))
-
-
 def parse_advisory(raw: bytes, kev: frozenset[str]) -> Advisory:
     try:
         doc = json.loads(raw)
@@ -113,7 +61,7 @@ def parse_advisory(raw: bytes, kev: frozenset[str]) -> Advisory:
         severity=severity_of(doc, is_kev),
         kev=is_kev,
         summary=str(doc.get("summary") or "")[:500],
-        link=_link(doc),
+        link=link_of(doc),
         affected=tuple(doc.get("affected") or ()),
         modified=str(doc.get("modified") or ""),
         digest=hashlib.sha256(raw).hexdigest(),

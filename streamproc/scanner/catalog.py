@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from streamproc.backends.osvrecord import SEVERITY_RANK
 from streamproc.impact.sbom import parse_sbom
-from streamproc.scanner.advisories import SEVERITY_RANK, AdvisoryDb
+from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.images import IndexedImages, sbom_key
 
 

@@ -21,19 +21,23 @@ from streamproc import exitcodes
 from streamproc.app import System
 from streamproc.cliargs import add_config_flag
 from streamproc.cliargs import settings as _settings
-from streamproc.config import environment, load
+from streamproc.client.http import Unreachable
+from streamproc.client.tokens import TokenRefused, TokenUnavailable
+from streamproc.config import ConfigError, environment, load
+from streamproc.gateway.tokens_cli import KeyFileError
 from streamproc.role_cli import DEFAULT_NATS_URL
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.faults import FaultConfig
 from streamproc.scanner.feedser import (
     build_export,
+    deliver_export,
     load_state,
     next_state,
-    post_export,
     sending_state,
     signed_headers,
 )
 from streamproc.scanner.images import IndexedImages
+from streamproc.scanner.sender_auth import credentials
 from streamproc.scanner.service import start_scanner
 from streamproc.signals import install_stop_signals
 
@@ -69,6 +73,19 @@ def register(
     p.add_argument("--secret", help="HMAC secret (default $STREAMPROC_FEEDSER_SECRET)")
     p.add_argument("--ed25519-seed-file", type=Path, help="32-byte Ed25519 seed to sign with")
     p.add_argument("--source", help="X-Scheduler-Source (needed with several Feedser sources)")
+    p.add_argument(
+        "--token",
+        help="access token to present, DPoP-bound to the client key (default "
+        "$STREAMPROC_FEEDSER_TOKEN; else client credentials, or tokens minted from "
+        "feedser.issuer_key, with `make run` from its development issuer)",
+    )
+    p.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        help="a tenant to deliver to with a minted token (repeatable; default "
+        "feedser.tenants, or with `make run` its Feedser source's tenants)",
+    )
     p.add_argument(
         "--data-dir", help="data directory (default ./data, STREAMPROC_DATA_DIR): holds the state"
     )
@@ -116,7 +133,8 @@ def cmd_scanner(args: argparse.Namespace) -> int:
 
 
 def cmd_feedser_export(args: argparse.Namespace) -> int:
-    state_path = args.state or load({"data_dir": args.data_dir}).data_dir / "feedser-export.json"
+    data_dir = load({"data_dir": args.data_dir}).data_dir
+    state_path = args.state or data_dir / "feedser-export.json"
     db = AdvisoryDb.load(args.osv, args.kev, args.debian_sources)
     state = load_state(state_path)
     body = build_export(db, state)
@@ -135,6 +153,15 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
               "STREAMPROC_FEEDSER_SECRET; `make run` prints it) or --ed25519-seed-file",
               file=sys.stderr)  # fmt: skip
         return exitcodes.USAGE
+    try:
+        creds = credentials(
+            data_dir, environment(), token=args.token, tenants=args.tenant, source=args.source
+        )
+    except (ConfigError, KeyFileError) as exc:
+        print(f"streamproc: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    named = ", ".join(t for t in creds.tenants if t)
+    print(f"presenting {creds.how}" + (f" for tenant(s) {named}" if named else ""))
 
     def headers(raw: bytes, delivery: str) -> dict[str, str]:
         return signed_headers(raw, delivery, secret=secret, ed25519_seed=seed, source=args.source)
@@ -145,15 +172,26 @@ def cmd_feedser_export(args: argparse.Namespace) -> int:
 
     save(sending_state(state, body))  # a retry sends this very body
     try:
-        status, answer = asyncio.run(post_export(args.url, body, headers))
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        answers = asyncio.run(deliver_export(args.url, body, headers, creds))
+    except (aiohttp.ClientError, TimeoutError, Unreachable, TokenUnavailable) as exc:
         why = str(exc) or type(exc).__name__
         print(f"streamproc: the gateway at {args.url} did not answer ({why}); run this again "
               "to send the same export", file=sys.stderr)  # fmt: skip
         return exitcodes.FAILED
-    shown = answer if isinstance(answer, str) else json.dumps(answer)
-    print(f"gateway answered {status}: {shown}")
-    if status >= 300:
+    except TokenRefused as exc:
+        print(f"streamproc: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    refused = False
+    for tenant, status, answer in answers:
+        shown = answer if isinstance(answer, str) else json.dumps(answer)
+        who = f" (tenant {tenant})" if tenant else ""
+        print(f"gateway answered {status}{who}: {shown}")
+        refused |= status >= 300
+        if status == 401 and creds.tokens is None:
+            print("streamproc: the source takes an access token: configure feedser.token "
+                  "(STREAMPROC_FEEDSER_TOKEN), client credentials (client.*) or "
+                  "feedser.issuer_key", file=sys.stderr)  # fmt: skip
+    if refused:
         print("streamproc: export not accepted; run this again to send the same export",
               file=sys.stderr)  # fmt: skip
         return exitcodes.FAILED

@@ -1,10 +1,12 @@
-"""``make run``'s demo: a reference scanner (when no scanner URL is configured), a small
-catalog of the real SBOMs in ``demo_data/sboms`` (package data) indexed for tenant ``demo``,
-a schedule subscribed to Feedser exports, and a printed guide of commands to try.
+"""``make run``'s demo: a reference scanner (when no scanner URL is configured and
+``scanner.kind`` is ``stella``), a small catalog of the real SBOMs in ``demo_data/sboms``
+(package data) indexed for tenant ``demo``, a schedule subscribed to Feedser exports, and a
+printed guide of commands to try.
 
-The catalog is published as ``image.indexed`` events like any other SBOM: the scanner
-learns the images from the log (its ``scanner`` role, which ``up --demo`` runs), so nothing
-is registered with it separately. Hook it into ``streamproc up`` after ``system.start()``:
+The catalog is published as ``image.indexed`` events like any other SBOM, each SBOM kept in
+the SBOM store first (what the tool kinds evaluate): the reference scanner learns the images
+from the log (its ``scanner`` role, which ``up --demo`` runs), so nothing is registered with
+it separately. Hook it into ``streamproc up`` after ``system.start()``:
 
     from streamproc.scanner.demo import seed_demo
     demo = await seed_demo(system)          # ... and on shutdown: await demo.close()
@@ -19,12 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamproc.backends.settings import load as load_scanner_settings
+from streamproc.bus import objects
 from streamproc.bus.publisher import WrongExpectedSequence
 from streamproc.config import ConfigError, environment
 from streamproc.devsetup import cli_command
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.ids import derive_id
+from streamproc.impact.publish import store_sbom
 from streamproc.impact.purls import normalize_image_purls
 from streamproc.impact.sbom import parse_sbom
 from streamproc.names import DEFAULT_PREFIX
@@ -62,7 +67,7 @@ def _image_event(tenant: str, name: str, raw: bytes) -> tuple[str, Any]:
     repo = name.split(".")[0]
     payload = p.ImageIndexed(
         digest=digest, registry="demo.local", repository=repo, namespace="demo",
-        tags=["latest"], components=comps, usage_known=False,
+        tags=["latest"], components=comps, usage_known=False, sbom=objects.key_of(raw),
     )  # fmt: skip
     return digest, payload
 
@@ -84,8 +89,9 @@ async def seed_demo(
 ) -> Demo:
     """Seed the catalog and print the guide; starts the reference scanner (on
     ``scanner_port``, else ``STREAMPROC_SCANNER_PORT``, else 8490) unless ``scanner_url`` (or
-    ``STREAMPROC_SCANNER_URL``) names one. The scanner reads its images from the ``scanner``
-    role, which ``system`` must then host."""
+    ``STREAMPROC_SCANNER_URL``) names one or ``scanner.kind`` is a tool (the runners then run
+    it on the stored SBOMs, and no reference scanner is needed). The scanner reads its images
+    from the ``scanner`` role, which ``system`` must then host."""
     settings = system.settings
     osv_dir = settings.data_dir / "demo" / "osv"
     osv_dir.mkdir(parents=True, exist_ok=True)
@@ -95,8 +101,12 @@ async def seed_demo(
             shutil.copy(DATA / "osv" / f"{name}.json", target)
     shutil.copy(DATA / "osv" / "debian-sources.json", osv_dir.parent / "debian-sources.json")
     url = scanner_url or environment().get("STREAMPROC_SCANNER_URL")
+    scanner = load_scanner_settings()
+    tool = scanner.tool
     svc: ScannerService | None = None
-    if not url:
+    if tool is not None:
+        url = ""
+    elif not url:
         if "scanner" not in system.roles:
             raise ValueError("the demo's scanner reads images from the 'scanner' role: host it")
         if scanner_port is None:
@@ -109,7 +119,9 @@ async def seed_demo(
     images: dict[str, str] = {}
     events = []
     for path in sorted(sbom_dir.glob("*.json")):
-        digest, payload = _image_event(tenant, path.name, path.read_bytes())
+        raw = path.read_bytes()
+        digest, payload = _image_event(tenant, path.name, raw)
+        await store_sbom(system.publisher.nc, settings.prefix, raw)  # kept before it is named
         images[digest] = path.name
         events.append(new_event("image.indexed", tenant, payload, system.clock.now(),
                                 event_id=derive_id("demo", tenant, digest)))  # fmt: skip
@@ -122,7 +134,9 @@ async def seed_demo(
     for event in events:  # create-only: a second `make run` re-seeds nothing
         with contextlib.suppress(WrongExpectedSequence):
             await system.publisher.publish_event(event, expected_last_subject_seq=0)
-    guide = render_guide(system.http_url or "http://127.0.0.1:8480", url, osv_dir, tenant, settings)
+    gateway = system.http_url or "http://127.0.0.1:8480"
+    what = f"{scanner.kind} ({tool.path})" if tool is not None else ""
+    guide = render_guide(gateway, url, osv_dir, tenant, settings, tool=what)
     print(guide, flush=True)
     return Demo(svc, url, osv_dir, images, guide)
 
@@ -138,7 +152,11 @@ def where_flags(settings: Any) -> tuple[str, str]:
     return flags, data
 
 
-def render_guide(gateway: str, scanner: str, osv_dir: Path, tenant: str, settings: Any) -> str:
+def render_guide(
+    gateway: str, scanner: str, osv_dir: Path, tenant: str, settings: Any, *, tool: str = ""
+) -> str:
+    """The guide ``make run`` prints; ``tool``: the scanner kind and executable the runners
+    run on the stored SBOMs (then no reference scanner runs, and its steps are left out)."""
     data = DATA
     cli = cli_command()
     at, data_dir = where_flags(settings)
@@ -146,9 +164,13 @@ def render_guide(gateway: str, scanner: str, osv_dir: Path, tenant: str, setting
     sboms = len(list((data / "sboms").glob("*.json")))
     sources = osv_dir.parent / "debian-sources.json"
     new = f"{data}/osv/GHSA-cx63-2mw6-8hw5.json {data}/osv/DSA-5514-1.json"
+    answers = (
+        f"scanner.kind {tool} runs on each stored SBOM (no reference scanner)"
+        if tool
+        else f"scanner at {scanner} (it learns images from the event log)"
+    )
     lines = [
-        f"  -- demo: tenant {tenant!r}, {sboms} real SBOMs indexed, scanner at {scanner}"
-        " (it learns images from the event log)",
+        f"  -- demo: tenant {tenant!r}, {sboms} real SBOMs indexed and kept, {answers}",
         "  Try it (in another terminal):",
         "",
         "  # 1. follow the deltas Notify would receive",
@@ -156,7 +178,7 @@ def render_guide(gateway: str, scanner: str, osv_dir: Path, tenant: str, setting
         "      --kind rescan.delta --kind run.summary",
         "",
         "  # 2. index an SBOM of your own too (CycloneDX or SPDX JSON; here: this environment's,",
-        "  #    by cyclonedx-py; the scanner learns it from the log; without --used-purls every",
+        "  #    by cyclonedx-py; streamproc keeps it for the scanner; without --used-purls every",
         "  #    package it lists counts)",
         f"  {generator} environment -o my-app.cdx.json",
         f"  {cli} index add{at} --tenant {tenant} --repo my/app --sbom my-app.cdx.json \\",
@@ -164,16 +186,22 @@ def render_guide(gateway: str, scanner: str, osv_dir: Path, tenant: str, setting
         "",
         "  # 3. new advisories land (setuptools CVE-2024-6345, glibc CVE-2023-4911) ...",
         f"  cp {new} {osv_dir}/",
-        f"  curl -s -X POST {scanner}/advisories/reload",
+        *([] if tool else [f"  curl -s -X POST {scanner}/advisories/reload"]),
         "",
-        "  # 4. ... and the advisory aggregator tells the scheduler (signed Feedser webhook;",
-        "  #    STREAMPROC_FEEDSER_SECRET exported as above)",
+        "  # 4. ... and the advisory aggregator tells the scheduler: a Feedser webhook, signed",
+        "  #    (STREAMPROC_FEEDSER_SECRET exported as above) and with an access token (DPoP-",
+        f"  #    bound, minted from {Path(settings.data_dir) / 'dev' / 'issuer.jwk'} for tenant"
+        f" {tenant!r})",
         f"  {cli} feedser export{data_dir} --osv {osv_dir} --kev {data}/kev.json \\",
         f"      --debian-sources {sources} --url {gateway} \\",
         '      --secret "$STREAMPROC_FEEDSER_SECRET"',
-        "",
-        "  # the scanner's counters, and its faults switch (429s, 5xx, latency, outages)",
-        f"  curl -s {scanner}/admin/stats",
-        f'  curl -s -X POST {scanner}/admin/faults -d \'{{"next429": 50, "retryAfterS": 0.5}}\'',
     ]
+    if not tool:
+        lines += [
+            "",
+            "  # the scanner's counters, and its faults switch (429s, 5xx, latency, outages)",
+            f"  curl -s {scanner}/admin/stats",
+            f"  curl -s -X POST {scanner}/admin/faults -d "
+            + '\'{"next429": 50, "retryAfterS": 0.5}\'',
+        ]
     return "\n" + "\n".join(lines) + "\n"

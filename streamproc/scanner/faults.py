@@ -25,6 +25,12 @@ class FaultConfig(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_f
     outage_s: float = 0.0
     """Abort every connection for this many seconds from now."""
     seed: int | None = None
+    paths: list[str] = []
+    """Path prefixes the faults apply to (``["/resolve", "/scans"]``: a throttling registry
+    behind content refresh); empty, the whole scanner API."""
+
+    def applies_to(self, path: str) -> bool:
+        return not self.paths or any(path.startswith(p) for p in self.paths)
 
 
 class Faults:

@@ -8,12 +8,14 @@ advisory (vulnId, productKeys, severity, kev). The export id is derived from the
 and the body being sent is kept in the state file as ``pending`` until the gateway accepts
 it, so a retry after a refusal or a lost answer sends the very same body again (its
 ``window`` included), which the gateway recognises as the same export. The body is
-signed ``sha256=HMAC(secret, timestamp + "." + body)`` (or Ed25519), the gateway's scheme.
+signed ``sha256=HMAC(secret, timestamp + "." + body)`` (or Ed25519), the gateway's scheme,
+and sent with a DPoP-bound access token per tenant (:mod:`.sender_auth`).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -25,7 +27,9 @@ from typing import Any
 import aiohttp
 from nacl.signing import SigningKey
 
+from streamproc.client.http import ApiClient
 from streamproc.scanner.advisories import AdvisoryDb
+from streamproc.scanner.sender_auth import Credentials
 
 WEBHOOK_PATH = "/api/v1/scheduler/events/feedser-export"
 
@@ -121,18 +125,56 @@ def signed_headers(
 
 
 async def post_export(
-    url: str, body: dict[str, Any], headers_for: Any, timeout_s: float = 30.0
+    url: str,
+    body: dict[str, Any],
+    headers_for: Any,
+    timeout_s: float = 30.0,
+    *,
+    api: ApiClient | None = None,
+    tenant: str | None = None,
+    path: str = WEBHOOK_PATH,
+    delivery: str | None = None,
 ) -> tuple[int, Any]:
+    """One delivery of ``body``, signed by ``headers_for(raw, delivery_id)``; with ``api``,
+    also with its DPoP-bound token for ``tenant`` (the nonce challenge answered by sending
+    the same delivery again: a refused delivery id is not used up)."""
     raw = json.dumps(body, separators=(",", ":")).encode()
-    delivery = f"{body['exportId']}.{int(time.time() * 1000)}"
-    target = url.rstrip("/") + WEBHOOK_PATH
+    delivery = delivery or f"{body['exportId'][:64]}.{int(time.time() * 1000)}"
+    target = url.rstrip("/") + path
+    headers = dict(headers_for(raw, delivery))
+    if api is not None:
+        reply = await api.request("POST", target, tenant=tenant, data=raw, headers=headers)
+        return reply.status, reply.json()
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with (
         aiohttp.ClientSession(timeout=timeout) as s,
-        s.post(target, data=raw, headers=headers_for(raw, delivery)) as r,
+        s.post(target, data=raw, headers=headers) as r,
     ):
         text = await r.read()
         try:
             return r.status, json.loads(text)
         except ValueError:
             return r.status, text.decode(errors="replace")
+
+
+async def deliver_export(
+    url: str, body: dict[str, Any], headers_for: Any, creds: Credentials, timeout_s: float = 30.0
+) -> list[tuple[str | None, int, Any]]:
+    """One delivery per tenant of ``creds`` (each its own delivery id, one DPoP session for
+    all): every tenant's (tenant, status, answer), in order. No answer at all raises
+    (:class:`~streamproc.client.http.Unreachable`, or an :mod:`aiohttp` error without a
+    token), and the tenants after it are not sent."""
+    stamp = int(time.time() * 1000)
+    out: list[tuple[str | None, int, Any]] = []
+    async with contextlib.AsyncExitStack() as stack:
+        api = None
+        if creds.tokens is not None and creds.key is not None:
+            client = ApiClient(creds.key, creds.tokens, timeout_s=timeout_s)
+            api = await stack.enter_async_context(client)
+        for n, tenant in enumerate(creds.tenants):
+            delivery = f"{body['exportId'][:64]}.{stamp}.{n}"
+            status, answer = await post_export(
+                url, body, headers_for, timeout_s, api=api, tenant=tenant, delivery=delivery
+            )
+            out.append((tenant, status, answer))
+    return out

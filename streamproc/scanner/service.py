@@ -156,7 +156,11 @@ class ScannerService:
     async def _chaos(self, request: web.Request, handler: Any) -> web.StreamResponse:
         """Faults apply to the scanner API, never to the admin and health endpoints."""
         path = request.path
-        if path.startswith("/admin") or path == "/healthz":
+        if (
+            path.startswith("/admin")
+            or path == "/healthz"
+            or not self.faults.config.applies_to(path)
+        ):
             return await handler(request)  # type: ignore[no-any-return]  # aiohttp's handler type returns StreamResponse untyped here
         delay = self.faults.delay_s()
         if delay:

@@ -32,7 +32,7 @@ from tests.samples import sample_event
 def test_every_catalog_kind_is_classified() -> None:
     for kind in KINDS:
         chained = kind in CHAINED_KINDS
-        if kind.startswith(("image.", "export.")) or kind == SNAPSHOT_KIND:
+        if kind.startswith(("image.", "sbom.", "export.")) or kind == SNAPSHOT_KIND:
             assert not chained, kind
         else:
             assert chained, kind
@@ -200,3 +200,25 @@ def test_the_independent_verifier_of_the_docs_accepts_a_real_chain(pristine: Pri
     lines[7] = json.dumps(bad)
     with pytest.raises(AssertionError):
         _doc_verify(lines, head.head_chain_link)
+
+
+def test_fields_added_to_a_chained_kind_leave_old_links_alone() -> None:
+    """A verdict recorded before the scanner fields existed (its JSON has none of them)
+    hashes as it did; one that carries them hashes them."""
+    old_json = {
+        "runId": "r1", "segmentId": "s1", "digest": "sha256:" + "ab" * 32, "status": "ok",
+        "findings": [{"purl": "pkg:pypi/a@1", "vulnId": "GHSA-x", "severity": "high"}],
+    }  # fmt: skip
+    old = msgspec.json.decode(msgspec.json.encode(old_json), type=p.VerdictRecorded)
+    event = new_event("verdict.recorded", "acme", old, "1767225600000:0:n", event_id="e1")
+    payload = make_entry(event, 0, None).payload
+    assert "fixedVersion" not in payload and "scanner" not in payload
+    assert "policyVerdict" not in payload and '"error":null' in payload  # old nulls stay
+    new = msgspec.structs.replace(
+        old,
+        scanner="grype",
+        findings=[msgspec.structs.replace(old.findings[0], fixed_version="1.2")],
+    )
+    event = new_event("verdict.recorded", "acme", new, "1767225600000:0:n", event_id="e1")
+    payload = make_entry(event, 0, None).payload
+    assert '"scanner":"grype"' in payload and '"fixedVersion":"1.2"' in payload

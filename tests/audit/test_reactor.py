@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 
 from streamproc import roles
 from streamproc.audit import layout
+from streamproc.audit.entry import entry_encoder
 from streamproc.audit.held import held_view
 from streamproc.audit.reactor import SnapshotReactor
 from streamproc.audit.role import AUDITOR
@@ -184,6 +185,74 @@ async def test_start_up_verification_stops_signing_for_a_broken_tenant(
         "scheduler_chain_verification_failures_total", {"tenant": "acme"}
     )
     assert after == failures + 1
+
+
+async def test_periodic_verification_finds_a_chain_broken_since_the_last_one(
+    nc: FastClient,
+    prefix: str,
+    publisher: Publisher,
+    stream_names: tuple[str, str, str],
+    auditor_copy: Path,
+) -> None:
+    """Verified at start-up and every ``verify_period_s``: a chain broken in between is found
+    by the next period's pass and signs nothing until a later pass finds it whole again; the
+    chain metrics count each verification, failure and snapshot."""
+
+    def count(name: str, tenant: str) -> float:
+        return REGISTRY.get_sample_value(name, {"tenant": tenant}) or 0.0
+
+    verifications = "scheduler_chain_verifications_total"
+    failures = "scheduler_chain_verification_failures_total"
+    snapshots = "scheduler_batch_snapshots_total"
+
+    def counts() -> dict[tuple[str, str], float]:
+        names = (verifications, failures, snapshots)
+        return {(n, t): count(n, t) for n in names for t in ("acme", "beta")}
+
+    def moved(before: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+        return {k: v - before[k] for k, v in counts().items() if v != before[k]}
+
+    period = 0.2
+    store = RocksStore(auditor_copy)
+    settings = Settings(data_dir=auditor_copy.parent, prefix=prefix, node_id="aud")
+    reactor = _reactor(
+        settings, batch_size=50, batch_interval_s=period * 1.2, verify_on_start=True,
+        verify_period_s=period,
+    )  # fmt: skip
+    try:
+        ctx = role_context(settings, store, publisher, HybridLogicalClock("aud"))
+        before = counts()
+        await reactor.react(ctx)  # start-up: both chains whole; waiting entries start a timer
+        assert reactor.broken == {}
+        assert moved(before) == {(verifications, "acme"): 1, (verifications, "beta"): 1}
+
+        whole = layout.entry_at(store, "acme", 120)
+        assert whole is not None
+        before = counts()
+        store.commit(change_digest(store))
+        await reactor.react(ctx)  # within the period: not verified again
+        assert reactor.broken == {} and moved(before) == {}
+
+        await asyncio.sleep(period * 1.5)
+        await reactor.react(ctx)  # the period's pass finds it; only beta is signed
+        assert "position 120" in reactor.broken["acme"]
+        assert moved(before) == {
+            (verifications, "acme"): 1, (verifications, "beta"): 1,
+            (failures, "acme"): 1, (snapshots, "beta"): 1,
+        }  # fmt: skip
+
+        before = counts()
+        store.commit(
+            {layout.CHAIN_CF: {layout.chain_key("acme", 120): entry_encoder.encode(whole)}}
+        )
+        await asyncio.sleep(period * 1.5)
+        await reactor.react(ctx)  # whole again: signed again
+        assert reactor.broken == {}
+        assert moved(before) == {
+            (verifications, "acme"): 1, (verifications, "beta"): 1, (snapshots, "acme"): 1,
+        }  # fmt: skip
+    finally:
+        store.close()
 
 
 async def test_auditor_role_end_to_end_and_replay_is_byte_identical(

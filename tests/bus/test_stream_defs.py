@@ -31,7 +31,7 @@ def test_extra_running_keys_are_ignored():
     ("key", "old", "new"),
     [
         ("retention", "limits", "workqueue"),
-        ("retention", "interest", "limits"),
+        ("retention", "workqueue", "limits"),
         ("storage", "file", "memory"),
         ("name", "OLD", "SCHEDULER"),
     ],
@@ -43,6 +43,13 @@ def test_immutable_changes_are_drift(key, old, new):
     changed, drift = diff(have, want)
     assert drift == {key: (old, new)}
     assert changed == {}
+
+
+@pytest.mark.parametrize(("old", "new"), [("limits", "interest"), ("interest", "limits")])
+def test_retention_between_limits_and_interest_is_an_update(old, new):
+    want = dict(events_def(), retention=new)
+    have = dict(want, retention=old)
+    assert diff(have, want) == ({"retention": (old, new)}, {})
 
 
 @pytest.mark.parametrize("flag", ["deny_delete", "deny_purge"])
@@ -99,17 +106,17 @@ def test_empty_descriptions_are_equal():
 
 def test_mixed_updates_and_drift_are_split():
     want = events_def()
-    have = dict(want, retention="interest", max_age=HOUR, deny_delete=False, deny_purge=True)
+    have = dict(want, retention="workqueue", max_age=HOUR, deny_delete=False, deny_purge=True)
     changed, drift = diff(have, want)
     assert changed == {"max_age": (HOUR, 0), "deny_delete": (False, True)}
-    assert drift == {"retention": ("interest", "limits"), "deny_purge": (True, False)}
+    assert drift == {"retention": ("workqueue", "limits"), "deny_purge": (True, False)}
 
 
 # ---------------------------------------------------------------- definitions
 
 
 def test_three_streams_with_documented_settings():
-    events, work, notify = definitions("scheduler", 1)
+    events, work, notify, _sboms = definitions("scheduler", 1)
     assert [events["name"], work["name"], notify["name"]] == [
         "SCHEDULER",
         "SCHEDULER_WORK",
@@ -121,7 +128,7 @@ def test_three_streams_with_documented_settings():
     assert (events["retention"], work["retention"], notify["retention"]) == (
         "limits",
         "workqueue",
-        "limits",
+        "interest",  # held by its consumers: the delivery window, registrations
     )
     for d in (events, work, notify):
         assert d["duplicate_window"] == 3600 * 10**9  # one hour, in nanoseconds
@@ -132,7 +139,7 @@ def test_three_streams_with_documented_settings():
     assert events["deny_delete"] is True
     assert events["discard"] == "new"
     assert work["max_age"] == 7 * 24 * 3600 * 10**9
-    assert notify["max_age"] == 24 * 3600 * 10**9
+    assert notify["max_age"] == 7 * 24 * 3600 * 10**9  # the hold's limit
     assert notify["discard"] == "old"
 
 
@@ -146,12 +153,19 @@ def test_replicas_are_applied_to_every_stream():
 )
 def test_prefix_changes_names_and_subjects(prefix, base):
     defs = definitions(prefix, 1)
-    assert [d["name"] for d in defs] == [base, f"{base}_WORK", f"{base}_NOTIFY"]
-    assert list(stream_names(prefix)) == [d["name"] for d in defs]
+    bucket = f"{prefix.replace('.', '_')}_sboms"
+    assert [d["name"] for d in defs] == [
+        base,
+        f"{base}_WORK",
+        f"{base}_NOTIFY",
+        f"OBJ_{bucket}",
+    ]
+    assert list(stream_names(prefix)) == [d["name"] for d in defs[:3]]
     assert [d["subjects"] for d in defs] == [
         [f"{prefix}.events.>"],
         [f"{prefix}.work.>"],
         [f"{prefix}.notify.>"],
+        [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
     ]
     assert all("scheduler" not in s for d in defs for s in d["subjects"])
 

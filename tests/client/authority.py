@@ -62,9 +62,9 @@ class Authority:
         if form.get("grant_type") != "client_credentials":
             return web.json_response({"error": "unsupported_grant_type"}, status=400)
         try:
-            proof = jwt.parse(request.headers["DPoP"])
-            key, jkt = _public_jwk(proof.header.jwk)
-            assert jwt.verify(proof, key)
+            proof = jwt.parse(request.headers["DPoP"], jwt.PROOF_ALGS)
+            verify, jkt = _public_jwk(proof.header.jwk, proof.header.alg)
+            assert verify(proof)
             claims = json.loads(proof.payload)
             assert claims["htm"] == "POST" and claims["htu"] == self.url
         except Exception as exc:  # any bad proof gets the same answer

@@ -9,12 +9,15 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.client import cli as api_cli_module
 from streamproc.client.dpop import KEY_FILE, DpopKey, KeyFileError
 from streamproc.client.http import ApiClient, Unreachable
 from streamproc.client.settings import dpop_key, token_source
@@ -36,6 +39,7 @@ from tests.gateway.harness import (
 )
 
 LIST = f"{BASE}/schedules"
+CLI = [sys.executable, "-m", "streamproc.cli"]
 
 
 @pytest.fixture
@@ -198,3 +202,89 @@ async def test_an_unreachable_gateway_is_unreachable_not_a_crash(tmp_path: Path)
     async with ApiClient(key, StaticToken(token(cnf={"jkt": key.jkt}), key), timeout_s=5) as api:
         with pytest.raises(Unreachable, match="not reachable"):
             await api.request("GET", f"http://127.0.0.1:{free_port()}{LIST}")
+
+
+async def api_cli(
+    data: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPROC_")}
+    return await asyncio.to_thread(
+        subprocess.run, [*CLI, "api", "--data-dir", str(data), *args],
+        capture_output=True, text=True, timeout=60, env={**run_env, **(env or {})},
+    )  # fmt: skip
+
+
+async def test_streamproc_api_is_curl_for_a_dpop_only_gateway(
+    dpop_gw: Harness, tmp_path: Path
+) -> None:
+    data = tmp_path / "cli"
+    refused = await api_cli(data, "GET", "/schedules", "--url", dpop_gw.url)
+    assert refused.returncode == 2 and "never sent without a token" in refused.stderr
+    key = dpop_key(data)
+    tok = token(scopes="scheduler.admin", cnf={"jkt": key.jkt})
+    body = json.dumps(
+        {"id": "nightly", "name": "Nightly", "whenCron": "0 2 * * *", "timezone": "UTC"}
+    )
+    made = await api_cli(data, "POST", "/schedules?wait=true", "--url", dpop_gw.url,
+                         "--data", body, env={"STREAMPROC_TOKEN": tok})  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["id"] == "nightly"
+    listed = await api_cli(data, "GET", "/schedules", "--url", dpop_gw.url, "--token", tok)
+    assert listed.returncode == 0, listed.stderr
+    assert [s["id"] for s in json.loads(listed.stdout)["items"]] == ["nightly"]
+    missing = await api_cli(data, "GET", "schedules/nope", "--url", dpop_gw.url, "--token", tok)
+    assert missing.returncode == 1 and "404" in missing.stderr and "detail" in missing.stdout
+    # A large answer into a pipe its reader drains late arrives whole (stdout may be a raw,
+    # unbuffered file whose one write takes only part of it).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPROC_")}
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "api", "--data-dir", str(data), "GET", "/openapi.json", "--url", dpop_gw.url,
+        "--token", tok, stdout=asyncio.subprocess.PIPE, env={**env, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    first = await proc.stdout.read(1)  # the answer has begun: the rest waits in a full pipe
+    await asyncio.sleep(0.5)
+    rest = await proc.stdout.read()
+    assert await proc.wait() == 0
+    assert json.loads(first + rest)["openapi"] == "3.1.0" and len(first + rest) > 65536
+
+
+def test_api_writes_a_large_answer_whole_through_partial_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unbuffered stdout is a raw file: one write may take part of the data (a pipe), or
+    none (a non-blocking one that is full). Everything still goes out, in order."""
+    read_end, write_end = os.pipe()
+
+    class Raw:
+        def __init__(self) -> None:
+            self.got = bytearray()
+            self.calls = 0
+
+        def write(self, data: memoryview) -> int | None:
+            self.calls += 1
+            if self.calls == 2:
+                return None  # full for now
+            part = bytes(data[:1000])
+            self.got += part
+            return len(part)
+
+        def flush(self) -> None: ...
+
+        def fileno(self) -> int:
+            return write_end  # writable: select answers at once
+
+    class Out:
+        buffer = Raw()
+
+        def flush(self) -> None: ...
+
+    out = Out()
+    monkeypatch.setattr(sys, "stdout", out)
+    data = bytes(range(256)) * 300
+    try:
+        api_cli_module._write_all(data)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert bytes(out.buffer.got) == data and out.buffer.calls > 70

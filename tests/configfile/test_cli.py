@@ -146,3 +146,28 @@ def test_streams_apply_with_a_password_from_a_file(
         assert code == 2 and "Authorization Violation" in err
     finally:
         srv.stop()
+
+
+def test_check_names_bad_notify_and_client_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the typed bounds cannot see: the retention's pair, the consumer's tenants and
+    URLs (each checked by the reader that uses it)."""
+    cfg = tmp_path / "notify.toml"
+    cfg.write_text(
+        """
+[notify]
+max_age_s = 7200
+max_retention_s = 3600
+tenants = ["acme", "ACME"]
+base_url = "http://user:pw@feed.internal"
+[client]
+token_url = "https://authority.internal/token?x=1"
+"""
+    )
+    code, out, err = run(capsys, "config", "check", str(cfg))
+    assert (code, out) == (2, ""), err
+    assert "notify.max_retention_s: at least the delivery window" in err
+    assert "notify.tenants: tenant acme is listed twice" in err
+    assert "notify.base_url" in err and "without credentials" in err
+    assert "client.token_url" in err and "query" in err

@@ -12,6 +12,7 @@ from streamproc import config
 from streamproc.audit import settings as audit
 from streamproc.audit import signing
 from streamproc.bus.connect import AUTH_ENV
+from streamproc.client import cli as api_cli
 from streamproc.client import settings as client
 from streamproc.configfile.loader import read_file
 from streamproc.configfile.reference import SPEC_KEYS, render_reference
@@ -96,6 +97,8 @@ def test_every_reader_variable_is_registered_with_its_default() -> None:
         "STREAMPROC_IMPACT_WARM_ON_START",
         "STREAMPROC_FEEDSER_SECRET",
         notify_cli.TOKEN_ENV,
+        api_cli.TOKEN_ENV,
+        api_cli.URL_ENV,
         client.DPOP_KEY_ENV,
         client.TOKEN_URL_ENV,
         client.CLIENT_ID_ENV,
@@ -132,7 +135,7 @@ def test_example_file_loads_and_has_every_key() -> None:
     present: set[str] = set()
     section = ""
     for line in example.read_text().splitlines():
-        header = re.match(r"^#?\s*\[\[?([a-z0-9_.]+)\]\]?\s*$", line)
+        header = re.match(r"^#?\s*\[\[?([a-z0-9_.-]+)\]\]?\s*$", line)
         if header:
             section = header[1]
             present.add(section)

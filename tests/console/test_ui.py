@@ -27,6 +27,9 @@ import pytest
 from streamproc import roles
 from streamproc.app import System
 from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.client.http import ApiClient
+from streamproc.client.settings import dpop_key
+from streamproc.client.tokens import StaticToken
 from streamproc.config import Settings
 from streamproc.console.routes import mount_console
 from streamproc.devsetup import prepare_dev_auth
@@ -87,8 +90,25 @@ class Browser:
         self.page = page
         self.artifacts = artifacts
         self.errors: list[str] = []
-        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.nonce_challenges: list[str] = []
+        """URLs the gateway answered with a DPoP nonce challenge (401 ``use_dpop_nonce``)
+        that the console then sent again: the protocol, though Chromium logs each as an error."""
+        page.on("response", self._response)
+        page.on("console", self._console)
         page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+
+    def _response(self, r: Any) -> None:
+        challenge = r.headers.get("www-authenticate", "")
+        if r.status == 401 and 'error="use_dpop_nonce"' in challenge:
+            self.nonce_challenges.append(r.url)
+
+    def _console(self, m: Any) -> None:
+        if m.type != "error":
+            return
+        challenged = m.location.get("url") in self.nonce_challenges
+        if challenged and m.text.endswith("status of 401 (Unauthorized)"):
+            return
+        self.errors.append(m.text)
 
     async def shot(self, name: str) -> None:
         await self.page.screenshot(path=str(self.artifacts / f"{name}.png"), full_page=True)
@@ -111,6 +131,29 @@ async def browser(artifacts: Path) -> AsyncIterator[Browser]:
                 raise
         finally:
             await chromium.close()
+
+
+def dpop_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway accepts DPoP-bound tokens only (as a production one without mTLS)."""
+    monkeypatch.setenv("STREAMPROC_GATEWAY_REQUIRED_MODES", "dpop")
+
+
+def operator_client(tmp: Path, key_file: Path) -> ApiClient:
+    """The API as our own client calls it (DPoP): the gateway under test takes nothing else."""
+    key = dpop_key(tmp / "operator")
+    return ApiClient(key, StaticToken(mint_token(key_file, jkt=key.jkt), key))
+
+
+async def assert_dpop_only(base: str, key_file: Path) -> None:
+    """An unbound bearer token is refused: the console below works through DPoP alone."""
+    unbound = mint_token(key_file, "scheduler.read")
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"{base}/api/v1/scheduler/schedules", headers={"Authorization": f"Bearer {unbound}"}
+        ) as r,
+    ):
+        assert r.status == 401 and "sender-constrained" in await r.text()
 
 
 async def until(check: Callable[[], Any], timeout: float = 60.0, every: float = 0.25) -> Any:
@@ -136,6 +179,7 @@ async def dev_gateway(
     )
     dev = prepare_dev_auth(settings)
     assert dev.issuer_key is not None
+    dpop_only(monkeypatch)
     system = System(settings, ["gateway"])
     await system.start()
     try:
@@ -144,11 +188,22 @@ async def dev_gateway(
         await system.close()
 
 
-async def sign_in(b: Browser, base: str, token: str) -> None:
+async def browser_jkt(b: Browser, base: str) -> str:
+    """The thumbprint of the browser's DPoP key, as its sign-in page shows it."""
     await b.page.goto(f"{base}/ui")
+    await b.page.wait_for_selector("#signin:not([disabled])")
+    jkt = await b.page.text_content("#jkt")
+    assert jkt and len(jkt) == 43, jkt
+    return jkt
+
+
+async def sign_in(b: Browser, base: str, key_file: Path, scope: str = "scheduler.admin") -> str:
+    """Sign in as an operator does: a token minted for the key the page shows, pasted."""
+    token = mint_token(key_file, scope, jkt=await browser_jkt(b, base))
     await b.page.fill("#token", token)
     await b.page.click("#signin")
     await b.page.wait_for_selector("table.schedules, .empty")
+    return token
 
 
 async def test_console_end_to_end(
@@ -164,6 +219,10 @@ async def test_console_end_to_end(
     scanner_port = free_port()
     monkeypatch.setenv("STREAMPROC_SCANNER_URL", f"http://127.0.0.1:{scanner_port}")
     monkeypatch.setenv("STREAMPROC_PLANNER_DEBOUNCE_S", "0")
+    # Three images per run (the export hits four, two of them made worse), the next window
+    # an hour away: the export's run spills one, and the backlog banner shows it.
+    monkeypatch.setenv("STREAMPROC_PLANNER_MAX_JOBS_PER_RUN", "3")
+    monkeypatch.setenv("STREAMPROC_PLANNER_SPILL_DELAY_S", "3600")
     port = free_port()
     settings = Settings(
         data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=port
@@ -171,19 +230,27 @@ async def test_console_end_to_end(
     dev = prepare_dev_auth(settings)
     assert dev.issuer_key is not None
     secret = os.environ["STREAMPROC_FEEDSER_SECRET"]
+    dpop_only(monkeypatch)
     system = System(settings, ["gateway", "planner", "runner", "auditor", "scanner"])
     await system.start()
     monkeypatch.delenv("STREAMPROC_SCANNER_URL")  # the runner has it; seed_demo starts it
     demo = await seed_demo(system, scanner_port=scanner_port)
     base = system.http_url
     try:
-        token = mint_token(dev.issuer_key)
+        await assert_dpop_only(base, dev.issuer_key)
         async with browser(artifacts) as b:
             page = b.page
             await page.goto(f"{base}/ui")
             await page.wait_for_selector("#token")
             await b.shot("01-signin")
-            await sign_in(b, base, token)
+            # A token not bound to this browser's key is refused before it is sent.
+            unbound = mint_token(dev.issuer_key)
+            await page.wait_for_selector("#signin:not([disabled])")
+            await page.fill("#token", unbound)
+            await page.click("#signin")
+            await page.wait_for_selector("text=not bound to this browser's key")
+            await sign_in(b, base, dev.issuer_key)
+            assert b.nonce_challenges, "the first call takes the gateway's nonce challenge"
             assert await page.text_content("#tenant-name") == "demo"
             await page.wait_for_selector('tr[data-id="demo-nightly"] ol.times li')
 
@@ -210,12 +277,9 @@ async def test_console_end_to_end(
             await row.locator('[data-action="toggle-pause"]').click()
             await row.locator(".badge.paused").wait_for()
             assert await row.locator('[data-action="toggle-pause"]').text_content() == "Resume"
-            async with aiohttp.ClientSession() as http:
-                r = await http.get(
-                    f"{base}/api/v1/scheduler/schedules/ui-nightly",
-                    headers={"Authorization": f"Bearer {token}"},
-                )
-                saved = await r.json()
+            async with operator_client(tmp_path, dev.issuer_key) as api:
+                r = await api.request("GET", f"{base}/api/v1/scheduler/schedules/ui-nightly")
+                saved = r.json()
             assert (saved["enabled"], saved["whenCron"]) == (False, "30 1 * * mon-fri"), saved
 
             # The next Feedser export: new advisories land at the scanner ...
@@ -245,18 +309,24 @@ async def test_console_end_to_end(
             count = await page.locator("#preview-count").text_content()
             assert count is not None and int(count) >= 1
             await page.locator("#preview-sample li").first.wait_for()
+            sentence = await page.text_content("#preview-sentence")
+            plural = "" if count == "1" else "s"
+            assert sentence == f"These change keys touch ~{count} image{plural}.", sentence
             await b.shot("04-preview")
             await page.keyboard.press("Escape")
 
-            # ... and the aggregator posts it (signed webhook).
+            # ... and the aggregator posts it (signed webhook, with a token).
             raw = json.dumps(export, separators=(",", ":")).encode()
-            async with aiohttp.ClientSession() as http:
-                r = await http.post(
+            hook_key = dpop_key(tmp_path / "feedser")
+            hook = mint_token(dev.issuer_key, "scheduler.webhook", jkt=hook_key.jkt)
+            async with ApiClient(hook_key, StaticToken(hook, hook_key)) as sender:
+                r = await sender.request(
+                    "POST",
                     f"{base}{WEBHOOK_PATH}",
                     data=raw,
                     headers=signed_headers(raw, str(uuid.uuid4()), secret=secret),
                 )
-                assert r.status == 202, await r.text()
+                assert r.status == 202, r.detail()
 
             # Watch the run appear and complete.
             await page.click('a[data-nav="runs"]')
@@ -267,7 +337,36 @@ async def test_console_end_to_end(
                 "rows => rows.map((r) => r.dataset.state)"
             )
             assert set(shown) <= set(RUN_STATES), shown
+            # The run queued three images (its maxJobs), spilled the rest: the banner says so.
+            await page.wait_for_selector("#backlog:not([hidden])")
+            banner = await page.text_content("#backlog")
+            async with operator_client(tmp_path, dev.issuer_key) as api:
+                backlog = (await api.request("GET", f"{base}/api/v1/scheduler/backlog")).json()
+            assert backlog["images"] >= 1 and len(backlog["runs"]) == 1, backlog
+            spilled = f"Backlog: {backlog['images']} image{'s' if backlog['images'] > 1 else ''}"
+            assert banner is not None and banner.startswith(f"{spilled} spilled"), banner
             await b.shot("05-runs")
+
+            # The export, previewed by its id: the sentence with the API's own numbers.
+            await page.click("#open-preview")
+            await page.fill("#preview-export", export["exportId"])
+            await page.click("#run-preview")
+            await page.wait_for_selector("#preview-deltas")
+            async with operator_client(tmp_path, dev.issuer_key) as client:
+                r = await client.request(
+                    "POST",
+                    f"{base}/api/v1/scheduler/preview/impact",
+                    json={"exportId": export["exportId"]},
+                )
+                api = r.json()
+            want = (
+                f"This Feedser export touches ~{api['count']:,} images; projected deltas: "
+                f"~{api['projectedDeltas']:,} ({api['projectedKev']:,} KEV)."
+            )
+            assert await page.text_content("#preview-sentence") == want
+            assert api["count"] >= 2 and api["export"]["revision"] == 1
+            await b.shot("05b-preview-export")
+            await page.keyboard.press("Escape")
 
             # Drill down.
             await done.first.locator("a").first.click()
@@ -315,7 +414,7 @@ async def test_console_end_to_end(
             # A form's pending impact preview (debounced 350 ms) goes with the form: signing
             # out right after opening one sends nothing — a late preview without a token was a
             # 401 in the browser console.
-            await sign_in(b, base, token)
+            await sign_in(b, base, dev.issuer_key)
             await page.goto(f"{base}/ui#/schedules/ui-nightly/edit")
             await page.wait_for_selector("#cron-next li")
             await page.click("text=Sign out")
@@ -366,10 +465,9 @@ async def test_pages_load_fast_with_1000_schedules_and_10000_runs(
         ]
         acks = await system.publisher.publish_events(events)
         await system.projectors["gateway"].wait_for(acks[-1].seq, 60)
-        token = mint_token(key, "scheduler.read")
         async with browser(artifacts) as b:
             page = b.page
-            await sign_in(b, system.http_url, token)
+            await sign_in(b, system.http_url, key, "scheduler.read")
             # The median of three loads per page: this machine is shared, and one load that
             # lands on another process's burst says nothing about the console.
             timings: dict[str, float] = {}
@@ -405,7 +503,7 @@ async def test_images_page(
     summary, paging, the namespace filter, the detail, removal, a narrow window."""
     async with dev_gateway(nats_server.url, prefix, tmp_path, monkeypatch) as (system, key):
         base = system.http_url
-        token = mint_token(key)
+        api = operator_client(tmp_path, key)
         sboms = Path(__file__).resolve().parents[1] / "data" / "sboms"
         real = json.loads((sboms / "python-app.spdx23.json").read_text())
         used = [
@@ -419,24 +517,24 @@ async def test_images_page(
             "specVersion": "1.6",
             "components": [{"type": "library", "name": "zlib", "purl": "pkg:deb/debian/zlib@1"}],
         }
-        headers = {"Authorization": f"Bearer {token}"}
-        async with aiohttp.ClientSession(headers=headers) as http:
+        async with api:  # the project's own DPoP client: the gateway takes nothing else
             first = f"sha256:{0:064x}"
-            r = await http.put(
-                f"{base}/api/v1/scheduler/images/{first}",
+            r = await api.request(
+                "PUT", f"{base}/api/v1/scheduler/images/{first}",
                 json={"repository": "ghcr.io/acme/web", "namespace": "prod",
                       "tags": ["1.2", "latest"], "usedPurls": used, "sbom": real},
             )  # fmt: skip
-            assert r.status == 202, await r.text()
+            assert r.status == 202, r.body
             for i in range(1, 53):
-                r = await http.put(
+                r = await api.request(
+                    "PUT",
                     f"{base}/api/v1/scheduler/images/sha256:{i:064x}?wait={str(i == 52).lower()}",
                     json={"repository": f"batch/job{i}", "namespace": "ci", "sbom": tiny},
                 )
-                assert r.status in (200, 202), await r.text()
+                assert r.status in (200, 202), r.body
         async with browser(artifacts) as b:
             page = b.page
-            await sign_in(b, base, token)
+            await sign_in(b, base, key)
             await page.click('a[data-nav="images"]')
             row = page.locator(f'#images-table tr[data-digest="{first}"]')
             await row.wait_for()

@@ -16,7 +16,6 @@ from tests.console.test_ui import (  # noqa: F401 (fixtures)
     artifacts,
     browser,
     dev_gateway,
-    mint_token,
     sign_in,
     with_console,
 )
@@ -56,7 +55,7 @@ async def test_only_http_and_https_finding_links_are_links(
             )
         await system.projectors["gateway"].wait_for(ack.seq, 10)
         async with browser(artifacts) as b:
-            await sign_in(b, system.http_url, mint_token(key))
+            await sign_in(b, system.http_url, key)
             await b.page.goto(f"{system.http_url}/ui#/runs/{RUN}")
             items = b.page.locator("#deltas ul.findings li")
             await items.nth(2).wait_for()

@@ -15,6 +15,7 @@ import nats
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
 
+from streamproc.bus import objects
 from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.server import find_binary, free_port
 from streamproc.events import payloads as p
@@ -74,8 +75,12 @@ def server(tmp_path: Path) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+SBOM = b'{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}'
+
+
 def indexed_event(tenant: str) -> tuple[str, bytes, str]:
     payload = p.ImageIndexed(
+        sbom=objects.key_of(SBOM),
         digest=DIGEST,
         registry="registry.local",
         repository="acme/app",
@@ -116,6 +121,10 @@ async def test_scanner_publishes_only_its_tenants_image_events(server: str, tmp_
     )
     try:
         js = scanner.jetstream()
+        # The SBOM first, into the shared SBOM store, with nats-py's object store.
+        obs = await js.object_store("scheduler_sboms")
+        await obs.put(objects.key_of(SBOM), SBOM)
+        await obs.put(objects.key_of(SBOM), SBOM)  # again: overwriting is allowed too
         subject, data, eid = indexed_event("acme")
         assert subject == f"scheduler.events.acme.image.{DIGEST}"
         ack = await js.publish(subject, data, headers={"Nats-Msg-Id": eid}, timeout=5)
@@ -182,6 +191,8 @@ async def test_scanner_publishes_only_its_tenants_image_events(server: str, tmp_
         rm = ReadModel(store)
         seen = rm.image("acme", DIGEST)
         assert seen is not None and (seen.purls, seen.event_id) == (2, eid)
+        assert seen.sbom is not None
+        assert await objects.get(nc, "scheduler_sboms", seen.sbom) == SBOM
         assert rm.image("globex", DIGEST) is None
         assert proj.folder.quarantined == 1
         hit = impact.resolve_by_purls(["pkg:pypi/pyyaml"], False, Selector(tenant="acme"))

@@ -104,6 +104,7 @@ def sample_payloads() -> dict[str, p.Payload]:
             ],
         ),
         "image.removed": p.ImageRemoved(digest=DIGEST, reason="deleted upstream"),
+        "sbom.deleted": p.SbomDeleted(sbom="sha256:" + "ab" * 32, released_by="evt-1"),
         "run.requested": p.RunRequested(
             run_id="run-1",
             trigger="manual",

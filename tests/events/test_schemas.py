@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from streamproc.bus.streams import definitions
+from streamproc.bus.streams import definitions, window_consumer
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import encode
 from streamproc.events.schemas import DIALECT, render, schema_for, write_all
 from streamproc.gateway.replay import default_bucket_definition
+from streamproc.runner.ratebucket import definition as rate_bucket_definition
 
 from .test_envelope import make
 
@@ -71,7 +72,11 @@ def test_render_is_deterministic_sorted_json():
 # ---------------------------------------------------------------- stream configs
 
 
-OPERATOR_DEFINITIONS = [*definitions("scheduler", 1), default_bucket_definition("scheduler", 1)]
+OPERATOR_DEFINITIONS = [
+    *definitions("scheduler", 1),
+    default_bucket_definition("scheduler", 1),
+    rate_bucket_definition("scheduler", 1),
+]
 
 
 @pytest.mark.parametrize("d", OPERATOR_DEFINITIONS, ids=lambda d: d["name"])
@@ -83,9 +88,16 @@ def test_committed_stream_definitions_equal_code(d):
     )
 
 
+WINDOW_FILE = STREAMS_DIR / "SCHEDULER_NOTIFY.notify-window.consumer.json"
+
+
+def test_committed_window_consumer_equals_code():
+    assert json.loads(WINDOW_FILE.read_text()) == window_consumer(), "run make schemas"
+
+
 def test_no_stale_committed_stream_definitions():
     committed = {p.stem for p in STREAMS_DIR.glob("*.json")}
-    assert committed == {d["name"] for d in OPERATOR_DEFINITIONS}
+    assert committed == {d["name"] for d in OPERATOR_DEFINITIONS} | {WINDOW_FILE.stem}
 
 
 # ---------------------------------------------------------------- samples vs. schemas

@@ -28,6 +28,20 @@ async def gw(tmp_path: Path, nats_server: EmbeddedNats, prefix: str) -> AsyncIte
         await drop_streams(nats_server.url, prefix)
 
 
+@pytest.fixture
+async def gw_tokenless(
+    tmp_path: Path, nats_server: EmbeddedNats, prefix: str
+) -> AsyncIterator[Harness]:
+    """A gateway whose webhook sources take no token (``require_token = false``)."""
+    h = await start(tmp_path, nats_server.url, prefix, default_settings(tmp_path, tokenless=True))
+    try:
+        yield h
+    finally:
+        await stop(h)
+        roles.ROLES.pop("gateway-test", None)
+        await drop_streams(nats_server.url, prefix)
+
+
 async def drop_streams(url: str, prefix: str) -> None:
     nc = await connect(url)
     try:

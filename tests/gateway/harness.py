@@ -25,6 +25,7 @@ from streamproc.gateway import jwt
 from streamproc.gateway.dpop import access_token_hash
 from streamproc.gateway.role import make_mount
 from streamproc.gateway.settings import GatewaySettings
+from streamproc.names import WEBHOOK_SCOPE
 from streamproc.planner.service import ImpactIndex, serve_previews
 from streamproc.reactor import RoleSpec
 from streamproc.readmodel import READ_MODEL
@@ -38,7 +39,10 @@ DPOP_KEY = SigningKey(b"\x03" * 32)
 VEXER_KEYS = [SigningKey(b"\x04" * 32), SigningKey(b"\x05" * 32)]
 
 
-def default_settings(tmp: Path, **over: Any) -> GatewaySettings:
+def default_settings(tmp: Path, *, tokenless: bool = False, **over: Any) -> GatewaySettings:
+    """Two webhook sources: ``feedser-main`` (HMAC; tenants acme and globex) and
+    ``vexer-main`` (Ed25519; acme). Both take a token unless ``tokenless``: then their
+    signatures alone record for every tenant they list (``require_token = false``)."""
     secret_file = tmp / "feedser.secret"
     secret_file.write_text(HMAC_SECRET + "\n")
     raw: dict[str, Any] = {
@@ -67,6 +71,9 @@ def default_settings(tmp: Path, **over: Any) -> GatewaySettings:
         "access_log": str(tmp / "access.log"),
         "wait_timeout_s": 5,
     }
+    if tokenless:
+        for source in raw["webhooks"]:
+            source["require_token"] = False
     raw.update(over)
     return msgspec.convert(raw, GatewaySettings)
 
@@ -137,7 +144,10 @@ def signed_headers(
     delivery: str | None = None,
     scheme: str = "sha256",
     ed_key: SigningKey | None = None,
+    tenant: str | None = "acme",
 ) -> dict[str, str]:
+    """A signed delivery's headers, with a bearer token for ``tenant`` (scope
+    ``scheduler.webhook``; none when ``tenant`` is None)."""
     stamp = str(int(time.time()) if ts is None else ts)
     signed = stamp.encode() + b"." + body
     if scheme == "sha256":
@@ -145,12 +155,15 @@ def signed_headers(
     else:
         assert ed_key is not None
         sig = "ed25519=" + base64.b64encode(ed_key.sign(signed).signature).decode()
-    return {
+    headers = {
         "Content-Type": "application/json",
         "X-Scheduler-Signature": sig,
         "X-Scheduler-Timestamp": stamp,
         "X-Scheduler-Delivery": delivery or uuid.uuid4().hex,
     }
+    if tenant is not None:
+        headers["Authorization"] = f"Bearer {token(tenant, WEBHOOK_SCOPE)}"
+    return headers
 
 
 class Harness:

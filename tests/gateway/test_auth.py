@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from nacl.signing import SigningKey
 
 from streamproc.bus.server import EmbeddedNats
@@ -45,7 +49,7 @@ async def test_missing_token_is_401_with_both_challenges(gw: Harness) -> None:
     assert body["type"] == "urn:streamproc:problem:unauthorized"
     challenges = headers.getall("WWW-Authenticate")
     assert 'Bearer realm="scheduler"' in challenges
-    assert 'DPoP realm="scheduler", algs="EdDSA"' in challenges
+    assert 'DPoP realm="scheduler", algs="EdDSA ES256"' in challenges
     assert await gw.last_seq() == seq
 
 
@@ -332,3 +336,72 @@ async def test_what_a_refusal_echoes_stays_printable_ascii_and_short(gw: Harness
     assert status == 401 and "X-Evil" not in headers and "typ must be" in body["detail"]
     challenge = headers.getall("WWW-Authenticate")[0]
     assert challenge.isascii() and challenge.isprintable() and len(challenge) < 300, challenge
+
+
+# ---------------------------------------------------------------------- ES256 proofs
+
+
+def es256_proof(key: ec.EllipticCurvePrivateKey, claims: dict[str, object], **jwk: str) -> str:
+    """A DPoP proof as a browser's WebCrypto signs it: ES256, R ‖ S, the public EC jwk."""
+    pub = key.public_key().public_numbers()
+    header = {
+        "alg": "ES256",
+        "typ": "dpop+jwt",
+        "jwk": {"kty": "EC", "crv": "P-256", "x": jwt.b64url(pub.x.to_bytes(32, "big")),
+                "y": jwt.b64url(pub.y.to_bytes(32, "big")), **jwk},
+    }  # fmt: skip
+    h = jwt.b64url(json.dumps(header).encode())
+    p = jwt.b64url(json.dumps(claims).encode())
+    r, s = decode_dss_signature(key.sign(f"{h}.{p}".encode(), ec.ECDSA(hashes.SHA256())))
+    return f"{h}.{p}.{jwt.b64url(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"
+
+
+def ec_jkt(key: ec.EllipticCurvePrivateKey) -> str:
+    pub = key.public_key().public_numbers()
+    return jwt.jwk_thumbprint({"kty": "EC", "crv": "P-256",
+                               "x": jwt.b64url(pub.x.to_bytes(32, "big")),
+                               "y": jwt.b64url(pub.y.to_bytes(32, "big"))})  # fmt: skip
+
+
+async def test_es256_proofs_from_a_p256_key_are_accepted_as_well_as_eddsa(gw: Harness) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    url = gw.url + LIST
+    tok = token(scopes="scheduler.read", cnf={"jkt": ec_jkt(key)})
+    auth = {"Authorization": f"DPoP {tok}"}
+
+    def claims(**over: object) -> dict[str, object]:
+        base = {"jti": uuid.uuid4().hex, "htm": "GET", "htu": url, "iat": int(time.time()),
+                "ath": access_token_hash(tok)}  # fmt: skip
+        return {**base, **over}
+
+    status, body, h = await gw.call(
+        "GET", LIST, headers={**auth, "DPoP": es256_proof(key, claims())}
+    )
+    assert status == 401 and body["reason"] == "use_dpop_nonce", body
+    nonce = h["DPoP-Nonce"]
+    good = es256_proof(key, claims(nonce=nonce))
+    status, body, _ = await gw.call("GET", LIST, headers={**auth, "DPoP": good})
+    assert status == 200, body
+    other = ec.generate_private_key(ec.SECP256R1())
+    hp, pp, sig = es256_proof(key, claims(nonce=nonce)).split(".")
+    flipped = jwt.b64url(bytes([jwt.b64url_decode(sig)[0] ^ 1]) + jwt.b64url_decode(sig)[1:])
+    bad = {
+        "a signature that does not verify": f"{hp}.{pp}.{flipped}",
+        "another P-256 key": es256_proof(other, claims(nonce=nonce)),
+        "not a point on P-256": es256_proof(key, claims(nonce=nonce), y=jwt.b64url(b"\x01" * 32)),
+        "an OKP key under ES256": es256_proof(key, claims(nonce=nonce), kty="OKP", crv="Ed25519"),
+        "a private key in the header": es256_proof(key, claims(nonce=nonce), d="AAAA"),
+        # EdDSA over an EC key, and ES256 for an access token, are refused too.
+        "EdDSA with an EC jwk": jwt.sign(
+            claims(nonce=nonce), DPOP_KEY,
+            {"typ": "dpop+jwt", "jwk": {"kty": "EC", "crv": "P-256", "x": "A", "y": "B"}},
+        ),
+    }  # fmt: skip
+    for what, proof in bad.items():
+        status, body, _ = await gw.call("GET", LIST, headers={**auth, "DPoP": proof})
+        assert status == 401 and body["reason"] == "invalid_dpop_proof", (what, body)
+    now = int(time.time())
+    es_claims = {"iss": ISSUER, "aud": "scheduler", "tenant": "acme", "exp": now + 60, "iat": now}
+    es_token = es256_proof(key, es_claims)
+    status, body, _ = await gw.call("GET", LIST, tok=es_token)
+    assert status == 401 and "alg 'ES256' is not accepted (EdDSA only)" in body["detail"], body

@@ -24,10 +24,10 @@ from streamproc.names import EXPORT_SHARDS
 from streamproc.readmodel.exports import export_digest
 from tests.gateway.harness import Harness
 from tests.gateway.test_replay import pair as pair  # the two-replica fixture
-from tests.gateway.test_webhooks import FEEDSER, export, post
+from tests.gateway.test_webhooks import FEEDSER, export, post, shard
 
-TENANTS = ("acme", "globex")
-"""The harness's Feedser source records each export for both."""
+TOKEN_TENANT = "acme"
+"""The tenant of the harness's webhook token: what a delivery with a token records for."""
 
 
 async def subjects_of(nc: FastClient, stream: str) -> dict[str, int]:
@@ -36,11 +36,12 @@ async def subjects_of(nc: FastClient, stream: str) -> dict[str, int]:
 
 
 async def test_exports_share_a_few_subjects_and_leave_no_duplicate_window_entries(
-    gw: Harness,
+    gw_tokenless: Harness,
 ) -> None:
     """300 exports for two tenants: 600 events on at most 2 x EXPORT_SHARDS subjects (a
     subject per export kept an index entry per export in nats-server's memory), none with a
     ``Nats-Msg-Id`` (each would hold an entry in the stream's one-hour duplicate window)."""
+    gw = gw_tokenless
     n = 300
     answers = await asyncio.gather(*(post(gw, FEEDSER, export(f"e{i}")) for i in range(n)))
     assert [a[0] for a in answers] == [202] * n
@@ -80,7 +81,7 @@ async def test_two_replicas_taking_the_same_exports_at_once_record_each_once(
             assert e["outcome"] in ("recorded", "duplicate"), doc
             key = (e["tenant"], doc["exportId"])
             recorded[key] = recorded.get(key, 0) + (e["outcome"] == "recorded")
-    assert recorded == {(t, f"x{i}"): 1 for t in TENANTS for i in range(n)}
+    assert recorded == {(TOKEN_TENANT, f"x{i}"): 1 for i in range(n)}
     nc = one.system.nc
     assert nc is not None
     stream = one.system.settings.events_stream
@@ -93,6 +94,40 @@ async def test_two_replicas_taking_the_same_exports_at_once_record_each_once(
         if event.kind == "export.feedser":
             refs.append((event.tenant, event.payload.export_id))
     assert sorted(refs) == sorted(recorded)
+
+
+async def test_revisions_sent_to_both_replicas_are_numbered_once_each(
+    pair: tuple[Harness, Harness],
+) -> None:
+    """The same exportId with three bodies, each delivered to both replicas at the same
+    moment: every body is recorded once, as revisions 1, 2 and 3 of the export on its shard —
+    whichever replica took it — and the repeats answer with the revision holding their body."""
+    one, two = pair
+    bodies = [export("rev", kev=[f"CVE-2026-{n}"]) for n in range(3)]
+    for i, body in enumerate(bodies):
+        answers = await asyncio.gather(
+            post(one, FEEDSER, body, delivery=f"r1-{i}"),
+            post(two, FEEDSER, body, delivery=f"r2-{i}"),
+        )
+        assert sorted(a[0] for a in answers) == [200, 202], answers
+        assert {a[1]["revision"] for a in answers} == {i + 1}, answers
+    nc = one.system.nc
+    assert nc is not None
+    stream = one.system.settings.events_stream
+    info = await jsapi.stream_info(nc, stream)
+    assert info is not None
+    revisions = []
+    js = nc.jetstream()
+    for seq in range(1, info.state.last_seq + 1):
+        msg = await js.get_msg(stream, seq)
+        event = decode(msg.data)
+        if event.kind == "export.feedser":
+            assert msg.subject.endswith(shard("feedser-main:rev")), msg.subject
+            revisions.append(event.payload.revision)
+    assert revisions == [1, 2, 3]
+    # The latest body again: a duplicate of revision 3, nothing appended.
+    status, doc, _ = await post(two, FEEDSER, bodies[2], delivery="r-again")
+    assert status == 200 and doc["events"][0]["revision"] == 3, doc
 
 
 @pytest.fixture
@@ -115,7 +150,7 @@ async def _append(
     log: ExportLog, subject: str, data: bytes, event_id: str, ref: str, digest: str
 ) -> tuple[Recorded, bool]:
     """Record an export the way the webhook does: its record answers a repeat."""
-    this = Append(data, event_id, digest)
+    this = Append(data, event_id, digest, 1)
     return await log.append(
         subject, ("acme", "feedser", ref), lambda: None, lambda latest: latest or this
     )
@@ -145,7 +180,7 @@ async def test_a_resent_publish_meets_its_own_first_copy_and_is_recorded(
     monkeypatch.setattr(publisher, "publish", ack_lost_then_resent)
     rec, appended = await _append(log, subject, data, event_id, "feedser:r1", digest)
     monkeypatch.setattr(publisher, "publish", publish)
-    assert appended and rec == Recorded(event_id, 1, digest)
+    assert appended and rec == Recorded(event_id, 1, digest, 1)
     info = await jsapi.stream_info(publisher.nc, stream)
     assert info is not None and info.state.messages == 1
     # Appending it again: known (not yet folded by the read model), nothing published.
@@ -190,7 +225,7 @@ async def test_what_another_replica_appended_is_read_from_the_shard(
     subject2, data2, event_id2, digest2 = _event(publisher.prefix, same, clock)
     assert subject2 == subject and data2 != data  # its own stamp
     rec2, appended2 = await _append(twin, subject2, data2, event_id2, "feedser:mine", digest2)
-    assert not appended2 and rec2 == Recorded(event_id, 2, digest)
+    assert not appended2 and rec2 == Recorded(event_id, 2, digest, 1)
     info = await jsapi.stream_info(publisher.nc, stream)
     assert info is not None and info.state.messages == 2
 

@@ -138,7 +138,9 @@ async def test_certificate_bound_tokens_and_certificate_webhooks(
         status, body = await get("client", token())  # unbound: refused when only mtls is allowed
         assert status == 401 and "sender-constrained" in body["detail"]
 
-        async def hook(who: str | None, export_id: str) -> tuple[int, dict]:
+        hook_token = token(scopes="scheduler.webhook", cnf={"x5t#S256": x5t_s256(der)})
+
+        async def hook(who: str | None, export_id: str, tok: str | None = hook_token):
             body = msgspec.json.encode({"exportId": export_id})
             headers = {
                 "Content-Type": "application/json",
@@ -146,6 +148,8 @@ async def test_certificate_bound_tokens_and_certificate_webhooks(
                 "X-Scheduler-Timestamp": str(int(time.time())),
                 "X-Scheduler-Delivery": f"d-{export_id}",
             }
+            if tok is not None:
+                headers["Authorization"] = f"Bearer {tok}"
             conn = aiohttp.TCPConnector(ssl=client_ctx(pki, who))
             async with (
                 aiohttp.ClientSession(connector=conn) as s,
@@ -159,6 +163,12 @@ async def test_certificate_bound_tokens_and_certificate_webhooks(
         for who in ("other", None):
             status, res = await hook(who, "m-2")
             assert status == 401, res
+        # The certificate authenticates the source; the token, bound to that certificate,
+        # is still required (and an unbound one refused where only mtls is admitted).
+        status, res = await hook("client", "m-3", None)
+        assert status == 401 and res["detail"] == "an access token is required", res
+        status, res = await hook("client", "m-3", token(scopes="scheduler.webhook"))
+        assert status == 401 and "sender-constrained" in res["detail"], res
         assert await h.last_seq() == seq + 1
     finally:
         await stop(h)

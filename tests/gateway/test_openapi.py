@@ -64,3 +64,28 @@ async def test_unknown_paths_and_methods_are_problem_documents(gw: Harness) -> N
     assert status == 401  # a real route: authentication first
     status, body, _ = await gw.call("GET", "/healthz")
     assert status == 200 and body == {"status": "ok"}
+
+
+def test_the_notify_feed_operations_are_listed_for_every_kind_with_their_schemas() -> None:
+    doc = msgspec.json.decode(CHECKED_IN.read_bytes())
+    schemas = doc["components"]["schemas"]
+    for kind, payload in (("rescan.delta", "RescanDelta"), ("report.ready", "ReportReady"),
+                          ("run.summary", "RunSummary")):  # fmt: skip
+        get = doc["paths"][f"/api/v1/scheduler/feeds/{kind}/events"]["get"]
+        assert get["x-required-scope"] == "scheduler.read"
+        params = {p["name"]: p["schema"] for p in get["parameters"]}
+        assert params["afterSeq"] == {"type": "integer", "minimum": 0, "default": 0}
+        assert params["limit"] == {"type": "integer", "minimum": 1, "maximum": 500, "default": 100}
+        assert params["streamEpoch"] == {"type": "integer", "minimum": 1}
+        page = get["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+        page_schema = schemas[page.rsplit("/", 1)[1]]
+        assert page_schema["properties"]["epoch"]["type"] == "integer"
+        event = page_schema["properties"]["events"]["items"]["$ref"].rsplit("/", 1)[1]
+        assert schemas[event]["properties"]["payload"]["$ref"].endswith(f"/{payload}")
+        assert {"409", "503", "401", "403"} <= set(get["responses"])
+        post = doc["paths"][f"/api/v1/scheduler/feeds/{kind}/consumer-checkpoint"]["post"]
+        body = post["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        props = schemas[body.rsplit("/", 1)[1]]["properties"]
+        assert {"type": "integer", "minimum": 1} in props["streamEpoch"]["anyOf"]
+        assert {"type": "integer", "minimum": 0} in props["seq"]["anyOf"]
+        assert "notify.consumer_client_ids" in post["description"]

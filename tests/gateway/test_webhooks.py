@@ -73,7 +73,9 @@ async def stored(gw: Harness, first: int, last: int) -> list:
     return out
 
 
-async def test_feedser_export_is_recorded_once_per_allowed_tenant(gw: Harness) -> None:
+async def test_feedser_export_is_recorded_once_per_allowed_tenant(gw_tokenless: Harness) -> None:
+    """A source that takes no token records each export for every tenant it lists."""
+    gw = gw_tokenless
     seq = await gw.last_seq()
     body = export("exp-1")
     status, res, _ = await post(gw, FEEDSER, body)
@@ -84,7 +86,8 @@ async def test_feedser_export_is_recorded_once_per_allowed_tenant(gw: Harness) -
     events = await stored(gw, seq + 1, seq + 2)
     for subject, ev in events:
         assert ev.kind == "export.feedser" and ev.payload.export_id == "exp-1"
-        assert ev.payload.source == "feedser-main" and ev.schema == 2
+        assert ev.payload.source == "feedser-main" and ev.schema == 3
+        assert ev.payload.revision == 1
         assert subject.endswith(f".events.{ev.tenant}.feedser.{shard('feedser-main:exp-1')}")
     assert len({ev.id for _, ev in events}) == 2
     assert {e["outcome"] for e in res["events"]} == {"recorded"}
@@ -98,10 +101,16 @@ async def test_feedser_export_is_recorded_once_per_allowed_tenant(gw: Harness) -
     assert status == 200 and res["duplicate"] is True
     assert {e["seq"] for e in res["events"]} == {seq + 1, seq + 2}
     assert {e["outcome"] for e in res["events"]} == {"duplicate"}
-    # Same exportId with a different body is a conflict, not a silent duplicate.
-    status, problem, _ = await post(gw, FEEDSER, export("exp-1", kev=[]))
-    assert status == 409 and problem["type"].endswith("export-conflict")
-    assert await gw.last_seq() == seq + 2
+    assert res["revision"] == 1 and {e["revision"] for e in res["events"]} == {1}
+    # Same exportId with a different body is its next revision, for every tenant.
+    status, res, _ = await post(gw, FEEDSER, export("exp-1", kev=[]))
+    assert status == 202 and res["revision"] == 2, res
+    assert [(e["outcome"], e["revision"]) for e in res["events"]] == [("recorded", 2)] * 2
+    assert await gw.last_seq() == seq + 4
+    for subject, ev in await stored(gw, seq + 3, seq + 4):
+        assert subject.endswith(f".events.{ev.tenant}.feedser.{shard('feedser-main:exp-1')}")
+        assert ev.payload.revision == 2 and ev.payload.kev == []
+        assert ev.id == derive_id("feedser-main", "exp-1", ev.tenant, "revision", 2)
 
 
 async def test_signature_time_window_and_replay_refusals_publish_nothing(gw: Harness) -> None:
@@ -175,7 +184,7 @@ async def test_compressed_bodies_and_bombs(gw: Harness) -> None:
     body = zstandard.ZstdCompressor().compress(export())
     status, res, _ = await post(gw, FEEDSER, body, headers={"Content-Encoding": "zstd"})
     assert status == 202, res
-    assert await gw.last_seq() == seq + 4
+    assert await gw.last_seq() == seq + 2
     cap = gw.gateway.inflated_cap
     bomb = b'{"exportId":"bomb","kev":["' + b"A" * (cap + 10) + b'"]}'
     for enc, data in [
@@ -193,7 +202,7 @@ async def test_compressed_bodies_and_bombs(gw: Harness) -> None:
     ]:
         status, problem, _ = await post(gw, FEEDSER, data, headers={"Content-Encoding": enc})
         assert status == code, (enc, problem)
-    assert await gw.last_seq() == seq + 4
+    assert await gw.last_seq() == seq + 2
 
 
 async def test_key_limits_and_malformed_bodies(gw: Harness) -> None:
@@ -280,6 +289,11 @@ class Hashing:
     def big(self) -> list[tuple[str, int, str]]:
         return [c for c in self.calls if c[1] > 100_000]
 
+    def bodies(self) -> list[tuple[str, int, str]]:
+        """Verifications of more than an access token's bytes (each delivery's token is
+        checked like any API call's: one small Ed25519 verification, cached per token)."""
+        return [c for c in self.calls if c[1] > 1024]
+
 
 @pytest.fixture
 def hashing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hashing]:
@@ -334,7 +348,7 @@ async def test_nothing_is_hashed_before_the_headers_check_out(
     two_ed = ",".join(["ed25519=" + "A" * 86] * 2)
     status, _, _ = await post(gw, VEXER, body, headers={"X-Scheduler-Signature": two_ed})
     assert status == 401
-    assert hashing.calls == [], "refused from the headers alone, unhashed"
+    assert hashing.bodies() == [], "refused from the headers alone, unhashed"
     # Past the headers: four wrong values, one secret -> one MAC over the body, off the loop.
     status, problem, _ = await post(gw, FEEDSER, body, headers={"X-Scheduler-Signature": four})
     assert status == 401 and problem["detail"] == "signature does not verify"
@@ -353,9 +367,9 @@ async def test_nothing_is_hashed_before_the_headers_check_out(
     hashing.calls.clear()
     status, problem, headers = await post(gw, FEEDSER, big_export("big-2"))
     assert status == 503 and problem["type"].endswith(":busy") and headers["Retry-After"] == "1"
-    assert hashing.calls == []
+    assert hashing.bodies() == []
     gw.gateway.webhooks.large_in_flight = 0
-    assert await gw.last_seq() == seq + 2
+    assert await gw.last_seq() == seq + 1, "one export, recorded for the token's tenant"
 
 
 async def send_headers_only(gw: Harness, path: str, headers: dict[str, str], declared: int):
@@ -401,6 +415,7 @@ async def test_a_delivery_the_headers_condemn_is_refused_before_its_body_is_read
         "X-Scheduler-Timestamp": str(int(time.time())),
         "X-Scheduler-Delivery": "d-" + uuid.uuid4().hex,
         "X-Scheduler-Signature": "sha256=" + "0" * 64,
+        "Authorization": f"Bearer {token(scopes='scheduler.webhook')}",
     }
     cases: list[tuple[dict[str, str], int, str, str]] = [
         ({"X-Scheduler-Timestamp": str(int(time.time()) - 301)}, 401, "stale-delivery", "300 s"),
@@ -427,7 +442,7 @@ async def test_a_delivery_the_headers_condemn_is_refused_before_its_body_is_read
     status, problem = await send_headers_only(gw, FEEDSER, fresh, cap + 1)
     assert status == 413 and problem["type"].endswith(":body-too-large"), problem
     assert problem["limit"] == cap
-    assert hashing.calls == [], "nothing hashed for a delivery the headers condemn"
+    assert hashing.bodies() == [], "nothing hashed for a delivery the headers condemn"
     assert await gw.last_seq() == seq, "nothing recorded"
 
 
@@ -440,11 +455,11 @@ OTHER_SECRET = "another-feedser-source-secret"
 async def two_feedsers(
     tmp_path: Path, nats_server: EmbeddedNats, prefix: str
 ) -> AsyncIterator[Harness]:
-    main = default_settings(tmp_path).webhooks[0]
+    main = default_settings(tmp_path, tokenless=True).webhooks[0]
     other = msgspec.structs.replace(
         main, name="feedser-other", tenants=["acme"], hmac_secrets=[OTHER_SECRET]
     )
-    settings = default_settings(tmp_path)
+    settings = default_settings(tmp_path, tokenless=True)
     settings = msgspec.structs.replace(settings, webhooks=[*settings.webhooks, other])
     h = await start(tmp_path, nats_server.url, prefix, settings)
     try:
@@ -499,10 +514,13 @@ async def test_another_source_cannot_take_an_export_id(two_feedsers: Harness) ->
     assert await gw.last_seq() == seq
 
 
-async def test_a_conflict_on_one_tenant_drops_no_other(two_feedsers: Harness) -> None:
+async def test_an_export_recorded_before_refs_with_another_body_is_recorded_by_its_ref(
+    two_feedsers: Harness,
+) -> None:
     """An export recorded before exports were scoped by source (schema 1, keyed by the bare
-    id) with another body conflicts for that tenant only; the others are recorded, each
-    tenant's outcome is in the answer, and the delivery is remembered."""
+    id): the same body is a duplicate of it; another body is recorded under the export's
+    ref (its first revision there), beside the tenants that never had it, each tenant's
+    outcome in the answer, and the delivery is remembered."""
     gw = two_feedsers
     ctx = gw.system.contexts["gateway-test"]
     old_body = export("exp-y", kev=["CVE-OLD"])
@@ -517,26 +535,49 @@ async def test_a_conflict_on_one_tenant_drops_no_other(two_feedsers: Harness) ->
     subject = f"{gw.system.settings.prefix}.events.acme.feedser.exp-y"
     ack = await ctx.publisher.publish(subject, encode(legacy), legacy.id)
     await ctx.wait_for(ack.seq, 5)
-    status, res, _ = await post(gw, FEEDSER, export("exp-y"), **main_source(delivery="y-1"))
+    status, res, _ = await post(gw, FEEDSER, old_body, **main_source(delivery="y-0"))
     assert status == 202, res
-    assert res["duplicate"] is False
     assert [(e["tenant"], e["outcome"], e["seq"]) for e in res["events"]] == [
-        ("acme", "conflict", ack.seq),
+        ("acme", "duplicate", ack.seq),
         ("globex", "recorded", ack.seq + 1),
     ]
-    assert await gw.last_seq() == ack.seq + 1
+    status, res, _ = await post(gw, FEEDSER, export("exp-y"), **main_source(delivery="y-1"))
+    assert status == 202, res
+    assert [(e["tenant"], e["outcome"], e["revision"]) for e in res["events"]] == [
+        ("acme", "recorded", 1),
+        ("globex", "recorded", 2),
+    ]
+    assert {e["seq"] for e in res["events"]} == {ack.seq + 2, ack.seq + 3}
     status, _, _ = await post(gw, FEEDSER, export("exp-y"), **main_source(delivery="y-1"))
     assert status == 409, "a delivery that recorded something is remembered"
-    # The same body as the legacy event is a duplicate of it (one digest for both schemas).
-    await ctx.wait_for(ack.seq + 1, 5)
-    status, res, _ = await post(gw, FEEDSER, old_body, **main_source())
-    assert status == 200 and [e["outcome"] for e in res["events"]] == ["duplicate", "conflict"]
-    # Every tenant in conflict: the delivery as a whole is 409, publishes nothing, and the
-    # delivery id is not remembered (the sender may fix the body and retry it).
-    status, problem, _ = await post(
-        gw, FEEDSER, export("exp-y", kev=["CVE-NEW"]), **main_source(delivery="y-2")
-    )
-    assert status == 409 and problem["type"].endswith("export-conflict"), problem
-    status, res, _ = await post(gw, FEEDSER, export("exp-z"), **main_source(delivery="y-2"))
-    assert status == 202
+    await ctx.wait_for(ack.seq + 3, 5)
+    status, res, _ = await post(gw, FEEDSER, export("exp-y"), **main_source())
+    assert status == 200 and [e["outcome"] for e in res["events"]] == ["duplicate"] * 2
     assert await gw.last_seq() == ack.seq + 3
+
+
+# ------------------------------------------------------------------ revisions (keep last)
+
+
+async def test_revisions_keep_the_last_body_and_number_each_one_once(gw: Harness) -> None:
+    """Another body under the same exportId is the next revision, whatever the read model
+    has folded yet; bodies sent at the same moment get distinct numbers; the latest
+    revision's body is a duplicate, an earlier one's is a revision again (the last counts)."""
+    seq = await gw.last_seq()
+    bodies = [export("rev-1", kev=[f"CVE-{i}"]) for i in range(6)]
+    status, res, _ = await post(gw, FEEDSER, bodies[0])
+    assert (status, res["revision"]) == (202, 1)
+    # Two more at once, before the read model has folded anything.
+    answers = await asyncio.gather(*(post(gw, FEEDSER, b) for b in bodies[1:3]))
+    assert sorted((s, r["revision"]) for s, r, _ in answers) == [(202, 2), (202, 3)]
+    assert await gw.last_seq() == seq + 3
+    last = bodies[1] if answers[0][1]["revision"] == 3 else bodies[2]
+    status, res, _ = await post(gw, FEEDSER, last)
+    assert status == 200 and res["duplicate"] and res["revision"] == 3, res
+    await gw.system.contexts["gateway-test"].wait_for(seq + 3, 5)
+    rec = gw.gateway.rm.export("acme", "feedser", "feedser-main:rev-1")
+    assert rec is not None and (rec.revision, rec.seq) == (3, seq + 3)
+    status, res, _ = await post(gw, FEEDSER, bodies[0])
+    assert status == 202 and res["revision"] == 4, "an earlier body again: the last counts"
+    revs = [ev.payload.revision for _, ev in await stored(gw, seq + 1, seq + 4)]
+    assert revs == [1, 2, 3, 4]

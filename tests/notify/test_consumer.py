@@ -22,7 +22,7 @@ from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default
 from streamproc.notify.schemas import TYPES
 from streamproc.notify.schemas import render as render_schema
 from tests.helpers import eventually
-from tests.notify.test_feed import delta, publish
+from tests.notify.feedkit import delta, publish
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,374 +1,302 @@
-"""The Notify HTTP feed (real aiohttp on loopback, real nats-server) and the fail-closed tail:
-pages of the caller's own tenant and kind read in one batched direct get, registrations in
-the shared KV bucket, a transient JetStream failure answered 503 (never a complete page),
-retention gaps refused unless a live registration vouches for the range."""
+"""The Notify HTTP feed on a real gateway (DPoP-only, real nats-server): pages of the caller's
+own tenant and kind read in one batched direct get, parameters and bodies validated as the
+contract writes them, registrations only by the configured consumer and shared by every
+gateway, a transient JetStream failure answered 503 (never a complete page), and retention
+held by registrations: a lagging registered consumer keeps what it has not reported, an
+unregistered reader sees the gap, an expired registration releases its hold."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
 from pathlib import Path
-from typing import Any, NamedTuple
 
-import aiohttp
 import pytest
-from aiohttp import web
 from nats.aio.msg import Msg
 
-from streamproc.bus import jsapi, streams
-from streamproc.bus.fastclient import FastClient
-from streamproc.bus.publisher import Publisher
-from streamproc.client.dpop import DpopKey
-from streamproc.client.http import ApiClient
-from streamproc.client.tokens import StaticToken
+from streamproc.bus import jsapi
+from streamproc.bus.server import EmbeddedNats
 from streamproc.names import PAGE_BYTES
 from streamproc.notify import messages as nm
-from streamproc.notify.feed_http import add_feed_routes
-from streamproc.notify.http_tail import FeedClosed, FeedUnavailable, HttpTail, load_checkpoint
-from streamproc.notify.registrations import FeedSettings, bucket_name
+from streamproc.notify.feed_http import epoch_of
 from streamproc.problems import PROBLEM_TYPE
+from tests.gateway.harness import start, stop
+from tests.helpers import eventually
+from tests.notify.feedkit import CONSUMER, Feed, delta, feed, running_feed
 
-BASE = "/api/v1/scheduler/feeds"
-READER = "tenant:acme"
-CONSUMER = "tenant:acme sub:streamproc-notify"
-ADMIN = "tenant:acme scope:scheduler.admin"
-
-
-class Caller(NamedTuple):
-    tenant: str
-    subject: str | None
-    scopes: frozenset[str]
+__all__ = ["feed"]  # the fixture
 
 
-def who(request: web.Request) -> Caller:
-    """Stands in for the gateway's token check: tenant, subject and scopes from the token."""
-    token = request.headers.get("Authorization", "").removeprefix("Bearer ").removeprefix("DPoP ")
-    parts = dict(p.split(":", 1) for p in token.split() if ":" in p)
-    if "tenant" not in parts:
-        raise web.HTTPUnauthorized(text="no token")
-    scopes = {"scheduler.read", *([parts["scope"]] if "scope" in parts else [])}
-    return Caller(parts["tenant"], parts.get("sub"), frozenset(scopes))
+def problem(r: object) -> str:
+    doc = r.json()  # type: ignore[attr-defined]
+    return str(doc.get("type", "")).removeprefix(PROBLEM_TYPE)
 
 
-def delta(tenant: str, i: int) -> nm.RescanDelta:
-    return nm.RescanDelta(
-        id=f"d-{tenant}-{i}", tenant=tenant, run_id="r1", ts="2026-01-01T00:00:00.000Z",
-        image_digest="sha256:" + f"{i:064x}", verdict_id=f"v-{i}", new_high=1,
-    )  # fmt: skip
-
-
-async def publish(pub: Publisher, prefix: str, msgs: list[nm.AnyMessage]) -> None:
-    await pub.publish_many(
-        (nm.subject(prefix, m.tenant, nm.kind_of(m)), nm.encode(m), m.id) for m in msgs
-    )
-
-
-Mount = Callable[[], Awaitable[str]]
-
-
-@pytest.fixture
-async def mount(
-    nc: FastClient, prefix: str, stream_names: tuple[str, str, str]
-) -> AsyncIterator[Mount]:
-    """Starts feed servers (each like one gateway replica) on loopback; returns their URL."""
-    runners: list[web.AppRunner] = []
-
-    async def start() -> str:
-        app = web.Application()
-        add_feed_routes(app, nc=nc, prefix=prefix, who=who, settings=FeedSettings(lease_s=60))
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-
-    yield start
-    for r in runners:
-        await r.cleanup()
-    with contextlib.suppress(jsapi.JsApiError):
-        await jsapi.request(nc, f"STREAM.DELETE.KV_{bucket_name(prefix)}")
-
-
-@pytest.fixture
-async def feed_url(mount: Mount) -> str:
-    return await mount()
-
-
-def session(token: str) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"})
-
-
-def tail_into(url: str, state: Path, seen: list[int], **kw: Any) -> HttpTail:
-    """The HTTP tail with the consumer's token, noting each sequence it handles."""
-    key = DpopKey.load_or_create(state.parent / "dpop.jwk")
-    api = ApiClient(key, StaticToken(CONSUMER, key))
-    return HttpTail(url, state, api=api, out=lambda m, seq: seen.append(seq), **kw)
-
-
-async def set_direct(nc: FastClient, stream: str, on: bool) -> None:
-    info = await jsapi.stream_info(nc, stream)
-    assert info is not None
-    await jsapi.request(nc, f"STREAM.UPDATE.{stream}", {**info.config, "allow_direct": on})
-
-
-async def test_events_pages_in_order_for_the_callers_tenant_and_kind_only(
-    feed_url: str, nc: FastClient, publisher: Publisher, prefix: str
-) -> None:
-    msgs: list[nm.AnyMessage] = []
+async def test_events_pages_in_order_for_the_callers_tenant_and_kind_only(feed: Feed) -> None:
+    msgs = []
     for i in range(7):
         msgs += [delta("acme", i), delta("globex", i)]
-    await publish(publisher, prefix, msgs)
+    await feed.publish(msgs)
     requests: list[str] = []
 
     async def note(m: Msg) -> None:
         requests.append(m.subject)
 
-    spy = await nc.subscribe("$JS.API.>", cb=note)
-    async with session(READER) as s:
-        async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params={"limit": "3"}) as r:
-            page = await r.json()
-        assert r.status == 200
+    spy = await feed.nc.subscribe("$JS.API.>", cb=note)
+    async with feed.client("acme") as acme:
+        r = await feed.page(acme, limit=3)
+        assert r.status == 200, r.body
+        page = r.json()
         assert page["tenant"] == "acme" and page["kind"] == "rescan.delta"
+        # the epoch: a positive integer, the stream's creation time in microseconds
+        assert page["epoch"] == epoch_of((await feed.info()).created) and page["epoch"] > 0
         # head and horizon of acme's own rescan.delta messages, not of the shared stream
         assert page["head"] == 13 and page["retentionHorizon"] == 1 and not page["complete"]
         assert [e["seq"] for e in page["events"]] == [1, 3, 5]
         assert [e["payload"]["id"] for e in page["events"]] == ["d-acme-0", "d-acme-1", "d-acme-2"]
+        assert [e["id"] for e in page["events"]] == ["d-acme-0", "d-acme-1", "d-acme-2"]
         assert page["events"][0]["schemaVersion"] == 1
-        await nc.flush()
+        await feed.nc.flush()
         direct = [x for x in requests if x.startswith("$JS.API.DIRECT.GET.")]
         assert len(direct) == 3 and "$JS.API.STREAM.MSG.GET" not in " ".join(requests)
         requests.clear()
-        params = {"afterSeq": "5", "streamEpoch": page["epoch"], "limit": "500"}
-        async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=params) as r:
-            rest = await r.json()
+        r = await feed.page(acme, afterSeq=5, streamEpoch=page["epoch"], limit=500)
+        rest = r.json()
         assert [e["seq"] for e in rest["events"]] == [7, 9, 11, 13] and rest["complete"]
-        await nc.flush()
+        await feed.nc.flush()
         assert len([x for x in requests if x.startswith("$JS.API.DIRECT.GET.")]) == 3
-        async with s.get(f"{feed_url}{BASE}/report.ready/events") as r:
-            empty = await r.json()
+        empty = (await feed.page(acme, kind="report.ready")).json()
         assert (empty["head"], empty["retentionHorizon"], empty["events"]) == (0, 0, [])
         assert empty["complete"]
-        for bad in (
-            {"limit": "0"},
-            {"limit": "501"},
-            {"afterSeq": "-1"},
-            {"limit": "x"},
-            {"afterSeq": "\u00b2"},
-            {"afterSeq": "\u0663"},
-            {"limit": " 5"},
-        ):
-            async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=bad) as r:
-                assert r.status == 400, bad
-        async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params={"afterSeq": "15"}) as r:
-            assert r.status == 409 and "14" not in (await r.json())["detail"]
-        params = {"streamEpoch": "1999-01-01T00:00:00Z"}
-        async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=params) as r:
-            assert r.status == 409 and (await r.json())["type"] == PROBLEM_TYPE + "epoch-mismatch"
-        async with s.get(f"{feed_url}{BASE}/nonsense/events") as r:
-            assert r.status == 404 and r.content_type == "application/problem+json"
+        for field, bad in (
+            ("limit", "0"), ("limit", "501"), ("afterSeq", "-1"), ("limit", "x"),
+            ("afterSeq", "\u00b2"), ("afterSeq", "\u0663"), ("limit", " 5"),
+            ("streamEpoch", "0"), ("streamEpoch", "-3"),
+            ("streamEpoch", "2026-01-01T00:00:00Z"),  # an epoch is an integer now
+        ):  # fmt: skip
+            r = await feed.page(acme, **{field: bad})
+            assert r.status == 400 and r.json()["field"] == field, (field, bad, r.body)
+        r = await feed.page(acme, afterSeq=15)
+        assert r.status == 409 and problem(r) == "beyond-head"
+        r = await feed.page(acme, streamEpoch=page["epoch"] + 1)
+        assert r.status == 409 and problem(r) == "epoch-mismatch"
+        assert r.json()["epoch"] == page["epoch"]
+        r = await acme.request("GET", f"{feed.url}/api/v1/scheduler/feeds/nonsense/events")
+        assert r.status == 404 and r.headers["Content-Type"] == "application/problem+json"
     await spy.unsubscribe()
-    async with session("tenant:globex") as s, s.get(f"{feed_url}{BASE}/rescan.delta/events") as r:
-        other = await r.json()
+    async with feed.client("globex") as globex:
+        other = (await feed.page(globex)).json()
     assert (other["head"], other["retentionHorizon"]) == (14, 2)
     assert all(e["payload"]["tenant"] == "globex" for e in other["events"])
-    async with aiohttp.ClientSession() as s, s.get(f"{feed_url}{BASE}/rescan.delta/events") as r:
-        assert r.status == 401, "no tenant without a credential"
+    async with feed.client("acme", scopes="scheduler.images.write") as ingest:
+        r = await feed.page(ingest)
+        assert r.status == 403, "reads need scheduler.read"
+    r = await feed.h.call("GET", "/api/v1/scheduler/feeds/rescan.delta/events")
+    assert r[0] == 401, "no tenant without a credential"
 
 
-async def test_checkpoints_need_the_consumer_identity_and_are_shared_by_every_gateway(
-    mount: Mount, nc: FastClient, publisher: Publisher, prefix: str
+async def test_only_the_configured_consumer_reports_and_every_gateway_shares_it(
+    feed: Feed, tmp_path: Path, nats_server: EmbeddedNats, prefix: str
 ) -> None:
-    one, two = await mount(), await mount()
-    await publish(publisher, prefix, [delta("acme", i) for i in range(3)])
-    url = f"{BASE}/rescan.delta/consumer-checkpoint"
-    async with session(READER) as s, s.post(one + url, json={"streamEpoch": None}) as r:
-        assert (
-            r.status == 403 and (await r.json())["type"] == PROBLEM_TYPE + "not-the-feed-consumer"
-        )
-    async with session(CONSUMER) as s:
-        async with s.post(one + url, json={"streamEpoch": None, "seq": None}) as r:
-            reg = await r.json()
-        assert r.status == 200 and reg["seq"] == 0 and reg["registered"] and reg["head"] == 3
-        assert reg["leaseSeconds"] == 60
-        async with s.post(two + url, json={"streamEpoch": reg["epoch"], "seq": 2}) as r:
-            assert r.status == 200 and (await r.json())["seq"] == 2
-        async with s.post(one + url, json={"streamEpoch": reg["epoch"], "seq": 4}) as r:
-            assert r.status == 409, "beyond the stream's end"
-        async with s.post(one + url, json={"streamEpoch": "other", "seq": 1}) as r:
-            assert r.status == 409, "outside the current epoch"
-        async with s.post(one + url, json={"streamEpoch": reg["epoch"], "seq": None}) as r:
-            assert r.status == 400
-    async with session(ADMIN) as s, s.post(one + url, json={"streamEpoch": None}) as r:
-        assert r.status == 200, "a write scope may register too"
-    kv = await nc.jetstream().key_value(bucket_name(prefix))
-    entry = await kv.get("acme.rescan.delta")
-    assert entry.value is not None and b'"seq":0' in entry.value  # the admin's reset, stored
-    info = await jsapi.stream_info(nc, f"KV_{bucket_name(prefix)}")
-    assert info is not None and info.config["max_age"] == 60 * 10**9, "kept for the lease"
-
-
-async def test_a_transient_jetstream_failure_is_a_503_and_the_tail_keeps_its_checkpoint(
-    feed_url: str,
-    nc: FastClient,
-    publisher: Publisher,
-    prefix: str,
-    stream_names: tuple[str, str, str],
-    tmp_path: Path,
-) -> None:
-    """The Notify stream answers no direct gets for a while (no responders): the feed says
-    503, never ``complete``; the tail keeps its checkpoint, waits, and reads every message
-    once the stream answers again."""
-    notify = stream_names[2]
-    state = tmp_path / "tail.json"
-    seen: list[int] = []
-    tail = tail_into(feed_url, state, seen, limit=2, poll_s=0.05)
-    await publish(publisher, prefix, [delta("acme", i) for i in range(3)])
-    await tail.run(once=True)
-    assert seen == [1, 2, 3]
-    await publish(publisher, prefix, [delta("acme", i) for i in range(3, 6)])
-    await set_direct(nc, notify, False)
-    async with session(READER) as s:
-        params = {"afterSeq": "3"}
-        async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=params) as r:
-            doc = await r.json()
-        assert r.status == 503 and r.headers["Retry-After"] == "1"
-        assert doc["type"] == PROBLEM_TYPE + "feed-unavailable" and "complete" not in doc
-    with pytest.raises(FeedUnavailable, match="503"):
-        await tail.run(once=True)
-    cp = load_checkpoint(state)
-    assert cp is not None and cp.seq == 3 and seen == [1, 2, 3], "nothing skipped"
-    follow = asyncio.create_task(tail.run())
-    await asyncio.sleep(0.3)  # it keeps asking, the checkpoint stays
-    assert not follow.done() and load_checkpoint(state) == cp
-    await set_direct(nc, notify, True)
+    two = await start(tmp_path / "two", nats_server.url, prefix, feed.h.gateway.s, node_id="gw-2")
     try:
-        async with asyncio.timeout(20):
-            while seen != [1, 2, 3, 4, 5, 6]:
-                await asyncio.sleep(0.05)
+        (first, *_) = await feed.publish([delta("acme", i) for i in range(3)])
+        async with (
+            feed.client("acme") as reader,
+            feed.client("acme", scopes="scheduler.admin") as admin,
+            feed.consumer("acme") as consumer,
+            feed.client("acme", azp=CONSUMER) as by_azp,
+            feed.client("acme", sub=CONSUMER) as by_sub,
+        ):
+            for who in (reader, admin):  # a reader, even an admin, may not report
+                r = await feed.report(who, None, None)
+                assert r.status == 403 and problem(r) == "not-the-feed-consumer", r.body
+            assert not await feed.hold_exists("acme"), "a refused report holds nothing"
+            r = await feed.report(consumer, None, None)
+            reg = r.json()
+            assert r.status == 200 and reg["seq"] == 0 and reg["registered"] and reg["head"] == 3
+            assert reg["leaseSeconds"] == 86400 and reg["epoch"] > 0
+            for who in (by_azp, by_sub):  # azp or sub name the client as well
+                assert (await feed.report(who, reg["epoch"], 1)).status == 200
+            # The second gateway sees the same registration and moves the same hold.
+            two_url = two.url
+            r = await consumer.request(
+                "POST", f"{two_url}/api/v1/scheduler/feeds/rescan.delta/consumer-checkpoint",
+                json={"streamEpoch": reg["epoch"], "seq": 2},
+            )  # fmt: skip
+            assert r.status == 200 and r.json()["seq"] == 2 and not r.json()["registered"]
+            hold = await jsapi.request(
+                feed.nc, f"CONSUMER.INFO.{feed.stream}.feed-rescan-delta-acme"
+            )
+            assert hold["ack_floor"]["stream_seq"] == 2, "held after the reported position"
+            assert hold["config"]["filter_subject"] == f"{prefix}.notify.acme.rescan.delta"
+            assert hold["config"]["inactive_threshold"] == 86400 * 10**9, "the lease"
+            r = await feed.report(consumer, reg["epoch"], 4)
+            assert r.status == 409 and problem(r) == "beyond-head"
+            r = await feed.report(consumer, reg["epoch"] + 1, 1)
+            assert r.status == 409 and problem(r) == "epoch-mismatch"
+            for body, field in (
+                ({"streamEpoch": reg["epoch"], "seq": None}, "seq"),
+                ({"streamEpoch": None, "seq": 1}, "streamEpoch"),
+                ({"streamEpoch": 0, "seq": 1}, "streamEpoch"),
+                ({"streamEpoch": reg["epoch"], "seq": -1}, "seq"),
+                ({"streamEpoch": "x", "seq": 1}, "streamEpoch"),
+                ({"seq": 1}, "streamEpoch"),
+                ({"streamEpoch": None, "seq": None, "more": 1}, "more"),
+            ):
+                r = await consumer.request(
+                    "POST", f"{feed.url}/api/v1/scheduler/feeds/rescan.delta/consumer-checkpoint",
+                    json=body,
+                )  # fmt: skip
+                assert r.status == 400 and field in r.json().get("field", ""), (body, r.body)
+        kv = await feed.nc.jetstream().key_value(f"{prefix}_feed")
+        entry = await kv.get("acme.rescan.delta")
+        assert entry.value is not None and b'"seq":2' in entry.value
+        assert b'"consumer":"streamproc-notify"' in entry.value
+        # Another tenant's consumer token neither sees nor reports acme's stream.
+        async with feed.consumer("globex") as globex:
+            r = await feed.report(globex, reg["epoch"], first)
+            assert r.status == 200 and r.json()["tenant"] == "globex" and r.json()["head"] == 0
+            page = (await feed.page(globex)).json()
+            assert page["tenant"] == "globex" and page["events"] == []
+        entry = await kv.get("acme.rescan.delta")
+        assert entry.value is not None and b'"seq":2' in entry.value, "acme's is untouched"
     finally:
-        follow.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follow
-    assert load_checkpoint(state).seq == 6  # type: ignore[union-attr]
+        await stop(two)
 
 
-async def test_http_tail_resumes_then_fails_closed_on_gap_epoch_and_missing_stream(
-    feed_url: str,
-    nc: FastClient,
-    publisher: Publisher,
-    prefix: str,
-    stream_names: tuple[str, str, str],
-    tmp_path: Path,
+async def test_a_transient_jetstream_failure_is_a_503_never_a_complete_page(feed: Feed) -> None:
+    await feed.publish([delta("acme", i) for i in range(3)])
+    info = await feed.info()
+    await jsapi.request(
+        feed.nc, f"STREAM.UPDATE.{feed.stream}", {**info.config, "allow_direct": False}
+    )
+    async with feed.client("acme") as acme:
+        r = await feed.page(acme, afterSeq=1)
+        assert r.status == 503 and r.headers["Retry-After"] == "1"
+        assert problem(r) == "feed-unavailable" and "complete" not in r.json()
+        await jsapi.request(feed.nc, f"STREAM.UPDATE.{feed.stream}", info.config)
+        r = await feed.page(acme, afterSeq=1)
+        assert r.status == 200 and [e["seq"] for e in r.json()["events"]] == [2, 3]
+
+
+async def test_a_lagging_registered_consumer_loses_nothing_past_a_short_window(
+    tmp_path: Path, nats_server: EmbeddedNats, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    notify_stream = stream_names[2]
-    seen: list[int] = []
-    state = tmp_path / "tail.json"
-
-    def tail() -> HttpTail:
-        return tail_into(feed_url, state, seen, limit=2)
-
-    await publish(publisher, prefix, [delta("acme", i) for i in range(3)])
-    cp = await tail().run(once=True)
-    assert seen == [1, 2, 3] and cp.seq == 3
-    await publish(publisher, prefix, [delta("globex", 9), delta("acme", 3)])
-    cp = await tail().run(once=True)
-    assert seen == [1, 2, 3, 5] and load_checkpoint(state) == cp
-
-    # Retention removes messages past the checkpoint: stop, do not skip.
-    await publish(publisher, prefix, [delta("acme", i) for i in range(4, 7)])
-    await jsapi.request(nc, f"STREAM.PURGE.{notify_stream}")
-    with pytest.raises(FeedClosed, match="retention gap"):
-        await tail().run(once=True)
-    assert load_checkpoint(state) == cp, "the checkpoint is not moved by a failure"
-
-    # The stream is missing while a checkpoint exists.
-    await jsapi.request(nc, f"STREAM.DELETE.{notify_stream}")
-    with pytest.raises(FeedClosed, match="stream missing"):
-        await tail().run(once=True)
-
-    # The stream was recreated: a new epoch.
-    await streams.apply(nc, streams.definitions(prefix))
-    await publish(publisher, prefix, [delta("acme", i) for i in range(8)])
-    with pytest.raises(FeedClosed, match="epoch"):
-        await tail().run(once=True)
-    with contextlib.suppress(FileNotFoundError):
-        state.unlink()
-    seen.clear()
-    await tail().run(once=True)
-    assert seen == list(range(1, 9)), "a deliberately reset consumer starts over"
+    """A 10 s delivery window, moved by the gateway as in production: acme's consumer
+    registers and then lags; globex reads without a registration. Past the window every
+    acme message is still there for its consumer; globex's reader is told of the gap."""
+    monkeypatch.setenv("STREAMPROC_NOTIFY_MAX_AGE_S", "10")
+    async with running_feed(tmp_path, nats_server, prefix) as feed:
+        info = await feed.info()
+        assert info.config["retention"] == "interest"
+        assert info.config["max_age"] == 7 * 86400 * 10**9, "the hold's limit"
+        async with (
+            feed.consumer("acme") as acme,
+            feed.client("globex") as globex,
+        ):
+            epoch = (await feed.report(acme, None, None)).json()["epoch"]
+            seqs = await feed.publish(
+                [m for i in range(5) for m in (delta("acme", i), delta("globex", i))]
+            )
+            page = (await feed.page(globex, limit=1)).json()
+            globex_at = page["events"][0]["seq"]  # it read one message and stopped there
+            # Until the window (10 s, moved every second) has let go of every message.
+            await eventually(lambda: window_past(feed, seqs[-1]), timeout=40, every=0.5)
+            kept = (await feed.page(acme, afterSeq=0, streamEpoch=epoch)).json()
+            assert [e["id"] for e in kept["events"]] == [f"d-acme-{i}" for i in range(5)]
+            assert kept["complete"]
+            r = await feed.page(globex, afterSeq=globex_at, streamEpoch=epoch)
+            assert r.status == 409 and problem(r) == "retention-gap", r.body
+            assert (await feed.info()).state.messages == 5, "only acme's are held"
+            # Reporting them releases them; nothing is left and nothing is missing.
+            last = kept["events"][-1]["seq"]
+            assert (await feed.report(acme, epoch, last)).status == 200
+            await eventually(lambda: stream_empty(feed), timeout=20, every=0.2)
+            r = await feed.page(acme, afterSeq=last, streamEpoch=epoch)
+            assert r.status == 200 and r.json()["events"] == []
 
 
-async def test_a_quiet_tenant_is_vouched_for_while_its_registration_lives(
-    feed_url: str,
-    nc: FastClient,
-    publisher: Publisher,
-    prefix: str,
-    stream_names: tuple[str, str, str],
-    tmp_path: Path,
+async def window_past(feed: Feed, seq: int) -> bool:
+    return await feed.window_floor() >= seq
+
+
+async def stream_empty(feed: Feed) -> bool:
+    return (await feed.info()).state.messages == 0
+
+
+async def test_an_expired_registration_releases_its_hold(
+    tmp_path: Path, nats_server: EmbeddedNats, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """acme is caught up at its last message; retention then removes it and globex's
-    messages after it: no gap for acme (its live registration vouches that none of its
-    messages lay there) — until the registration is gone, then the gap is reported."""
-    notify_stream = stream_names[2]
-    seen: list[int] = []
-    state = tmp_path / "tail.json"
-
-    def tail() -> HttpTail:
-        return tail_into(feed_url, state, seen)
-
-    await publish(publisher, prefix, [delta("acme", 0)])
-    await tail().run(once=True)  # reports seq 1 and, caught up, vouches up to the head
-    await publish(publisher, prefix, [delta("globex", i) for i in range(5)])  # 2..6
-    await tail().run(once=True)  # a caught-up poll: vouched up to 6 now
-    await jsapi.request(nc, f"STREAM.PURGE.{notify_stream}", {"seq": 6})  # 1..5 gone
-    await publish(publisher, prefix, [delta("acme", 1)])  # 7
-    await tail().run(once=True)
-    assert seen == [1, 7], "no gap: nothing of acme's was removed"
-
-    await publish(publisher, prefix, [delta("globex", i) for i in range(5, 8)])  # 8..10
-    await jsapi.request(nc, f"STREAM.PURGE.{notify_stream}", {"seq": 10})  # 7..9 gone
-    kv = await nc.jetstream().key_value(bucket_name(prefix))
-    await kv.delete("acme.rescan.delta")  # the lease ran out
-    async with session(READER) as s:
-        params = {"afterSeq": "7"}
-        async with s.get(f"{feed_url}{BASE}/rescan.delta/events", params=params) as r:
-            assert r.status == 409 and (await r.json())["type"] == PROBLEM_TYPE + "retention-gap"
+    monkeypatch.setenv("STREAMPROC_FEED_LEASE_S", "3")
+    async with running_feed(tmp_path, nats_server, prefix) as feed, feed.consumer() as acme:
+        keeper = feed.h.gateway.window
+        epoch = (await feed.report(acme, None, None)).json()["epoch"]
+        seqs = await feed.publish([delta("acme", i) for i in range(4)])
+        assert (await feed.report(acme, epoch, seqs[0])).status == 200
+        await keeper.step(now=time.time() + keeper.max_age_s + 5)  # past the window
+        assert (await feed.info()).state.messages == 3, "held: the three not reported"
+        r = await feed.page(acme, afterSeq=seqs[0], streamEpoch=epoch)
+        assert [e["seq"] for e in r.json()["events"]] == seqs[1:]
+        # No report for longer than the lease: JetStream deletes the hold ...
+        await eventually(lambda: gone(feed), timeout=30, every=0.25)
+        await keeper.step(now=time.time() + keeper.max_age_s + 5)
+        assert (await feed.info()).state.messages == 0, "... and retention takes them"
+        r = await feed.page(acme, afterSeq=seqs[0], streamEpoch=epoch)
+        assert r.status == 409 and problem(r) == "retention-gap"
 
 
-async def test_a_page_is_bounded_by_bytes_as_well_as_by_messages(
-    feed_url: str, publisher: Publisher, prefix: str
-) -> None:
+async def gone(feed: Feed) -> bool:
+    return not await feed.hold_exists("acme")
+
+
+async def test_a_quiet_tenant_is_vouched_for_while_its_registration_lives(feed: Feed) -> None:
+    """acme is caught up at its last message; the stream's max_age then takes it and
+    globex's messages after it: no gap for acme (its live registration vouches that none of
+    its messages lay there) — until the registration is gone, then the gap is reported."""
+    async with feed.consumer() as acme:
+        epoch = (await feed.report(acme, None, None)).json()["epoch"]
+        (one,) = await feed.publish([delta("acme", 0)])
+        assert (await feed.report(acme, epoch, one)).status == 200
+        more = await feed.publish([delta("globex", i) for i in range(5)])
+        assert (await feed.report(acme, epoch, one)).status == 200  # a caught-up poll
+        # What max_age does to the oldest messages (a purge keeps the numbering).
+        await jsapi.request(feed.nc, f"STREAM.PURGE.{feed.stream}", {"seq": more[-1]})
+        (seven,) = await feed.publish([delta("acme", 1)])
+        r = await feed.page(acme, afterSeq=one, streamEpoch=epoch)
+        assert r.status == 200 and [e["seq"] for e in r.json()["events"]] == [seven]
+        assert (await feed.report(acme, epoch, seven)).status == 200
+        later = await feed.publish([delta("globex", i) for i in range(5, 8)])
+        await jsapi.request(feed.nc, f"STREAM.PURGE.{feed.stream}", {"seq": later[-1]})
+        kv = await feed.nc.jetstream().key_value(f"{feed.prefix}_feed")
+        await kv.delete("acme.rescan.delta")  # the lease ran out
+        await jsapi.request(feed.nc, f"CONSUMER.DELETE.{feed.stream}.feed-rescan-delta-acme")
+        await feed.h.gateway.window.step(now=time.time() + 86400 + 5)
+        r = await feed.page(acme, afterSeq=seven, streamEpoch=epoch)
+        assert r.status == 409 and problem(r) == "retention-gap"
+
+
+async def test_a_page_is_bounded_by_bytes_as_well_as_by_messages(feed: Feed) -> None:
     """Run summaries can be large (1,000 digests per vulnerability): a page ends before the
     message that would take it past the bound, says it is not complete, and the next page
     goes on from there."""
     digests = [f"sha256:{i:064x}" for i in range(1000)]
     summaries: list[nm.AnyMessage] = [
         nm.RunSummary(
-            id=f"s-{i}",
-            tenant="acme",
-            run_id=f"r{i}",
-            ts="2026-01-01T00:00:00.000Z",
+            id=f"s-{i}", tenant="acme", run_id=f"r{i}", ts="2026-01-01T00:00:00.000Z",
             state="completed",
-            vulnerabilities=[
-                nm.VulnImages(
-                    vuln_id=f"CVE-2026-{i}", severity="high", image_count=1000, images=digests
-                )
-            ],
+            vulnerabilities=[nm.VulnImages(vuln_id=f"CVE-2026-{i}", severity="high",
+                                           image_count=1000, images=digests)],
         )
         for i in range(4)
-    ]
-    await publish(publisher, prefix, summaries)
+    ]  # fmt: skip
+    await feed.publish(summaries)
     seen: list[str] = []
     after = 0
-    async with session(READER) as s:
+    async with feed.client("acme") as acme:
         for _ in range(10):
-            params = {"afterSeq": str(after), "limit": "500"}
-            async with s.get(f"{feed_url}{BASE}/run.summary/events", params=params) as r:
-                raw = await r.read()
-                page = await r.json()
-            assert r.status == 200 and len(raw) <= PAGE_BYTES, len(raw)
+            r = await feed.page(acme, kind="run.summary", afterSeq=after, limit=500)
+            page = r.json()
+            assert r.status == 200 and len(r.body) <= PAGE_BYTES, len(r.body)
             seen += [e["payload"]["id"] for e in page["events"]]
             if page["complete"]:
                 break

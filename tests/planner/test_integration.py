@@ -13,12 +13,12 @@ from streamproc.bus.publisher import Publisher
 from streamproc.events import payloads as p
 from streamproc.events.envelope import encode, new_event
 from streamproc.hlc import wall_ms
+from streamproc.ids import spill_run_id
 from streamproc.impact.index import ImpactIndex
 from streamproc.planner.changes import Changes, export_run_id
 from streamproc.planner.emit import planned_event_id
 from streamproc.planner.model import Cause, StaticSource
 from streamproc.planner.plan import plan_run
-from streamproc.planner.projection import spill_run_id
 from streamproc.planner.settings import PlannerSettings
 from tests.planner.harness import PlannerProcess, count, events_of, read_stream, wait_until
 from tests.planner.util import add_images, created, lib, schedule

@@ -1,52 +1,15 @@
-"""Leaky buckets with a fake clock, priority digits, segment rates, and the dry run."""
+"""Priority digits, run limits, the duration estimate, and the dry run. (The leaky buckets
+themselves: tests/runner/test_gcra.py and tests/runner/test_limiter.py.)"""
 
 from __future__ import annotations
-
-import pytest
 
 from streamproc.events import payloads as p
 from streamproc.impact.index import ImpactIndex
 from streamproc.planner.model import StaticSource
-from streamproc.planner.pacing import (
-    LeakyBucket,
-    Pacer,
-    estimate_seconds,
-    priority_digit,
-    run_limits,
-    segment_rate,
-)
+from streamproc.planner.pacing import estimate_seconds, priority_digit, run_limits
 from streamproc.planner.preview import preview
 from streamproc.planner.settings import PlannerSettings
 from tests.planner.util import add_images, digest, lib, schedule
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def test_leaky_bucket_admits_the_burst_then_paces() -> None:
-    clock = FakeClock()
-    b = LeakyBucket(rate=10, burst=3, now=clock)
-    waits = [b.reserve() for _ in range(5)]
-    assert waits[:3] == [0, 0, 0]
-    assert waits[3] == pytest.approx(0.1) and waits[4] == pytest.approx(0.2)
-    clock.t += 10  # the bucket drains while idle: a full burst again
-    assert [b.reserve() for _ in range(3)] == [0, 0, 0]
-    with pytest.raises(ValueError):
-        LeakyBucket(rate=0)
-
-
-def test_pacer_the_slower_bucket_sets_the_pace() -> None:
-    clock = FakeClock()
-    pacer = Pacer(tenant_rate=100, registry_rate=2, burst_s=1.0, now=clock)
-    waits = [pacer.delay("t1", "registry.a") for _ in range(4)]
-    assert waits[0] == 0 and waits[3] == pytest.approx(1.0)  # 2/s per host, burst 2
-    assert pacer.delay("t1", "registry.b") == 0  # another host has its own budget
-    assert pacer.delay("t2") == 0  # and tenants do not share a bucket
 
 
 def test_priority_digits_by_trigger_and_tier() -> None:
@@ -61,11 +24,6 @@ def test_limits_and_rates() -> None:
         [p.Limits(rate_per_second=30), p.Limits(parallelism=4)], max_jobs=9, rate=50, parallelism=8
     )
     assert (lim.max_jobs, lim.rate, lim.parallelism) == (9, 30, 4)
-    assert (
-        segment_rate(30, 4) == 8
-        and segment_rate(30, 4, host_rate=5) == 5
-        and segment_rate(1, 8) == 1
-    )
     assert estimate_seconds(100, 50, 200) == 2.0
     assert estimate_seconds(100, 50, 20) == 5.0
     assert estimate_seconds(100, 50, 200, {"a": 90, "b": 10}, 10) == 9.0

@@ -7,6 +7,7 @@ from collections import Counter
 
 import msgspec
 import pytest
+from msgspec import UNSET
 
 from streamproc.events import payloads as p
 from streamproc.ids import derive_id
@@ -163,7 +164,13 @@ def test_smallest_limit_of_the_schedules_wins(index: ImpactIndex) -> None:
     b = schedule("b", limits=p.Limits(max_jobs=20))
     plan = plan_run(event_cause(changes([lib(1), lib(2)])), [a, b], StaticSource(index), {}, CFG)
     assert (plan.limits.max_jobs, plan.limits.rate, plan.limits.parallelism) == (20, 40, 2)
-    assert all(s.rate_per_second == 20 for s in plan.segments)  # 40/s over 2 shards
+    # Every segment records the run's whole rate: runners share one bucket per run.
+    assert all(s.rate_per_second == 40 for s in plan.segments)
+    payloads = plan.segment_payloads()
+    assert {(x.rate_per_second, x.tenant_rate, x.burst_s) for x in payloads} == {
+        (40, CFG.tenant_rate, CFG.burst_s)
+    }
+    assert all(x.registry_host is UNSET and x.registry_rate is UNSET for x in payloads)
 
 
 def test_only_if_last_report_older_than_days(index: ImpactIndex) -> None:
@@ -176,6 +183,23 @@ def test_only_if_last_report_older_than_days(index: ImpactIndex) -> None:
     queued = {d for s in plan.segments for d in s.digests}
     assert hit[0] not in queued and hit[1] in queued and len(queued) == len(hit) - 1
     assert plan.stats.deduped == len(hit)
+
+
+def test_the_schedules_policy_revision_is_on_every_segment(index: ImpactIndex) -> None:
+    """``onlyIf.policyRevision`` goes to the scanner with each report call: on every segment
+    of the run (its spill continuations too); schedules naming different ones name none."""
+    r7 = schedule("a", only_if=p.OnlyIf(policy_revision="policy-7"), limits=p.Limits(max_jobs=5))
+    plan = plan_run(
+        event_cause(changes([lib(1)])), [r7, schedule("b")], StaticSource(index), {}, CFG
+    )
+    rest = plan_run(event_cause(changes([lib(1)]), offset=5), [r7], StaticSource(index), {}, CFG)
+    segments = plan.segment_payloads() + rest.segment_payloads()
+    assert segments and {s.policy_revision for s in segments} == {"policy-7"}
+    assert b'"policyRevision":"policy-7"' in msgspec.json.encode(segments[0])
+    r8 = schedule("c", only_if=p.OnlyIf(policy_revision="policy-8"))
+    both = plan_run(event_cause(changes([lib(1)])), [r7, r8], StaticSource(index), {}, CFG)
+    assert {s.policy_revision for s in both.segment_payloads()} == {UNSET}
+    assert b"policyRevision" not in msgspec.json.encode(both.segment_payloads()[0])
 
 
 def test_nightly_resolves_the_whole_selection_kev_history_first(index: ImpactIndex) -> None:
@@ -252,5 +276,8 @@ def test_content_refresh_segments_stay_on_one_registry_host() -> None:
     plan = plan_run(cause, [sched], StaticSource(idx), {}, cfg)
     assert plan.mode == "content-refresh" and plan.hosts == {"a.io": 30, "b.io": 30}
     for s in plan.segments:
-        assert s.mode == "content-refresh" and s.rate_per_second == 7
+        assert s.mode == "content-refresh" and s.rate_per_second == 100
         assert len({idx.image("t1", d).registry for d in s.digests}) == 1  # type: ignore[union-attr]
+    for x in plan.segment_payloads():  # each segment names its host's bucket
+        assert x.registry_rate == 7
+        assert x.registry_host == idx.image("t1", x.digests[0]).registry  # type: ignore[union-attr]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import msgspec
 
 from streamproc.events import payloads as p
+from streamproc.ids import spill_run_id
 from streamproc.planner.changes import coalesce, export_run_id, feedser_change
-from streamproc.planner.projection import spill_run_id
 from streamproc.planner.records import CRITICAL, KEV, ExportRecord
 from streamproc.state.digest import state_digest
 from tests.planner.util import T0, Log, created, event, feedser, lib
@@ -150,7 +150,7 @@ def test_claim_plan_cursor_and_release_in_the_same_batch() -> None:
     st = log.state
     assert st.runs.pending == {} and st.runs.is_settled("t1", run)
     assert st.exports.cursor("t1").feedser_last_export_id == "b"
-    recs = st.exports.exports("t1", [("feedser", "a"), ("feedser", "b")])
+    recs = st.exports.exports("t1", [("feedser", "a", 1), ("feedser", "b", 1)])
     assert all(r.released and r.keys == [] and r.run_id == run for r in recs)
     seq = log.fold(event("run.planned", planned(run), ms=T0 + 12))
     assert log.rejection(seq, "pl_runs") == "already_planned"
@@ -175,14 +175,14 @@ def test_spill_backlog_becomes_a_continuation_run() -> None:
         T0 + 1,
     )
     assert log.state.runs.backlog_images() == {"t1": 5}
-    assert log.state.exports.exports("t1", [("feedser", "a")])[0].keys == [lib(1)]  # kept
+    assert log.state.exports.exports("t1", [("feedser", "a", 1)])[0].keys == [lib(1)]  # kept
     child_req = msgspec.structs.replace(req, run_id=child)
     log.fold(event("run.requested", child_req, ms=T0 + 3))
     rec = log.state.runs.pending[("t1", child)]
     assert (rec.offset, rec.root_run_id, rec.cause_ms) == (10, run, T0 + 1)
     assert log.state.runs.backlog == {}
     log.fold(event("run.planned", planned(child, queued=5), ms=T0 + 4))
-    assert log.state.exports.exports("t1", [("feedser", "a")])[0].released
+    assert log.state.exports.exports("t1", [("feedser", "a", 1)])[0].released
 
 
 def test_cancel_stops_a_pending_run_and_its_spill_chain() -> None:

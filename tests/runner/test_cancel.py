@@ -76,3 +76,41 @@ async def test_cancel_a_20k_image_run_stops_within_two_seconds(
     finally:
         await runner.close()
         await svc.close()
+
+
+async def test_a_cancel_stops_calls_waiting_for_their_rate_at_once(
+    nats_server: EmbeddedNats,
+    nc: FastClient,
+    prefix: str,
+    publisher: Publisher,
+    stream_names: tuple[str, str, str],
+    tmp_path: Path,
+) -> None:
+    """16 calls wait in line at a 2/s run bucket: a cancel ends them, not their turns."""
+    svc = await scanner(["GHSA-r9hx-vwmv-q579"])
+    digests = [digest_of(f"slow-{i}") for i in range(60)]
+    register_images(svc, dict.fromkeys(digests, "python-app.spdx23.json"))
+    settings = RunnerSettings(scanner_url=svc.url, workers=2, inflight=8)
+    runner = await start_runner(tmp_path, nats_server.url, prefix, settings)
+    planner = Planner(publisher, prefix)
+    try:
+        await planner.run("acme", "slow", digests, size=30, rate=2)
+
+        async def started() -> bool:
+            return svc.stats["reports"] >= 3  # past the first burst: the rest wait in line
+
+        await wait_until(started, timeout=30, every=0.05)
+        await planner.cancel("acme", "slow")
+        calls = svc.stats["reports"]
+        t0 = wall_ms()
+
+        async def cancelled() -> list:
+            return await events(nc, stream_names[0], "run.cancelled")
+
+        done = await wait_until(cancelled, timeout=30, every=0.1)
+        assert Timestamp.parse(done[0].hlc).physical - t0 <= 1500
+        assert svc.stats["reports"] - calls <= 1  # at most the one that had its token
+        assert done[0].payload.stats.cancelled >= 50
+    finally:
+        await runner.close()
+        await svc.close()

@@ -11,6 +11,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from prometheus_client import REGISTRY
+
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
@@ -121,6 +123,43 @@ async def test_a_dead_scanner_dead_letters_the_segment_visibly(
         assert done[0].state == "error" and done[0].stats.failed == 20
         assert done[0].coverage.reasons == {"dead_lettered": 20}
         assert done[0].coverage.not_evaluated == 20
+    finally:
+        await runner.close()
+        await svc.close()
+
+
+async def test_registry_throttling_in_content_refresh_is_retried_within_its_bucket(
+    nats_server: EmbeddedNats,
+    nc: FastClient,
+    prefix: str,
+    publisher: Publisher,
+    stream_names: tuple[str, str, str],
+    tmp_path: Path,
+) -> None:
+    """A content-refresh run whose registry throttles (429 on every second tag resolution and
+    scan, with ``Retry-After``): each registry call is retried until it goes through, the moved
+    tags are scanned, and every image ends with exactly one verdict and one message."""
+    svc = await scanner(["GHSA-r9hx-vwmv-q579"], None)
+    imgs = images(60, "refresh")
+    register_images(svc, imgs)  # three tags, each at one of the digests: the others moved
+    settings = RunnerSettings(
+        scanner_url=svc.url, workers=2, inflight=4, call_attempts=40, call_budget_s=30,
+        backoff_base_s=0.01, backoff_cap_s=0.1,
+    )  # fmt: skip
+    throttled = REGISTRY.get_sample_value("scheduler_rate_limited_total", {"reason": "429"}) or 0
+    runner = await start_runner(tmp_path, nats_server.url, prefix, settings)
+    try:
+        svc.faults.apply(
+            FaultConfig(rate_429=0.5, retry_after_s=0.01, seed=7, paths=["/resolve", "/scans"])
+        )
+        await Planner(publisher, prefix).run(
+            "acme", "refresh-1", list(imgs), size=20, mode="content-refresh"
+        )
+        await wait_until(lambda: completed(nc, stream_names[0], "refresh-1"), timeout=60)
+        await check_exactly_once(nc, stream_names, "refresh-1", list(imgs))
+        assert svc.faults.injected["429"] >= 20 and svc.stats["scans"] >= 50
+        after = REGISTRY.get_sample_value("scheduler_rate_limited_total", {"reason": "429"})
+        assert (after or 0) - throttled == svc.faults.injected["429"]
     finally:
         await runner.close()
         await svc.close()

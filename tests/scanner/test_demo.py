@@ -8,10 +8,12 @@ import aiohttp
 import pytest
 
 from streamproc.app import System
+from streamproc.bus import objects
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.server import EmbeddedNats
 from streamproc.config import ConfigError, Settings
-from streamproc.scanner.demo import load_scanner_port, seed_demo
+from streamproc.names import sbom_bucket
+from streamproc.scanner.demo import DATA, load_scanner_port, seed_demo
 from tests.helpers import eventually
 from tests.runner.harness import events
 
@@ -77,3 +79,35 @@ def test_up_demos_scanner_port(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMPROC_SCANNER_PORT", "http")
     with pytest.raises(ConfigError, match="STREAMPROC_SCANNER_PORT: 'http' is not a port"):
         load_scanner_port()
+
+
+async def test_with_a_tool_kind_the_demo_keeps_every_sbom_and_starts_no_reference_scanner(
+    nats_server: EmbeddedNats,
+    nc: FastClient,
+    prefix: str,
+    stream_names: tuple[str, str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`make run` with ``scanner.kind = grype``: the runners evaluate the demo's SBOMs from
+    the SBOM store, so each one is kept as the file holds it."""
+    monkeypatch.setenv("STREAMPROC_SCANNER_KIND", "grype")
+    monkeypatch.setenv("STREAMPROC_SCANNER_GRYPE_PATH", "/opt/grype/bin/grype")
+    monkeypatch.delenv("STREAMPROC_SCANNER_URL", raising=False)
+    settings = Settings(data_dir=tmp_path, nats_url=nats_server.url, prefix=prefix, node_id="t")
+    system = System(settings, ["activity"], http=False)  # no scanner role: none is needed
+    await system.start()
+    demo = await seed_demo(system, scanner_port=0)
+    try:
+        assert demo.scanner is None and "/reports" not in demo.guide
+        assert "scanner.kind grype (/opt/grype/bin/grype)" in demo.guide
+        assert "/advisories/reload" not in demo.guide and "feedser export" in demo.guide
+        indexed = await events(nc, stream_names[0], "image.indexed")
+        assert len(indexed) == 4
+        for e in indexed:
+            sent = (DATA / "sboms" / demo.images[e.payload.digest]).read_bytes()
+            assert e.payload.sbom == objects.key_of(sent)
+            assert await objects.get(nc, sbom_bucket(prefix), e.payload.sbom) == sent
+    finally:
+        await demo.close()
+        await system.close()

@@ -10,16 +10,20 @@ import aiohttp
 import pytest
 
 from streamproc.bus.server import EmbeddedNats
+from streamproc.client.http import ApiClient
+from streamproc.gateway.tokens_cli import write_key_file
 from streamproc.runner.scanner_client import ImageFailed, ScannerClient, ScannerUnavailable
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.faults import FaultConfig
 from streamproc.scanner.feedser import (
     build_export,
+    deliver_export,
     next_state,
     post_export,
     sending_state,
     signed_headers,
 )
+from streamproc.scanner.sender_auth import credentials
 from tests.runner.harness import DATA, digest_of, events, register_images, scanner
 
 PY = digest_of("py")
@@ -93,7 +97,14 @@ async def test_feedser_export_of_changed_advisories_reaches_the_gateway(
     tmp_path: Path, nats_server: EmbeddedNats, prefix: str
 ) -> None:
     from tests.gateway.conftest import drop_streams
-    from tests.gateway.harness import HMAC_SECRET, default_settings, start, stop
+    from tests.gateway.harness import (
+        HMAC_SECRET,
+        ISSUER,
+        ISSUER_KEY,
+        default_settings,
+        start,
+        stop,
+    )
 
     osv = tmp_path / "osv"
     osv.mkdir()
@@ -117,27 +128,52 @@ async def test_feedser_export_of_changed_advisories_reaches_the_gateway(
     def good(raw: bytes, delivery: str) -> dict[str, str]:
         return signed_headers(raw, delivery, secret=HMAC_SECRET)
 
+    # The sender mints a DPoP-bound token per tenant from an issuer key file (what `make
+    # run`'s development issuer is), answering the gateway's nonce challenge on its own.
+    issuer = tmp_path / "issuer.jwk"
+    write_key_file(issuer, ISSUER_KEY, kid="k1", iss=ISSUER)
+    env = {
+        "STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer),
+        "STREAMPROC_FEEDSER_TENANTS": "acme,globex",
+    }
+    creds = credentials(tmp_path / "data", env)
+    assert creds.tenants == ["acme", "globex"] and creds.key is not None
+    assert (tmp_path / "data/client/dpop.jwk").is_file(), "the client key every command shares"
     h = await start(tmp_path, nats_server.url, prefix, default_settings(tmp_path))
+    assert creds.tokens is not None
+    api = ApiClient(creds.key, creds.tokens)
     try:
-        status, answer = await post_export(h.url, body, good)
-        assert status == 202, answer
-        assert {e["tenant"] for e in answer["events"]} == {"acme", "globex"}
+        answers = await deliver_export(h.url, body, good, creds)
+        assert [(t, status) for t, status, _ in answers] == [("acme", 202), ("globex", 202)]
+        assert [a["events"][0]["tenant"] for _, _, a in answers] == ["acme", "globex"]
         exports = await events(h.system.nc, h.system.settings.events_stream, "export.feedser")
         assert {e.tenant for e in exports} == {"acme", "globex"}
         assert exports[0].payload.kev == ["CVE-2023-4911"]
-        bad, _ = await post_export(h.url, body, lambda raw, d: signed_headers(raw, d, secret="no"))
+        async with api:
+            bad, _ = await post_export(
+                h.url,
+                body,
+                lambda raw, d: signed_headers(raw, d, secret="no"),
+                api=api,
+                tenant="acme",
+            )
         assert bad == 401
+        unauthenticated, problem = await post_export(h.url, body, good)
+        assert unauthenticated == 401 and problem["detail"] == "an access token is required"
         # Sent, refused or never answered: run again later, the same body goes out (window
-        # included), and the gateway knows it; a new window would be another body: 409.
+        # included), and the gateway knows it; a new window would be another body: the
+        # export's next revision.
         later = time.time() + 120
         retry = build_export(db, sending_state({"advisories": {}}, body), now=later)
         assert retry == body
-        status, answer = await post_export(h.url, retry, good)
+        async with api:
+            status, answer = await post_export(h.url, retry, good, api=api, tenant="acme")
         assert status == 200 and answer["duplicate"], answer
         rebuilt = build_export(db, {"advisories": {}}, now=later)
         assert rebuilt is not None and rebuilt["exportId"] == body["exportId"]
-        conflict, _ = await post_export(h.url, rebuilt, good)
-        assert conflict == 409
+        async with api:
+            status, answer = await post_export(h.url, rebuilt, good, api=api, tenant="acme")
+        assert status == 202 and answer["revision"] == 2, answer
     finally:
         await stop(h)
         await drop_streams(nats_server.url, prefix)

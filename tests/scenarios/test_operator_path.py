@@ -99,6 +99,16 @@ async def running_demo(cwd: Path) -> AsyncIterator[Node]:
             assert proc.returncode == 0 and b"stopped cleanly" in rest, rest.decode()[-2000:]
 
 
+def guide_api_calls(banner: str) -> str:
+    """The development-auth lines of ``up --demo``'s guide: the token, then the API calls."""
+    lines = banner.splitlines()
+    start = next(i for i, line in enumerate(lines) if "TOKEN=$(" in line)
+    calls = [line.strip() for line in lines[start:] if line.strip()][:4]
+    assert " api GET /schedules " in calls[2] and " api GET /runs " in calls[3], calls
+    exe = str(Path(sys.executable).with_name("streamproc"))
+    return "\n".join(calls).replace(".venv/bin/streamproc", exe)
+
+
 async def follow(proc: asyncio.subprocess.Process, into: list[tuple[float, str]]) -> None:
     """Every line ``notify tail`` prints, with when it was read."""
     assert proc.stdout is not None
@@ -125,6 +135,16 @@ async def test_the_operators_path_from_a_generated_sbom_to_a_delta(tmp_path: Pat
     async with running_demo(work) as node:
         # The guide speaks of commands with no server flags: the data directory is enough.
         assert "notify tail --tenant demo" in node.banner and "--nats-url" not in node.banner
+        # Its API calls, run as printed (the checkout's streamproc for .venv/bin/streamproc):
+        # a token bound to the data directory's DPoP key, each call DPoP-signed.
+        printed = guide_api_calls(node.banner)
+        done = await asyncio.to_thread(
+            subprocess.run, ["bash", "-euo", "pipefail", "-c", printed], cwd=work,
+            env=node.env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, printed + done.stderr
+        schedules, runs = map(json.loads, done.stdout.splitlines())
+        assert "items" in schedules and "items" in runs, done.stdout
         tail = await asyncio.create_subprocess_exec(
             *CLI, "notify", "tail", cwd=work, env=node.env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

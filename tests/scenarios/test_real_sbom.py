@@ -88,6 +88,7 @@ async def test_a_generated_sbom_without_usage_data_is_impacted_and_scanned(
         argv = ["feedser", "export", "--osv", str(demo.osv_dir), "--kev", str(DATA / "kev.json"),
                 "--debian-sources", str(demo.osv_dir.parent / "debian-sources.json"),
                 "--url", system.http_url, "--secret", os.environ["STREAMPROC_FEEDSER_SECRET"],
+                "--data-dir", str(settings.data_dir),  # its development issuer mints the token
                 "--state", str(tmp_path / "feedser-state.json")]  # fmt: skip
         sent = time.monotonic()
         assert await asyncio.to_thread(main, argv) == 0

@@ -174,7 +174,11 @@ async def test_a_client_of_the_specification_alone_gets_no_4xx(
         async with http.post(
             sys_.http_url + WEBHOOK_PATH,
             data=body,
-            headers=signed_headers(body, str(uuid.uuid4()), secret=secret),
+            # §5.4: signed, plus the Authority token (the client's own: scheduler.admin)
+            headers={
+                **signed_headers(body, str(uuid.uuid4()), secret=secret),
+                "Authorization": f"Bearer {c.token}",
+            },
         ) as r:
             assert r.status == 202, await r.text()
         for _ in range(600):

@@ -1,5 +1,6 @@
 // streamproc operator console: plain DOM, the public REST API only, no build step.
 import { CronError, CronUnsupported, nextFireTimes, parseCron, validTimeZone } from "./cron.js";
+import { dpopKey, proof, takeNonce } from "./dpop.js";
 import { externalHref, safeHref } from "./links.js";
 
 const BASE = "/api/v1/scheduler";
@@ -137,6 +138,7 @@ function signOut(message) {
   state.token = "";
   state.claims = null;
   sessionStorage.removeItem(TOKEN_KEY);
+  $("#backlog").hidden = true;
   renderHeader();
   location.hash = "#/signin";
   if (message) showBanner(message);
@@ -186,20 +188,33 @@ async function api(method, path, { body, query, headers } = {}) {
   for (const [k, v] of Object.entries(query || {})) {
     if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, String(v));
   }
-  const init = {
-    method,
-    headers: { Accept: "application/json", Authorization: `Bearer ${state.token}`, ...headers },
-    cache: "no-store",
-  };
-  if (body !== undefined) {
-    init.body = JSON.stringify(body);
-    init.headers["Content-Type"] = "application/json";
-  }
+  // DPoP: a fresh proof of this browser's key per request; a use_dpop_nonce challenge is
+  // answered once with the nonce it hands out.
+  const token = state.token;
   let resp;
-  try {
-    resp = await fetch(url, init);
-  } catch (e) {
-    throw new ApiError(0, { detail: `the gateway did not answer (${e.message})` });
+  for (let attempt = 0; ; attempt++) {
+    let dpop;
+    try {
+      dpop = await proof(method, url.href, token);
+    } catch (e) {
+      throw new ApiError(0, { detail: `cannot sign the request: ${e.message}` });
+    }
+    if (state.token !== token) throw new ApiError(401, { detail: "signed out" });
+    const init = {
+      method,
+      headers: { Accept: "application/json", Authorization: `DPoP ${token}`, DPoP: dpop, ...headers },
+      cache: "no-store",
+    };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      init.headers["Content-Type"] = "application/json";
+    }
+    try {
+      resp = await fetch(url, init);
+    } catch (e) {
+      throw new ApiError(0, { detail: `the gateway did not answer (${e.message})` });
+    }
+    if (!takeNonce(resp) || attempt > 0) break;
   }
   const text = await resp.text();
   let doc = null;
@@ -227,6 +242,31 @@ function showBanner(message, kind = "error") {
 
 function clearBanner() {
   $("#banner").hidden = true;
+}
+
+// The backlog banner: work a run spilled over its maxJobs to the next window (GET /backlog),
+// on every page, refreshed while it is open.
+async function refreshBacklog() {
+  const el = $("#backlog");
+  let doc;
+  try {
+    ({ doc } = await api("GET", "/backlog"));
+  } catch {
+    return; // the page's own calls report errors; the banner just stays as it was
+  }
+  if (!state.token || !doc.images) {
+    el.hidden = true;
+    return;
+  }
+  const first = doc.runs[0];
+  put(el,
+    h("b", {}, "Backlog: "),
+    h("span", { id: "backlog-images" }, n(doc.images)),
+    ` image${doc.images === 1 ? "" : "s"} spilled to the next window by ${n(doc.runs.length)} run${doc.runs.length === 1 ? "" : "s"} over their job limit (KEV and critical went first); a continuation run plans them. Oldest: `,
+    h("a", { href: `#/runs/${encodeURIComponent(first.runId)}` }, short(first.runId, 12)),
+    `, planned ${fmtLocal(first.plannedAt)}.`,
+  );
+  el.hidden = false;
 }
 
 function toast(message) {
@@ -298,17 +338,41 @@ function confirmModal(title, text, action) {
 function viewSignIn(view) {
   const input = h("textarea", { id: "token", rows: 5, spellcheck: "false", autocomplete: "off", placeholder: "eyJhbGciOiJFZERTQSIs…" });
   const msg = h("p", { class: "error", role: "alert", hidden: true });
+  const jkt = h("code", { id: "jkt" }, "…");
+  const hint = h("pre", { class: "hint", id: "token-command" }, "");
+  const button = h("button", { type: "submit", id: "signin", disabled: true }, "Sign in");
+  const fail = (text) => {
+    msg.textContent = text;
+    msg.hidden = false;
+  };
+  let key = null;
+  dpopKey().then(
+    (k) => {
+      key = k;
+      jkt.textContent = k.jkt;
+      hint.textContent = `.venv/bin/streamproc token issue --key data/dev/issuer.jwk \\\n    --tenant demo --scope scheduler.admin --jkt=${k.jkt}`;
+      button.disabled = false;
+    },
+    (e) => fail(`The console cannot sign in here: ${e.message}.`),
+  );
   const submit = async (ev) => {
     ev.preventDefault();
-    const token = input.value.trim().replace(/^Bearer\s+/i, "");
+    const token = input.value.trim().replace(/^(Bearer|DPoP)\s+/i, "");
     msg.hidden = true;
+    if (!key) return;
     let claims;
     try {
       claims = decodeClaims(token);
     } catch (e) {
-      msg.textContent = `That does not look like a token: ${e.message}`;
-      msg.hidden = false;
-      return;
+      return fail(`That does not look like a token: ${e.message}`);
+    }
+    const bound = claims.cnf && claims.cnf.jkt;
+    if (bound !== key.jkt) {
+      return fail(
+        bound
+          ? `That token is bound to another key (cnf.jkt ${bound}), not this browser's (${key.jkt}).`
+          : `That token is not bound to this browser's key: mint one with --jkt=${key.jkt}.`,
+      );
     }
     state.token = token;
     state.claims = claims;
@@ -317,9 +381,7 @@ function viewSignIn(view) {
     } catch (e) {
       state.token = "";
       state.claims = null;
-      msg.textContent = describe(e);
-      msg.hidden = false;
-      return;
+      return fail(describe(e));
     }
     sessionStorage.setItem(TOKEN_KEY, token);
     clearBanner();
@@ -330,9 +392,10 @@ function viewSignIn(view) {
       "section",
       { class: "card signin" },
       h("h1", {}, "Sign in"),
-      h("p", {}, "Paste a bearer token for the scheduler API. It stays in this tab's session storage only and is sent only to this gateway."),
-      h("pre", { class: "hint" }, ".venv/bin/streamproc token issue --key data/dev/issuer.jwk \\\n    --tenant demo --scope scheduler.admin"),
-      h("form", { onsubmit: submit }, h("label", { for: "token" }, "Bearer token"), input, msg, h("div", { class: "actions" }, h("button", { type: "submit", id: "signin" }, "Sign in"))),
+      h("p", {}, "Paste an access token bound to this browser's DPoP key. The console signs every request with that key (kept in this browser, never readable by a page); the token stays in this tab's session storage only and is sent only to this gateway."),
+      h("p", {}, "This browser's key (jkt): ", jkt),
+      hint,
+      h("form", { onsubmit: submit }, h("label", { for: "token" }, "Access token"), input, msg, h("div", { class: "actions" }, button)),
     ),
   );
   input.focus();
@@ -1157,16 +1220,43 @@ async function estimateFromHistory() {
   return { perSegment: segments ? candidates / segments : null, perSecond: seconds ? images / seconds : null, runs: doc.items.length };
 }
 
+function previewSentence(doc, body) {
+  const count = h("b", { id: "preview-count" }, n(doc.count));
+  const images = ` image${doc.count === 1 ? "" : "s"}`;
+  if (!doc.export) {
+    return h("p", { class: "summary", id: "preview-sentence" }, body.productKeys?.length ? "These change keys touch ~" : "This selection covers ~", count, `${images}.`);
+  }
+  const kind = doc.export.kind === "vexer" ? "Vexer" : "Feedser";
+  return h(
+    "p",
+    { class: "summary", id: "preview-sentence" },
+    `This ${kind} export touches ~`,
+    count,
+    `${images}; projected deltas: ~`,
+    h("b", { id: "preview-deltas" }, n(doc.projectedDeltas)),
+    " (",
+    h("b", { id: "preview-kev" }, n(doc.projectedKev)),
+    " KEV).",
+  );
+}
+
 function openPreview() {
-  const keys = h("textarea", { id: "preview-keys", rows: 6, spellcheck: "false", placeholder: "pkg:pypi/setuptools\npkg:deb/debian/glibc" });
+  const exportId = h("input", { id: "preview-export", placeholder: "an exportId the tenant received", spellcheck: "false" });
+  const source = h("input", { id: "preview-source", placeholder: "only if several sources sent it", spellcheck: "false" });
+  const keys = h("textarea", { id: "preview-keys", rows: 4, spellcheck: "false", placeholder: "pkg:pypi/setuptools\npkg:deb/debian/glibc" });
   const ns = h("input", { id: "preview-ns", placeholder: "all namespaces" });
   const usage = h("input", { type: "checkbox", id: "preview-usage", checked: true });
   const size = h("input", { type: "number", id: "preview-size", min: 0, max: 100, value: 10 });
   const out = h("div", { id: "preview-result", "aria-live": "polite" });
   const run = async (ev) => {
     ev.preventDefault();
-    const productKeys = splitList(keys.value);
-    const body = { productKeys, usageOnly: usage.checked, sampleSize: Math.max(0, Math.min(100, Number(size.value) || 0)) };
+    const body = { usageOnly: usage.checked, sampleSize: Math.max(0, Math.min(100, Number(size.value) || 0)) };
+    if (exportId.value.trim()) {
+      body.exportId = exportId.value.trim();
+      if (source.value.trim()) body.source = source.value.trim();
+    } else {
+      body.productKeys = splitList(keys.value);
+    }
     const namespaces = splitList(ns.value);
     if (namespaces.length) body.selection = { scope: "by-namespace", namespaces };
     put(out, h("p", { class: "muted" }, "Previewing…"));
@@ -1174,19 +1264,18 @@ function openPreview() {
       const [{ doc }, hist] = await Promise.all([api("POST", "/preview/impact", { body }), estimateFromHistory().catch(() => null)]);
       const segs = hist?.perSegment ? Math.max(doc.count ? 1 : 0, Math.ceil(doc.count / hist.perSegment)) : null;
       const secs = hist?.perSecond ? doc.count / hist.perSecond : null;
-      put(out, 
-        h(
-          "p",
-          { class: "summary" },
-          productKeys.length ? "This export touches ~" : "This selection covers ~",
-          h("b", { id: "preview-count" }, n(doc.count)),
-          ` image${doc.count === 1 ? "" : "s"}; projected segments `,
-          h("b", {}, segs === null ? "—" : `~${n(segs)}`),
-          "; estimated duration ",
-          h("b", {}, secs === null ? "—" : `~${fmtDuration(secs * 1000)}`),
-          ".",
-        ),
-        h("p", { class: "help" }, hist?.runs ? `Segments and duration are estimated from the last ${hist.runs} completed runs.` : "No completed runs yet to estimate segments and duration from."),
+      const sampled = doc.projectedFrom !== null && doc.projectedFrom !== undefined && doc.projectedFrom < doc.count;
+      put(out,
+        previewSentence(doc, body),
+        doc.export
+          ? h("p", { class: "help", id: "preview-basis" },
+              `Export ${doc.export.exportId}${doc.export.source ? ` from ${doc.export.source}` : ""}${doc.export.revision ? `, revision ${doc.export.revision}` : ""}. `,
+              "Projected from its advisories and KEV list against each image's last verdict",
+              sampled ? ` (an even sample of ${n(doc.projectedFrom)} images, scaled up)` : "",
+              doc.unassessed ? `; ${n(doc.unassessed)} image(s) it names no severity for are not counted.` : ".")
+          : h("p", { class: "help" }, "Projected deltas need an export's advisories: preview an export by its id to see them."),
+        h("p", { class: "help" }, "Segments ", h("b", {}, segs === null ? "—" : `~${n(segs)}`), ", duration ", h("b", {}, secs === null ? "—" : `~${fmtDuration(secs * 1000)}`),
+          hist?.runs ? ` (estimated from the last ${hist.runs} completed runs).` : " (no completed runs yet to estimate them from)."),
         doc.unmatchedCount ? h("p", { class: "help" }, `${n(doc.unmatchedCount)} key(s) match no indexed image: ${doc.unmatched.slice(0, 10).join(", ")}${doc.unmatchedCount > 10 ? "…" : ""}`) : null,
         doc.sample.length ? [h("h3", {}, "Sample digests"), h("ul", { class: "digests", id: "preview-sample" }, doc.sample.map((d) => h("li", { class: "mono" }, d)))] : null,
       );
@@ -1199,13 +1288,14 @@ function openPreview() {
     h(
       "form",
       { onsubmit: run, class: "preview" },
-      field("Change keys (product keys or purls, one per line)", keys),
+      h("div", { class: "row" }, field("Feedser or Vexer export (exportId)", exportId), field("Source", source)),
+      field("… or change keys (product keys or purls, one per line)", keys),
       h("div", { class: "row" }, field("Namespaces", ns), field("Sample size", size), h("label", { class: "check" }, usage, "images that use the package")),
       h("div", { class: "actions" }, h("button", { type: "submit", id: "run-preview" }, "Preview")),
       out,
     ),
   );
-  keys.focus();
+  exportId.focus();
 }
 
 // ----------------------------------------------------------------------------- audit
@@ -1268,6 +1358,8 @@ async function render() {
     return;
   }
   renderHeader();
+  refreshBacklog();
+  later(refreshBacklog, 15000);
   try {
     if (parts[0] === "schedules" && parts[1] === "new") await viewScheduleForm(view, gen, null);
     else if (parts[0] === "schedules" && parts[2] === "edit") await viewScheduleForm(view, gen, parts[1]);
