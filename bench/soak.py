@@ -4,7 +4,7 @@
 on free loopback ports under a steady mix for ``--minutes``:
 
 * 100 signed Feedser webhooks/s, each a distinct exportId over the demo catalog's packages
-  (signed as ``streamproc feedser export`` signs them);
+  (signed and presenting a DPoP-bound token, as ``streamproc feedser export`` sends them);
 * 50 GET/s, alternating ``/runs`` and ``/schedules``, DPoP-signed by the client module every
   command of ours uses (a token bound to the data directory's client key, minted with
   ``streamproc token issue`` from the demo's development issuer);
@@ -300,15 +300,14 @@ class Load:
         })  # fmt: skip
         headers = signed_headers(body, f"{export_id}.1", secret=self.secret)
         async with self.sem:
-            try:
-                async with self.http.post(
-                    self.up.base + WEBHOOK_PATH, data=body, headers=headers
-                ) as r:
-                    answer = await r.read()
-                    status = r.status
-            except (aiohttp.ClientError, TimeoutError):
+            try:  # signed, and with the DPoP-bound token the source takes besides
+                reply = await self.api.request(
+                    "POST", self.up.base + WEBHOOK_PATH, tenant=TENANT, data=body, headers=headers
+                )
+            except Unreachable:
                 self.window.errors += 1
                 return
+            answer, status = reply.body, reply.status
         self.window.webhook_ms.append((now() - due) * 1000)
         self.note(status, answer)
         if status == 202:
