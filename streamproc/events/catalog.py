@@ -2,6 +2,10 @@
 
 One entry per kind, in one place. Subjects are ``<prefix>.events.<tenant>.<aggregate>.<id>``:
 one subject per aggregate instance gives per-entity history and optimistic concurrency.
+Exports are the exception: they arrive without end, and nats-server keeps every distinct
+subject of a stream in memory, so the exports of a tenant and source kind share
+:data:`~streamproc.names.EXPORT_SHARDS` subjects (``…<feedser|vexer>.s<NN>``; events recorded
+before stay where they are).
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from typing import Any
 import msgspec
 
 from streamproc.events import payloads as p
-from streamproc.ids import subject_token
-from streamproc.names import event_subject
+from streamproc.ids import shard_token, subject_token
+from streamproc.names import EXPORT_SHARDS, event_subject
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -33,6 +37,9 @@ class KindSpec:
     downcasters: dict[int, Upcaster] = field(default_factory=dict)
     """``downcasters[v]`` turns a version-``v + 1`` payload dict back into version ``v``:
     only for versions that renamed fields and nothing else (see ``chain_form``)."""
+    shards: int = 0
+    """Nonzero: the kind's events share this many subjects per tenant (by a hash of the
+    aggregate id) instead of one per aggregate."""
     chain_form: int | None = None
     """The version whose form the audit chain hashes this kind's payloads in (None: the
     current one). A rename of payload fields must not change the link of any entry already
@@ -172,6 +179,7 @@ KINDS: dict[str, KindSpec] = {
             emitted_by="gateway (webhook), feedser CLI",
             folded_by="planner (vuln map, cursors), read model",
             upcasters={1: _unscoped_export, 2: _first_revision},
+            shards=EXPORT_SHARDS,
         ),
         KindSpec(
             "export.vexer",
@@ -182,6 +190,7 @@ KINDS: dict[str, KindSpec] = {
             emitted_by="gateway (webhook)",
             folded_by="planner (cursors), read model",
             upcasters={1: _unscoped_export, 2: _first_revision},
+            shards=EXPORT_SHARDS,
         ),
         KindSpec(
             "image.indexed",
@@ -319,8 +328,6 @@ def spec_for(kind: str) -> KindSpec | None:
 
 def subject_for(prefix: str, tenant: str, kind: str, payload: p.Payload) -> str:
     spec = KINDS[kind]
-    return event_subject(prefix, tenant, spec.aggregate, subject_token(spec.aggregate_id(payload)))
-
-
-def aggregate_subject(prefix: str, tenant: str, aggregate: str, aggregate_id: str) -> str:
-    return event_subject(prefix, tenant, aggregate, subject_token(aggregate_id))
+    ident = spec.aggregate_id(payload)
+    token = shard_token(ident, spec.shards) if spec.shards else subject_token(ident)
+    return event_subject(prefix, tenant, spec.aggregate, token)
