@@ -108,7 +108,11 @@ class System:
                 self._ops_sock = listen(s.ops_host, s.ops_port)
         if not s.nats_url:
             self.server = EmbeddedNats(
-                s.nats_dir, host=s.nats_host, port=s.nats_port, lock=self.store_lock
+                s.nats_dir,
+                host=s.nats_host,
+                port=s.nats_port,
+                monitor_port=s.nats_monitor_port,
+                lock=self.store_lock,
             )
             await asyncio.to_thread(self.server.start)
         auth = NatsAuth.from_env() if s.nats_url else None  # the embedded server has none
@@ -410,6 +414,8 @@ async def run_roles(
         print(f"  NATS         {system.nats_url}", flush=True)
         if settings.nats_url is None and system.server is not None:
             print(f"  NATS store   {system.server.store_dir}", flush=True)
+            if system.server.monitor_url:
+                print(f"  NATS monitor {system.server.monitor_url}/varz, /jsz", flush=True)
         for role in roles:
             print(f"  state        {settings.state_dir(role)}", flush=True)
         if system.http_url:

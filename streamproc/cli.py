@@ -68,9 +68,17 @@ def cmd_nats(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         lock = await claim(s.nats_dir, s.node_id)
-        server = EmbeddedNats(s.nats_dir, host=s.nats_host, port=s.nats_port, lock=lock)
+        server = EmbeddedNats(
+            s.nats_dir,
+            host=s.nats_host,
+            port=s.nats_port,
+            monitor_port=s.nats_monitor_port,
+            lock=lock,
+        )
         await asyncio.to_thread(server.start)
         print(f"nats-server (JetStream) listening on {server.url}, store {server.store_dir}")
+        if server.monitor_url:
+            print(f"monitoring: {server.monitor_url}/varz, /jsz")
         print("Press Ctrl-C to stop.", flush=True)
         stop = asyncio.Event()
         install_stop_signals(stop)

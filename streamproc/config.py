@@ -67,6 +67,9 @@ class Settings(msgspec.Struct, kw_only=True):
     """An existing server; ``None`` starts the embedded one."""
     nats_host: str = "127.0.0.1"
     nats_port: int = 4222
+    nats_monitor_port: int | None = None
+    """The embedded server's monitoring endpoint (``/varz``, ``/jsz``) on ``nats_host``;
+    ``None``: none."""
     http_host: str = "127.0.0.1"
     http_port: int = 8480
     ops_host: str = "127.0.0.1"
@@ -99,6 +102,8 @@ class Settings(msgspec.Struct, kw_only=True):
             raise ConfigError(f"batch {self.batch}: between 1 and 10000")
         if self.ops_port is not None and not 0 <= self.ops_port <= 65535:
             raise ConfigError(f"ops port {self.ops_port}: between 0 and 65535")
+        if self.nats_monitor_port is not None and not 1 <= self.nats_monitor_port <= 65535:
+            raise ConfigError(f"NATS monitor port {self.nats_monitor_port}: between 1 and 65535")
 
     @property
     def events_stream(self) -> str:
@@ -124,6 +129,7 @@ ENV = {
     "data_dir": "STREAMPROC_DATA_DIR",
     "nats_url": "NATS_URL",
     "nats_port": "STREAMPROC_NATS_PORT",
+    "nats_monitor_port": "STREAMPROC_NATS_MONITOR_PORT",
     "http_host": "STREAMPROC_HTTP_HOST",
     "http_port": "STREAMPROC_HTTP_PORT",
     "ops_host": "STREAMPROC_OPS_HOST",

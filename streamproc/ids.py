@@ -67,6 +67,11 @@ def uuid7() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def shard_token(value: str, shards: int) -> str:
+    """``s<NN>``: which of ``shards`` subjects (at most 256) an aggregate id goes to."""
+    return "s%02x" % (hashlib.sha256(value.encode()).digest()[0] % shards)
+
+
 def subject_token(value: str) -> str:
     """A NATS subject token for an aggregate id; ids that are not token-safe are hashed."""
     if _TOKEN_RE.fullmatch(value):

@@ -51,6 +51,14 @@ BATCH_SECONDS = Histogram(
 PUBLISHED = Counter("streamproc_published_events", "Events acknowledged by JetStream", ["result"])
 PUBLISH_RETRIES = Counter("streamproc_publish_retries", "Publishes retried with the same id")
 REPLAY_PROGRESS = Gauge("streamproc_replay_applied_sequence", "Replay position", ["role"])
+MEMORY = Gauge(
+    "streamproc_memory_bytes",
+    "Where the process's memory is (read when scraped): rss, malloc_in_use, malloc_free "
+    "(glibc's heap, freed but kept), rocksdb_memtables (every state directory it has open), "
+    "rocksdb_block_cache and rocksdb_block_cache_pinned (one cache per process, index and "
+    "filter blocks included)",
+    ["part"],
+)
 
 CHAIN_ENTRIES = Counter(
     "scheduler_chain_entries", "Audit chain entries appended by the fold", ["tenant"]

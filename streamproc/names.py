@@ -41,6 +41,13 @@ def event_subject(prefix: str, tenant: str, aggregate: str, token: str) -> str:
     return f"{prefix}.{EVENTS}.{tenant}.{aggregate}.{token}"
 
 
+EXPORT_SHARDS: Final = 16
+"""Subjects the exports of one tenant and source kind are spread over
+(``<prefix>.events.<tenant>.<feedser|vexer>.s<NN>``, by a hash of the export's ref): a subject
+per export grew nats-server's memory with every export ever recorded. Part of the subject
+layout: every process that records exports must agree on it (streamproc/gateway/exportlog.py)."""
+
+
 def tenant_events(prefix: str, tenant: str) -> str:
     """Every event of one tenant (a filter subject)."""
     return f"{prefix}.{EVENTS}.{tenant}.>"

@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from streamproc.state import memory
+
 ReadyCheck = Callable[[], Awaitable[tuple[bool, dict[str, object]]]]
 
 
@@ -31,6 +33,7 @@ def add_ops_routes(app: web.Application, ready: ReadyCheck, *, metrics: bool = T
         )
 
     async def serve_metrics(_: web.Request) -> web.Response:
+        memory.refresh()
         body = generate_latest()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

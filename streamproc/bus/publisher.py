@@ -113,9 +113,13 @@ class _Pending:
 
 
 def msg_header(
-    msg_id: str, expected_last_subject_seq: int | None = None, ttl_s: int | None = None
+    msg_id: str | None, expected_last_subject_seq: int | None = None, ttl_s: int | None = None
 ) -> bytes:
-    out = b"NATS/1.0\r\nNats-Msg-Id: %s\r\n" % msg_id.encode()
+    """``msg_id`` None: no ``Nats-Msg-Id`` (the message is kept out of the stream's duplicate
+    window; it must be made unique another way, e.g. ``expected_last_subject_seq``)."""
+    out = b"NATS/1.0\r\n"
+    if msg_id is not None:
+        out += b"Nats-Msg-Id: %s\r\n" % msg_id.encode()
     if expected_last_subject_seq is not None:
         out += b"Nats-Expected-Last-Subject-Sequence: %d\r\n" % expected_last_subject_seq
     if ttl_s is not None:  # per-message TTL (server >= 2.11; the stream must allow it)
@@ -219,13 +223,15 @@ class Publisher:
         self,
         subject: str,
         data: bytes,
-        msg_id: str,
+        msg_id: str | None,
         *,
         expected_last_subject_seq: int | None = None,
         ttl_s: int | None = None,
     ) -> PubAck:
         """Publish one message and wait for its acknowledgement (or its error); ``ttl_s``:
-        the server removes the message that many seconds after storing it."""
+        the server removes the message that many seconds after storing it. ``msg_id`` None:
+        without ``Nats-Msg-Id`` (see :func:`msg_header`); a resend after a timeout is then
+        told from a new message only by ``expected_last_subject_seq``."""
         sink = _Sink(1, asyncio.get_running_loop())
         header = msg_header(msg_id, expected_last_subject_seq, ttl_s)
         if not self._send_now(subject, data, header, sink, 0):

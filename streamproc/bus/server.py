@@ -151,6 +151,11 @@ class EmbeddedNats:
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
 
+    @property
+    def monitor_url(self) -> str:
+        """The monitoring endpoint (``/varz``, ``/jsz``), or "" without one."""
+        return f"http://{self.host}:{self.monitor_port}" if self.monitor_port else ""
+
     def start(self, timeout: float = 20.0) -> EmbeddedNats:
         if self.lock is None or not self.lock.held:  # first start, or a restart
             argv = owner.command_label(sys.argv)
@@ -172,7 +177,7 @@ class EmbeddedNats:
         text = server_config(self.store_dir, self.host, self.port, self.server_name)
         conf.write_text(text + self.extra_config)
         args = [self.binary, "-c", str(conf)]
-        if self.monitor_port is not None:
+        if self.monitor_port is not None:  # bound to the listen address (loopback), like it
             args += ["-m", str(self.monitor_port)]
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child process
         try:

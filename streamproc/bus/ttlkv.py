@@ -160,8 +160,10 @@ class TtlBucket:
         subject = f"$KV.{self.bucket}.{key}"
         ttl = max(1, math.ceil(ttl_s))
         try:
+            # No Nats-Msg-Id: the expected sequence makes the claim unique (and is checked
+            # first), so an id would only hold an entry per claim in the duplicate window.
             ack = await self.publisher.publish(
-                subject, value, token, expected_last_subject_seq=0, ttl_s=ttl
+                subject, value, None, expected_last_subject_seq=0, ttl_s=ttl
             )
         except WrongExpectedSequence as exc:
             m = _LAST.search(exc.description)

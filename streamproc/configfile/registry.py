@@ -108,6 +108,9 @@ KEYS: tuple[Key, ...] = (
        "other commands connect to it (or start a temporary one when none runs)"),
     _k("nats.port", "STREAMPROC_NATS_PORT", "int", 4222,
        "port of the embedded server (loopback only; unused with `nats.url`)", **_PORT),
+    _k("nats.monitor_port", "STREAMPROC_NATS_MONITOR_PORT", "int", None,
+       "monitoring port of the embedded server (`/varz`, `/jsz`: its memory and JetStream's "
+       "own accounting), on loopback", default_text="none", minimum=1, maximum=65535),
     _k("nats.prefix", "STREAMPROC_PREFIX", "str", DEFAULT_PREFIX,
        "subject prefix; stream names are its upper case"),
     _k("nats.user", "STREAMPROC_NATS_USER", "str", None,
@@ -153,9 +156,13 @@ KEYS: tuple[Key, ...] = (
        "a projector whose view frees tens of MB per batch (the impact index) hands glibc's "
        "free memory back to the OS after a batch at most this often, in seconds (0: never)",
        minimum=0),
-    _k("projector.write_buffer_mb", "STREAMPROC_WRITE_BUFFER_MB", "int", 64,
+    _k("projector.write_buffer_mb", "STREAMPROC_WRITE_BUFFER_MB", "int", 8,
        "RocksDB memtable memory of one state directory, all its column families together, "
        "in MB (each memtable a quarter of it; 0: RocksDB's own, 64 MB per family)", minimum=0),
+    _k("projector.block_cache_mb", "STREAMPROC_BLOCK_CACHE_MB", "int", 32,
+       "RocksDB block cache of the process, every state directory and family together, in "
+       "MB: what it keeps of table files in memory, index and filter blocks included",
+       minimum=1),
     # ------------------------------------------------------------------ streams, lease, status
     _k("streams.replicas", "STREAMPROC_STREAM_REPLICAS", "int", 0,
        "stream replicas; 0 = 3 when the cluster has at least 3 nodes, else 1",

@@ -2,6 +2,11 @@
 
 One entry per kind, in one place. Subjects are ``<prefix>.events.<tenant>.<aggregate>.<id>``:
 one subject per aggregate instance gives per-entity history and optimistic concurrency.
+Exports are the exception: they arrive without end, and nats-server keeps every distinct
+subject of a stream in memory, so the exports of a tenant and source kind share
+:data:`~streamproc.names.EXPORT_SHARDS` subjects (``…<feedser|vexer>.s<NN>``; events recorded
+before stay where they are). A VEX document's versions keep one subject per document
+(``…vexer.<vex-documents/id>``): as many as the documents a tenant keeps.
 """
 
 from __future__ import annotations
@@ -13,8 +18,8 @@ from typing import Any
 import msgspec
 
 from streamproc.events import payloads as p
-from streamproc.ids import subject_token
-from streamproc.names import event_subject
+from streamproc.ids import shard_token, subject_token
+from streamproc.names import EXPORT_SHARDS, event_subject
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -32,10 +37,15 @@ class KindSpec:
     """``upcasters[v]`` turns a version-``v`` payload dict into version ``v + 1``."""
     subject_field: str = ""
     """Where the subject's id comes from when not ``id_field`` (a VEX document's versions
-    share one subject)."""
+    share one subject). A payload whose subject id is not its ``id_field`` keeps that subject
+    to itself, also in a sharded kind: a tenant's VEX documents are as many as it keeps, not
+    an endless stream, and each document's versions are recorded one after the other on it."""
     downcasters: dict[int, Upcaster] = field(default_factory=dict)
     """``downcasters[v]`` turns a version-``v + 1`` payload dict back into version ``v``:
     only for versions that renamed fields and nothing else (see ``chain_form``)."""
+    shards: int = 0
+    """Nonzero: the kind's events share this many subjects per tenant (by a hash of the
+    aggregate id) instead of one per aggregate."""
     chain_form: int | None = None
     """The version whose form the audit chain hashes this kind's payloads in (None: the
     current one). A rename of payload fields must not change the link of any entry already
@@ -175,6 +185,7 @@ KINDS: dict[str, KindSpec] = {
             emitted_by="gateway (webhook), feedser CLI",
             folded_by="planner (vuln map, cursors), read model",
             upcasters={1: _unscoped_export, 2: _first_revision},
+            shards=EXPORT_SHARDS,
         ),
         KindSpec(
             "export.vexer",
@@ -186,6 +197,7 @@ KINDS: dict[str, KindSpec] = {
             folded_by="planner (changes, cursors), runner (claims), read model (documents)",
             upcasters={1: _unscoped_export, 2: _first_revision},
             subject_field="subject_id",
+            shards=EXPORT_SHARDS,
         ),
         KindSpec(
             "image.indexed",
@@ -323,8 +335,13 @@ def spec_for(kind: str) -> KindSpec | None:
 
 def subject_for(prefix: str, tenant: str, kind: str, payload: p.Payload) -> str:
     spec = KINDS[kind]
-    return event_subject(prefix, tenant, spec.aggregate, subject_token(spec.aggregate_id(payload)))
+    ident = spec.aggregate_id(payload)
+    own = spec.subject_field and ident != str(getattr(payload, spec.id_field))
+    token = shard_token(ident, spec.shards) if spec.shards and not own else subject_token(ident)
+    return event_subject(prefix, tenant, spec.aggregate, token)
 
 
 def aggregate_subject(prefix: str, tenant: str, aggregate: str, aggregate_id: str) -> str:
+    """The subject of one aggregate instance with a subject of its own (a run, a schedule,
+    a VEX document's versions; not a sharded export)."""
     return event_subject(prefix, tenant, aggregate, subject_token(aggregate_id))

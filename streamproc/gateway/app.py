@@ -18,6 +18,7 @@ from streamproc.bus.streams import configured_notify_retention
 from streamproc.bus.ttlkv import TtlBucket
 from streamproc.gateway import accesslog
 from streamproc.gateway.auth import Authenticator, Principal
+from streamproc.gateway.exportlog import ExportLog
 from streamproc.gateway.hardening import decode_json, read_body, require_json
 from streamproc.gateway.openapi import openapi_handler
 from streamproc.gateway.operations import BASE, Operation
@@ -52,6 +53,13 @@ class Gateway:
         self.replay = ReplayGuard(bucket, settings.replay_per_client)
         self.auth = Authenticator(settings, self.replay)
         self.webhooks = WebhookVerifier(settings, self.replay)
+        self.exports = ExportLog(
+            ctx.publisher,
+            ctx.settings.events_stream,
+            ctx.applied,
+            ctx.wait_for,
+            wait_s=settings.wait_timeout_s,
+        )
         self._nonce = "dpop" in self.auth.modes and settings.dpop.require_nonce
         self.remote = Remote(
             ctx.publisher.nc,

@@ -5,35 +5,32 @@ the allowlist for a source configured to take no token).
 
 An export is known by its ref, ``<source>:<exportId>``: export ids are the sender's own,
 and another configured source using the same id neither blocks nor stands in for this one.
-Event ids are ``derive_id(source, exportId, tenant)`` and each is published create-only on
-its own subject (``…<tenant>.<feedser|vexer>.<ref>``), so a repeated delivery — within
-JetStream's duplicate window or long after it — yields no second event; the read model is
-checked first and answers repeats without publishing at all. The same source sending the
-same ``exportId`` with another body records the export's next revision ("keep last",
-docs/conformance.md §12): published on the same subject expecting the latest revision's
-sequence, id ``derive_id(source, exportId, tenant, "revision", n)``. Every tenant has its
-own outcome — recorded (with its revision) or duplicate.
+Each tenant's event is appended to its shard of the tenant's exports
+(:mod:`streamproc.gateway.exportlog`) only when the export's latest revision there has
+another body: a repeated delivery — a moment or months later — yields no second event, and
+the read model is checked first so repeats are answered without publishing at all. The same
+source sending the same ``exportId`` with another body records the export's next revision
+("keep last", docs/conformance.md §12), id ``derive_id(source, exportId, tenant, "revision",
+n)``; of two different bodies sent at once, one is revision n and the other n + 1 — never
+two of the same number. Every tenant has its own outcome — recorded (with its revision) or
+duplicate.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import re
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
 
 from streamproc import metrics
-from streamproc.bus import jsapi
-from streamproc.bus.publisher import PubAck, WrongExpectedSequence
-from streamproc.events.envelope import Envelope, EventError, decode, encode, new_event
+from streamproc.events.catalog import subject_for
+from streamproc.events.envelope import encode, new_event
 from streamproc.events.payloads import (
-    FeedserExport,
     FeedserExportBody,
-    VexerExport,
     VexerExportBody,
     export_ref,
     sourced_export,
@@ -42,6 +39,7 @@ from streamproc.gateway.accesslog import RID
 from streamproc.gateway.accesslog import SOURCE as SOURCE_KEY
 from streamproc.gateway.accesslog import TENANT as TENANT_KEY
 from streamproc.gateway.auth import PRINCIPAL, WEBHOOK, Principal
+from streamproc.gateway.exportlog import Append, NotCaughtUp, Recorded, Unreadable
 from streamproc.gateway.hardening import (
     check_key_count,
     decode_content,
@@ -62,7 +60,7 @@ from streamproc.gateway.webhooks import (
 from streamproc.gateway.writes import UNAVAILABLE_HEADERS, json_response, publish_failure
 from streamproc.ids import derive_id
 from streamproc.problems import ProblemError
-from streamproc.readmodel.exports import export_digest, payload_digest
+from streamproc.readmodel.exports import payload_digest
 from streamproc.readmodel.queries import ReadModel
 from streamproc.readmodel.records import ExportRecord
 
@@ -75,7 +73,6 @@ _DECODERS: dict[str, msgspec.json.Decoder[FeedserExportBody | VexerExportBody]] 
     "vexer": msgspec.json.Decoder(VexerExportBody),
 }
 log = logging.getLogger(__name__)
-_LAST_SEQ = re.compile(r"wrong last sequence: (\d+)")
 _RESULTS = {
     (kind, result): metrics.loop_counter(metrics.SCHEDULER_EVENTS.labels(kind, result))
     for kind in ("feedser", "vexer")
@@ -93,34 +90,6 @@ def key_count(payload: Body) -> int:
     return len(payload.changed_claims)
 
 
-async def _publish_all(gw: Gateway, sends: list[tuple[Envelope, int]]) -> list[object]:
-    """Each event published expecting its subject's last sequence to be the one given (0:
-    create-only), all sent before any is awaited, a payload encoded once however many
-    tenants share it; shielded when there are several, so a cancelled request cannot stop
-    between tenants."""
-    publisher = gw.ctx.publisher
-    if len(sends) == 1:
-        event, expected = sends[0]
-        try:
-            return [await publisher.publish_event(event, expected_last_subject_seq=expected)]
-        except Exception as exc:
-            return [exc]
-    raws: dict[int, msgspec.Raw] = {}
-    outs = []
-    for e, expected in sends:
-        assert isinstance(e.payload, FeedserExport | VexerExport)
-        n = e.payload.revision
-        if n not in raws:
-            raws[n] = msgspec.Raw(msgspec.json.encode(e.payload))
-        raw_event = encode(msgspec.structs.replace(e, payload=raws[n]))
-        outs.append(
-            publisher.publish(
-                publisher.subject_of(e), raw_event, e.id, expected_last_subject_seq=expected
-            )
-        )
-    return list(await asyncio.shield(asyncio.gather(*outs, return_exceptions=True)))
-
-
 def _own_legacy(
     rm: ReadModel, tenant: str, kind: str, export_id: str, event_id: str
 ) -> ExportRecord | None:
@@ -130,34 +99,8 @@ def _own_legacy(
     return rec if rec is not None and rec.event_id == event_id else None
 
 
-class Stored(NamedTuple):
-    """An export event in the log: what a delivery is compared with."""
-
-    event_id: str
-    seq: int
-    digest: str
-    revision: int
-
-
-async def _stored_export(gw: Gateway, seq: int) -> Stored:
-    """The export event at ``seq`` (one that took the subject or the message id first):
-    whether ours repeats it or is the next revision."""
-    nc = gw.ctx.publisher.nc
-    try:
-        doc = await jsapi.request(
-            nc, f"STREAM.MSG.GET.{gw.ctx.settings.events_stream}", {"seq": seq}
-        )
-        event = decode(base64.b64decode(doc["message"]["data"]))
-    except (jsapi.JsApiError, EventError, KeyError) as exc:
-        log.warning("could not read the export event at %d to compare: %s", seq, exc)
-        raise ProblemError(
-            503,
-            "log-unavailable",
-            "the event log did not say what it holds for this export; retrying is safe",
-            headers=UNAVAILABLE_HEADERS,
-        ) from None
-    assert isinstance(event.payload, FeedserExport | VexerExport)
-    return Stored(event.id, seq, export_digest(event.payload), event.payload.revision)
+def _recorded(rec: ExportRecord) -> Recorded:
+    return Recorded(rec.event_id, rec.seq, rec.payload_sha256, rec.revision)
 
 
 def revision_event_id(source: str, export_id: str, tenant: str, revision: int) -> str:
@@ -167,20 +110,27 @@ def revision_event_id(source: str, export_id: str, tenant: str, revision: int) -
     return derive_id(source, export_id, tenant, "revision", revision)
 
 
-def _outcome(tenant: str, stored: Stored, recorded: bool) -> ExportEvent:
+def _outcome(tenant: str, rec: Recorded, recorded: bool) -> ExportEvent:
     return ExportEvent(
         tenant=tenant,
         outcome="recorded" if recorded else "duplicate",
-        event_id=stored.event_id,
-        seq=stored.seq,
+        event_id=rec.event_id,
+        seq=rec.seq,
         duplicate=not recorded,
-        revision=stored.revision,
+        revision=rec.revision,
     )
 
 
-MAX_REVISION_ATTEMPTS = 4
-"""Tries per tenant when other deliveries revise the same export at the same moment (each
-lost try means one of theirs was recorded); 409 ``concurrent-update`` beyond."""
+def _append_failure(exc: BaseException) -> ProblemError:
+    if isinstance(exc, NotCaughtUp | Unreadable):
+        log.warning("export not recorded now: %s", exc)
+        return ProblemError(
+            503,
+            "log-unavailable",
+            "the event log did not say whether it holds this export yet; retrying is safe",
+            headers=UNAVAILABLE_HEADERS,
+        )
+    return publish_failure(exc)
 
 
 async def _record(
@@ -189,85 +139,83 @@ async def _record(
     """Record ``body`` for ``tenants`` (of ``source``); the status (202 if any tenant's event
     is new, 200 if none is) and each tenant's outcome.
 
-    Per tenant, the export's latest revision decides: none yet, revision 1 (create-only);
-    the same body, a duplicate; another body, the next revision, published expecting the
-    latest revision's stream sequence, so that of two different bodies sent at once one is
-    revision n and the other, told so by the log, n + 1 — never two of the same number."""
+    Per tenant, the export's latest revision in the log decides: none yet, revision 1; the
+    same body, a duplicate; another body, the next revision. Tenants are appended all at
+    once, shielded when there are several, so a cancelled request cannot stop between
+    them; a payload is encoded once per revision however many tenants share it."""
     export_id = body.export_id
     ref = export_ref(source.name, export_id)
     digest = payload_digest(body)
     settled: dict[str, ExportEvent] = {}
-    todo: dict[str, tuple[int, int]] = {}
-    """tenant → (the revision to record, the subject sequence it expects)."""
     legacy: set[str] = set()
     """Tenants whose export was recorded before refs existed, with another body."""
+    pending: list[str] = []
     for tenant in tenants:
+        first_id = revision_event_id(source.name, export_id, tenant, 1)
         current = gw.rm.export(tenant, kind, ref)
-        known = current or _own_legacy(
-            gw.rm, tenant, kind, export_id, revision_event_id(source.name, export_id, tenant, 1)
-        )
+        known = current or _own_legacy(gw.rm, tenant, kind, export_id, first_id)
         if known is not None and known.payload_sha256 == digest:
-            stored = Stored(known.event_id, known.seq, digest, known.revision)
-            settled[tenant] = _outcome(tenant, stored, recorded=False)
-        elif current is None:  # new, or changed since it was recorded before refs existed
-            todo[tenant] = (1, 0)
-            if known is not None:
-                legacy.add(tenant)
-        else:
-            todo[tenant] = (current.revision + 1, current.seq)
+            settled[tenant] = _outcome(tenant, _recorded(known), recorded=False)
+            continue
+        if current is None and known is not None:
+            legacy.add(tenant)
+        pending.append(tenant)
+    raws: dict[int, msgspec.Raw] = {}
+    first = sourced_export(body, source.name, 1)
+    """Names the export's shard subject (the same for every revision)."""
 
-    def event_id(tenant: str, n: int) -> str:
+    def decide(tenant: str, latest: Recorded | None) -> Append | Recorded:
+        if latest is not None and latest.digest == digest:
+            return latest  # a repeat of the latest revision
+        n = 1 if latest is None else latest.revision + 1
         if n == 1 and tenant in legacy:  # the old event has the first revision's id
-            return derive_id(source.name, export_id, tenant, "ref")
-        return revision_event_id(source.name, export_id, tenant, n)
-
-    for _ in range(MAX_REVISION_ATTEMPTS):
-        if not todo:
-            break
-        sends = [
-            (
-                new_event(
-                    f"export.{kind}",
-                    tenant,
-                    sourced_export(body, source.name, n),
-                    gw.ctx.clock.now(),
-                    event_id=event_id(tenant, n),
-                    correlation_id=request[RID],
-                ),
-                expected,
-            )
-            for tenant, (n, expected) in todo.items()
-        ]
-        todo = {}
-        failure: BaseException | None = None
-        for (event, _), out in zip(sends, await _publish_all(gw, sends), strict=True):
-            tenant = event.tenant
-            assert isinstance(event.payload, FeedserExport | VexerExport)
-            if isinstance(out, PubAck) and not out.duplicate:
-                stored = Stored(event.id, out.seq, digest, event.payload.revision)
-                settled[tenant] = _outcome(tenant, stored, recorded=True)
-                continue
-            seq = out.seq if isinstance(out, PubAck) else _taken_by(out)
-            if seq is None:
-                failure = failure or out  # type: ignore[assignment]  # out is an exception when it is not a PubAck (return_exceptions)
-                continue
-            # The subject (or the id, within the duplicate window) holds a revision the read
-            # model has not folded yet: the same body, or ours is the one after it.
-            stored = await _stored_export(gw, seq)
-            if stored.digest == digest:
-                settled[tenant] = _outcome(tenant, stored, recorded=False)
-            else:
-                todo[tenant] = (stored.revision + 1, seq)
-        if failure is not None:
-            # Tenants already stored are absorbed on the sender's retry (same derived ids).
-            raise publish_failure(failure)
-    if todo:
-        raise ProblemError(
-            409,
-            "concurrent-update",
-            f"export {export_id!r} is being revised by other deliveries at this moment; retry",
-            headers={"Retry-After": "1"},
+            event_id = derive_id(source.name, export_id, tenant, "ref")
+        else:
+            event_id = revision_event_id(source.name, export_id, tenant, n)
+        payload = first if n == 1 else sourced_export(body, source.name, n)
+        event = new_event(
+            f"export.{kind}",
+            tenant,
+            payload,
+            gw.ctx.clock.now(),
+            event_id=event_id,
+            correlation_id=request[RID],
         )
+        if n not in raws:
+            raws[n] = msgspec.Raw(msgspec.json.encode(payload))
+        return Append(encode(msgspec.structs.replace(event, payload=raws[n])), event_id, digest, n)
+
+    def append(tenant: str) -> Awaitable[tuple[Recorded, bool]]:
+        def lookup() -> Recorded | None:
+            rec = gw.rm.export(tenant, kind, ref)
+            return None if rec is None else _recorded(rec)
+
+        return gw.exports.append(
+            subject_for(gw.ctx.publisher.prefix, tenant, f"export.{kind}", first),
+            (tenant, kind, ref),
+            lookup,
+            lambda latest: decide(tenant, latest),
+        )
+
+    outs: list[tuple[Recorded, bool] | BaseException]
+    if len(pending) == 1:
+        try:
+            outs = [await append(pending[0])]
+        except Exception as exc:
+            outs = [exc]
+    else:
+        sends = [append(t) for t in pending]
+        outs = list(await asyncio.shield(asyncio.gather(*sends, return_exceptions=True)))
+    failure: BaseException | None = None
+    for tenant, out in zip(pending, outs, strict=True):
+        if isinstance(out, BaseException):
+            failure = failure or out
+            continue
+        rec, appended = out
+        settled[tenant] = _outcome(tenant, rec, recorded=appended)
+    if failure is not None:
+        # Tenants already stored are found on the sender's retry (by the ref).
+        raise _append_failure(failure)
     events = [settled[t] for t in tenants]
     revised = [e.tenant for e in events if e.outcome == "recorded" and e.revision > 1]
     if revised:
@@ -287,15 +235,6 @@ async def _record(
         events=events,
     )
     return (202 if recorded else 200), accepted
-
-
-def _taken_by(out: object) -> int | None:
-    """The sequence of the event that holds the subject a create-only publish was refused."""
-    if isinstance(out, WrongExpectedSequence):
-        m = _LAST_SEQ.search(out.description)
-        if m:
-            return int(m.group(1))
-    return None
 
 
 async def _tenants(gw: Gateway, request: web.Request, source: Source) -> list[str]:

@@ -19,8 +19,8 @@ verified at once (503 ``busy`` beyond).
 
 A delivery id is looked up in the bucket every gateway replica shares
 (:mod:`streamproc.gateway.replay`) before anything else is done (a replay: 409, nothing
-published), and claimed there once its export is recorded. Recording is idempotent (derived
-event ids, create-only subjects), so claiming after it means a 409 always says "received and
+published), and claimed there once its export is recorded. Recording is idempotent (an export
+is appended to the log at most once), so claiming after it means a 409 always says "received and
 recorded": a delivery that failed on its way (a 5xx, an acknowledgement lost in an election)
 is never claimed, and its retry succeeds on any replica.
 """

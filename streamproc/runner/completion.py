@@ -110,15 +110,19 @@ class Completer:
         reader = Reader(ctx.store)
         finished = 0
         now = time.monotonic()
+        still_open: set[tuple[str, str]] = set()
         for rec in reader.open_runs():
+            k = (rec.tenant, rec.run_id)
+            still_open.add(k)
             if rec.terminal is not None or not rec.accounted():
                 continue
-            k = (rec.tenant, rec.run_id)
             if now - self._sent.get(k, -RETRY_S) < RETRY_S:
                 continue
             self._sent[k] = now
             await self.finish(ctx, reader, rec)
             finished += 1
+        for k in self._sent.keys() - still_open:  # completed: nothing more to send for it
+            del self._sent[k]
         return finished
 
     async def finish(self, ctx: RoleContext, reader: Reader, rec: RunRec) -> None:

@@ -21,10 +21,10 @@ LOCK_FILE = "LOCK.streamproc"
 
 POINT_READ_FAMILIES = frozenset({IMPACT_GROUPS_CF})
 """Column families read by multi-gets of thousands of random keys (a cold impact query):
-RocksDB keeps their blocks uncompressed and each table file with a bloom filter. Their
-values (msgpack id lists, roaring bytes) barely compress (66 MB raw, 57 MB with Snappy),
-and decompressing a block per key was a sixth to a third of the multi-get; the filter
-spares a lookup the data blocks of the newer files that do not hold its key."""
+RocksDB keeps their blocks uncompressed. Their values (msgpack id lists, roaring bytes)
+barely compress (66 MB raw, 57 MB with Snappy), and decompressing a block per key was a
+sixth to a third of the multi-get. (Every family's table files carry a bloom filter, which
+spares a lookup the data blocks of the files that do not hold its key.)"""
 
 STATE_FORMAT_VERSION = 1
 """Bump when a fold's stored layout changes; old directories must then be replayed."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import fcntl
 import os
+import weakref
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -21,6 +22,7 @@ from typing import cast
 from rocksdict import (
     AccessType,
     BlockBasedOptions,
+    Cache,
     DBCompressionType,
     Options,
     Rdict,
@@ -121,12 +123,12 @@ def _prefix_end(prefix: bytes) -> bytes | None:
 
 
 WRITE_BUFFER_ENV = "STREAMPROC_WRITE_BUFFER_MB"
-DEFAULT_WRITE_BUFFER_MB = 64
+DEFAULT_WRITE_BUFFER_MB = 8
 
 
 def write_buffer_bytes(env: Mapping[str, str] | None = None) -> int:
     """``STREAMPROC_WRITE_BUFFER_MB`` (``projector.write_buffer_mb``), validated, in bytes:
-    default 64 MB, 0: RocksDB's own defaults."""
+    default 8 MB (chosen by the soak, docs/performance.md), 0: RocksDB's own defaults."""
     raw = ((environment() if env is None else env).get(WRITE_BUFFER_ENV) or "").strip()
     if not raw:
         return DEFAULT_WRITE_BUFFER_MB << 20
@@ -137,6 +139,37 @@ def write_buffer_bytes(env: Mapping[str, str] | None = None) -> int:
     if mb < 0:
         raise ConfigError(f"{WRITE_BUFFER_ENV}={raw}: MB, 0 or more (0: RocksDB's defaults)")
     return mb << 20
+
+
+BLOCK_CACHE_ENV = "STREAMPROC_BLOCK_CACHE_MB"
+DEFAULT_BLOCK_CACHE_MB = 32
+_block_cache: Cache | None = None
+
+
+def block_cache_bytes(env: Mapping[str, str] | None = None) -> int:
+    """``STREAMPROC_BLOCK_CACHE_MB`` (``projector.block_cache_mb``), validated, in bytes."""
+    raw = ((environment() if env is None else env).get(BLOCK_CACHE_ENV) or "").strip()
+    if not raw:
+        return DEFAULT_BLOCK_CACHE_MB << 20
+    try:
+        mb = int(raw)
+    except ValueError:
+        raise ConfigError(f"{BLOCK_CACHE_ENV}={raw!r}: not a whole number of MB") from None
+    if mb < 1:
+        raise ConfigError(f"{BLOCK_CACHE_ENV}={raw}: MB, at least 1")
+    return mb << 20
+
+
+def block_cache() -> Cache:
+    """The process's one block cache, shared by every family of every store it opens: what
+    RocksDB keeps of table files in memory — data blocks, and their index and filter blocks
+    too — is bounded by one setting, however many families and files there are. (RocksDB's
+    own default is a cache of 8 MB per family, and index and filter blocks outside any
+    cache, growing with the data.)"""
+    global _block_cache
+    if _block_cache is None:
+        _block_cache = Cache(block_cache_bytes())
+    return _block_cache
 
 
 def _options(family: str | None = None, wbm: WriteBufferManager | None = None) -> Options:
@@ -150,12 +183,27 @@ def _options(family: str | None = None, wbm: WriteBufferManager | None = None) -
         # family on its own; one bound for them all, each memtable a quarter of it
         o.set_write_buffer_manager(wbm)
         o.set_write_buffer_size(max(wbm.get_buffer_size() // 4, 1 << 20))
+    table = BlockBasedOptions()
+    table.set_block_cache(block_cache())
+    table.set_cache_index_and_filter_blocks(True)
+    # the newest files' index and filter stay cached (every read of the family needs them)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    # ~1 % false positives, a full-file filter: most point reads are of keys that are not
+    # there yet (an export, a run seen for the first time), and a filter answers those
+    # without reading the file's data blocks
+    table.set_bloom_filter(10, False)
     if family in POINT_READ_FAMILIES:
-        table = BlockBasedOptions()
-        table.set_bloom_filter(10, False)  # ~1 % false positives, a full-file filter
-        o.set_block_based_table_factory(table)
         o.set_compression_type(DBCompressionType.none())
+    o.set_block_based_table_factory(table)
     return o
+
+
+_open_stores: weakref.WeakSet[RocksStore] = weakref.WeakSet()
+
+
+def open_stores() -> list[RocksStore]:
+    """The RocksDB stores this process has open (for its memory figures)."""
+    return [s for s in _open_stores if s._db is not None]
 
 
 class RocksStore(Store):
@@ -202,6 +250,17 @@ class RocksStore(Store):
             self._db = Rdict(str(self.path), _options(None, self._wbm), column_families=cfs)
         self._handles = {n: self._db.get_column_family_handle(n) for n in cfs}
         self._cfs = {n: self._db.get_column_family(n) for n in cfs}
+        _open_stores.add(self)
+
+    def memtable_bytes(self) -> int:
+        """Memory of this store's memtables, every family together (what
+        ``projector.write_buffer_mb`` bounds)."""
+        if self._wbm is not None:
+            return int(self._wbm.get_usage())
+        return sum(
+            int(cf.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
+            for cf in self._cfs.values()
+        )
 
     def families(self) -> list[str]:
         return sorted(self._cfs)
@@ -256,6 +315,7 @@ class RocksStore(Store):
     def close(self) -> None:
         if self._db is None:
             return
+        _open_stores.discard(self)
         self._cfs.clear()
         self._handles.clear()
         self._db.close()

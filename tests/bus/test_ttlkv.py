@@ -82,3 +82,35 @@ async def test_a_resent_claim_that_meets_its_own_first_copy_is_ours(
     assert claim.seq == stored.seq
     with pytest.raises(KeyTaken):  # someone else's value: a real conflict
         await TtlBucket(publisher, bucket, holder="gw2").claim("k.resent", 60)
+
+
+async def test_expired_claims_leave_nothing_in_the_buckets_accounting(
+    nc: FastClient, publisher: Publisher, prefix: str
+) -> None:
+    """What the bucket costs nats-server lasts as long as its live claims: a hundred claims
+    expire to no message and no subject in JetStream's own accounting, and none of them
+    was published with a ``Nats-Msg-Id`` (each would hold a duplicate-window entry)."""
+    name = f"{prefix}_many"
+    stream = ttlkv.stream_name(name)
+    await streams.apply(nc, [ttlkv.definition(name, replicas=1, max_keys=1000, description="t")])
+    try:
+        b = TtlBucket(publisher, name, holder="gw1")
+        claimed = await asyncio.gather(*(b.claim(f"webhook.src.k{i}", 1) for i in range(100)))
+        js = nc.jetstream()
+        for c in claimed[:5]:
+            msg = await js.get_msg(stream, c.seq)
+            assert "Nats-Msg-Id" not in (msg.headers or {}), msg.headers
+
+        async def state() -> tuple[int, int]:
+            doc = await jsapi.request(nc, f"STREAM.INFO.{stream}")
+            return doc["state"]["messages"], doc["state"].get("num_subjects", 0)
+
+        assert await state() == (100, 100)
+
+        async def emptied() -> bool:
+            return await state() == (0, 0)
+
+        await eventually(emptied, 10, "the claims expired from the stream's accounting")
+    finally:
+        with contextlib.suppress(jsapi.JsApiError):
+            await jsapi.request(nc, f"STREAM.DELETE.{stream}")

@@ -143,10 +143,14 @@ async def read_events(nc: FastClient, stream: str) -> list[tuple[int, Envelope]]
     return out
 
 
-async def subject_counts(nc: FastClient, stream: str) -> dict[str, int]:
-    """Messages per subject (each export has a subject of its own), in one API call."""
-    doc = await jsapi.request(nc, f"STREAM.INFO.{stream}", {"subjects_filter": ">"}, timeout=30)
-    return dict(doc["state"].get("subjects") or {})
+async def export_counts(nc: FastClient, stream: str) -> dict[tuple[str, str], int]:
+    """How many times each (tenant, export ref) is in the log (exports share subjects)."""
+    out: dict[tuple[str, str], int] = {}
+    for _seq, event in await read_events(nc, stream):
+        ref = getattr(event.payload, "ref", None)
+        if event.kind.startswith("export.") and ref is not None:
+            out[event.tenant, ref] = out.get((event.tenant, ref), 0) + 1
+    return out
 
 
 async def projector_starts(nc: FastClient, stream: str) -> dict[str, int]:

@@ -13,7 +13,7 @@ import pytest
 
 from streamproc import roles
 from streamproc.bus.cluster import NatsCluster
-from tests.cluster.system import subject_counts
+from tests.cluster.system import export_counts
 from tests.cluster.webhooks import FEEDSER, REF, export_body
 from tests.gateway.harness import BASE, default_settings, signed_headers, start, stop, token
 
@@ -72,8 +72,9 @@ async def test_writes_stop_with_a_clear_503_and_resume_with_quorum(
         # 202, or 200 "duplicate" when an attempt answered 503 was stored after all (its
         # publish ack was lost in the election): either way it is stored once (below).
         assert status == 202 or (status == 200 and problem.get("duplicate")), problem
-        counts = await subject_counts(nc, gw.system.settings.events_stream)
-        assert sorted(s.rsplit(".", 1)[1].removeprefix(REF) for s in counts) == sorted(
+        counts = await export_counts(nc, gw.system.settings.events_stream)
+        assert set(counts.values()) == {1}, "an export stored twice"
+        assert sorted(ref.removeprefix(REF) for _, ref in counts) == sorted(
             ["before", "before", "no-quorum", "no-quorum"]
         ), "one event per tenant and export: the refused attempt stored nothing extra"
         print(f"\nquorum loss: a write was refused (503) after {took:.1f} s")

@@ -10,6 +10,7 @@ import pytest
 from rocksdict import Options, Rdict
 
 from streamproc.config import ConfigError
+from streamproc.state import store as store_module
 from streamproc.state.digest import state_digest
 from streamproc.state.keys import META_CF, POINT_READ_FAMILIES
 from streamproc.state.store import MemoryStore, RocksStore, StateLocked, Store, write_buffer_bytes
@@ -230,7 +231,7 @@ def _tables(s: RocksStore, cf: str) -> dict[str, int]:
     return {k: int(v) for k, v in pairs if v.isdigit()}
 
 
-def test_rocks_point_read_families_are_uncompressed_with_bloom_filters(tmp_path):
+def test_rocks_point_read_families_are_uncompressed_and_every_family_has_bloom_filters(tmp_path):
     path = tmp_path / "state"
     s = RocksStore(path)
     s.ensure_families([POINT, "t"])
@@ -243,7 +244,7 @@ def test_rocks_point_read_families_are_uncompressed_with_bloom_filters(tmp_path)
         assert point["data block size"] >= 300_000  # 2,000 values of 150 bytes, as they are
         assert other["data block size"] < 100_000  # the default family options compress
         assert point["filter block size"] > 0
-        assert other["filter block size"] == 0
+        assert other["filter block size"] > 0  # a miss reads no data block of the file
         assert s.get_many(POINT, list(VALUES)) == list(VALUES.values())
     finally:
         s.close()
@@ -386,4 +387,39 @@ def test_rocks_bounds_the_memtables_of_all_families_together(tmp_path, monkeypat
 def test_a_bad_write_buffer_bound_is_a_config_error_naming_the_variable(raw, reason):
     with pytest.raises(ConfigError, match=f"^STREAMPROC_WRITE_BUFFER_MB={reason}"):
         write_buffer_bytes({"STREAMPROC_WRITE_BUFFER_MB": raw})
-    assert write_buffer_bytes({}) == 64 << 20 and write_buffer_bytes({"X": "1"}) == 64 << 20
+    assert write_buffer_bytes({}) == 8 << 20 and write_buffer_bytes({"X": "1"}) == 8 << 20
+
+
+def test_rocks_keeps_table_files_in_one_bounded_cache(tmp_path, monkeypatch):
+    """Every family of every store in the process shares one block cache of
+    ``STREAMPROC_BLOCK_CACHE_MB``, their index and filter blocks included: reading two
+    stores' table files through keeps the cache within its bound, and nothing of the files
+    outside it. (RocksDB's own default: an 8 MB cache per family, and index and filter
+    blocks outside any cache, growing with the data.)"""
+    monkeypatch.setattr(store_module, "_block_cache", None)  # a cache of this test's size
+    monkeypatch.setenv("STREAMPROC_BLOCK_CACHE_MB", "1")
+    monkeypatch.setenv("STREAMPROC_WRITE_BUFFER_MB", "1")  # many small table files
+    rnd = random.Random(5)
+    stores = [RocksStore(tmp_path / f"s{i}") for i in range(2)]
+    try:
+        for s in stores:
+            s.ensure_families(["t", "u"])
+            for b in range(24):
+                s.commit({("t", "u")[b % 2]: {b"%02d/%04d" % (b, k): rnd.randbytes(300)
+                                              for k in range(1000)}})  # fmt: skip
+        for s in stores:
+            for b in rnd.sample(range(24), 24):
+                for k in rnd.sample(range(1000), 200):
+                    assert s.get(("t", "u")[b % 2], b"%02d/%04d" % (b, k)) is not None
+                assert s.get("t", b"%02d/absent" % b) is None
+        cache = store_module.block_cache()
+        assert 0 < cache.get_usage() <= 1 << 20, cache.get_usage()
+        families = [cf for s in stores for cf in s._cfs.values()]
+        for cf in families:  # one cache for all
+            assert cf.property_int_value("rocksdb.block-cache-capacity") == 1 << 20
+        outside = sum(cf.property_int_value("rocksdb.estimate-table-readers-mem") or 0
+                      for cf in families)  # fmt: skip
+        assert outside < 64 << 10, outside
+    finally:
+        for s in stores:
+            s.close()
