@@ -2,7 +2,7 @@
 
 Production gateways take their issuers and webhook secrets from ``STREAMPROC_GATEWAY_CONFIG``
 and answer 401 until they are configured. For a newcomer's first run this writes, once, under
-the data directory: a development token issuer key, a Feedser webhook secret, and a gateway
+the data directory: a development token issuer key, Feedser and Vexer webhook secrets, and a gateway
 configuration that trusts them for tenant ``demo`` (bearer or DPoP tokens), and points the
 process at it — unless a gateway configuration is already given. A demo listens on loopback
 only: its issuer's private key sits in the data directory and it accepts bearer tokens.
@@ -102,12 +102,13 @@ class DevAuth:
                 f'  {cli} api GET /schedules --token "$TOKEN"{where}',
                 f'  {cli} api GET /runs --token "$TOKEN"{where}',
                 f"  export STREAMPROC_FEEDSER_SECRET=$(cat {self._secret_path()})",
+                f"  export STREAMPROC_VEXER_SECRET=$(cat {self._secret_path('vexer')})",
             ]
         )
 
-    def _secret_path(self) -> Path:
+    def _secret_path(self, kind: str = "feedser") -> Path:
         assert self.config is not None
-        return self.config.with_name("feedser.secret")
+        return self.config.with_name(f"{kind}.secret")
 
 
 def prepare_dev_auth(settings: Settings) -> DevAuth:
@@ -117,11 +118,13 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
     base = settings.data_dir.resolve() / "dev"
     key_file = base / "issuer.jwk"
     secret_file = base / "feedser.secret"
+    vexer_secret = base / "vexer.secret"
     config = base / "gateway.json"
     if not key_file.exists():
         write_key_file(key_file, SigningKey.generate(), kid=uuid.uuid4().hex[:16], iss=DEV_ISSUER)
-    if not secret_file.exists():
-        _write_private(secret_file, secrets.token_hex(32) + "\n")
+    for f in (secret_file, vexer_secret):
+        if not f.exists():
+            _write_private(f, secrets.token_hex(32) + "\n")
     key_doc = json.loads(key_file.read_text())
     gateway = {
         "issuers": [
@@ -138,7 +141,13 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
                 "kind": "feedser",
                 "tenants": [DEMO_TENANT],
                 "hmac_secrets": [f"file:{secret_file}"],
-            }
+            },
+            {
+                "name": "vexer",
+                "kind": "vexer",
+                "tenants": [DEMO_TENANT],
+                "hmac_secrets": [f"file:{vexer_secret}"],
+            },
         ],
     }
     _write_private(config, json.dumps(gateway, indent=2) + "\n")
@@ -147,4 +156,6 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
     env = environment()
     if "STREAMPROC_FEEDSER_SECRET" not in env:
         os.environ["STREAMPROC_FEEDSER_SECRET"] = secret_file.read_text().strip()
+    if "STREAMPROC_VEXER_SECRET" not in env:
+        os.environ["STREAMPROC_VEXER_SECRET"] = vexer_secret.read_text().strip()
     return DevAuth(key_file, config, client, settings.data_dir)

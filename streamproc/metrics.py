@@ -82,8 +82,8 @@ HTTP_REQUEST_SECONDS = Histogram(
 )
 SCHEDULER_EVENTS = Counter(
     "scheduler_events",
-    "Export webhook deliveries (feedser, vexer) and image PUTs (images) by result "
-    "(accepted|duplicate|refused|failed)",
+    "Export webhook deliveries (feedser, vexer), image PUTs (images) and VEX document PUTs "
+    "(vex) by result (accepted|duplicate|refused|failed)",
     ["source", "result"],
 )
 

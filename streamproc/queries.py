@@ -93,6 +93,10 @@ class PreviewResult(msgspec.Struct, kw_only=True, rename="camel"):
     (docs/api.md, "Preview", says how, and what it can get wrong)."""
     projected_kev: int | None = None
     """How many of ``projectedDeltas`` would carry a KEV finding."""
+    projected_high_epss: int | None = None
+    """(Additional field.) How many of ``projectedDeltas`` would carry a finding whose EPSS
+    percentile is at least ``planner.epss_high_percentile`` (KEV ones included: the two
+    counts are apart, not exclusive)."""
     unassessed: int | None = None
     """Candidates the export names no severity or KEV status for (a bare changed key, a VEX
     claim on a vulnerability no Feedser export described): not counted either way."""

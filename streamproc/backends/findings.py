@@ -3,8 +3,9 @@ policy that turns them into PASS or FAIL.
 
 :func:`settle` takes what a backend reported (the reference scanner's ``/reports`` or a
 tool's parsed JSON) and gives the findings the verdict records: one per (purl,
-vulnerability), the highest severity kept, KEV marked from the configured catalog. A later
-step that every kind must get (applying VEX claims, say) belongs here, once.
+vulnerability), the highest severity kept, KEV marked from the configured catalog. The
+runner's :func:`streamproc.runner.backend.settled` then applies the tenant's VEX claims to
+them, and the policy decides on what stands.
 """
 
 from __future__ import annotations

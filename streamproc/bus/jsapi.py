@@ -8,6 +8,7 @@ definitions below be the very JSON an operator can apply with the ``nats`` CLI.
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -99,6 +100,18 @@ async def request(
         e = msgspec.convert(doc["error"], _Err)
         raise JsApiError(e.code, e.err_code, e.description)
     return doc  # type: ignore[no-any-return]  # a JetStream API answer is a JSON object (checked above)
+
+
+async def last_on_subject(nc: Client, stream: str, subject: str) -> tuple[int, bytes | None]:
+    """Sequence and data of the subject's last message (0, None when there is none)."""
+    try:
+        doc = await request(nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
+    except JsApiError as exc:
+        if exc.err_code == NO_MESSAGE:
+            return 0, None
+        raise
+    msg = doc["message"]
+    return int(msg["seq"]), base64.b64decode(msg.get("data") or "")
 
 
 async def stream_info(nc: Client, stream: str) -> StreamInfo | None:

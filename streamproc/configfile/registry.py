@@ -87,6 +87,7 @@ SECTIONS: dict[str, str] = {
     "gateway": "the HTTP API: tokens, webhooks, body limits",
     "gateway.dpop": "DPoP proof checking",
     "feedser": "the `streamproc feedser export` client",
+    "vexer": "the `streamproc vexer export` client",
     "client": "commands that call the gateway: DPoP key and tokens",
     "notify": "the Notify HTTP feed (gateway) and the `streamproc notify tail` client",
 }
@@ -228,6 +229,10 @@ KEYS: tuple[Key, ...] = (
        "runs planned per reactor pass, round-robin across tenants", minimum=1),
     _k("planner.preview_sample", "STREAMPROC_PLANNER_PREVIEW_SAMPLE", "int", 20,
        "sample digests returned by a preview", minimum=0),
+    _k("planner.epss_high_percentile", "STREAMPROC_PLANNER_EPSS_HIGH_PERCENTILE", "float",
+       0.9, "a changed finding whose EPSS percentile is at least this ranks its images with "
+       "the critical ones; a preview counts its projected delta as high-EPSS "
+       "(`projectedHighEpss`)", minimum=0, maximum=1),
     # ------------------------------------------------------------------ runner, scanner
     _k("runner.workers", "STREAMPROC_RUNNER_WORKERS", "int", 2,
        "segments processed at once by one runner process", minimum=1, maximum=256),
@@ -398,6 +403,19 @@ KEYS: tuple[Key, ...] = (
        "tenants `streamproc feedser export` delivers each export to, one delivery and token "
        "each (minted or client-credentials tokens)",
        default_text="the Feedser source's tenants in `DATA/dev/gateway.json`"),
+    _k("vexer.secret", "STREAMPROC_VEXER_SECRET", "str", None,
+       "HMAC secret `streamproc vexer export` signs with", secret=True, default_text="none"),
+    _k("vexer.token", "STREAMPROC_VEXER_TOKEN", "str", None,
+       "access token `streamproc vexer export` presents (scope `scheduler.webhook`, one "
+       "tenant), DPoP-bound to the client's key (`client.dpop_key`)", secret=True,
+       default_text="client credentials (`client.*`), else minted from `vexer.issuer_key`"),
+    _k("vexer.issuer_key", "STREAMPROC_VEXER_ISSUER_KEY", "str", None,
+       "issuer key file `streamproc vexer export` mints its tokens from (development and "
+       "tests)", default_text="`DATA/dev/issuer.jwk` when `make run` wrote it"),
+    _k("vexer.tenants", "STREAMPROC_VEXER_TENANTS", "list[str]", None,
+       "tenants `streamproc vexer export` delivers each export to, one delivery and token "
+       "each (minted or client-credentials tokens)",
+       default_text="the Vexer source's tenants in `DATA/dev/gateway.json`"),
     _k("client.dpop_key", "STREAMPROC_CLIENT_DPOP_KEY", "str", None,
        "the DPoP key (private Ed25519 JWK) every command that calls the gateway signs its "
        "proofs with; created on first use with mode 0600",

@@ -5,7 +5,8 @@ one subject per aggregate instance gives per-entity history and optimistic concu
 Exports are the exception: they arrive without end, and nats-server keeps every distinct
 subject of a stream in memory, so the exports of a tenant and source kind share
 :data:`~streamproc.names.EXPORT_SHARDS` subjects (``…<feedser|vexer>.s<NN>``; events recorded
-before stay where they are).
+before stay where they are). A VEX document's versions keep one subject per document
+(``…vexer.<vex-documents/id>``): as many as the documents a tenant keeps.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ class KindSpec:
     folded_by: str = ""
     upcasters: dict[int, Upcaster] = field(default_factory=dict)
     """``upcasters[v]`` turns a version-``v`` payload dict into version ``v + 1``."""
+    subject_field: str = ""
+    """Where the subject's id comes from when not ``id_field`` (a VEX document's versions
+    share one subject). A payload whose subject id is not its ``id_field`` keeps that subject
+    to itself, also in a sharded kind: a tenant's VEX documents are as many as it keeps, not
+    an endless stream, and each document's versions are recorded one after the other on it."""
     downcasters: dict[int, Upcaster] = field(default_factory=dict)
     """``downcasters[v]`` turns a version-``v + 1`` payload dict back into version ``v``:
     only for versions that renamed fields and nothing else (see ``chain_form``)."""
@@ -51,7 +57,7 @@ class KindSpec:
     entry chained before the field existed — and of its event replayed now — never changes."""
 
     def aggregate_id(self, payload: p.Payload) -> str:
-        return str(getattr(payload, self.id_field))
+        return str(getattr(payload, self.subject_field or self.id_field))
 
     def decoder(self) -> msgspec.json.Decoder[Any]:
         return _DECODERS[self.kind]
@@ -187,9 +193,10 @@ KINDS: dict[str, KindSpec] = {
             "vexer",
             "ref",
             version=3,
-            emitted_by="gateway (webhook)",
-            folded_by="planner (cursors), read model",
+            emitted_by="gateway (webhook, PUT /vex/{documentId}), vexer CLI",
+            folded_by="planner (changes, cursors), runner (claims), read model (documents)",
             upcasters={1: _unscoped_export, 2: _first_revision},
+            subject_field="subject_id",
             shards=EXPORT_SHARDS,
         ),
         KindSpec(
@@ -329,5 +336,12 @@ def spec_for(kind: str) -> KindSpec | None:
 def subject_for(prefix: str, tenant: str, kind: str, payload: p.Payload) -> str:
     spec = KINDS[kind]
     ident = spec.aggregate_id(payload)
-    token = shard_token(ident, spec.shards) if spec.shards else subject_token(ident)
+    own = spec.subject_field and ident != str(getattr(payload, spec.id_field))
+    token = shard_token(ident, spec.shards) if spec.shards and not own else subject_token(ident)
     return event_subject(prefix, tenant, spec.aggregate, token)
+
+
+def aggregate_subject(prefix: str, tenant: str, aggregate: str, aggregate_id: str) -> str:
+    """The subject of one aggregate instance with a subject of its own (a run, a schedule,
+    a VEX document's versions; not a sharded export)."""
+    return event_subject(prefix, tenant, aggregate, subject_token(aggregate_id))

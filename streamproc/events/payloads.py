@@ -31,7 +31,12 @@ Mode = Literal["analysis-only", "content-refresh"]
 Trigger = Literal["cron", "feedser", "vexer", "manual"]
 Severity = Literal["low", "medium", "high", "critical"]
 SEVERITY_RANK: dict[str, int] = {"low": 1, "medium": 2, "high": 3, "critical": 4}
-VEX_STATUSES = frozenset({"not_affected", "affected", "fixed", "under_investigation"})
+VEX_STATUSES = frozenset(
+    {"not_affected", "affected", "fixed", "under_investigation", "false_positive"}
+)
+VEX_DOCUMENT_SOURCE = "vex-documents"
+"""The source of the exports that ``PUT /vex/{documentId}`` records (no webhook source may
+take this name): their ref is ``vex-documents:<documentId>@<version>``."""
 _EPOCH = datetime(2000, 1, 1)
 _TRANSITION = re.compile(r"^([a-z_]+)\s*(?:→|->)\s*([a-z_]+)$")
 
@@ -155,6 +160,16 @@ class Window(Payload, kw_only=True):
     to: Annotated[str, Meta(max_length=64)] | None = None
 
 
+class Epss(Payload, kw_only=True):
+    """FIRST's Exploit Prediction Scoring System: the probability of exploitation in the
+    next 30 days (``score``), its rank among all scored CVEs (``percentile``), and the day
+    the scores were computed (``date``)."""
+
+    score: Annotated[float, Meta(ge=0.0, le=1.0)]
+    percentile: Annotated[float, Meta(ge=0.0, le=1.0)]
+    date: Annotated[str, Meta(max_length=64)] | None = None
+
+
 class AdvisoryChange(Payload, kw_only=True):
     """Feeds the vuln → product-key map used by ``resolve_by_vulns``."""
 
@@ -162,6 +177,10 @@ class AdvisoryChange(Payload, kw_only=True):
     product_keys: KeyList
     severity: Severity | None = None
     kev: bool = False
+    epss: Epss | UnsetType = UNSET
+    """Additional field: the advisory's EPSS (its CVE's), ranking the work it causes.
+    Additional fields are left out when unset, so events recorded before them keep their
+    bytes (the audit chain hashes payloads)."""
 
 
 SourceName = Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}(?!\n)$")]
@@ -207,10 +226,33 @@ class FeedserExport(FeedserExportBody, kw_only=True):
         return export_ref(self.source, self.export_id)
 
 
+DocumentId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:~-]{0,199}(?!\n)$")]
+
+
 class ChangedClaim(Payload, kw_only=True):
     product_key: Str
+    """The purl the claim names (with its version and qualifiers when the claim has them)."""
     vuln_id: Str
     status: Annotated[str, Meta(max_length=64)]
+    """``from→to``: the claim's status before and after (``affected`` where there was or is
+    no claim: a finding without one stands)."""
+    justification: Annotated[str, Meta(max_length=512)] | UnsetType = UNSET
+    """Additional field: why, for the new status (a VEX justification or impact statement)."""
+    document_id: Str | UnsetType = UNSET
+    """Additional field: the VEX document the claim belongs to (absent: the export's
+    source speaks for itself)."""
+    image_digest: Digest | UnsetType = UNSET
+    """Additional field: the claim holds inside this image only."""
+    removed: bool | UnsetType = UNSET
+    """Additional field: the document no longer makes this claim (``to`` is ``affected``)."""
+
+    @property
+    def before(self) -> str:
+        return self.status.replace("->", "→").split("→", 1)[0].strip()
+
+    @property
+    def after(self) -> str:
+        return self.status.replace("->", "→").split("→", 1)[1].strip()
 
     def __post_init__(self) -> None:
         m = _TRANSITION.match(self.status)
@@ -221,12 +263,28 @@ class ChangedClaim(Payload, kw_only=True):
             )
 
 
+class VexDocument(Payload, kw_only=True):
+    """The VEX document an export carries the changed claims of."""
+
+    document_id: Str
+    format: Literal["openvex", "cyclonedx", "csaf"]
+    version: Annotated[str, Meta(max_length=64)]
+    sha256: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}(?!\n)$")]
+    """Of the document's bytes as received: an identical re-send changes nothing."""
+    statements: Count = 0
+    claims: Count = 0
+    """Claims the document makes now (all of them, not only the changed ones)."""
+
+
 class VexerExportBody(Payload, kw_only=True):
     """What a Vexer source posts to the webhook."""
 
     export_id: Str
     changed_claims: Annotated[list[ChangedClaim], Meta(max_length=MAX_KEYS)] = []
     window: Window | None = None
+    documents: Annotated[list[VexDocument], Meta(max_length=10_000)] | UnsetType = UNSET
+    """Additional field: the documents whose claims changed (``streamproc vexer export``,
+    ``PUT /vex/{documentId}``)."""
 
 
 class VexerExport(VexerExportBody, kw_only=True):
@@ -241,6 +299,15 @@ class VexerExport(VexerExportBody, kw_only=True):
     @property
     def ref(self) -> str:
         return export_ref(self.source, self.export_id)
+
+    @property
+    def subject_id(self) -> str:
+        """The export's subject: its ref, except for a document recorded through the API,
+        whose versions share one subject (``vex-documents/<documentId>``) so that a stale
+        version cannot be recorded after a newer one (expected last subject sequence)."""
+        if self.source == VEX_DOCUMENT_SOURCE and self.documents and len(self.documents) == 1:
+            return f"{VEX_DOCUMENT_SOURCE}/{self.documents[0].document_id}"
+        return self.ref
 
 
 def export_body(payload: FeedserExport | VexerExport) -> FeedserExportBody | VexerExportBody:
@@ -470,8 +537,27 @@ class Finding(Payload, kw_only=True):
     severity: Severity
     kev: bool = False
     link: Annotated[str, Meta(max_length=2048)] | None = None
+    epss: Epss | UnsetType = UNSET
     fixed_version: Annotated[str, Meta(max_length=512)] | None = None
     """The version that fixes it, as the scanner says (absent: none known)."""
+
+
+class Suppressed(Payload, kw_only=True):
+    """A finding the scanner reported that a VEX claim drops, and why."""
+
+    purl: Str
+    vuln_id: Str
+    severity: Severity
+    status: Literal["not_affected", "false_positive", "fixed"]
+    justification: Annotated[str, Meta(max_length=512)] | None = None
+    document_id: Str
+
+
+class VexApplied(Payload, kw_only=True):
+    """A VEX document whose claims a verdict applied, at the version it applied."""
+
+    document_id: Str
+    version: Annotated[str, Meta(max_length=64)] | None = None
 
 
 class VerdictRecorded(Payload, kw_only=True):
@@ -497,6 +583,10 @@ class VerdictRecorded(Payload, kw_only=True):
     catalog version>``."""
     scanner: Annotated[str, Meta(max_length=64)] | None = None
     """The backend kind that answered (``stella``, ``trivy``, ``grype``, ``osv-scanner``)."""
+    suppressed: Annotated[list[Suppressed], Meta(max_length=MAX_KEYS)] | UnsetType = UNSET
+    """Findings of the scanner's report that VEX claims dropped (not in ``findings``)."""
+    vex_documents: Annotated[list[VexApplied], Meta(max_length=10_000)] | UnsetType = UNSET
+    """The VEX documents whose claims matched a finding of the report (any status)."""
 
 
 # ---------------------------------------------------------------- audit

@@ -40,7 +40,8 @@ def schema_for(kind: str) -> dict[str, Any]:
         "$schema": DIALECT,
         "$id": f"urn:streamproc:event:{kind}:v{spec.version}",
         "title": kind,
-        "description": f"Subject: <prefix>.{EVENTS}.<tenant>.{spec.aggregate}.<{spec.id_field}>. "
+        "description": f"Subject: <prefix>.{EVENTS}.<tenant>.{spec.aggregate}."
+        f"<{spec.subject_field or spec.id_field}>. "
         f"Emitted by: {spec.emitted_by}. Folded by: {spec.folded_by}.",
         "type": "object",
         "properties": props,
@@ -179,7 +180,8 @@ def render_catalog(folds: Mapping[str, Sequence[Fold]]) -> str:
         s = KINDS[kind]
         lines.append(
             f"| [`{kind}`](#{kind.replace('.', '')}) | {s.version} | "
-            f"`{s.aggregate}` (`{s.id_field}`) | {s.emitted_by} | {s.folded_by} |"
+            f"`{s.aggregate}` (`{s.subject_field or s.id_field}`) | {s.emitted_by} | "
+            f"{s.folded_by} |"
         )
     for kind in sorted(KINDS):
         s = KINDS[kind]

@@ -24,14 +24,22 @@ from streamproc.gateway.replay import ReplayGuard
 from streamproc.gateway.settings import GatewaySettings, Issuer, resolve_ref
 from streamproc.gateway.tls import peer_cert_der, x5t_s256
 from streamproc.ids import TENANT_RE
-from streamproc.names import ADMIN_SCOPE, IMAGES_WRITE_SCOPE, READ_SCOPE, REALM, WEBHOOK_SCOPE
+from streamproc.names import (
+    ADMIN_SCOPE,
+    IMAGES_WRITE_SCOPE,
+    READ_SCOPE,
+    REALM,
+    VEX_WRITE_SCOPE,
+    WEBHOOK_SCOPE,
+)
 from streamproc.problems import ProblemError
 
 READ = READ_SCOPE
 ADMIN = ADMIN_SCOPE
 IMAGES_WRITE = IMAGES_WRITE_SCOPE
+VEX_WRITE = VEX_WRITE_SCOPE
 WEBHOOK = WEBHOOK_SCOPE
-ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE, WEBHOOK})
+ADMIN_IMPLIES = frozenset({READ, IMAGES_WRITE, VEX_WRITE, WEBHOOK})
 _CACHE_MAX = 20_000
 
 

@@ -375,3 +375,46 @@ class WebhookAccepted(Response, kw_only=True):
     events: list[ExportEvent]
     """One per tenant it was recorded for: the token's, or, for a source that takes no
     token, each of the source's tenants in its configured order."""
+
+
+class VexSkipped(Response, kw_only=True):
+    count: int = 0
+    """Products of the document that could not become claims (no purl, …)."""
+    reasons: list[str] = []
+    """The first reasons, each naming where in the document."""
+
+
+class VexAccepted(Response, kw_only=True):
+    """What a VEX document became: its claims, and the export of the ones that changed."""
+
+    document_id: str
+    format: Literal["openvex", "cyclonedx", "csaf"]
+    version: str
+    statements: int
+    claims: int
+    changed_claims: int
+    """Claims that changed since the version held (0 for an identical re-send)."""
+    skipped: VexSkipped = msgspec.field(default_factory=VexSkipped)
+    export_id: str | None = None
+    """The recorded ``export.vexer``'s ref (``vex-documents:<documentId>@<version>``)."""
+    event_id: str | None = None
+    seq: int | None = None
+    unchanged: bool = False
+    """The same document was recorded before: nothing new was recorded."""
+    applied: bool = False
+
+
+class VexDocumentView(Response, kw_only=True):
+    document_id: str
+    format: str
+    version: str
+    sha256: str
+    statements: int
+    claims: int
+    export_id: str
+    updated_at: str
+
+
+class VexDocumentList(Response, kw_only=True):
+    items: list[VexDocumentView]
+    next_cursor: str | None = None

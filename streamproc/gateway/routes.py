@@ -10,6 +10,7 @@ from streamproc.gateway import (
     routes_preview,
     routes_runs,
     routes_schedules,
+    routes_vex,
     routes_webhooks,
 )
 from streamproc.gateway.operations import Operation
@@ -22,5 +23,6 @@ OPERATIONS: list[Operation] = [
     *routes_audit.OPERATIONS,
     *routes_webhooks.OPERATIONS,
     *routes_images.OPERATIONS,
+    *routes_vex.OPERATIONS,
     *routes_feed.OPERATIONS,
 ]

@@ -105,8 +105,10 @@ OPERATIONS = [
         description="One of `productKeys`, `exportId` (a recorded Feedser or Vexer export of "
         "the caller's tenant; `source` when several sources sent that id), `feedserExport` or "
         "`vexerExport` (an export's body, as its webhook takes it), or none (the whole "
-        "`selection`). An export's answer adds `projectedDeltas`, `projectedKev` and "
-        "`unassessed`. Publishes nothing. Answered by a planner over NATS; 503 "
+        "`selection`). An export's answer adds `projectedDeltas`, `projectedKev`, "
+        "`projectedHighEpss` (deltas with a finding at or above "
+        "`planner.epss_high_percentile`) and `unassessed`. Publishes nothing. Answered by a "
+        "planner over NATS; 503 "
         "(`Retry-After`) when no planner answers within `gateway.preview_timeout_s`.",
     ),
 ]

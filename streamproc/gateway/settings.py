@@ -19,6 +19,7 @@ import msgspec
 from msgspec import Meta
 
 from streamproc.config import environment, file_document
+from streamproc.events.payloads import VEX_DOCUMENT_SOURCE
 from streamproc.ids import TENANT_RE
 from streamproc.names import AUDIENCE
 
@@ -104,6 +105,11 @@ class WebhookSource(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     the gateway warns at start (docs/security.md says what that gives up)."""
 
     def __post_init__(self) -> None:
+        if self.name == VEX_DOCUMENT_SOURCE:
+            raise ValueError(
+                f"webhook source {self.name}: the name is reserved for the exports that "
+                "PUT /vex/{documentId} records"
+            )
         for t in self.tenants:
             if not TENANT_RE.match(t):
                 raise ValueError(f"webhook source {self.name}: invalid tenant {t!r}")

@@ -22,7 +22,14 @@ from streamproc.config import load
 from streamproc.gateway import jwt
 from streamproc.gateway.dpop import access_token_hash
 from streamproc.gateway.tls import x5t_s256
-from streamproc.names import ADMIN_SCOPE, AUDIENCE, IMAGES_WRITE_SCOPE, READ_SCOPE, WEBHOOK_SCOPE
+from streamproc.names import (
+    ADMIN_SCOPE,
+    AUDIENCE,
+    IMAGES_WRITE_SCOPE,
+    READ_SCOPE,
+    VEX_WRITE_SCOPE,
+    WEBHOOK_SCOPE,
+)
 
 DEFAULT_ISSUER = "https://authority.local"
 
@@ -204,8 +211,8 @@ def register(subparsers: Any) -> None:
         "--scope",
         action="append",
         default=[],
-        help=f"{READ_SCOPE}, {ADMIN_SCOPE}, {IMAGES_WRITE_SCOPE} and/or {WEBHOOK_SCOPE} "
-        "(repeatable)",
+        help=f"{READ_SCOPE}, {ADMIN_SCOPE}, {IMAGES_WRITE_SCOPE}, {VEX_WRITE_SCOPE} and/or "
+        f"{WEBHOOK_SCOPE} (repeatable)",
     )
     p.add_argument("--audience", default=AUDIENCE)
     p.add_argument("--issuer", help="default: the key file's iss")

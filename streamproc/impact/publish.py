@@ -11,7 +11,6 @@ routes both build and write images here.
 from __future__ import annotations
 
 import argparse
-import base64
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -30,7 +29,6 @@ from streamproc.impact.records import build_image
 from streamproc.impact.sbom import SbomError, parse_sbom
 from streamproc.names import sbom_bucket
 
-NO_MESSAGE = 10037
 """JetStream's "no message found" (the subject has no event yet)."""
 
 
@@ -197,18 +195,6 @@ def build_payload(args: argparse.Namespace) -> Built:
     return Built(payload, len(comps), used, data)
 
 
-async def _last_on_subject(nc: Any, stream: str, subject: str) -> tuple[int, bytes | None]:
-    """Sequence and data of the subject's last message (0, None when there is none)."""
-    try:
-        doc = await jsapi.request(nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
-    except jsapi.JsApiError as exc:
-        if exc.err_code == NO_MESSAGE:
-            return 0, None
-        raise
-    msg = doc["message"]
-    return int(msg["seq"]), base64.b64decode(msg.get("data") or "")
-
-
 class ImageWrite(NamedTuple):
     event_id: str
     seq: int
@@ -241,7 +227,7 @@ async def write_image_event(
     subject = subject_for(prefix, tenant, kind, payload)
     content = payload_digest(payload)
     for _ in range(3):
-        last, data = await _last_on_subject(nc, stream, subject)
+        last, data = await jsapi.last_on_subject(nc, stream, subject)
         prev = None
         if data:
             try:

@@ -132,7 +132,8 @@ def render(msg: nm.AnyMessage, seq: int | None = None) -> str:
     head = f"{seq:>8} " if seq is not None else ""
     if isinstance(msg, nm.RescanDelta):
         top = ", ".join(
-            f"{f.vuln_id}({f.severity}{',KEV' if f.kev else ''})" for f in msg.top_findings
+            f"{f.vuln_id}({f.severity}{',KEV' if f.kev else ''}{_epss(f.epss)})"
+            for f in msg.top_findings
         )
         kev = f" KEV {','.join(msg.kev_hits)}" if msg.kev_hits else ""
         return (
@@ -145,10 +146,15 @@ def render(msg: nm.AnyMessage, seq: int | None = None) -> str:
             f"{msg.image_digest[:19]} unchanged ({msg.new_findings} below the notify rule)"
         )
     vulns = "; ".join(
-        f"{v.vuln_id}{' KEV' if v.kev else ''} {v.severity} x{v.image_count}"
+        f"{v.vuln_id}{' KEV' if v.kev else ''}{_epss(v.epss, ' ')} {v.severity} x{v.image_count}"
         for v in msg.vulnerabilities[:10]
     )
+    resolved = f" resolved={msg.totals.resolved}" if msg.totals.resolved else ""
     return (
         f"{head}{msg.ts} {msg.tenant} run.summary run={msg.run_id} {msg.state} "
-        f"deltas={msg.totals.deltas}: {vulns or 'no new findings'}"
+        f"deltas={msg.totals.deltas}{resolved}: {vulns or 'no new findings'}"
     )
+
+
+def _epss(e: nm.Epss | None, sep: str = ",") -> str:
+    return f"{sep}EPSS {e.score:.2f}" if e is not None else ""

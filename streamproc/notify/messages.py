@@ -12,7 +12,7 @@ re-emission is dropped by JetStream and recognisable by consumers. JSON Schemas 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Protocol
 
 import msgspec
 from msgspec import Meta
@@ -38,12 +38,33 @@ class Message(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_field
     """RFC 3339 UTC time of the cause (the verdict's or the run's HLC physical time)."""
 
 
+class Epss(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """FIRST's EPSS of a vulnerability: probability of exploitation in the next 30 days,
+    its percentile among all scored CVEs, and the day the scores were computed."""
+
+    score: float
+    percentile: float
+    date: str | None = None
+
+
+class _HasEpss(Protocol):
+    score: float
+    percentile: float
+    date: str | None
+
+
+def epss_of(e: _HasEpss | None) -> Epss | None:
+    return None if e is None else Epss(score=e.score, percentile=e.percentile, date=e.date)
+
+
 class TopFinding(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
     purl: str
     vuln_id: str
     severity: Severity
     kev: bool = False
     link: str | None = None
+    epss: Epss | None = None
+    """Additional field: the vulnerability's EPSS, when the advisory data has it."""
 
 
 class Attestation(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
@@ -83,6 +104,8 @@ class VulnImages(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fi
     vuln_id: str
     severity: Severity
     kev: bool = False
+    epss: Epss | None = None
+    """Additional field: the vulnerability's EPSS (the highest of its findings')."""
     image_count: Count = 0
     images: list[str] = []
     truncated: bool = False
@@ -95,13 +118,17 @@ class RunTotals(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fie
     cancelled: Count = 0
     deltas: Count = 0
     new_criticals: Count = 0
+    resolved: Count = 0
+    """Additional field: findings of the images' previous verdicts that a VEX claim now
+    drops (``not_affected``, ``false_positive``, ``fixed``): resolved, no delta."""
 
 
 class RunSummary(Message, kw_only=True, tag="run.summary", tag_field="kind"):
     state: Literal["completed", "cancelled", "error"]
     totals: RunTotals = msgspec.field(default_factory=RunTotals)
     vulnerabilities: list[VulnImages] = []
-    """KEV first, then by severity, then by the number of images."""
+    """KEV first, then by EPSS (highest first), then by severity, then by the number of
+    images."""
 
 
 AnyMessage = RescanDelta | ReportReady | RunSummary

@@ -14,20 +14,36 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from streamproc.events import payloads as p
 from streamproc.ids import derive_id
-from streamproc.planner.records import CRITICAL, KEV, ExportRecord, Source
+from streamproc.impact.purls import PurlError, normalize_purl
+from streamproc.planner.records import CRITICAL, KEV, EpssKeys, ExportRecord, Source
 
 
 @dataclass(frozen=True)
 class KeyChange:
-    """The change of one export as keys: all of them, and which are KEV or critical."""
+    """The change of one export as keys: all of them, which are KEV or critical, and the
+    EPSS of the changed findings by key."""
 
     keys: list[str]
     kev_keys: list[str] = field(default_factory=list)
     critical_keys: list[str] = field(default_factory=list)
     kev_vulns: list[str] = field(default_factory=list)
+    epss: list[EpssKeys] = field(default_factory=list)
+
+
+def epss_groups(pairs: Iterable[tuple[p.Epss, Iterable[str]]]) -> list[EpssKeys]:
+    """Keys grouped by EPSS (score to three decimals; the highest percentile of a group),
+    highest first."""
+    by: dict[float, tuple[float, set[str]]] = {}
+    for e, keys in pairs:
+        score = round(e.score, 3)
+        pct, held = by.get(score, (0.0, set()))
+        held.update(keys)
+        by[score] = (max(pct, e.percentile), held)
+    return [EpssKeys(s, pct, sorted(ks)) for s, (pct, ks) in sorted(by.items(), reverse=True) if ks]
 
 
 def feedser_change(x: p.FeedserExport) -> tuple[KeyChange, dict[str, int]]:
@@ -49,23 +65,36 @@ def feedser_change(x: p.FeedserExport) -> tuple[KeyChange, dict[str, int]]:
         if f & CRITICAL:
             critical.update(a.product_keys)
     kev_vulns = kev_ids | {a.vuln_id for a in x.advisories if a.kev}
-    change = KeyChange(sorted(keys), sorted(kev_keys), sorted(critical), sorted(kev_vulns))
+    epss = epss_groups((a.epss, a.product_keys) for a in x.advisories if isinstance(a.epss, p.Epss))
+    change = KeyChange(sorted(keys), sorted(kev_keys), sorted(critical), sorted(kev_vulns), epss)
     return change, flags
 
 
-def vexer_change(x: p.VexerExport, vuln_flags: Callable[[str], int]) -> KeyChange:
-    """Keys of the changed claims; a claim on a KEV or critical vuln tags its key."""
+def vexer_change(
+    x: p.VexerExport, vuln_of: Callable[[str], tuple[int, p.Epss | None]]
+) -> KeyChange:
+    """The product keys (version-less) of the changed claims: a claim names a package, maybe
+    at a version, and the images holding any version of it are re-evaluated (the claim's
+    own matching decides which findings it speaks of). A claim on a KEV or critical vuln
+    tags its key; the vuln's EPSS, when known, ranks it."""
     keys: set[str] = set()
     kev_keys: set[str] = set()
     critical: set[str] = set()
+    ranked: list[tuple[p.Epss, list[str]]] = []
     for c in x.changed_claims:
-        keys.add(c.product_key)
-        f = vuln_flags(c.vuln_id)
+        try:
+            key = normalize_purl(c.product_key).product_key
+        except PurlError:
+            continue  # names no package: no image holds it
+        keys.add(key)
+        f, epss = vuln_of(c.vuln_id)
         if f & KEV:
-            kev_keys.add(c.product_key)
+            kev_keys.add(key)
         if f & CRITICAL:
-            critical.add(c.product_key)
-    return KeyChange(sorted(keys), sorted(kev_keys), sorted(critical))
+            critical.add(key)
+        if epss is not None:
+            ranked.append((epss, [key]))
+    return KeyChange(sorted(keys), sorted(kev_keys), sorted(critical), epss=epss_groups(ranked))
 
 
 @dataclass(frozen=True)
@@ -76,6 +105,8 @@ class Changes:
     kev_keys: frozenset[str] = frozenset()
     critical_keys: frozenset[str] = frozenset()
     kev_vulns: frozenset[str] = frozenset()
+    epss: tuple[EpssKeys, ...] = ()
+    """Keys by the EPSS of their changed findings, highest first."""
 
     @classmethod
     def of(cls, exports: Iterable[ExportRecord]) -> Changes:
@@ -83,12 +114,22 @@ class Changes:
         kev: set[str] = set()
         crit: set[str] = set()
         vulns: set[str] = set()
+        ranked: list[tuple[p.Epss, list[str]]] = []
         for e in exports:
             keys.update(e.keys)
             kev.update(e.kev_keys)
             crit.update(e.critical_keys)
             vulns.update(e.kev_vulns)
-        return cls(frozenset(keys), frozenset(kev), frozenset(crit), frozenset(vulns))
+            ranked.extend(
+                (p.Epss(score=g.score, percentile=g.percentile), g.keys) for g in e.epss or ()
+            )
+        return cls(
+            frozenset(keys),
+            frozenset(kev),
+            frozenset(crit),
+            frozenset(vulns),
+            tuple(epss_groups(ranked)),
+        )
 
 
 def export_run_id(
@@ -137,7 +178,16 @@ def uncovered(rec: ExportRecord, covered: bytes) -> ExportRecord:
         kev_keys=[k for k in rec.kev_keys if k in left],
         critical_keys=[k for k in rec.critical_keys if k in left],
         kev_vulns=[v for v in rec.kev_vulns if _hash(b"v", v) not in seen],
+        epss=_epss_within(rec.epss, left),
     )
+
+
+def _epss_within(groups: list[EpssKeys] | UnsetType, keys: set[str]) -> list[EpssKeys] | UnsetType:
+    """The EPSS groups of ``keys`` only (left out when none is left)."""
+    if isinstance(groups, UnsetType):
+        return groups
+    kept = [EpssKeys(g.score, g.percentile, [k for k in g.keys if k in keys]) for g in groups]
+    return [g for g in kept if g.keys] or UNSET
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
 """The impact preview of an export: which images it touches, and how many of them it would
-likely make worse — the "projected deltas" — and how many of those with a KEV finding.
+likely make worse — the "projected deltas" — and how many of those with a KEV finding, and
+with a high-EPSS one.
 
 Nothing is evaluated; the estimate reads what the planner already holds:
 
-- the export's advisories (Feedser: each advisory's vulnerability, product keys, severity
-  and KEV flag, and the ``kev`` list; Vexer: each claim that turns a vulnerability
-  ``→affected``, with the severity and KEV flags earlier Feedser exports gave it);
+- the export's advisories (Feedser: each advisory's vulnerability, product keys, severity,
+  KEV flag and EPSS, and the ``kev`` list; Vexer: each claim that turns a vulnerability
+  ``→affected``, with the severity and KEV flags and the latest EPSS earlier Feedser exports
+  gave it);
 - the ImpactIndex: the images each advisory's product keys hit (within the selection, with
   ``usageOnly`` as planning does);
 - each image's last verdict (its findings by vulnerability, folded from
@@ -13,10 +15,12 @@ Nothing is evaluated; the estimate reads what the planner already holds:
 
 An image is a projected delta when an advisory that hits it is critical, high or KEV and
 its vulnerability is new to the image's last verdict — absent from it, more severe than it
-was there, or newly KEV — which is how the runner decides a delta; an image whose last
-verdict was made after a recorded export arrived has been judged against it already (by
-the export's own run) and is not counted again. Images hit only by what
-says nothing of severity (a bare changed key, a claim on a vulnerability no Feedser export
+was there, or newly KEV — which is how the runner decides a delta. Of those, the ones with a
+KEV finding and the ones with a high-EPSS finding (percentile at least
+``planner.epss_high_percentile``) are counted apart, each whatever the other says. An image
+whose last verdict was made after a recorded export arrived has been judged against it
+already (by the export's own run) and is not counted again. Images hit only by what says
+nothing of severity (a bare changed key, a claim on a vulnerability no Feedser export
 described) are ``unassessed``. A large candidate set is judged on an even sample of
 :data:`PROJECTION_SAMPLE` images, scaled up.
 """
@@ -54,6 +58,8 @@ class Threat:
     rank: int
     """Severity rank (``p.SEVERITY_RANK``); 0 when the export names none."""
     kev: bool
+    percentile: float | None = None
+    """The vulnerability's EPSS percentile, when the export (or an earlier one) gave it."""
     harmless: bool = False
     """The export says it makes nothing worse (a VEX claim that is not ``→affected``)."""
 
@@ -96,6 +102,7 @@ def feedser_threats(x: p.FeedserExportBody, vuln_keys: Callable[[str], set[str]]
             tuple(a.product_keys),
             p.SEVERITY_RANK[a.severity] if a.severity else 0,
             a.kev or a.vuln_id in kev,
+            a.epss.percentile if isinstance(a.epss, p.Epss) else None,
         )
         for a in x.advisories
     ]
@@ -108,22 +115,27 @@ def feedser_threats(x: p.FeedserExportBody, vuln_keys: Callable[[str], set[str]]
     return Change(sorted(keys), threats)
 
 
-def vexer_threats(x: p.VexerExportBody, flags: Callable[[str], int]) -> Change:
+def vexer_threats(
+    x: p.VexerExportBody, vuln_of: Callable[[str], tuple[int, p.Epss | None]]
+) -> Change:
     """A Vexer export: each claim that turns its vulnerability ``→affected`` may add a
-    finding; its severity and KEV status are what Feedser exports flagged (KEV, critical)."""
+    finding; its severity, KEV status and EPSS are what Feedser exports gave the
+    vulnerability (``vuln_of``: its KEV/critical flags and latest EPSS, as planning reads
+    them)."""
     threats = []
     for c in x.changed_claims:
         m = _TO.search(c.status)
         if m is None or m.group(1) != "affected":  # not_affected, fixed, under_investigation
             threats.append(Threat(c.vuln_id, (c.product_key,), 0, False, harmless=True))
             continue
-        f = flags(c.vuln_id)
+        f, epss = vuln_of(c.vuln_id)
         threats.append(
             Threat(
                 c.vuln_id,
                 (c.product_key,),
                 p.SEVERITY_RANK["critical"] if f & CRITICAL else 0,
                 bool(f & KEV),
+                epss.percentile if epss is not None else None,
             )
         )
     return Change(sorted({c.product_key for c in x.changed_claims}), threats)
@@ -134,6 +146,9 @@ class ImpactEstimate:
     candidates: ImpactSet
     deltas: int
     kev: int
+    high_epss: int
+    """Projected deltas with a new finding whose EPSS percentile is at least the threshold
+    (KEV or not)."""
     unassessed: int
     judged: int
 
@@ -154,11 +169,14 @@ def project(
     last: Callable[[str], Findings | None],
     judged_since: Callable[[str], bool] = lambda _digest: False,
     sample: int = PROJECTION_SAMPLE,
+    *,
+    epss_high: float,
 ) -> ImpactEstimate:
     """The candidates and the projected deltas of ``change`` (``last(digest)``: the image's
     last verdict, None if it has none; ``judged_since(digest)``: whether that verdict was
     made after the export was recorded, so it reflects it already — the export's own run
-    re-evaluated it — and nothing is left to get worse)."""
+    re-evaluated it — and nothing is left to get worse; ``epss_high``: the EPSS percentile
+    from which a finding counts as high-EPSS, ``planner.epss_high_percentile``)."""
     candidates = resolve_keys(index, change.keys, usage_only, selector)
     judged = even_sample(candidates.bitmap, sample)
     hits: dict[int, list[Threat]] = {}
@@ -167,7 +185,7 @@ def project(
             continue
         for image in resolve_keys(index, list(t.keys), usage_only, selector).bitmap & judged:
             hits.setdefault(image, []).append(t)
-    deltas = kev = unassessed = 0
+    deltas = kev = high_epss = unassessed = 0
     digests = dict(zip(judged, candidates.subset(judged).digests(), strict=True))
     for image in judged:
         threats: Sequence[Threat] = hits.get(image, ())
@@ -179,6 +197,9 @@ def project(
             if new:
                 deltas += 1
                 kev += any(t.kev for t in new)
+                high_epss += any(
+                    t.percentile is not None and t.percentile >= epss_high for t in new
+                )
                 continue
         if not any(t.assessed for t in threats):
             unassessed += 1  # hit by keys that say nothing of severity
@@ -187,6 +208,7 @@ def project(
         candidates,
         round(deltas * scale),
         round(kev * scale),
+        round(high_epss * scale),
         round(unassessed * scale),
         len(judged),
     )

@@ -1,5 +1,5 @@
 """The planner's export projection: exports awaiting their debounce window, which run claimed
-which export, the per-tenant cursors, and the KEV/critical flags of vulns.
+which export, the per-tenant cursors, and the KEV/critical flags and EPSS of vulns.
 
 A storm of deliveries of one export id folds once: later copies are rejected as
 ``duplicate_export``. An export is *pending* until a ``run.requested`` naming it is folded
@@ -73,8 +73,10 @@ class PlannerExports(Projection):
     observes: ClassVar[frozenset[str]] = frozenset({"run.planned", "run.cancel_requested"})
     """They act on the run's claim, which most runs (manual, cron) never make."""
     families: ClassVar[tuple[str, ...]] = (EXPORTS_CF, CLAIMS_CF, CURSORS_CF, VULNS_CF)
-    version: ClassVar[int] = 3
-    """2: cursors hold when each source's latest coalescing window opened. 3: revisions."""
+    version: ClassVar[int] = 4
+    """2: cursors hold when each source's latest coalescing window opened. 3: revisions.
+    4: a Vexer export's keys are its claims' packages (version-less), the EPSS of the
+    changed findings is kept by key and each vuln's beside its flags."""
 
     def __init__(self) -> None:
         self.pending: dict[tuple[str, r.Source], dict[str, r.ExportRecord]] = {}
@@ -118,11 +120,11 @@ class PlannerExports(Projection):
         raw = self._store.get(EXPORTS_CF, record_key(rec.tenant, rec.source, rec.export_id))
         return uncovered(rec, r.decode_export(raw).covered) if raw is not None else rec
 
-    def vuln_flags(self, tenant: str, vuln_id: str) -> int:
-        """KEV and critical bits Feedser exports gave a vulnerability (0: none)."""
+    def vuln(self, tenant: str, vuln_id: str) -> tuple[int, p.Epss | None]:
+        """The KEV and critical bits (0: none) and the latest EPSS Feedser exports gave a
+        vulnerability."""
         assert self._store is not None
-        raw = self._store.get(VULNS_CF, r.key(tenant, vuln_id))
-        return raw[0] if raw else 0
+        return r.decode_vuln(self._store.get(VULNS_CF, r.key(tenant, vuln_id)))
 
     def cursor(self, tenant: str) -> r.Cursor:
         return self.cursors.get(tenant) or r.Cursor()
@@ -152,6 +154,7 @@ class PlannerExports(Projection):
             kev_keys=change.kev_keys,
             critical_keys=change.critical_keys,
             kev_vulns=change.kev_vulns,
+            epss=change.epss or msgspec.UNSET,
             revision=n,
         )
         group = self.pending.get((t, source), {})
@@ -178,23 +181,25 @@ class PlannerExports(Projection):
     @staticmethod
     def _change(tx: Tx, t: str, pl: p.FeedserExport | p.VexerExport) -> KeyChange:
         """The export's keys; a Feedser export's KEV and critical vulns are remembered
-        (flags only ever added), a Vexer export's claims tagged with them."""
+        (flags only ever added) with their latest EPSS, a Vexer export's claims tagged and
+        ranked with them."""
         vulns = tx.table(VULNS_CF)
         if isinstance(pl, p.FeedserExport):
             change, flags = feedser_change(pl)
-            for vuln, f in sorted(flags.items()):
+            epss = {a.vuln_id: a.epss for a in pl.advisories if a.epss is not None}
+            for vuln in sorted(flags.keys() | epss.keys()):
                 vk = r.key(t, vuln)
                 old = vulns.get(vk)
-                merged = f | (old[0] if old else 0)
-                if old is None or merged != old[0]:
-                    vulns.put(vk, bytes([merged]))
+                held_flags, held_epss = r.decode_vuln(old)
+                new = r.encode_vuln(flags.get(vuln, 0) | held_flags, epss.get(vuln) or held_epss)
+                if new != old:
+                    vulns.put(vk, new)
             return change
 
-        def flags_of(vuln: str) -> int:
-            raw = vulns.get(r.key(t, vuln))
-            return raw[0] if raw else 0
+        def vuln_of(vuln: str) -> tuple[int, p.Epss | None]:
+            return r.decode_vuln(vulns.get(r.key(t, vuln)))
 
-        return vexer_change(pl, flags_of)
+        return vexer_change(pl, vuln_of)
 
     @folds(p.RunRequested)
     def _claim(self, tx: Tx, e: Envelope, req: p.RunRequested) -> None:
@@ -302,7 +307,13 @@ class PlannerExports(Projection):
                 mine = n == revision and e.run_id is not None
                 if (mine or (e.superseded and e.run_id is None)) and not e.released:
                     slim = msgspec.structs.replace(
-                        e, keys=[], kev_keys=[], critical_keys=[], kev_vulns=[], released=True
+                        e,
+                        keys=[],
+                        kev_keys=[],
+                        critical_keys=[],
+                        kev_vulns=[],
+                        epss=msgspec.UNSET,
+                        released=True,
                     )
                     table.put(k, r.encode(slim))
         claims.delete(r.key(tenant, run_id))

@@ -137,7 +137,9 @@ def plan_run(
 ) -> Plan:
     """The whole plan of one cause (what the reactor publishes and the preview shows)."""
     targets = targets_for(cause, schedules)
-    selected = select_images(cause, targets, source, reports, cfg.usage_only)
+    selected = select_images(
+        cause, targets, source, reports, cfg.usage_only, cfg.epss_high_percentile
+    )
     return build_plan(cause, targets, selected, cfg, host_resolver(source, cause.tenant))
 
 

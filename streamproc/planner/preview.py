@@ -79,7 +79,9 @@ def preview(
         changes=changes,
     )
     targets = _targets(cause, schedules, selection, schedule_id)
-    selected = select_images(cause, targets, source, reports, cfg.usage_only)
+    selected = select_images(
+        cause, targets, source, reports, cfg.usage_only, cfg.epss_high_percentile
+    )
     plan = build_plan(cause, targets, selected, cfg, host_resolver(source, tenant))
     st = plan.stats
     refresh = plan.mode == "content-refresh"

@@ -179,7 +179,12 @@ class PlannerReactor(Reactor):
             )
             targets = targets_for(cause, state.schedules.for_tenant(rec.tenant))
             selected = select_images(
-                cause, targets, source, state.reports.get(rec.tenant), self.cfg.usage_only
+                cause,
+                targets,
+                source,
+                state.reports.get(rec.tenant),
+                self.cfg.usage_only,
+                self.cfg.epss_high_percentile,
             )
             plan = build_plan(cause, targets, selected, self.cfg, host_resolver(source, rec.tenant))
             return plan, plan_events(
@@ -333,7 +338,12 @@ class PlannerReactor(Reactor):
         with tracing.span("resolve", tenant=d.tenant, run_id=d.run_id, trigger=cause.trigger):
             targets = targets_for(cause, state.schedules.for_tenant(d.tenant))
             selected = select_images(
-                cause, targets, source, state.reports.get(d.tenant), self.cfg.usage_only
+                cause,
+                targets,
+                source,
+                state.reports.get(d.tenant),
+                self.cfg.usage_only,
+                self.cfg.epss_high_percentile,
             )
         metrics.IMPACT_RESOLVE_SECONDS.labels(mode).observe(time.perf_counter() - t0)
         plan = build_plan(cause, targets, selected, self.cfg, host_resolver(source, d.tenant))

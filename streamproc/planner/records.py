@@ -6,9 +6,11 @@ them, never write. Keys start with the tenant and a NUL so one tenant's keys for
 
 from __future__ import annotations
 
+import struct
 from typing import Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from streamproc.events import payloads as p
 from streamproc.projections.cursor import CursorBase
@@ -51,6 +53,14 @@ class ScheduleView(ScheduleBase, kw_only=True):
         return not (self.paused or self.deleted)
 
 
+class EpssKeys(msgspec.Struct, array_like=True, frozen=True):
+    """Product keys whose changed findings have this EPSS (score to three decimals)."""
+
+    score: float
+    percentile: float
+    keys: list[str]
+
+
 class ExportRecord(msgspec.Struct, kw_only=True):
     """One revision of an export of a tenant and source kind, with its change normalised to
     keys. The first revision's record is the export's head: it also holds the latest
@@ -70,6 +80,9 @@ class ExportRecord(msgspec.Struct, kw_only=True):
     critical_keys: list[str] = []
     kev_vulns: list[str] = []
     """KEV vuln ids, mapped to product keys through the index's vuln map at plan time."""
+    epss: list[EpssKeys] | UnsetType = UNSET
+    """The EPSS of the changed findings, by product key: the order of the work (left out of
+    the record when there is none, so records of exports without EPSS keep their bytes)."""
     run_id: str | None = None
     """The run that claimed it (its ``run.requested`` was folded); None while pending."""
     released: bool = False
@@ -134,6 +147,24 @@ class Backlog(msgspec.Struct, kw_only=True):
     spilled: int
     planned_ms: int
     cause_ms: int
+
+
+_EPSS = struct.Struct(">ff")
+
+
+def encode_vuln(flags: int, epss: p.Epss | None) -> bytes:
+    """A vuln's record: its flag byte, then its EPSS score and percentile when known."""
+    head = bytes([flags])
+    return head if epss is None else head + _EPSS.pack(epss.score, epss.percentile)
+
+
+def decode_vuln(raw: bytes | None) -> tuple[int, p.Epss | None]:
+    if not raw:
+        return 0, None
+    if len(raw) < 1 + _EPSS.size:
+        return raw[0], None
+    score, percentile = _EPSS.unpack_from(raw, 1)
+    return raw[0], p.Epss(score=round(score, 5), percentile=round(percentile, 5))
 
 
 _enc = msgspec.msgpack.Encoder()

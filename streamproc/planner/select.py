@@ -1,6 +1,7 @@
 """Which images a run covers: resolve per schedule, de-duplicate by digest, ``onlyIf``,
-and the planning order (KEV, critical, rest; then by digest hash). Pure: the index is read,
-"now" is the cause's own time.
+and the planning order. Event-driven: KEV first, then the highest EPSS of the image's changed
+findings, then critical, then by digest hash; nightly: KEV, critical, rest by the last report.
+Pure: the index is read, "now" is the cause's own time.
 """
 
 from __future__ import annotations
@@ -112,15 +113,29 @@ def _change_keys(
     return sorted(keys), kev, crit, reason
 
 
+def _epss_by_image(
+    index: ImpactIndex, ch: Changes, usage_only: bool, tenant: str, kept: BitMap
+) -> dict[int, tuple[float, float]]:
+    """Image id → (score, percentile) of the highest EPSS among its changed findings."""
+    out: dict[int, tuple[float, float]] = {}
+    everyone = Selector(tenant=tenant)
+    for g in ch.epss:  # highest first: an image keeps the first (highest) it is hit by
+        for i in resolve_keys(index, g.keys, usage_only, everyone).bitmap & kept:
+            out.setdefault(i, (g.score, g.percentile))
+    return out
+
+
 def select_images(
     cause: Cause,
     targets: Sequence[Target],
     source: ImpactSource,
     reports: Mapping[str, tuple[int, int]],
     usage_only: bool,
+    epss_high: float = 0.9,
 ) -> Selected:
-    """Resolve, de-duplicate by digest, apply ``onlyIf`` and order: KEV, critical, rest,
-    then by digest hash (the shard order). Pure; the index is only read."""
+    """Resolve, de-duplicate by digest, apply ``onlyIf`` and order (the module docstring);
+    an image's tier is KEV, critical (or a changed finding's EPSS percentile at least
+    ``epss_high``), or the rest. Pure; the index is only read."""
     index, warm = source.index, source.warm
     tenant = cause.tenant
     keys: list[str] = []
@@ -160,6 +175,8 @@ def select_images(
         ids, digests = list(kept), view.digests()
     else:
         kept, ids, digests = BitMap(), [], []
+    rows: list[tuple[int, float, int, int, str, int]] = []
+    """(not KEV, -EPSS, not critical, digest hash, digest, tier)"""
     if cause.event_driven:
         everyone = Selector(tenant=tenant)
         kev_bm = (
@@ -172,22 +189,27 @@ def select_images(
             if crit
             else BitMap()
         )
-        tier_of = [
-            pacing.TIER_KEV
-            if i in kev_bm
-            else pacing.TIER_CRITICAL
-            if i in crit_bm
-            else pacing.TIER_REST
-            for i in ids
-        ]
+        epss = _epss_by_image(index, cause.changes or Changes(), usage_only, tenant, kept)
+        for i, d in zip(ids, digests, strict=True):
+            is_kev, is_crit = i in kev_bm, i in crit_bm
+            score, pct = epss.get(i, (0.0, 0.0))
+            tier = (
+                pacing.TIER_KEV
+                if is_kev
+                else pacing.TIER_CRITICAL
+                if is_crit or (score > 0 and pct >= epss_high)
+                else pacing.TIER_REST
+            )
+            rows.append((not is_kev, -score, not is_crit, hash32(d), d, tier))
     else:
-        tier_of = [_report_tier(reports.get(d)) for d in digests]
-    rows = [(t, hash32(d), d) for t, d in zip(tier_of, digests, strict=True)]
-    rows.extend((pacing.TIER_REST, hash32(d), d) for d in extra)
+        for d in digests:
+            tier = _report_tier(reports.get(d))
+            rows.append((tier, 0.0, 0, hash32(d), d, tier))
+    rows.extend((pacing.TIER_REST, 0.0, 1, hash32(d), d, pacing.TIER_REST) for d in extra)
     rows.sort()
     return Selected(
-        ordered=[r[2] for r in rows],
-        tiers=[r[0] for r in rows],
+        ordered=[r[4] for r in rows],
+        tiers=[r[5] for r in rows],
         candidates=candidates,
         deduped=deduped,
         keys=len(keys),

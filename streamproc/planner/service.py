@@ -33,6 +33,7 @@ from streamproc.planner.exports import PlannerExports
 from streamproc.planner.model import ImpactSource
 from streamproc.planner.projection import LastReports
 from streamproc.planner.reactor import IMPACT
+from streamproc.planner.settings import load as load_planner_settings
 from streamproc.queries import (
     PLANNER,
     PREVIEW,
@@ -122,7 +123,8 @@ def _result(result: ImpactResult, sample_size: int, **more: object) -> PreviewRe
 class ExportPreviews:
     """An export's preview (:mod:`streamproc.planner.estimate`): its candidates from the
     index, its projected deltas from the planner's last verdicts, the vulnerability flags
-    Feedser exports gave, and — for a recorded export — its event, read from the log."""
+    and EPSS Feedser exports gave, and — for a recorded export — its event, read from the
+    log. ``epss_high``: ``planner.epss_high_percentile``, what counts as high EPSS."""
 
     def __init__(
         self,
@@ -131,12 +133,15 @@ class ExportPreviews:
         exports: PlannerExports,
         nc: Client,
         events_stream: str,
+        *,
+        epss_high: float,
     ) -> None:
         self.source = source
         self.reports = reports
         self.exports = exports
         self.nc = nc
         self.events_stream = events_stream
+        self.epss_high = epss_high
 
     async def answer(self, query: PreviewQuery) -> PreviewResult:
         body = query.request
@@ -155,7 +160,7 @@ class ExportPreviews:
         if isinstance(export, FeedserExportBody):
             change = feedser_threats(export, index.vuln_keys)
         else:
-            change = vexer_threats(export, lambda vuln: self.exports.vuln_flags(tenant, vuln))
+            change = vexer_threats(export, lambda vuln: self.exports.vuln(tenant, vuln))
         reports = self.reports.get(tenant)
 
         def judged_since(digest: str) -> bool:
@@ -170,6 +175,7 @@ class ExportPreviews:
                 body.usage_only,
                 lambda digest: self.reports.findings(tenant, digest),
                 judged_since,
+                epss_high=self.epss_high,
             )
         except (SelectorError, ValueError) as exc:
             raise ServiceFailure(400, "invalid-body", str(exc)) from None
@@ -179,6 +185,7 @@ class ExportPreviews:
             export=previewed,
             projected_deltas=projection.deltas,
             projected_kev=projection.kev,
+            projected_high_epss=projection.high_epss,
             unassessed=projection.unassessed,
             projected_from=projection.judged,
         )
@@ -242,6 +249,7 @@ async def start(ctx: RoleContext) -> Served:
         cast(PlannerExports, ctx.shared[PlannerExports.name]),
         nc,
         ctx.settings.events_stream,
+        epss_high=load_planner_settings().epss_high_percentile,
     )
     return await serve_previews(
         nc, ctx.settings.prefix, index, node=ctx.settings.node_id, exports=exports

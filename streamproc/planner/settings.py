@@ -26,6 +26,8 @@ Every knob, its variable and default (also in ``docs/planning.md``):
 - ``STREAMPROC_PLANNER_MAX_RUNS_PER_PASS`` (16): runs planned per reactor pass, taken
   round-robin across tenants (the rest wait for the next pass).
 - ``STREAMPROC_PLANNER_PREVIEW_SAMPLE`` (20): sample digests returned by a preview.
+- ``STREAMPROC_PLANNER_EPSS_HIGH_PERCENTILE`` (0.9): a changed finding whose EPSS percentile
+  is at least this ranks its images with the critical ones, and counts as high-EPSS.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ ENV = {
     "burst_s": "STREAMPROC_PLANNER_BURST_S",
     "max_runs_per_pass": "STREAMPROC_PLANNER_MAX_RUNS_PER_PASS",
     "preview_sample": "STREAMPROC_PLANNER_PREVIEW_SAMPLE",
+    "epss_high_percentile": "STREAMPROC_PLANNER_EPSS_HIGH_PERCENTILE",
 }
 
 
@@ -77,6 +80,7 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
     burst_s: float = 1.0
     max_runs_per_pass: int = 16
     preview_sample: int = 20
+    epss_high_percentile: float = 0.9
 
     def __post_init__(self) -> None:
         checks = [
@@ -97,6 +101,10 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
             (0 < self.burst_s <= 3600, f"burst {self.burst_s} s: must be > 0 and <= 3600"),
             (self.max_runs_per_pass >= 1, f"max runs per pass {self.max_runs_per_pass}: >= 1"),
             (self.preview_sample >= 0, f"preview sample {self.preview_sample}: must be >= 0"),
+            (
+                0.0 <= self.epss_high_percentile <= 1.0,
+                f"EPSS high percentile {self.epss_high_percentile}: 0..1",
+            ),
         ]
         for ok, message in checks:
             if not ok:

@@ -1,5 +1,5 @@
-"""The gateway's read model: schedules, runs (with stats and deltas), export records and
-indexed images.
+"""The gateway's read model: schedules, runs (with stats and deltas), export records,
+indexed images and VEX documents.
 
 Pure folds over the event log into tenant-prefixed RocksDB keys; the gateway answers every
 GET from here and checks every write against it before publishing.
@@ -14,8 +14,9 @@ from streamproc.readmodel.exports import Exports
 from streamproc.readmodel.images import Images
 from streamproc.readmodel.runs import Runs
 from streamproc.readmodel.schedules import Schedules
+from streamproc.readmodel.vex import VexDocuments
 
-READ_MODEL: list[Callable[[], Projection]] = [Schedules, Runs, Exports, Images]
+READ_MODEL: list[Callable[[], Projection]] = [Schedules, Runs, Exports, Images, VexDocuments]
 """Projection factories, in the form ``RoleSpec.projections`` takes."""
 
-__all__ = ["READ_MODEL", "Exports", "Images", "Runs", "Schedules"]
+__all__ = ["READ_MODEL", "Exports", "Images", "Runs", "Schedules", "VexDocuments"]

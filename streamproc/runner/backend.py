@@ -3,11 +3,12 @@ or a tool run on the stored SBOM (``trivy``, ``grype``, ``osv-scanner``), chosen
 ``scanner.kind``.
 
 Every kind's answer goes through :func:`settled` — findings through
-:func:`streamproc.backends.findings.settle` (KEV from the configured catalog), then the
-policy's PASS/FAIL — so deltas, ``topFindings`` and Notify messages come out the same
-whichever kind answered. A tool call that gives no usable answer is retried with the
-runner's backoff (``runner.call_attempts``, ``runner.call_budget_s``), counted in
-``scheduler_runner_errors_total{reason}`` and reported as a problem of the role
+:func:`streamproc.backends.findings.settle` (KEV from the configured catalog), the tenant's
+VEX claims (:mod:`streamproc.runner.claims`), then the policy's PASS/FAIL — so deltas,
+``topFindings`` and Notify messages come out the same whichever kind answered. A tool call
+that gives no usable answer is retried with the runner's backoff (``runner.call_attempts``,
+``runner.call_budget_s``), counted in ``scheduler_runner_errors_total{reason}`` and reported
+as a problem of the role
 (``streamproc status``) until a call succeeds; when the retries run out the image fails
 with the named reason (:class:`ImageFailed`), never a PASS.
 """
@@ -26,6 +27,7 @@ from streamproc.backends.findings import KevCatalog, Policy, settle
 from streamproc.backends.model import RawFinding, ToolError
 from streamproc.backends.settings import ScannerSettings
 from streamproc.backends.tools import Tool
+from streamproc.runner.claims import NO_CLAIMS, ClaimView, apply_claims
 from streamproc.runner.scanner_client import Finding, ImageFailed, ScannerClient, ScanReport
 
 PROBLEM = "scanner"
@@ -204,21 +206,32 @@ def _raw(f: Finding) -> RawFinding:
     )
 
 
-def settled(report: ScanReport, kev: KevCatalog, policy: Policy) -> ScanReport:
+def settled(
+    report: ScanReport, kev: KevCatalog, policy: Policy, claims: ClaimView = NO_CLAIMS
+) -> ScanReport:
     """The report as the verdict records it, whichever kind answered: findings settled (one
-    per purl and vulnerability, KEV from the catalog), the policy's PASS/FAIL unless the
-    backend decided, and the policy revision that decided."""
+    per purl and vulnerability, KEV from the catalog, EPSS kept), the tenant's VEX ``claims``
+    applied (the findings they drop move to ``suppressed``), then the policy's PASS/FAIL on
+    what stands — unless the backend decided — and the policy revision that decided."""
     kev = kev.current()
-    findings = [_finding(f) for f in settle(map(_raw, report.findings), kev)]
+    epss = {(f.purl, f.vuln_id): f.epss for f in report.findings if f.epss is not None}
+    findings = []
+    for raw in settle(map(_raw, report.findings), kev):
+        f = _finding(raw)
+        f.epss = epss.get((f.purl, f.vuln_id))
+        findings.append(f)
+    vex = apply_claims(findings, report.image_digest, claims)
     verdict = report.verdict if report.verdict in ("PASS", "FAIL") else None
     return ScanReport(
         image_digest=report.image_digest,
-        findings=findings,
+        findings=vex.kept,
         report_url=report.report_url,
         attestation=report.attestation,
         advisories_revision=report.advisories_revision,
         policy_revision=report.policy_revision if verdict else policy.revision(kev),
-        verdict=verdict or policy.decide((f.severity, f.kev) for f in findings),
+        verdict=verdict or policy.decide((f.severity, f.kev) for f in vex.kept),
+        suppressed=vex.suppressed,
+        vex_documents=vex.documents,
     )
 
 

@@ -77,14 +77,23 @@ def coverage_line(c: p.Coverage) -> str:
 
 
 def summary_vulns(aggs: dict[str, VulnAgg]) -> list[nm.VulnImages]:
+    """KEV first, then by EPSS (none counts as 0), severity, images, id."""
     order = sorted(
-        aggs.items(), key=lambda kv: (not kv[1].kev, -RANK[kv[1].severity], -kv[1].count, kv[0])
+        aggs.items(),
+        key=lambda kv: (
+            not kv[1].kev,
+            -(kv[1].epss.score if isinstance(kv[1].epss, p.Epss) else 0.0),
+            -RANK[kv[1].severity],
+            -kv[1].count,
+            kv[0],
+        ),
     )
     return [
         nm.VulnImages(
             vuln_id=vid,
             severity=a.severity,  # type: ignore[arg-type]  # severity was validated against the Literal when the verdict was folded
             kev=a.kev,
+            epss=nm.epss_of(a.epss or None),
             image_count=a.count,
             images=list(a.digests),
             truncated=a.count > len(a.digests),
@@ -136,6 +145,7 @@ class Completer:
                 cancelled=stats.cancelled,
                 deltas=stats.deltas,
                 new_criticals=stats.new_criticals,
+                resolved=rec.resolved or 0,
             ),
             vulnerabilities=summary_vulns(reader.summary(rec.tenant, rec.run_id)),
         )

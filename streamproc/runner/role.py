@@ -38,6 +38,7 @@ from streamproc.ids import derive_id
 from streamproc.names import sbom_bucket, stream_names
 from streamproc.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.runner.backend import Backend, StellaBackend, ToolBackend, settings_policy
+from streamproc.runner.claims_state import VexClaims
 from streamproc.runner.completion import Completer
 from streamproc.runner.limiter import Limiter
 from streamproc.runner.ratebucket import RateStore
@@ -214,7 +215,9 @@ def make_runner(runner: RunnerSettings | None = None) -> RoleSpec:
     def workers(ctx: RoleContext) -> Coroutine[Any, Any, None]:
         return Workers(ctx, runner or load_runner_settings()).run()
 
-    return RoleSpec([RunnerState, RunnerSboms], [lambda _s: RunnerReactor()], background=[workers])
+    return RoleSpec(
+        [RunnerState, RunnerSboms, VexClaims], [lambda _s: RunnerReactor()], background=[workers]
+    )
 
 
 RUNNER = make_runner()

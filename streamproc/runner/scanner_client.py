@@ -24,6 +24,7 @@ import aiohttp
 import msgspec
 
 from streamproc import metrics
+from streamproc.events import payloads as p
 from streamproc.runner.http1 import Http1Pool, HttpError
 
 
@@ -35,6 +36,12 @@ class ScannerUnavailable(Exception):
     """Transient failures outlasted the retry budget: the scanner is unhealthy."""
 
 
+class Epss(msgspec.Struct, kw_only=True):
+    score: float
+    percentile: float
+    date: str | None = None
+
+
 class Finding(msgspec.Struct, kw_only=True, rename="camel"):
     purl: str
     vuln_id: str
@@ -43,6 +50,7 @@ class Finding(msgspec.Struct, kw_only=True, rename="camel"):
     link: str | None = None
     aliases: list[str] = []
     fixed_version: str | None = None
+    epss: Epss | None = None
 
 
 class Attestation(msgspec.Struct, kw_only=True, rename="camel"):
@@ -62,6 +70,11 @@ class ScanReport(msgspec.Struct, kw_only=True, rename="camel"):
     policy_revision: str | None = None
     verdict: str | None = None
     """``PASS`` or ``FAIL`` when the backend's own policy decided; else the runner's does."""
+    suppressed: list[p.Suppressed] = []
+    """Findings the tenant's VEX claims dropped: set by ``settled`` (whatever a backend's
+    answer says here is replaced)."""
+    vex_documents: list[p.VexApplied] = []
+    """The VEX documents whose claims matched a finding: set by ``settled`` likewise."""
 
 
 Pace = Callable[[], Awaitable[None]]

@@ -38,6 +38,8 @@ from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
 from streamproc.reactor import RoleContext
 from streamproc.runner.backend import Backend, settled
+from streamproc.runner.claims import ClaimView
+from streamproc.runner.claims_state import ClaimsReader
 from streamproc.runner.delta import FindingKey, combine_rules
 from streamproc.runner.latency import RunLatency
 from streamproc.runner.limiter import Limiter, Stopped
@@ -95,6 +97,7 @@ class SegmentRunner:
         self.limiter = limiter
         self.runner_id = runner_id
         self.reader = Reader(ctx.store)
+        self.claims = ClaimsReader(ctx.store)
         self.prefix = ctx.settings.prefix
         self.latency = RunLatency()
         self.outbox = Outbox(ctx.publisher, self._stored)
@@ -208,8 +211,11 @@ class SegmentRunner:
         heart = asyncio.create_task(self._heartbeat(item, tenant, run_id, cancelled))
         out = Outcome()
         tally = Tally()
+        claims = ClaimView(
+            lambda vuln: self.claims.entries(tenant, vuln), self.claims.as_of(tenant, run_id)
+        )
         job = ImageJob(tenant, run_id, sid, "", env.id,
-                       tuple(run.schedule_ids) if run else (), rule)  # fmt: skip
+                       tuple(run.schedule_ids) if run else (), rule, claims)  # fmt: skip
         try:
             try:
                 left = await self._images(
@@ -309,7 +315,7 @@ class SegmentRunner:
         out.retries += got.retries
         out.latencies.append(got.elapsed * 1000)
         out.ok += 1
-        report = settled(got.report, self.kev, self.policy)
+        report = settled(got.report, self.kev, self.policy, job.claims)
         previous = self._previous(job.tenant, job.digest)
         return decide(job, report, previous, self._stamp(), kind)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
@@ -91,6 +92,9 @@ class RunRec(msgspec.Struct, kw_only=True):
     terminal: str | None = None
     deltas: int = 0
     new_criticals: int = 0
+    resolved: int | UnsetType = UNSET
+    """Findings of the images' previous verdicts that a VEX claim dropped in this run (left
+    out until there is one, so runs without VEX keep their bytes)."""
     failure_reasons: dict[str, int] = {}
     cause_ms: int = 0
     """HLC time (ms) of what caused the run: its earliest export, else its request."""
@@ -114,6 +118,8 @@ class VulnAgg(msgspec.Struct, kw_only=True):
     severity: str
     kev: bool
     count: int = 0
+    epss: p.Epss | UnsetType = UNSET
+    """The highest EPSS among the vulnerability's new findings in the run."""
     digests: list[str] = []
     """Filled by :meth:`Reader.summary` (stored apart, in ``SUMMARY_IMAGES_CF``)."""
 
@@ -182,7 +188,9 @@ class RunnerState(Projection):
     )
     version: ClassVar[int] = 3
     """2: export times and each run's cause time (the run latency metric); a summary's
-    images one key each. 3: export times by ref and revision."""
+    images one key each. 3: export times by ref and revision. (What VEX claims resolved and
+    the EPSS of a summary's vulnerabilities are fields left out until set: states without
+    them keep their bytes.)"""
 
     def __init__(self) -> None:
         self._runs: dict[bytes, RunRec] = {}
@@ -393,6 +401,17 @@ class RunnerState(Projection):
         raw = it.get(ik)
         previous = decode_image(raw).findings if raw is not None else []
         current = [(f.purl, f.vuln_id, f.severity, f.kev) for f in v.findings]
+        if v.suppressed and previous:
+            gone = {(s.purl, s.vuln_id) for s in v.suppressed}
+            n = sum(1 for f in previous if (f[0], f[1]) in gone)
+            if n:
+                rec.resolved = (rec.resolved or 0) + n
+        epss: dict[str, p.Epss] = {}
+        for f in v.findings:
+            if isinstance(f.epss, p.Epss) and (
+                f.vuln_id not in epss or f.epss.score > epss[f.vuln_id].score
+            ):
+                epss[f.vuln_id] = f.epss
         st = tx.table(SUMMARY_CF)
         for vuln in {(f[1], f[2], f[3]) for f in new_findings(previous, current)}:
             sk = key(e.tenant, v.run_id, vuln[0])
@@ -410,6 +429,11 @@ class RunnerState(Projection):
             if agg.count <= SUMMARY_IMAGES:
                 tx.table(SUMMARY_IMAGES_CF).put(sk + SEP + b"%08d" % agg.count, v.digest.encode())
             agg.kev = agg.kev or vuln[2]
+            score = epss.get(vuln[0])
+            if score is not None and (
+                not isinstance(agg.epss, p.Epss) or score.score > agg.epss.score
+            ):
+                agg.epss = score
         it.put(ik, _enc.encode(ImageRec(sorted(current))))
 
     # ------------------------------------------------------------------ batch hooks

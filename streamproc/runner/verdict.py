@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msgspec import UNSET, UnsetType
+
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import Timestamp
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
+from streamproc.runner.claims import NO_CLAIMS, ClaimView
 from streamproc.runner.delta import Delta, FindingKey, matches
-from streamproc.runner.scanner_client import ScanReport
+from streamproc.runner.scanner_client import Epss, Finding, ScanReport
 
 
 def verdict_id(run_id: str, digest: str) -> str:
@@ -41,11 +44,13 @@ class ImageJob:
     """The ``segment.enqueued`` event's id: the verdict's causation."""
     schedule_ids: tuple[str, ...]
     rule: p.NotifyRule
+    claims: ClaimView = NO_CLAIMS
+    """The tenant's VEX claims as of the run's position (one view per segment)."""
 
     def of(self, digest: str) -> ImageJob:
         """The same segment's job for another image."""
         return ImageJob(self.tenant, self.run_id, self.segment_id, digest, self.cause_id,
-                        self.schedule_ids, self.rule)  # fmt: skip
+                        self.schedule_ids, self.rule, self.claims)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,11 @@ class Decision:
     ``other``)."""
 
 
-def findings_of(report: ScanReport) -> list[p.Finding]:
+def _epss(e: Epss | None) -> p.Epss | UnsetType:
+    return UNSET if e is None else p.Epss(score=e.score, percentile=e.percentile, date=e.date)
+
+
+def findings_of(findings: list[Finding]) -> list[p.Finding]:
     return [
         p.Finding(
             purl=f.purl,
@@ -68,17 +77,18 @@ def findings_of(report: ScanReport) -> list[p.Finding]:
             severity=f.severity,  # type: ignore[arg-type]  # the scanner's severity is a str validated against the event's Literal on encode
             kev=f.kev,
             link=f.link,
+            epss=_epss(f.epss),
             fixed_version=f.fixed_version,
         )
-        for f in report.findings
+        for f in findings
     ]
 
 
-def kev_names(report: ScanReport) -> dict[str, str]:
+def kev_names(findings: list[Finding]) -> dict[str, str]:
     """A KEV finding's CVE alias (the KEV catalog names CVEs) by its vulnerability id."""
     return {
         f.vuln_id: next((a for a in f.aliases if a.startswith("CVE-")), f.vuln_id)
-        for f in report.findings
+        for f in findings
         if f.kev
     }
 
@@ -91,10 +101,11 @@ def decide(
     scanner: str | None = None,
 ) -> Decision:
     """The verdict and Notify message of an image the scanner reported on (``report`` as
-    :func:`streamproc.runner.backend.settled` gives it)."""
+    :func:`streamproc.runner.backend.settled` gives it: the tenant's VEX claims applied, so
+    the verdict, the delta and the message see only the findings that stand)."""
     vid = verdict_id(job.run_id, job.digest)
-    findings = findings_of(report)
-    delta = Delta(previous, findings, kev_names(report))
+    findings = findings_of(report.findings)
+    delta = Delta(previous, findings, kev_names(report.findings))
     ts = nm.iso(stamp.physical)
     msg: nm.AnyMessage
     worse: str | None = None
@@ -106,7 +117,7 @@ def decide(
             kev_hits=delta.kev_hits,
             top_findings=[
                 nm.TopFinding(purl=f.purl, vuln_id=f.vuln_id, severity=f.severity,
-                              kev=f.kev, link=f.link)
+                              kev=f.kev, link=f.link, epss=nm.epss_of(f.epss or None))
                 for f in delta.top
             ],
             report_url=report.report_url,
@@ -132,7 +143,8 @@ def decide(
         report_url=report.report_url,
         policy_verdict=report.verdict if report.verdict in ("PASS", "FAIL") else None,  # type: ignore[arg-type]  # checked against the Literal's values here
         revision=report.advisories_revision, policy_revision=report.policy_revision,
-        scanner=scanner,
+        scanner=scanner, suppressed=report.suppressed or UNSET,
+        vex_documents=report.vex_documents or UNSET,
     )  # fmt: skip
     return Decision(
         _event(job, verdict, vid, stamp),

@@ -1,4 +1,5 @@
-"""The reference scanner's advisory database: OSV JSON records, a KEV list, and matching.
+"""The reference scanner's advisory database: OSV JSON records, a KEV list, FIRST's EPSS
+scores, and matching.
 
 Advisories are indexed by (ecosystem family, package name). A purl matches an advisory when
 its type maps to that family, its name (for Debian binary packages: their *source* package,
@@ -10,6 +11,7 @@ either that is on the KEV list counts as high (it is exploited in the wild), oth
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -42,6 +44,52 @@ class Advisory:
     @property
     def cves(self) -> tuple[str, ...]:
         return tuple(a for a in (self.id, *self.aliases) if a.startswith("CVE-"))
+
+
+@dataclass(frozen=True, slots=True)
+class Epss:
+    """A CVE's EPSS: probability of exploitation in 30 days, percentile, score date."""
+
+    score: float
+    percentile: float
+    date: str | None
+
+
+def load_epss(path: Path | None) -> dict[str, Epss]:
+    """CVE id → EPSS, from FIRST's daily CSV (``epss_scores-YYYY-MM-DD.csv``, gzipped or
+    not): a ``#model_version:…,score_date:…`` comment line, the header
+    ``cve,epss,percentile``, then one row per CVE."""
+    if path is None or not path.exists():
+        return {}
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    date: str | None = None
+    out: dict[str, Epss] = {}
+    header = False
+    for n, line in enumerate(raw.decode().splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            for part in line[1:].split(","):
+                key, _, value = part.partition(":")
+                if key.strip() == "score_date":
+                    date = value.strip()[:10] or None
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if not header:
+            if cells[:3] != ["cve", "epss", "percentile"]:
+                raise AdvisoryError(f"{path}:{n}: not an EPSS file (header cve,epss,percentile)")
+            header = True
+            continue
+        try:
+            score, pct = float(cells[1]), float(cells[2])
+        except (IndexError, ValueError):
+            raise AdvisoryError(f"{path}:{n}: not an EPSS row: {line[:80]!r}") from None
+        if not (0.0 <= score <= 1.0 and 0.0 <= pct <= 1.0):
+            raise AdvisoryError(f"{path}:{n}: EPSS values lie in [0, 1]: {line[:80]!r}")
+        out[cells[0]] = Epss(score, pct, date)
+    return out
 
 
 def parse_advisory(raw: bytes, kev: frozenset[str]) -> Advisory:
@@ -81,6 +129,8 @@ class AdvisoryDb:
 
     advisories: dict[str, Advisory] = field(default_factory=dict)
     kev: frozenset[str] = frozenset()
+    epss: dict[str, Epss] = field(default_factory=dict)
+    """CVE id → EPSS (FIRST's daily scores)."""
     debian_sources: dict[str, str] = field(default_factory=dict)
     """Debian binary package → source package (advisories name source packages)."""
     _index: dict[tuple[str, str], list[tuple[Advisory, Mapping[str, Any]]]] = field(
@@ -90,9 +140,13 @@ class AdvisoryDb:
 
     @classmethod
     def load(
-        cls, osv_dir: Path | None, kev_file: Path | None = None, sources: Path | None = None
+        cls,
+        osv_dir: Path | None,
+        kev_file: Path | None = None,
+        sources: Path | None = None,
+        epss_file: Path | None = None,
     ) -> AdvisoryDb:
-        db = cls(kev=load_kev(kev_file))
+        db = cls(kev=load_kev(kev_file), epss=load_epss(epss_file))
         if sources is not None and sources.exists():
             db.debian_sources = dict(json.loads(sources.read_bytes()).get("binaryToSource", {}))
         if osv_dir is not None:
@@ -122,7 +176,15 @@ class AdvisoryDb:
         for adv_id in sorted(self.advisories):
             h.update(f"{adv_id}={self.advisories[adv_id].digest};".encode())
         h.update(",".join(sorted(self.kev)).encode())
+        for cve in sorted(self.epss):
+            e = self.epss[cve]
+            h.update(f"{cve}={e.score},{e.percentile},{e.date};".encode())
         self.revision = h.hexdigest()[:16]
+
+    def epss_of(self, adv: Advisory) -> Epss | None:
+        """The highest EPSS among the advisory's CVEs (None when none is scored)."""
+        scored = [self.epss[c] for c in adv.cves if c in self.epss]
+        return max(scored, key=lambda e: e.score) if scored else None
 
     def package_key(self, purl: str) -> tuple[str, str, str] | None:
         """(family, advisory package name, version) of a purl, or None if unmatchable."""

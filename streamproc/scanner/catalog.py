@@ -23,6 +23,12 @@ from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.images import IndexedImages, sbom_key
 
 
+class EpssOut(msgspec.Struct, kw_only=True):
+    score: float
+    percentile: float
+    date: str | None = None
+
+
 class ReportFinding(msgspec.Struct, kw_only=True, rename="camel"):
     purl: str
     vuln_id: str
@@ -31,6 +37,7 @@ class ReportFinding(msgspec.Struct, kw_only=True, rename="camel"):
     aliases: list[str] = []
     link: str | None = None
     fixed_version: str | None = None
+    epss: EpssOut | None = None
 
 
 class Attestation(msgspec.Struct, kw_only=True, rename="camel"):
@@ -126,6 +133,7 @@ class Catalog:
         out: dict[tuple[str, str], ReportFinding] = {}
         for m in self.db.match(self._purls(sbom_key)):
             adv = m.advisory
+            e = self.db.epss_of(adv)
             out[(m.purl, adv.id)] = ReportFinding(
                 purl=m.purl,
                 vuln_id=adv.id,
@@ -134,6 +142,7 @@ class Catalog:
                 aliases=list(adv.aliases),
                 link=adv.link,
                 fixed_version=m.fixed,
+                epss=EpssOut(score=e.score, percentile=e.percentile, date=e.date) if e else None,
             )
         result = sorted(
             out.values(), key=lambda f: (not f.kev, -SEVERITY_RANK[f.severity], f.vuln_id, f.purl)

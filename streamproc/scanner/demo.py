@@ -1,7 +1,7 @@
 """``make run``'s demo: a reference scanner (when no scanner URL is configured and
 ``scanner.kind`` is ``stella``), a small catalog of the real SBOMs in ``demo_data/sboms``
-(package data) indexed for tenant ``demo``, a schedule subscribed to Feedser exports, and a
-printed guide of commands to try.
+(package data) indexed for tenant ``demo``, a schedule subscribed to Feedser and Vexer
+exports, and a printed guide of commands to try.
 
 The catalog is published as ``image.indexed`` events like any other SBOM, each SBOM kept in
 the SBOM store first (what the tool kinds evaluate): the reference scanner learns the images
@@ -114,6 +114,7 @@ async def seed_demo(
         svc = await start_scanner(
             port=scanner_port, osv_dir=osv_dir, kev_file=DATA / "kev.json",
             sources=osv_dir.parent / "debian-sources.json", images=IndexedImages.of(system),
+            epss_file=DATA / "epss.csv",
         )  # fmt: skip
         url = svc.url
     images: dict[str, str] = {}
@@ -127,7 +128,7 @@ async def seed_demo(
                                 event_id=derive_id("demo", tenant, digest)))  # fmt: skip
     schedule = p.ScheduleCreated(
         schedule_id="demo-nightly", name="Demo nightly", cron="0 2 * * *", timezone="UTC",
-        subscriptions=["feedser"], created_by="make run",
+        subscriptions=["feedser", "vexer"], created_by="make run",
     )  # fmt: skip
     events.append(new_event("schedule.created", tenant, schedule, system.clock.now(),
                             event_id=derive_id("demo", tenant, "schedule")))  # fmt: skip
@@ -193,6 +194,7 @@ def render_guide(
         f"  #    bound, minted from {Path(settings.data_dir) / 'dev' / 'issuer.jwk'} for tenant"
         f" {tenant!r})",
         f"  {cli} feedser export{data_dir} --osv {osv_dir} --kev {data}/kev.json \\",
+        f"      --epss {data}/epss.csv \\",
         f"      --debian-sources {sources} --url {gateway} \\",
         '      --secret "$STREAMPROC_FEEDSER_SECRET"',
     ]

@@ -4,12 +4,12 @@ webhook, as an advisory aggregator would send it.
 A state file remembers each advisory's content digest from the last successful export, so
 only new or changed OSV records go out: their product keys (version-less purls, Debian source
 packages expanded to their binary packages), the KEV ids among them, and one entry per
-advisory (vulnId, productKeys, severity, kev). The export id is derived from the content,
-and the body being sent is kept in the state file as ``pending`` until the gateway accepts
-it, so a retry after a refusal or a lost answer sends the very same body again (its
-``window`` included), which the gateway recognises as the same export. The body is
-signed ``sha256=HMAC(secret, timestamp + "." + body)`` (or Ed25519), the gateway's scheme,
-and sent with a DPoP-bound access token per tenant (:mod:`.sender_auth`).
+advisory (vulnId, productKeys, severity, kev, and its EPSS when an EPSS file is given). The
+export id is derived from the content, and the body being sent is kept in the state file as
+``pending`` until the gateway accepts it, so a retry after a refusal or a lost answer sends
+the very same body again (its ``window`` included), which the gateway recognises as the same
+export. The body is signed ``sha256=HMAC(secret, timestamp + "." + body)`` (or Ed25519), the
+gateway's scheme, and sent with a DPoP-bound access token per tenant (:mod:`.sender_auth`).
 """
 
 from __future__ import annotations
@@ -61,9 +61,16 @@ def build_export(
         keys.update(product_keys)
         if a.kev:
             kev.update(c for c in a.cves if c in db.kev)
-        entries.append(
-            {"vulnId": a.id, "productKeys": product_keys, "severity": a.severity, "kev": a.kev}
-        )
+        entry: dict[str, Any] = {
+            "vulnId": a.id,
+            "productKeys": product_keys,
+            "severity": a.severity,
+            "kev": a.kev,
+        }
+        epss = db.epss_of(a)
+        if epss is not None:
+            entry["epss"] = {"score": epss.score, "percentile": epss.percentile, "date": epss.date}
+        entries.append(entry)
     export_id = "osv-" + h.hexdigest()[:24]
     pending = state.get("pending")
     if isinstance(pending, dict) and pending.get("exportId") == export_id:
@@ -112,7 +119,7 @@ def signed_headers(
         sig = SigningKey(ed25519_seed).sign(signed).signature
         sigs.append("ed25519=" + base64.urlsafe_b64encode(sig).decode().rstrip("="))
     if not sigs:
-        raise ValueError("a Feedser webhook needs an HMAC secret or an Ed25519 key")
+        raise ValueError("a signed webhook needs an HMAC secret or an Ed25519 key")
     headers = {
         "Content-Type": "application/json",
         "X-Scheduler-Signature": ",".join(sigs),
@@ -158,12 +165,18 @@ async def post_export(
 
 
 async def deliver_export(
-    url: str, body: dict[str, Any], headers_for: Any, creds: Credentials, timeout_s: float = 30.0
+    url: str,
+    body: dict[str, Any],
+    headers_for: Any,
+    creds: Credentials,
+    timeout_s: float = 30.0,
+    *,
+    path: str = WEBHOOK_PATH,
 ) -> list[tuple[str | None, int, Any]]:
-    """One delivery per tenant of ``creds`` (each its own delivery id, one DPoP session for
-    all): every tenant's (tenant, status, answer), in order. No answer at all raises
-    (:class:`~streamproc.client.http.Unreachable`, or an :mod:`aiohttp` error without a
-    token), and the tenants after it are not sent."""
+    """One delivery to ``path`` (Feedser's webhook by default) per tenant of ``creds`` (each
+    its own delivery id, one DPoP session for all): every tenant's (tenant, status, answer),
+    in order. No answer at all raises (:class:`~streamproc.client.http.Unreachable`, or an
+    :mod:`aiohttp` error without a token), and the tenants after it are not sent."""
     stamp = int(time.time() * 1000)
     out: list[tuple[str | None, int, Any]] = []
     async with contextlib.AsyncExitStack() as stack:
@@ -174,7 +187,14 @@ async def deliver_export(
         for n, tenant in enumerate(creds.tenants):
             delivery = f"{body['exportId'][:64]}.{stamp}.{n}"
             status, answer = await post_export(
-                url, body, headers_for, timeout_s, api=api, tenant=tenant, delivery=delivery
+                url,
+                body,
+                headers_for,
+                timeout_s,
+                api=api,
+                tenant=tenant,
+                path=path,
+                delivery=delivery,
             )
             out.append((tenant, status, answer))
     return out

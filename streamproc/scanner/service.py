@@ -96,11 +96,13 @@ class ScannerService:
         kev_file: Path | None = None,
         sources: Path | None = None,
         images: IndexedImages | None = None,
+        epss_file: Path | None = None,
     ) -> None:
         self.catalog = Catalog(db, indexed=images)
         self.faults = faults or Faults()
         self.scan_s = scan_s
         self.osv_dir, self.kev_file, self.sources = osv_dir, kev_file, sources
+        self.epss_file = epss_file
         self._answers: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self._cap = idempotency_entries
         self.scans: dict[str, Scan] = {}
@@ -305,7 +307,9 @@ class ScannerService:
         return _json({"revision": self.catalog.db.revision})
 
     async def reload(self, _request: web.Request) -> web.Response:
-        db = await asyncio.to_thread(AdvisoryDb.load, self.osv_dir, self.kev_file, self.sources)
+        db = await asyncio.to_thread(
+            AdvisoryDb.load, self.osv_dir, self.kev_file, self.sources, self.epss_file
+        )
         self.catalog.db = db
         return _json({"advisories": len(db.advisories), "revision": db.revision})
 
@@ -351,13 +355,14 @@ async def start_scanner(
     sources: Path | None = None,
     images: IndexedImages | None = None,
     faults: FaultConfig | None = None,
+    epss_file: Path | None = None,
 ) -> ScannerService:
     """Start the reference scanner in this event loop; ``.url`` says where, ``.close()`` stops.
     ``images``: the catalog folded from the log (:meth:`IndexedImages.of` a System hosting
     the ``scanner`` role); without it the scanner knows registered images only."""
-    db = await asyncio.to_thread(AdvisoryDb.load, osv_dir, kev_file, sources)
+    db = await asyncio.to_thread(AdvisoryDb.load, osv_dir, kev_file, sources, epss_file)
     svc = ScannerService(
         db, faults=Faults(faults), osv_dir=osv_dir, kev_file=kev_file, sources=sources,
-        images=images,
+        images=images, epss_file=epss_file,
     )  # fmt: skip
     return await svc.start(host, port)

@@ -35,8 +35,8 @@ def test_the_file_up_demo_writes_validates(
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         f"ok: {dev.config} (a gateway file, for gateway.config / STREAMPROC_GATEWAY_CONFIG)",
-        "  # gateway: 1 issuer(s) (https://authority.dev.local → demo); 1 webhook source(s) "
-        "(feedser (feedser → demo)); modes bearer, dpop",
+        "  # gateway: 1 issuer(s) (https://authority.dev.local → demo); 2 webhook source(s) "
+        "(feedser (feedser → demo), vexer (vexer → demo)); modes bearer, dpop",
     ]
 
 

@@ -361,7 +361,8 @@ async def test_console_end_to_end(
                 api = r.json()
             want = (
                 f"This Feedser export touches ~{api['count']:,} images; projected deltas: "
-                f"~{api['projectedDeltas']:,} ({api['projectedKev']:,} KEV)."
+                f"~{api['projectedDeltas']:,} ({api['projectedKev']:,} KEV, "
+                f"{api['projectedHighEpss']:,} high EPSS)."
             )
             assert await page.text_content("#preview-sentence") == want
             assert api["count"] >= 2 and api["export"]["revision"] == 1

@@ -35,8 +35,9 @@ UNCHANGED = ("planner", "runner", "auditor", "scanner", "activity")
 """Roles whose state does not depend on the renamed names: the recorded digest holds. (The
 planner's and the runner's are recorded again with their state formats of export revisions
 — ``pl_exports`` 3 and ``pl_reports`` 2 with each image's last findings; ``runner`` 3 with
-export times by ref and revision —: a format change, which a replay makes, not an upcast.
-The auditor's, the chain's, is the one recorded first.)"""
+export times by ref and revision —: a format change, which a replay makes, not an upcast;
+the planner's once more with ``pl_exports`` 4 (VEX claims' keys, EPSS), which changed only
+its format record here. The auditor's, the chain's, is the one recorded first.)"""
 CP = Checkpoint("SCHEDULER", "2026-12-06T02:18:00Z", 56)
 """The checkpoint the recorded digests were taken with."""
 
@@ -66,10 +67,11 @@ def test_the_recorded_log_is_of_the_previous_schema() -> None:
     assert all("whenCron" in s["payload"] and "includeKEV" in s["payload"]["notify"] for s in now)
 
 
-ADDED_SINCE = frozenset({"runner_sboms", "sbom_refs"})
-"""Projections added to a role after the log was recorded (the SBOM references): a state
-directory without them is rebuilt by replay (tests/sboms/test_replay.py), and what they fold
-is tested on its own; the role's other projections must still give the recorded digest."""
+ADDED_SINCE = frozenset({"runner_sboms", "sbom_refs", "runner_vex"})
+"""Projections added to a role after the log was recorded (the SBOM references, the VEX
+claims): a state directory without them is rebuilt by replay (tests/sboms/test_replay.py),
+and what they fold is tested on its own; the role's other projections must still give the
+recorded digest."""
 
 
 @pytest.mark.parametrize("role", UNCHANGED)

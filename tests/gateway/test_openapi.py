@@ -42,7 +42,7 @@ def test_every_reference_resolves_and_every_route_is_documented() -> None:
     for op in OPERATIONS:
         entry = paths[op.full_path][op.method.lower()]
         assert entry["responses"]["400"]["content"]["application/problem+json"]
-        if op.body is not None:
+        if op.body is not None and op.tag != "vex":  # a VEX document: its format's own schema
             ref = entry["requestBody"]["content"]["application/json"]["schema"]["$ref"]
             assert schemas[ref.rsplit("/", 1)[1]]["additionalProperties"] is False
     assert len({op.operation_id for op in OPERATIONS}) == len(OPERATIONS)

@@ -58,10 +58,12 @@ FEEDSER_EXPORT = {
     "changedProductKeys": [SETUPTOOLS, ZLIB, LEFTPAD],
     "kev": ["CVE-K"],
     "advisories": [
-        {"vulnId": "GHSA-A", "productKeys": [SETUPTOOLS], "severity": "critical"},
-        {"vulnId": "CVE-K", "productKeys": [ZLIB], "severity": "low"},
+        {"vulnId": "GHSA-A", "productKeys": [SETUPTOOLS], "severity": "critical",
+         "epss": {"score": 0.61, "percentile": 0.97}},  # high EPSS (planner default: 0.9)
+        {"vulnId": "CVE-K", "productKeys": [ZLIB], "severity": "low",
+         "epss": {"score": 0.02, "percentile": 0.5}},
     ],
-}
+}  # fmt: skip
 
 
 @pytest.fixture
@@ -113,12 +115,14 @@ async def test_an_exports_body_is_previewed_with_its_projected_deltas(planned: H
     assert res["export"] == {"kind": "feedser", "exportId": "fx-1"}
     # setuptools: 1-5 (0 has GHSA-A critical already); zlib, KEV: 7-11 (6 had it as KEV).
     assert (res["projectedDeltas"], res["projectedKev"]) == (10, 5), res
+    assert res["projectedHighEpss"] == 5, "setuptools' GHSA-A, apart from zlib's KEV"
     assert res["unassessed"] == 1, "left-pad: a bare key, no severity"
     assert res["projectedFrom"] == 13
     # Within a selection: the same rules, fewer candidates.
     sel = {"digests": [image(0), image(1), image(7)]}
     status, res = await preview(planned, {"feedserExport": FEEDSER_EXPORT, "selection": sel})
     assert (res["count"], res["projectedDeltas"], res["projectedKev"]) == (3, 2, 1), res
+    assert res["projectedHighEpss"] == 1, res
     assert await planned.last_seq() == seq, "a preview never publishes"
 
 
@@ -188,7 +192,15 @@ async def test_a_vexer_export_is_judged_by_the_flags_feedser_exports_gave(
     assert status == 200, res
     assert res["export"] == {"kind": "vexer", "exportId": "v1"}
     assert (res["count"], res["projectedDeltas"], res["projectedKev"]) == (12, 5, 5), res
+    assert res["projectedHighEpss"] == 0, "CVE-K's EPSS percentile is 0.5"
     assert res["unassessed"] == 0, "a claim that is not →affected makes nothing worse"
+    # A claim back to affected on GHSA-A: critical with a high EPSS, as the export gave it.
+    back = [{"productKey": SETUPTOOLS, "vulnId": "GHSA-A", "status": "not_affected→affected"}]
+    status, res = await preview(planned, {"vexerExport": {"exportId": "v3",
+                                                          "changedClaims": back}})  # fmt: skip
+    assert status == 200, res
+    got = (res["count"], res["projectedDeltas"], res["projectedKev"], res["projectedHighEpss"])
+    assert got == (6, 5, 0, 5), res
     unknown = [{"productKey": SETUPTOOLS, "vulnId": "CVE-NEW", "status": "fixed→affected"}]
     status, res = await preview(planned, {"vexerExport": {"exportId": "v2",
                                                           "changedClaims": unknown}})  # fmt: skip

@@ -1,6 +1,7 @@
-"""Where `feedser export` gets its tokens: a configured token (bound to the data directory's
-client key), client credentials, an issuer key (with `make run`, the development one, for
-its Feedser source's tenants), or none — and clear refusals for what cannot work."""
+"""Where `feedser export` (and `vexer export`, with its own settings) gets its tokens: a
+configured token (bound to the data directory's client key), client credentials, an issuer
+key (with `make run`, the development one, for its source's tenants), or none — and clear
+refusals for what cannot work."""
 
 from __future__ import annotations
 
@@ -98,3 +99,29 @@ def test_client_credentials_an_explicit_issuer_and_none(tmp_path: Path) -> None:
         data, {"STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer), "STREAMPROC_FEEDSER_TENANTS": "x"}
     )
     assert isinstance(creds.tokens, MintedTokens) and creds.tenants == ["x"]
+
+
+async def test_vexer_export_takes_its_own_settings_and_make_runs_vexer_source(
+    tmp_path: Path,
+) -> None:
+    data = demo_dir(tmp_path)
+    creds = credentials(data, {}, kind="vexer")
+    assert creds.tenants == ["other"] and isinstance(creds.tokens, MintedTokens)
+    async with aiohttp.ClientSession() as http:
+        claims = unverified_claims(await creds.tokens.token(http, "other"))
+    assert claims is not None and (claims["sub"], claims["scope"]) == ("vexer", "scheduler.webhook")
+    feedsers = {"STREAMPROC_FEEDSER_TENANTS": "a", "STREAMPROC_FEEDSER_ISSUER_KEY": "/nowhere"}
+    assert credentials(data, feedsers, kind="vexer").tenants == ["other"], "not Feedser's"
+    assert credentials(data, {"STREAMPROC_VEXER_TENANTS": "a,b"}, kind="vexer").tenants == [
+        "a",
+        "b",
+    ]
+    key = dpop_key(data, {})
+    bound = mint_token(ISSUER, {"kid": "k1", "iss": "https://authority.test"}, tenant="demo",
+                       scope="scheduler.webhook", cnf={"jkt": key.jkt})  # fmt: skip
+    mine = credentials(data, {"STREAMPROC_VEXER_TOKEN": bound}, kind="vexer")
+    assert isinstance(mine.tokens, StaticToken) and mine.how == "the configured token"
+    unbound = mint_token(ISSUER, {"kid": "k1", "iss": "https://authority.test"}, tenant="demo",
+                         scope="scheduler.webhook")  # fmt: skip
+    with pytest.raises(ConfigError, match="STREAMPROC_VEXER_TOKEN is not DPoP-bound"):
+        credentials(data, {"STREAMPROC_VEXER_TOKEN": unbound}, kind="vexer")

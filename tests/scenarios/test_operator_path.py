@@ -71,9 +71,10 @@ class Node:
 
 
 @contextlib.asynccontextmanager
-async def running_demo(cwd: Path) -> AsyncIterator[Node]:
+async def running_demo(cwd: Path, **settings: str) -> AsyncIterator[Node]:
+    """``settings``: environment variables to set besides the ports."""
     ports = {"nats": free_port(), "http": free_port(), "scanner": free_port()}
-    env = clean_env(**ports)
+    env = {**clean_env(**ports), **settings}
     proc = await asyncio.create_subprocess_exec(
         *CLI, "up", "--demo", cwd=cwd, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

@@ -1236,7 +1236,9 @@ function previewSentence(doc, body) {
     h("b", { id: "preview-deltas" }, n(doc.projectedDeltas)),
     " (",
     h("b", { id: "preview-kev" }, n(doc.projectedKev)),
-    " KEV).",
+    " KEV, ",
+    h("b", { id: "preview-high-epss" }, n(doc.projectedHighEpss)),
+    " high EPSS).",
   );
 }
 
