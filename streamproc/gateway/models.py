@@ -273,7 +273,7 @@ class DeltaList(Response, kw_only=True):
 SbomDocument = Annotated[
     msgspec.Raw,
     Meta(
-        description="the SBOM itself, as JSON: CycloneDX 1.4-1.6 or SPDX 2.2/2.3",
+        description="the SBOM itself, as JSON: CycloneDX 1.4-1.7 or SPDX 2.2/2.3",
         extra_json_schema={"type": "object"},
     ),
 ]

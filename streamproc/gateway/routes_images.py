@@ -328,7 +328,7 @@ OPERATIONS = [
         ),
         responses=_WRITTEN,
         errors=(409, 413, 415, 503),
-        description="Publishes image.indexed with the SBOM's purls (CycloneDX 1.4-1.6 or "
+        description="Publishes image.indexed with the SBOM's purls (CycloneDX 1.4-1.7 or "
         "SPDX 2.2/2.3 JSON). The same content again answers 200 with duplicate: true and "
         f"publishes nothing. Also allowed with scope {ADMIN}.",
     ),

@@ -196,7 +196,7 @@ def register(
     p.add_argument("--namespace")
     p.add_argument("--tag", action="append", default=[], help="repeatable")
     p.add_argument("--label", action="append", default=[], metavar="K=V", help="repeatable")
-    p.add_argument("--sbom", required=True, help="CycloneDX JSON (1.4-1.6) or SPDX JSON 2.2/2.3")
+    p.add_argument("--sbom", required=True, help="CycloneDX JSON (1.4-1.7) or SPDX JSON 2.2/2.3")
     p.add_argument("--used-purls", help="file: the purls the entrypoint uses, one per line")
     p.set_defaults(fn=cmd_add)
 

@@ -1,4 +1,4 @@
-"""Extract an image's purls from a CycloneDX (1.4-1.6) or SPDX (2.2/2.3) JSON SBOM.
+"""Extract an image's purls from a CycloneDX (1.4-1.7) or SPDX (2.2/2.3) JSON SBOM.
 
 Plain msgspec Structs rather than cyclonedx-python-lib / spdx-tools: we only need the
 purls, and those libraries build a full validated object model that refuses a whole
@@ -25,7 +25,9 @@ __all__ = [
     "read_sbom",
 ]
 
-CYCLONEDX_VERSIONS = ("1.4", "1.5", "1.6")
+CYCLONEDX_VERSIONS = ("1.4", "1.5", "1.6", "1.7")
+"""1.7 (what Trivy 0.76 writes by default; cyclonedx-py with ``--sv 1.7``) keeps
+``components[].purl`` as 1.4-1.6 have it."""
 SPDX_VERSIONS = ("SPDX-2.2", "SPDX-2.3")
 _AT = re.compile(r" - at `(\$[^`]*)`$")
 

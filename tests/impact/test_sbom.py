@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from streamproc.impact.index import ImpactIndex, build_image
 from streamproc.impact.purls import normalize_image_purls
 from streamproc.impact.sbom import SbomError, parse_sbom, read_sbom
 from streamproc.impact.selector import Selector
+from tests.scenarios.sboms import GENERATOR
 
 DATA = Path(__file__).parent.parent / "data" / "sboms"
 FILES = {
@@ -37,6 +40,22 @@ def raw_purls(doc: dict[str, Any]) -> list[str]:
         for ref in pkg.get("externalRefs", [])
         if ref["referenceType"] == "purl"
     ]
+
+
+@pytest.mark.parametrize("version", ["1.6", "1.7"])
+def test_cyclonedx_py_sboms_of_each_supported_version(tmp_path: Path, version: str) -> None:
+    """cyclonedx-py, run now over this environment, as a user would run it (1.7: what Trivy
+    and cyclonedx-py write when asked for the newest)."""
+    out = tmp_path / f"env.cdx{version}.json"
+    done = subprocess.run(
+        [*GENERATOR[:-1], "environment", "--sv", version, sys.executable, "-o", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    sbom = read_sbom(out)
+    assert (sbom.format, sbom.spec_version) == ("cyclonedx", version)
+    assert sorted(sbom.purls) == sorted(set(raw_purls(json.loads(out.read_text()))))
+    assert "pkg:pypi/msgspec" in {n.product_key for n in normalize_image_purls(sbom.purls)}
 
 
 @pytest.mark.parametrize("name", sorted(FILES))
@@ -94,7 +113,7 @@ def test_spdx_ignores_other_reference_types() -> None:
         (b"[]", "not an object"),
         (b'{"name": "x"}', "neither CycloneDX"),
         (b'{"bomFormat": "SWID"}', "unknown bomFormat"),
-        (b'{"bomFormat": "CycloneDX", "specVersion": "1.3"}', "supported: 1.4, 1.5, 1.6"),
+        (b'{"bomFormat": "CycloneDX", "specVersion": "1.3"}', "supported: 1.4, 1.5, 1.6, 1.7"),
         (b'{"spdxVersion": "SPDX-2.1"}', "supported: SPDX-2.2, SPDX-2.3"),
         (b'{"@context": "https://spdx.org/rdf/3.0.1/spdx-context.jsonld"}', "SPDX 3"),
         (
