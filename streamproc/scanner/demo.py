@@ -201,9 +201,11 @@ def render_guide(
     if not tool:
         lines += [
             "",
-            "  # the scanner's counters, and its faults switch (429s, 5xx, latency, outages)",
+            "  # the scanner's counters, and its faults switch (429s, 5xx, latency, outages):",
+            "  # the next 5 calls are throttled and the runner's retries absorb them; '{}' is off",
             f"  curl -s {scanner}/admin/stats",
             f"  curl -s -X POST {scanner}/admin/faults -d "
-            + '\'{"next429": 50, "retryAfterS": 0.5}\'',
+            + '\'{"next429": 5, "retryAfterS": 0.5}\'',
+            f"  curl -s -X POST {scanner}/admin/faults -d '{{}}'",
         ]
     return "\n" + "\n".join(lines) + "\n"

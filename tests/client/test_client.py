@@ -33,6 +33,7 @@ from tests.gateway.harness import (
     ISSUER_KEY,
     Harness,
     default_settings,
+    signed_headers,
     start,
     stop,
     token,
@@ -288,3 +289,25 @@ def test_api_writes_a_large_answer_whole_through_partial_writes(
         os.close(read_end)
         os.close(write_end)
     assert bytes(out.buffer.got) == data and out.buffer.calls > 70
+
+
+async def test_streamproc_api_delivers_a_signed_webhook_to_a_dpop_only_gateway(
+    dpop_gw: Harness, tmp_path: Path
+) -> None:
+    """docs/roles.md's delivery: the body's bytes go as given (the signature covers them),
+    the nonce challenge does not use up the delivery id, and the same delivery again is 409."""
+    data = tmp_path / "cli"
+    tok = token(scopes="scheduler.admin", cnf={"jkt": dpop_key(data).jkt})
+    body = b'{"exportId": "try-1",  "changedProductKeys": ["pkg:pypi/setuptools"]}'
+    headers = signed_headers(body, delivery="try-1", tenant=None)
+    args = ["POST", "/events/feedser-export", "--url", dpop_gw.url, "--token", tok,
+            "--data", body.decode()]  # fmt: skip
+    for name in ("X-Scheduler-Timestamp", "X-Scheduler-Delivery", "X-Scheduler-Signature"):
+        args += ["-H", f"{name}: {headers[name]}"]
+    sent = await api_cli(data, *args)
+    assert sent.returncode == 0, sent.stderr
+    answer = json.loads(sent.stdout)
+    assert answer["exportId"] == "try-1" and answer["events"][0]["outcome"] == "recorded"
+    again = await api_cli(data, *args)
+    assert again.returncode == 1 and "409" in again.stderr
+    assert json.loads(again.stdout)["type"].endswith(":replayed-delivery")
