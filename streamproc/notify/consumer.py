@@ -149,10 +149,15 @@ def render(msg: nm.AnyMessage, seq: int | None = None) -> str:
         f"{v.vuln_id}{' KEV' if v.kev else ''}{_epss(v.epss, ' ')} {v.severity} x{v.image_count}"
         for v in msg.vulnerabilities[:10]
     )
-    resolved = f" resolved={msg.totals.resolved}" if msg.totals.resolved else ""
+    t = msg.totals
+    resolved = f" resolved={t.resolved}" if t.resolved else ""
+    # A run that stopped says how far it got: "no new findings" of images never evaluated
+    # would read as a clean bill.
+    done = "" if msg.state == "completed" else f" evaluated={t.completed}/{t.candidates}"
+    failed = f" failed={t.failed}" if t.failed else ""
     return (
-        f"{head}{msg.ts} {msg.tenant} run.summary run={msg.run_id} {msg.state} "
-        f"deltas={msg.totals.deltas}{resolved}: {vulns or 'no new findings'}"
+        f"{head}{msg.ts} {msg.tenant} run.summary run={msg.run_id} {msg.state}{done}{failed} "
+        f"deltas={t.deltas}{resolved}: {vulns or 'no new findings'}"
     )
 
 

@@ -137,6 +137,13 @@ def test_committed_schemas_match_the_code_and_validate_messages() -> None:
     )
     assert nm.decode(nm.encode(summary)) == summary
     assert "run.summary" in render(summary)
+    assert "evaluated=" not in render(summary)
+    # A run that stopped says how far it got, not a bare "no new findings".
+    failed = nm.RunSummary(
+        id="e", tenant="acme", run_id="r", ts="2026-01-01T00:00:00.000Z", state="error",
+        totals=nm.RunTotals(candidates=4, completed=1, failed=3),
+    )  # fmt: skip
+    assert " error evaluated=1/4 failed=3 deltas=0: no new findings" in render(failed)
 
 
 async def test_notify_tail_says_so_when_the_server_goes_away(tmp_path: Path) -> None:
