@@ -228,6 +228,12 @@ class Projection:
         """The batch did not commit: drop in-memory changes made since the last commit."""
 
 
+def folded_kinds(projections: Iterable[Projection]) -> frozenset[str]:
+    """Every kind some of ``projections`` folds (their handlers' kinds): what a projector
+    hosting them needs from the log (:func:`streamproc.events.filters.filter_subjects`)."""
+    return frozenset(k for p in projections for k in p.kinds)
+
+
 class StateFormatError(RuntimeError):
     """The directory was written by another state format; it must be rebuilt by replay."""
 
