@@ -28,6 +28,7 @@ from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.services import Served
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
+from streamproc.deliveries import role_filter
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.hlc import HybridLogicalClock
 from streamproc.leadership import Leadership
@@ -148,6 +149,7 @@ class System:
                 batch=s.batch,
                 consumer=projector_consumer(role, s.node_id, store.path),
                 subjects=s.events_subjects,
+                filter_subjects=role_filter(s.prefix, projections),
             )
             await proj.start()
             self.projectors[role] = proj

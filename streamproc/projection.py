@@ -364,6 +364,11 @@ class Folder:
         raw = self.store.get(keys.META_CF, keys.CHECKPOINT_KEY)
         return None if raw is None else msgspec.json.decode(raw, type=keys.Checkpoint)
 
+    def advance(self, checkpoint: keys.Checkpoint) -> None:
+        """Move the checkpoint over events none of these projections folds (a filtered
+        consumer passed them): the state itself does not change."""
+        self.store.commit({keys.META_CF: {keys.CHECKPOINT_KEY: msgspec.json.encode(checkpoint)}})
+
     def apply(self, messages: Iterable[Sequence[Any]], checkpoint: keys.Checkpoint) -> Folded:
         """Fold ``(seq, subject, data, ...)`` messages and commit them with ``checkpoint``.
 

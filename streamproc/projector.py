@@ -13,9 +13,11 @@ from typing import Any
 
 from streamproc import metrics
 from streamproc.bus import jsapi
+from streamproc.bus.ack import delivery
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.pull import ConsumerGone, PullLoop, RawMessage
+from streamproc.bus.pull import REPLY, ConsumerGone, PullLoop, RawMessage
 from streamproc.cancellation import checkpoint
+from streamproc.deliveries import removed, scan
 from streamproc.names import projector_consumer
 from streamproc.projection import Folded, Folder, Projection
 from streamproc.state.keys import Checkpoint
@@ -29,6 +31,8 @@ DURABLE_IDLE_NS = 24 * 3600 * 1_000_000_000
 start recreates its own from the checkpoint anyway)."""
 CONSUMER_RECOVERY_S = 60.0
 """How long a projector keeps recreating a consumer that keeps vanishing before it stops."""
+MAX_RESUMES = 3
+"""Deliveries lost again and again at one position: the projector stops instead of looping."""
 
 
 def report(role: str, folded: Folded, *, log_each: bool = True, tallies: bool = True) -> None:
@@ -142,6 +146,7 @@ class Projector:
         subjects: str | None = None,
         log_rejections: bool = True,
         rebuild: bool = False,
+        filter_subjects: Sequence[str] | None = None,
     ) -> None:
         """``consumer`` names the durable consumer (default ``proj_<role>``): each process
         hosting a role needs its own, as every start replaces it from its checkpoint.
@@ -149,7 +154,9 @@ class Projector:
         (:class:`Folder`). ``log_rejections``: log each rejected or quarantined event
         (a rebuild from sequence 1 counts them instead). ``rebuild``: folding history
         again, not live events, so what the folds tally (chain entries appended, runs
-        pruned) is not counted a second time."""
+        pruned) is not counted a second time. ``filter_subjects``: the subjects of the kinds
+        the projections fold (:func:`streamproc.events.filters.filter_subjects`), for the
+        consumer to deliver nothing else; None or empty: the whole stream."""
         self.nc = nc
         self.store = store
         self.stream = stream
@@ -160,9 +167,21 @@ class Projector:
         self.log_rejections = log_rejections
         self.rebuild = rebuild
         self.consumer = consumer or projector_consumer(role)
+        self.filter_subjects = list(filter_subjects or ())
         self.epoch = ""
         self.applied = 0
+        """The position: every event of the folded kinds up to this sequence is applied."""
         self.head = 0
+        self.received = 0
+        """Messages handed to the folds since this object started."""
+        self._dseq = 0
+        """The consumer's number of the last delivery accounted for (deliveries are numbered
+        one by one, whatever the filter skips)."""
+        self._pending = 0
+        """Messages of the filter the consumer had not delivered, as it last said."""
+        self._sync_lock = asyncio.Lock()
+        self._error: PositionError | None = None
+        """A gap a sync outside the loop found: the loop raises it."""
         self._pull: PullLoop | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._stop = asyncio.Event()
@@ -170,7 +189,7 @@ class Projector:
         """Set after every committed batch; reactors wait on it."""
         self._ack = True
         self._config: dict[str, Any] = {}
-        self._resumed_at = 0
+        self._resumes = 0
         self._gone_since: float | None = None
         self.failure: BaseException | None = None
 
@@ -207,6 +226,8 @@ class Projector:
             "max_deliver": -1,
             "replay_policy": "instant",
         }
+        if self.filter_subjects:
+            config["filter_subjects"] = self.filter_subjects
         if self.durable:
             config["durable_name"] = self.consumer
             config["inactive_threshold"] = DURABLE_IDLE_NS  # removes retired instances' ones
@@ -218,26 +239,40 @@ class Projector:
             config["name"] = self.consumer
             config["inactive_threshold"] = 30 * 1_000_000_000
         # A stream created a moment ago (or in an election) may not answer at once: the same
-        # create again is harmless (the same config).
-        await jsapi.with_retries(lambda: jsapi.create_consumer(self.nc, self.stream, config), 20.0)
+        # create again is harmless (the same config). A durable left by an older build with
+        # other filters is gone already: every start replaces it from the checkpoint.
+        created = await jsapi.with_retries(
+            lambda: jsapi.create_consumer(self.nc, self.stream, config), 20.0
+        )
+        self._created(created)
         self._config = config
         self._ack = ack
         self._pull = await PullLoop(self.nc, self.stream, self.consumer, batch=self.batch).start()
         metrics.LAST_APPLIED_SEQ.labels(self.role).set(self.applied)
         return self
 
+    def _created(self, info: dict[str, Any]) -> None:
+        """A new consumer numbers its deliveries from 1 and says what it holds for us."""
+        self._dseq = 0
+        self._pending = int(info.get("num_pending") or 0)
+
     async def step(self, timeout: float = 1.0) -> int:
         """Fold and commit one batch (whatever has arrived, up to ``batch``)."""
         assert self._pull is not None
+        if self._error is not None:
+            raise self._error
         try:
             msgs = await self._pull.next_batch(self.batch, timeout)
         except ConsumerGone as exc:
             await self._recover(exc)
             return 0
         self._gone_since = None
-        if not msgs:
-            return 0
-        return await self._apply(msgs)
+        n = await self._apply(msgs) if msgs else 0
+        if self._wants_sync(idle=not msgs):
+            await self.sync()
+            if self._error is not None:
+                raise self._error
+        return n
 
     async def _recover(self, exc: ConsumerGone) -> None:
         """Our consumer or the server holding it went away (a NATS node shut down, its
@@ -258,61 +293,108 @@ class Projector:
 
     async def _apply(self, msgs: list[RawMessage]) -> int:
         t0 = time.perf_counter()
-        expected = self.applied + 1
-        items: list[RawMessage] = []
-        gap: PositionError | None = None
-        for m in msgs:
-            seq = m[0]
-            if seq < expected:
-                continue  # a redelivery of something already committed
-            if seq != expected:
-                gap = PositionError(
-                    f"gap on stream {self.stream}: expected sequence {expected}, received "
-                    f"{seq}; events {expected}..{seq - 1} were removed before this "
-                    f"projector applied them"
-                )
-                break
-            items.append(m)
-            expected += 1
+        got = scan(msgs, self.applied, self._dseq, self._pending, self.consumer)
+        items = got.items
+        gap = await self._gap(got.skips) if got.skips else None
+        if gap is not None:
+            del items[gap[0] :]
+        self.received += len(items)
         if items:
             last = items[-1][0]
             folded = self.folder.apply(items, Checkpoint(self.stream, self.epoch, last))
             self.applied = last
             self.head = max(self.head, last)
+            self._resumes = 0
             metrics.LAST_APPLIED_SEQ.labels(self.role).set(last)
             report(self.role, folded, log_each=self.log_rejections, tallies=not self.rebuild)
             metrics.BATCH_SECONDS.labels(self.role).observe(time.perf_counter() - t0)
             self.committed.set()
             self._wake()
         if gap is not None:
-            if not await self._still_stored(expected):
-                raise gap
-            # Messages lost in flight (our server died, the consumer's leader moved) come back
-            # only after ack_wait: the events are still in the stream, so read on from them.
-            log.warning("%s; they are still in the stream: resuming from %d", gap, expected)
-            await self._resume(expected)
+            raise gap[1]
+        if got.lost:
+            # Lost in flight: still in the stream, so read on from it with a new consumer.
+            self._resumes += 1
+            if self._resumes > MAX_RESUMES:
+                raise PositionError(f"{got.lost}, {self._resumes} times at {self.applied + 1}")
+            log.warning("%s; reading on from sequence %d", got.lost, self.applied + 1)
+            await self._resume(self.applied + 1)
             return len(items)
+        self._dseq, self._pending = got.dseq, got.pending
         if self._ack and self._pull is not None:
             await self._pull.ack_all(msgs[-1])
         return len(items)
 
-    async def _still_stored(self, seq: int) -> bool:
-        """Whether the stream (the same one, not recreated) still holds ``seq`` — and we did
-        not already resume from it (a message removed meanwhile would loop us otherwise)."""
-        if self._resumed_at == seq:
-            return False
+    async def _gap(self, skips: list[tuple[int, int, int]]) -> tuple[int, PositionError] | None:
+        """Whether sequences the consumer passed over were removed before it reached them:
+        where to cut the batch, and why. Without a filter every sequence is delivered, so a
+        skipped one was removed; with one, skipping is the point, and the stream says whether
+        any of them was removed (what it was, it no longer says: any is a gap)."""
+        if not self.filter_subjects:
+            cut, lo, hi = skips[0]
+            return cut, PositionError(
+                f"gap on stream {self.stream}: expected sequence {lo}, received {hi + 1}; "
+                f"events {lo}..{hi} were removed before this projector applied them"
+            )
         info = await jsapi.with_retries(lambda: jsapi.stream_info(self.nc, self.stream))
-        if info is None or info.created != self.epoch:
+        lost = await removed(self.nc, self.stream, self.epoch, info, [s[1:] for s in skips])
+        return None if lost is None else (skips[lost[0]][0], self._gap_error(lost[1]))
+
+    def _gap_error(self, why: str) -> PositionError:
+        return PositionError(
+            f"gap on stream {self.stream}: {why} before this projector's consumer reached "
+            f"them (it had applied up to {self.applied}); of which kinds, the stream no longer "
+            f"says, so it stops. Rebuild with `streamproc replay`"
+        )
+
+    def _wants_sync(self, *, idle: bool) -> bool:
+        """A filtered consumer with nothing left to deliver, and a sequence past the position
+        wanted: by a waiter, or (while idle) the stream head last seen."""
+        if not self.filter_subjects or self.lag() > 0:
             return False
-        get = f"STREAM.MSG.GET.{self.stream}"
-        try:
-            await jsapi.with_retries(lambda: jsapi.request(self.nc, get, {"seq": seq}))
-        except jsapi.JsApiError as exc:
-            if exc.err_code == jsapi.NO_MESSAGE:
+        wanted = max((seq for seq, _ in self._waiters), default=0)
+        if idle:
+            wanted = max(wanted, self.head)
+        return wanted > self.applied
+
+    async def sync(self) -> bool:
+        """Move the position over events the filter kept from us; returns whether it moved.
+
+        A filtered consumer never delivers the kinds the role does not fold, so applying
+        alone never reaches them. This asks: the stream's last sequence, then the consumer;
+        if the consumer has nothing pending and delivered nothing we have not applied, every
+        event of our kinds up to that last sequence is applied, so the position (and the
+        checkpoint) moves there — unless the stream removed events past the position
+        meanwhile (a gap: kept for the loop to raise)."""
+        if not self.filter_subjects or self._pull is None:
+            return False
+        async with self._sync_lock:
+            head = await jsapi.stream_info(self.nc, self.stream)
+            if head is None:
                 return False
-            raise
-        self._resumed_at = seq
-        return True
+            self.head = max(self.head, head.state.last_seq)
+            if head.state.last_seq <= self.applied:
+                return False
+            consumer = await jsapi.consumer_info(self.nc, self.stream, self.consumer)
+            if consumer is None or consumer.num_pending:
+                return False
+            if consumer.delivered.consumer_seq > self._dseq:
+                return False  # delivered and not yet applied: the loop is on it
+            after = await jsapi.stream_info(self.nc, self.stream)
+            last = head.state.last_seq
+            lost = await removed(
+                self.nc, self.stream, self.epoch, after, [(self.applied + 1, last)]
+            )
+            if lost is not None:
+                self._error = self._gap_error(lost[1])
+                return False
+            if last <= self.applied:
+                return False  # the loop applied past it meanwhile
+            self.folder.advance(Checkpoint(self.stream, self.epoch, last))
+            self.applied = last
+            metrics.LAST_APPLIED_SEQ.labels(self.role).set(last)
+            self._wake()
+            return True
 
     async def _resume(self, seq: int) -> None:
         """Replace the consumer with one that starts at ``seq`` (retried through the leader
@@ -322,7 +404,10 @@ class Projector:
             await pull.close()
         config = {**self._config, "opt_start_seq": seq}
         await jsapi.with_retries(lambda: jsapi.delete_consumer(self.nc, self.stream, self.consumer))
-        await jsapi.with_retries(lambda: jsapi.create_consumer(self.nc, self.stream, config))
+        created = await jsapi.with_retries(
+            lambda: jsapi.create_consumer(self.nc, self.stream, config)
+        )
+        self._created(created)
         self._pull = await PullLoop(self.nc, self.stream, self.consumer, batch=self.batch).start()
 
     def _wake(self) -> None:
@@ -345,8 +430,13 @@ class Projector:
             raise self.failure
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((seq, fut))
+        self.head = max(self.head, seq)
         try:  # not wait_for: see cancellation.py
             async with asyncio.timeout(timeout):
+                if self._wants_sync(idle=False):  # ``seq`` may be of a kind we never receive
+                    with contextlib.suppress(jsapi.JsApiError):
+                        await self.sync()
+                    self._wake()
                 await fut
         finally:
             fut.cancel()  # a no-op once resolved
@@ -384,4 +474,11 @@ class Projector:
                     await jsapi.delete_consumer(self.nc, self.stream, self.consumer)
 
     def lag(self) -> int:
-        return max(0, self.head - self.applied)
+        """Events of the folded kinds not applied yet: what the consumer had left to deliver
+        at its last delivery, plus what is received and not folded. (The position may still
+        be below the head: events the filter keeps from us, passed by :meth:`sync`.)"""
+        pull = self._pull
+        last = pull.last_buffered() if pull is not None else None
+        if pull is None or last is None:
+            return self._pending
+        return delivery(last[REPLY])[1] + pull.buffered

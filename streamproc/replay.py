@@ -22,6 +22,8 @@ from tqdm import tqdm
 from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
+from streamproc.deliveries import role_filter
+from streamproc.names import EVENTS
 from streamproc.projector import PositionError, Projector
 from streamproc.roles import projections_for
 from streamproc.state.digest import state_digest
@@ -95,18 +97,26 @@ async def rebuild(
         )
     store = RocksStore(target)
     t0 = time.perf_counter()
+    subjects = _subjects(info.config)
+    projections = projections_for(role)
     try:
         proj = Projector(
             nc,
             store,
-            projections_for(role),
+            projections,
             stream=stream,
             role=role,
             batch=batch,
             durable=False,
-            subjects=_subjects(info.config),
+            subjects=subjects,
             log_rejections=False,
             rebuild=True,
+            # the live projector's filter: the same events, the same quarantined messages
+            filter_subjects=(
+                role_filter(subjects.removesuffix(f".{EVENTS}."), projections)
+                if subjects is not None
+                else None
+            ),
         )
         await proj.start(ack=False, allow_partial=allow_partial)
         first = proj.applied + 1
@@ -122,6 +132,8 @@ async def rebuild(
             while proj.applied < head:
                 before = proj.applied
                 await proj.step(timeout=2.0)
+                if proj.applied < head and proj.lag() == 0:
+                    await proj.sync()  # the rest is of kinds the role does not fold
                 bar.update(proj.applied - before)
                 metrics.REPLAY_PROGRESS.labels(role).set(proj.applied)
         finally:
@@ -130,7 +142,7 @@ async def rebuild(
         seconds = time.perf_counter() - t0
         return ReplaySummary(
             role=role,
-            events=proj.applied - first + 1,
+            events=proj.received,
             last_seq=proj.applied,
             quarantined=proj.folder.quarantined,
             rejected=proj.folder.rejected,

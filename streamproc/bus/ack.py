@@ -80,6 +80,24 @@ def stream_seq(reply: bytes) -> int:
         raise NotAckSubject(f"no stream sequence in {reply!r}") from None
 
 
+def delivery(reply: bytes) -> tuple[int, int]:
+    """``(consumer sequence, pending)`` of the delivery ``reply`` acknowledges: the
+    consumer numbers its deliveries one by one (a redelivery keeps its number), and
+    ``pending`` counts the messages of its filter it had not delivered yet."""
+    tokens = reply.split(b".", 11)
+    n = len(tokens)
+    if n == V1_TOKENS:
+        at = 6
+    elif n >= V2_MIN_TOKENS:
+        at = 8
+    else:
+        raise NotAckSubject(f"not a $JS.ACK subject ({n} tokens): {reply!r}")
+    try:
+        return int(tokens[at]), int(tokens[at + 2])
+    except ValueError:
+        raise NotAckSubject(f"a $JS.ACK subject with a non-numeric count: {reply!r}") from None
+
+
 def parse(reply: bytes | str) -> AckInfo:
     """Every field of a ``$JS.ACK`` subject, in either layout."""
     text = reply.decode() if isinstance(reply, bytes) else reply

@@ -59,6 +59,24 @@ class StreamState(msgspec.Struct):
     """Time of the first message held (``0001-01-01T00:00:00Z`` when none)."""
     last_ts: str = ""
     """Time of the last message stored, held or not."""
+    num_deleted: int = 0
+    """Messages removed between the first and the last (not from the head)."""
+    deleted: list[int] | None = None
+    """Their sequences, when asked for (``deleted_details``)."""
+
+
+class SequenceInfo(msgspec.Struct):
+    consumer_seq: int = 0
+    stream_seq: int = 0
+
+
+class ConsumerInfo(msgspec.Struct):
+    """What a consumer reports of itself: its last delivery (``delivered``) and the messages
+    of its filter it has not delivered yet (``num_pending``)."""
+
+    delivered: SequenceInfo = msgspec.field(default_factory=SequenceInfo)
+    num_pending: int = 0
+    num_ack_pending: int = 0
 
 
 class StreamPeer(msgspec.Struct):
@@ -114,9 +132,12 @@ async def last_on_subject(nc: Client, stream: str, subject: str) -> tuple[int, b
     return int(msg["seq"]), base64.b64decode(msg.get("data") or "")
 
 
-async def stream_info(nc: Client, stream: str) -> StreamInfo | None:
+async def stream_info(nc: Client, stream: str, *, deleted: bool = False) -> StreamInfo | None:
+    """``deleted``: with the sequences of the messages removed between first and last."""
     try:
-        doc = await request(nc, f"STREAM.INFO.{stream}")
+        doc = await request(
+            nc, f"STREAM.INFO.{stream}", {"deleted_details": True} if deleted else None
+        )
     except JsApiError as exc:
         if exc.err_code == STREAM_NOT_FOUND:
             return None
@@ -129,6 +150,16 @@ async def stream_replicas(nc: Client, stream: str) -> int:
     with it (leases, status heartbeats) are created with. Asks again through an election."""
     info = await with_retries(lambda: stream_info(nc, stream), 20.0)
     return int(info.config.get("num_replicas") or 1) if info is not None else 1
+
+
+async def consumer_info(nc: Client, stream: str, consumer: str) -> ConsumerInfo | None:
+    try:
+        doc = await request(nc, f"CONSUMER.INFO.{stream}.{consumer}")
+    except JsApiError as exc:
+        if exc.err_code == CONSUMER_NOT_FOUND:
+            return None
+        raise
+    return msgspec.convert(doc, ConsumerInfo)
 
 
 async def delete_consumer(nc: Client, stream: str, consumer: str) -> None:

@@ -208,6 +208,14 @@ class PullLoop:
         n = min(max_n, len(buf))
         return [buf.popleft() for _ in range(n)]
 
+    @property
+    def buffered(self) -> int:
+        """Messages received and not yet handed out."""
+        return len(self._buf)
+
+    def last_buffered(self) -> RawMessage | None:
+        return self._buf[-1] if self._buf else None
+
     async def ack_all(self, msg: RawMessage) -> None:
         """With ``ack_policy: all``, acking the last message acknowledges the whole batch."""
         await acknowledge(self.nc, msg[REPLY], "ack")
