@@ -13,9 +13,8 @@ still there.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
-
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from streamproc.bus import jsapi
 from streamproc.bus.ack import delivery

@@ -32,7 +32,6 @@ class KindSpec:
     id_field: str
     version: int = 1
     emitted_by: str = ""
-    folded_by: str = ""
     upcasters: dict[int, Upcaster] = field(default_factory=dict)
     """``upcasters[v]`` turns a version-``v`` payload dict into version ``v + 1``."""
     subject_field: str = ""
@@ -137,7 +136,6 @@ def _share_as_run_rate(d: dict[str, Any]) -> dict[str, Any]:
 
 
 _GATEWAY = "gateway"
-_READ = "read model"
 KINDS: dict[str, KindSpec] = {
     s.kind: s
     for s in [
@@ -148,7 +146,6 @@ KINDS: dict[str, KindSpec] = {
             "schedule_id",
             version=3,
             emitted_by=_GATEWAY,
-            folded_by="read model, planner, auditor",
             upcasters={1: _schedule_v1_to_v2, 2: _schedule_v2_to_v3},
             downcasters={2: _schedule_v3_to_v2},
             chain_form=2,
@@ -160,7 +157,6 @@ KINDS: dict[str, KindSpec] = {
             "schedule_id",
             version=3,
             emitted_by=_GATEWAY,
-            folded_by="read model, planner, auditor",
             upcasters={1: _schedule_v1_to_v2, 2: _schedule_v2_to_v3},
             downcasters={2: _schedule_v3_to_v2},
             chain_form=2,
@@ -172,7 +168,6 @@ KINDS: dict[str, KindSpec] = {
                 "schedule",
                 "schedule_id",
                 emitted_by=_GATEWAY,
-                folded_by="read model, planner, auditor",
             )
             for verb in ("paused", "resumed", "deleted")
         ],
@@ -183,7 +178,6 @@ KINDS: dict[str, KindSpec] = {
             "ref",
             version=3,
             emitted_by="gateway (webhook), feedser CLI",
-            folded_by="planner (vuln map, cursors), read model",
             upcasters={1: _unscoped_export, 2: _first_revision},
             shards=EXPORT_SHARDS,
         ),
@@ -194,7 +188,6 @@ KINDS: dict[str, KindSpec] = {
             "ref",
             version=3,
             emitted_by="gateway (webhook, PUT /vex/{documentId}), vexer CLI",
-            folded_by="planner (changes, cursors), runner (claims), read model (documents)",
             upcasters={1: _unscoped_export, 2: _first_revision},
             subject_field="subject_id",
             shards=EXPORT_SHARDS,
@@ -205,7 +198,6 @@ KINDS: dict[str, KindSpec] = {
             "image",
             "digest",
             emitted_by="index CLI, gateway (PUT/DELETE /images), scanners",
-            folded_by="ImpactIndex, read model, runner and planner (SBOM references)",
         ),
         KindSpec(
             "image.removed",
@@ -213,7 +205,6 @@ KINDS: dict[str, KindSpec] = {
             "image",
             "digest",
             emitted_by="index CLI, gateway (PUT/DELETE /images), scanners",
-            folded_by="ImpactIndex, read model, runner and planner (SBOM references)",
         ),
         KindSpec(
             "sbom.deleted",
@@ -221,7 +212,6 @@ KINDS: dict[str, KindSpec] = {
             "sbom",
             "sbom",
             emitted_by="planner (SBOM retention)",
-            folded_by="planner (SBOM references)",
         ),
         KindSpec(
             "run.requested",
@@ -229,7 +219,6 @@ KINDS: dict[str, KindSpec] = {
             "run",
             "run_id",
             emitted_by="gateway, cron",
-            folded_by="planner, read model, auditor",
         ),
         KindSpec(
             "run.planned",
@@ -237,7 +226,6 @@ KINDS: dict[str, KindSpec] = {
             "run",
             "run_id",
             emitted_by="planner",
-            folded_by="read model, auditor",
         ),
         KindSpec(
             "run.cancel_requested",
@@ -245,7 +233,6 @@ KINDS: dict[str, KindSpec] = {
             "run",
             "run_id",
             emitted_by=_GATEWAY,
-            folded_by="runner, read model, auditor",
         ),
         KindSpec(
             "run.cancelled",
@@ -253,7 +240,6 @@ KINDS: dict[str, KindSpec] = {
             "run",
             "run_id",
             emitted_by="runner",
-            folded_by="read model, auditor",
         ),
         KindSpec(
             "run.completed",
@@ -261,7 +247,6 @@ KINDS: dict[str, KindSpec] = {
             "run",
             "run_id",
             emitted_by="runner",
-            folded_by="read model, auditor",
         ),
         KindSpec(
             "segment.enqueued",
@@ -271,7 +256,6 @@ KINDS: dict[str, KindSpec] = {
             version=2,
             upcasters={1: _share_as_run_rate},
             emitted_by="planner",
-            folded_by="read model, auditor",
         ),
         KindSpec(
             "segment.started",
@@ -279,7 +263,6 @@ KINDS: dict[str, KindSpec] = {
             "segment",
             "segment_id",
             emitted_by="runner",
-            folded_by="read model, auditor",
         ),
         KindSpec(
             "segment.completed",
@@ -287,7 +270,6 @@ KINDS: dict[str, KindSpec] = {
             "segment",
             "segment_id",
             emitted_by="runner",
-            folded_by="read model, auditor",
         ),
         KindSpec(
             "segment.failed",
@@ -295,7 +277,6 @@ KINDS: dict[str, KindSpec] = {
             "segment",
             "segment_id",
             emitted_by="runner, planner (segments a crash lost)",
-            folded_by="read model, auditor",
         ),
         KindSpec(
             "verdict.recorded",
@@ -303,7 +284,6 @@ KINDS: dict[str, KindSpec] = {
             "verdict",
             "digest",
             emitted_by="runner",
-            folded_by="read model (previous verdicts), auditor",
             chain_omits=(
                 "policyVerdict",
                 "revision",
@@ -319,7 +299,6 @@ KINDS: dict[str, KindSpec] = {
             "chain",
             "to_chain_link",
             emitted_by="auditor",
-            folded_by="auditor",
         ),
     ]
 }

@@ -15,6 +15,7 @@ import msgspec
 
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope
+from streamproc.events.filters import aggregates_of, filter_subjects
 from streamproc.names import EVENTS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -42,7 +43,7 @@ def schema_for(kind: str) -> dict[str, Any]:
         "title": kind,
         "description": f"Subject: <prefix>.{EVENTS}.<tenant>.{spec.aggregate}."
         f"<{spec.subject_field or spec.id_field}>. "
-        f"Emitted by: {spec.emitted_by}. Folded by: {spec.folded_by}.",
+        f"Emitted by: {spec.emitted_by}.",
         "type": "object",
         "properties": props,
         "required": envelope["required"],
@@ -109,13 +110,34 @@ Every event is one JSON envelope (camelCase on the wire) on the `SCHEDULER` stre
 
 Subject: `<prefix>.events.<tenant>.<aggregate>.<aggregate id>` (default prefix `scheduler`);
 ids that are not safe as a subject token are replaced by `h-` and 32 hex digits of their
-SHA-256. A message that does not decode or validate is quarantined by every projector with its
-reason (`malformed_json`, `invalid_envelope`, `unknown_kind`, `unsupported_schema_version`,
-`invalid_payload`) and folding goes on; so is an event on a subject other than its own tenant's
-and aggregate's (`wrong_subject`), since NATS permissions confine producers by subject.
+SHA-256. Each role's projector consumes only the subjects of the aggregates of the kinds its
+projections fold ([below](#what-each-role-receives)). A message that does not decode or
+validate is quarantined with its reason (`malformed_json`, `invalid_envelope`, `unknown_kind`,
+`unsupported_schema_version`, `invalid_payload`) by every projector that receives it — the
+roles that fold a kind of the aggregate its subject names; on a subject of no aggregate in
+the catalog, only a role that folds every kind (`activity`) — and folding goes on; so is an
+event on a subject other than its own tenant's and aggregate's (`wrong_subject`), since NATS
+permissions confine producers by subject.
+
+The roles in the last column are computed from their projections' folds.
 
 | kind | version | aggregate (subject token) | emitted by | folded by |
 |---|---|---|---|---|
+"""
+
+
+RECEIVES_HEADER = """
+## What each role receives
+
+Each role's projector consumer filters the log to the subjects of the aggregates its
+projections' kinds are on (`streamproc/events/filters.py`, computed from the folds; JetStream
+consumers with several filter subjects, nats-server 2.10 and later). Kinds that share an
+aggregate share its subjects: those in the last column reach the role, are decoded and
+checked (and quarantined when malformed), and no projection of it folds them. A role that
+folds a kind of every aggregate takes the whole log.
+
+| role | filter subjects | received, not folded |
+|---|---|---|
 """
 
 
@@ -174,6 +196,29 @@ def render_folds(folds: Mapping[str, Sequence[Fold]]) -> list[str]:
     return lines
 
 
+def folded_by(kind: str, folds: Mapping[str, Sequence[Fold]]) -> str:
+    """The roles whose projections fold ``kind``, each with those projections."""
+    return ", ".join(
+        f"{role} ({', '.join(f'`{p.name}`' for p in names)})"
+        for role, projections in folds.items()
+        if (names := [p for p in projections if kind in p.kinds])
+    )
+
+
+def render_receives(folds: Mapping[str, Sequence[Fold]]) -> list[str]:
+    """Each role's consumer filter and the kinds it receives without folding them."""
+    lines = [RECEIVES_HEADER.strip("\n")]
+    for role, projections in folds.items():
+        kinds = frozenset(k for p in projections for k in p.kinds)
+        if not kinds:
+            continue
+        subjects = ", ".join(f"`{f}`" for f in filter_subjects("<prefix>", kinds))
+        aggregates = aggregates_of(kinds)
+        extra = frozenset(k for k, s in KINDS.items() if s.aggregate in aggregates) - kinds
+        lines.append(f"| {role} | {subjects} | {_kinds(extra)} |")
+    return lines
+
+
 def render_catalog(folds: Mapping[str, Sequence[Fold]]) -> str:
     lines = [CATALOG_HEADER.rstrip("\n")]
     for kind in sorted(KINDS):
@@ -181,7 +226,7 @@ def render_catalog(folds: Mapping[str, Sequence[Fold]]) -> str:
         lines.append(
             f"| [`{kind}`](#{kind.replace('.', '')}) | {s.version} | "
             f"`{s.aggregate}` (`{s.subject_field or s.id_field}`) | {s.emitted_by} | "
-            f"{s.folded_by} |"
+            f"{folded_by(kind, folds) or '—'} |"
         )
     for kind in sorted(KINDS):
         s = KINDS[kind]
@@ -207,5 +252,5 @@ def render_catalog(folds: Mapping[str, Sequence[Fold]]) -> str:
         lines += ["", "| field | type | required |", "|---|---|---|"]
         for name, t, req in _fields(kind):
             lines.append(f"| `{name}` | {t} | {'yes' if req else ''} |")
-    lines += ["", *render_folds(folds)]
+    lines += ["", *render_receives(folds), "", *render_folds(folds)]
     return "\n".join(lines) + "\n"
