@@ -108,3 +108,35 @@ async def removed(
         if full is not None:
             info = full
     return removed_from(info, epoch, ranges)
+
+
+def gap_message(stream: str, why: str, applied: int) -> str:
+    return (
+        f"gap on stream {stream}: {why} before this projector's consumer reached them (it "
+        f"had applied up to {applied}); of which kinds, the stream no longer says, so it "
+        f"stops. Rebuild with `streamproc replay`"
+    )
+
+
+async def passed_over_gap(
+    nc: FastClient,
+    stream: str,
+    epoch: str,
+    applied: int,
+    skips: list[tuple[int, int, int]],
+    *,
+    filtered: bool,
+) -> tuple[int, str] | None:
+    """Whether sequences a consumer passed over (:attr:`Scan.skips`) were removed before it
+    reached them: where to cut the batch, and why. Without a filter every sequence is
+    delivered, so a skipped one was removed; with one, skipping is the point, and the stream
+    says whether any of them was removed (what it was, it no longer says: any is a gap)."""
+    if not filtered:
+        cut, lo, hi = skips[0]
+        return cut, (
+            f"gap on stream {stream}: expected sequence {lo}, received {hi + 1}; "
+            f"events {lo}..{hi} were removed before this projector applied them"
+        )
+    info = await jsapi.with_retries(lambda: jsapi.stream_info(nc, stream))
+    lost = await removed(nc, stream, epoch, info, [(lo, hi) for _, lo, hi in skips])
+    return None if lost is None else (skips[lost[0]][0], gap_message(stream, lost[1], applied))

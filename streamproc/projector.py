@@ -17,7 +17,7 @@ from streamproc.bus.ack import delivery
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import REPLY, ConsumerGone, PullLoop, RawMessage
 from streamproc.cancellation import checkpoint
-from streamproc.deliveries import removed, scan
+from streamproc.deliveries import gap_message, passed_over_gap, removed, scan
 from streamproc.names import projector_consumer
 from streamproc.projection import Folded, Folder, Projection
 from streamproc.state.keys import Checkpoint
@@ -326,26 +326,17 @@ class Projector:
         return len(items)
 
     async def _gap(self, skips: list[tuple[int, int, int]]) -> tuple[int, PositionError] | None:
-        """Whether sequences the consumer passed over were removed before it reached them:
-        where to cut the batch, and why. Without a filter every sequence is delivered, so a
-        skipped one was removed; with one, skipping is the point, and the stream says whether
-        any of them was removed (what it was, it no longer says: any is a gap)."""
-        if not self.filter_subjects:
-            cut, lo, hi = skips[0]
-            return cut, PositionError(
-                f"gap on stream {self.stream}: expected sequence {lo}, received {hi + 1}; "
-                f"events {lo}..{hi} were removed before this projector applied them"
-            )
-        info = await jsapi.with_retries(lambda: jsapi.stream_info(self.nc, self.stream))
-        lost = await removed(self.nc, self.stream, self.epoch, info, [s[1:] for s in skips])
-        return None if lost is None else (skips[lost[0]][0], self._gap_error(lost[1]))
-
-    def _gap_error(self, why: str) -> PositionError:
-        return PositionError(
-            f"gap on stream {self.stream}: {why} before this projector's consumer reached "
-            f"them (it had applied up to {self.applied}); of which kinds, the stream no longer "
-            f"says, so it stops. Rebuild with `streamproc replay`"
+        """Where to cut the batch, and why, if sequences the consumer passed over were
+        removed before it reached them."""
+        found = await passed_over_gap(
+            self.nc,
+            self.stream,
+            self.epoch,
+            self.applied,
+            skips,
+            filtered=bool(self.filter_subjects),
         )
+        return None if found is None else (found[0], PositionError(found[1]))
 
     def _wants_sync(self, *, idle: bool) -> bool:
         """A filtered consumer with nothing left to deliver, and a sequence past the position
@@ -386,7 +377,7 @@ class Projector:
                 self.nc, self.stream, self.epoch, after, [(self.applied + 1, last)]
             )
             if lost is not None:
-                self._error = self._gap_error(lost[1])
+                self._error = PositionError(gap_message(self.stream, lost[1], self.applied))
                 return False
             if last <= self.applied:
                 return False  # the loop applied past it meanwhile
