@@ -44,7 +44,7 @@ from streamproc.status import StatusHeartbeat
 
 log = logging.getLogger(__name__)
 READY_LAG = 10_000
-"""A projection more than this many events behind the stream head is reported not ready."""
+"""A projector with more than this many events of its kinds to apply (its lag) is not ready."""
 
 
 class System:

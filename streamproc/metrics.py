@@ -40,7 +40,9 @@ LAST_APPLIED_SEQ = Gauge(
     "streamproc_projector_last_applied_sequence", "Last stream sequence committed", ["role"]
 )
 CONSUMER_LAG = Gauge(
-    "streamproc_projector_lag_events", "Stream last sequence minus last applied", ["role"]
+    "streamproc_projector_lag_events",
+    "Events of the role's kinds not applied yet (its consumer's pending)",
+    ["role"],
 )
 BATCH_SECONDS = Histogram(
     "streamproc_projector_batch_seconds",
