@@ -12,7 +12,7 @@ from streamproc.projection import Projection
 from streamproc.projections.activity import Activity
 from streamproc.reactor import RoleSpec
 from streamproc.runner.role import RUNNER
-from streamproc.scanner.images import SCANNER
+from streamproc.scanner.role import SCANNER
 
 ROLES: dict[str, RoleSpec] = {
     "activity": RoleSpec([Activity]),

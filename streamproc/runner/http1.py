@@ -9,8 +9,8 @@ treats like a dropped connection (retried with the same idempotency key). A kept
 connection the server closed while it was idle is found out only by using it: a request on
 a reused connection that gets no answer at all is sent once more on a new one.
 
-aiohttp's client stays for ``https://`` scanners; docs/performance.md has the measurement
-behind keeping this one for plain HTTP.
+aiohttp's client stays for ``https://`` scanners; docs/performance-notebook.md ("The
+scanner's HTTP client") has the measurement behind keeping this one for plain HTTP.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ import msgspec
 from streamproc.backends.osvrecord import SEVERITY_RANK
 from streamproc.impact.sbom import parse_sbom
 from streamproc.scanner.advisories import AdvisoryDb
-from streamproc.scanner.images import IndexedImages, sbom_key
+from streamproc.scanner.images import sbom_key
+from streamproc.scanner.indexed import IndexedImages
 
 
 class EpssOut(msgspec.Struct, kw_only=True):

@@ -39,7 +39,7 @@ from streamproc.scanner.feedser import (
     sending_state,
     signed_headers,
 )
-from streamproc.scanner.images import IndexedImages
+from streamproc.scanner.indexed import IndexedImages
 from streamproc.scanner.sender_auth import SenderKind, credentials
 from streamproc.scanner.service import start_scanner
 from streamproc.signals import install_stop_signals

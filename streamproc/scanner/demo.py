@@ -33,7 +33,7 @@ from streamproc.impact.publish import store_sbom
 from streamproc.impact.purls import normalize_image_purls
 from streamproc.impact.sbom import parse_sbom
 from streamproc.names import DEFAULT_PREFIX
-from streamproc.scanner.images import IndexedImages
+from streamproc.scanner.indexed import IndexedImages
 from streamproc.scanner.service import ScannerService, start_scanner
 
 DATA = Path(__file__).resolve().parent / "demo_data"

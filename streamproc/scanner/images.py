@@ -18,25 +18,20 @@ The SBOM key is ``sha256:`` of the image's sorted purls joined by newlines (what
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import msgspec
 
-from streamproc.bus import jsapi
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed, ImageRemoved
 from streamproc.fold import folds
 from streamproc.names import SCANNER_IMAGES
 from streamproc.projection import Projection, Rejection, Table, Tx
-from streamproc.reactor import RoleSpec
-from streamproc.state.store import Store
 
 CF = SCANNER_IMAGES
 
-_SEP = b"\x00"
+SEP = b"\x00"
 
 
 class ImageEntry(msgspec.Struct, array_like=True, frozen=True):
@@ -49,8 +44,8 @@ class SbomEntry(msgspec.Struct, array_like=True, frozen=True):
 
 
 _enc = msgspec.msgpack.Encoder()
-_image = msgspec.msgpack.Decoder(ImageEntry)
-_sbom = msgspec.msgpack.Decoder(SbomEntry)
+image_entry = msgspec.msgpack.Decoder(ImageEntry)
+sbom_entry = msgspec.msgpack.Decoder(SbomEntry)
 
 
 def sbom_key(purls: list[str]) -> str:
@@ -59,14 +54,14 @@ def sbom_key(purls: list[str]) -> str:
 
 
 def image_key(tenant: str, digest: str) -> bytes:
-    return b"i" + tenant.encode() + _SEP + digest.encode()
+    return b"i" + tenant.encode() + SEP + digest.encode()
 
 
-def _digest_key(tenant: str, digest: str) -> bytes:
-    return b"d" + digest.encode() + _SEP + tenant.encode()
+def digest_key(tenant: str, digest: str) -> bytes:
+    return b"d" + digest.encode() + SEP + tenant.encode()
 
 
-def _sbom_key(key: str) -> bytes:
+def stored_sbom_key(key: str) -> bytes:
     return b"s" + key.encode()
 
 
@@ -84,15 +79,15 @@ class ScannerImages(Projection):
         purls = sorted({c.purl for c in pl.components})
         key = sbom_key(purls)
         if old is not None:
-            prev = _image.decode(old).sbom_key
+            prev = image_entry.decode(old).sbom_key
             if prev == key:
                 return  # same packages: nothing to change
             self._release(t, prev)
-        raw = t.get(_sbom_key(key))
-        have = _sbom.decode(raw) if raw is not None else SbomEntry(0, purls)
-        t.put(_sbom_key(key), _enc.encode(SbomEntry(have.images + 1, have.purls)))
+        raw = t.get(stored_sbom_key(key))
+        have = sbom_entry.decode(raw) if raw is not None else SbomEntry(0, purls)
+        t.put(stored_sbom_key(key), _enc.encode(SbomEntry(have.images + 1, have.purls)))
         t.put(ik, _enc.encode(ImageEntry(key)))
-        t.put(_digest_key(tenant, pl.digest), b"")
+        t.put(digest_key(tenant, pl.digest), b"")
 
     @folds(ImageRemoved)
     def _removed(self, tx: Tx, event: Envelope, pl: ImageRemoved) -> None:
@@ -102,73 +97,18 @@ class ScannerImages(Projection):
         old = t.get(ik)
         if old is None:
             raise Rejection("image_not_indexed", f"image {pl.digest} of tenant {tenant}")
-        self._release(t, _image.decode(old).sbom_key)
+        self._release(t, image_entry.decode(old).sbom_key)
         t.delete(ik)
-        t.delete(_digest_key(tenant, pl.digest))
+        t.delete(digest_key(tenant, pl.digest))
 
     @staticmethod
     def _release(t: Table, key: str) -> None:
         """One image less uses the SBOM; the last one takes it along."""
-        raw = t.get(_sbom_key(key))
+        raw = t.get(stored_sbom_key(key))
         if raw is None:
             return
-        have = _sbom.decode(raw)
+        have = sbom_entry.decode(raw)
         if have.images <= 1:
-            t.delete(_sbom_key(key))
+            t.delete(stored_sbom_key(key))
         else:
-            t.put(_sbom_key(key), _enc.encode(SbomEntry(have.images - 1, have.purls)))
-
-
-SCANNER = RoleSpec([ScannerImages])
-"""The ``scanner`` role: the reference scanner's catalog (no reactors, no routes: the
-scanner serves its own HTTP API on its own port)."""
-
-
-class IndexedImages:
-    """Reads of the folded catalog for the scanner's handlers (committed state only), and
-    a way to wait until the log's head is folded."""
-
-    def __init__(
-        self, store: Store, catch_up: Callable[[float], Awaitable[None]] | None = None
-    ) -> None:
-        self.store = store
-        self._catch_up = catch_up
-
-    @classmethod
-    def of(cls, system: Any, role: str = "scanner") -> IndexedImages:
-        """The catalog of a :class:`~streamproc.app.System` that hosts the scanner role."""
-        proj = system.projectors[role]
-        store = system.stores[system.roles.index(role)]
-        stream = system.settings.events_stream
-
-        async def catch_up(timeout: float) -> None:
-            info = await jsapi.stream_info(system.nc, stream)
-            if info is not None and info.state.last_seq > proj.applied:
-                await proj.wait_for(info.state.last_seq, timeout)
-
-        return cls(store, catch_up)
-
-    def sbom_of(self, tenant: str | None, digest: str) -> str | None:
-        """The image's SBOM key; without a tenant, that of the first tenant holding the
-        digest (a digest names one content, whoever indexed it)."""
-        if tenant is not None:
-            raw = self.store.get(CF, image_key(tenant, digest))
-            return None if raw is None else _image.decode(raw).sbom_key
-        prefix = b"d" + digest.encode() + _SEP
-        for k, _ in self.store.scan(CF, prefix):
-            return self.sbom_of(k[len(prefix) :].decode(), digest)
-        return None
-
-    def purls(self, key: str) -> list[str] | None:
-        raw = self.store.get(CF, _sbom_key(key))
-        return None if raw is None else _sbom.decode(raw).purls
-
-    def count(self) -> int:
-        return sum(1 for _ in self.store.scan(CF, b"i"))
-
-    async def catch_up(self, timeout: float) -> None:
-        """Until what is on the log now is folded: a miss may be an image indexed a
-        moment ago. Gives up quietly after ``timeout`` (the caller answers 404)."""
-        if self._catch_up is not None:
-            with contextlib.suppress(TimeoutError):
-                await self._catch_up(timeout)
+            t.put(stored_sbom_key(key), _enc.encode(SbomEntry(have.images - 1, have.purls)))

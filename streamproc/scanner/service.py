@@ -27,7 +27,7 @@ from streamproc.impact.sbom import SbomError
 from streamproc.scanner.advisories import AdvisoryDb, AdvisoryError, parse_advisory
 from streamproc.scanner.catalog import Attestation, Catalog
 from streamproc.scanner.faults import FaultConfig, Faults
-from streamproc.scanner.images import IndexedImages
+from streamproc.scanner.indexed import IndexedImages
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
 CATCH_UP_S = 2.0

@@ -128,7 +128,7 @@ DEFAULT_WRITE_BUFFER_MB = 8
 
 def write_buffer_bytes(env: Mapping[str, str] | None = None) -> int:
     """``STREAMPROC_WRITE_BUFFER_MB`` (``projector.write_buffer_mb``), validated, in bytes:
-    default 8 MB (chosen by the soak, docs/performance.md), 0: RocksDB's own defaults."""
+    default 8 MB (chosen by the soak, docs/operations.md "Memory"), 0: RocksDB's own defaults."""
     raw = ((environment() if env is None else env).get(WRITE_BUFFER_ENV) or "").strip()
     if not raw:
         return DEFAULT_WRITE_BUFFER_MB << 20

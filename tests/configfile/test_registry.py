@@ -31,7 +31,7 @@ from streamproc.planner import settings as planner
 from streamproc.runner import settings as runner
 
 ROOT = Path(__file__).resolve().parents[2]
-KEYS_MD = {  # /tmp/briefs/keys.md: the names decided for this round of work
+KEYS_MD = {  # names and defaults fixed when these settings were introduced
     "STREAMPROC_LEASE_TTL_S": ("lease.ttl_s", 5),
     "STREAMPROC_READMODEL_RETENTION_DAYS": ("readmodel.retention_days", 180),
     "STREAMPROC_EVENTS_MAX_AGE_DAYS": ("streams.events_max_age_days", 0),

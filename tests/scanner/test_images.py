@@ -20,7 +20,8 @@ from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.events.payloads import Component, ImageIndexed, ImageRemoved
 from streamproc.projection import Folder
 from streamproc.runner.settings import RunnerSettings
-from streamproc.scanner.images import CF, IndexedImages, ScannerImages, sbom_key
+from streamproc.scanner.images import CF, ScannerImages, sbom_key
+from streamproc.scanner.indexed import IndexedImages
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore

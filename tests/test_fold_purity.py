@@ -1,0 +1,44 @@
+"""The "folds are pure" contract is derived, not kept by hand: its module list in
+pyproject.toml is exactly the modules of the projections the roles fold (``ROLES``), so a
+projection added to a role is checked by import-linter from its first commit."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import grimp
+
+from streamproc.roles import ROLES
+
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+RUNTIME = {"streamproc.projection", "streamproc.projections"}
+"""The fold runtime itself and the helpers folds share: held to the same rule."""
+
+
+def fold_modules() -> set[str]:
+    folded = {p.__module__ for spec in ROLES.values() for p in spec.projections}
+    return RUNTIME | {m for m in folded if not m.startswith(tuple(f"{r}." for r in RUNTIME))}
+
+
+def _contract() -> dict[str, list[str]]:
+    config = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
+    return next(c for c in config if c["id"] == "folds")
+
+
+def test_the_contract_lists_every_module_a_role_folds_in() -> None:
+    assert set(_contract()["source_modules"]) == fold_modules()
+
+
+def test_no_fold_module_reaches_the_runtime_even_through_others() -> None:
+    """What lint-imports checks, asked of the import graph here too, so this test fails on
+    its own if the contract's list or its forbidden modules shrink."""
+    graph = grimp.build_graph("streamproc")
+    forbidden = set(_contract()["forbidden_modules"])
+    assert {"streamproc.bus", "streamproc.reactor", "streamproc.projector"} <= forbidden
+    chains = {
+        (m, bad): graph.find_shortest_chain(importer=m, imported=bad, as_packages=True)
+        for m in fold_modules()
+        for bad in forbidden
+    }
+    assert {k: c for k, c in chains.items() if c} == {}
