@@ -11,6 +11,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import nats.errors
+
 from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.ack import delivery
@@ -18,8 +20,9 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import REPLY, ConsumerGone, PullLoop, RawMessage
 from streamproc.cancellation import checkpoint
 from streamproc.deliveries import gap_message, passed_over_gap, removed, scan
+from streamproc.fold_report import report
 from streamproc.names import projector_consumer
-from streamproc.projection import Folded, Folder, Projection
+from streamproc.projection import Folder, Projection
 from streamproc.state.keys import Checkpoint
 from streamproc.state.store import Store
 
@@ -31,53 +34,11 @@ DURABLE_IDLE_NS = 24 * 3600 * 1_000_000_000
 start recreates its own from the checkpoint anyway)."""
 CONSUMER_RECOVERY_S = 60.0
 """How long a projector keeps recreating a consumer that keeps vanishing before it stops."""
+SYNC_GRACE_S = 0.02
+"""How long a waiter gives its sequence to arrive before asking the consumer whether it ever
+will (:meth:`Projector.sync`)."""
 MAX_RESUMES = 3
 """Deliveries lost again and again at one position: the projector stops instead of looping."""
-
-
-def report(role: str, folded: Folded, *, log_each: bool = True, tallies: bool = True) -> None:
-    """Count a committed batch's outcome (with what its folds tallied), and log each rejected
-    or quarantined event once (at warning, with its id and reasons). Outside the fold: folds
-    stay pure, and a batch that did not commit counts nothing. ``tallies=False`` (a rebuild)
-    leaves out what the folds tallied: the live process counted it when it applied them."""
-    by_event = folded.rejected_events()
-    metrics.EVENTS_APPLIED.labels(role, "applied").inc(folded.applied)
-    if by_event:
-        metrics.EVENTS_APPLIED.labels(role, "rejected").inc(len(by_event))
-    if folded.quarantined:
-        metrics.EVENTS_APPLIED.labels(role, "quarantined").inc(len(folded.quarantined))
-    for r in folded.rejected:
-        metrics.REJECTED.labels(r.projection, r.reason).inc()
-    for q in folded.quarantined:
-        metrics.QUARANTINED.labels(role, q.reason).inc()
-    if tallies:
-        for (counter, labels), n in folded.counts.items():
-            counter.labels(*labels).inc(n)
-    if not log_each:
-        return
-    for seq, rs in by_event.items():
-        why = "; ".join(
-            f"{r.projection}: {r.reason}" + (f" ({r.detail[:300]})" if r.detail else "") for r in rs
-        )
-        first = rs[0]
-        log.warning(
-            "%s: event %s (%s, sequence %d) rejected by %s",
-            role,
-            first.event_id,
-            first.kind,
-            seq,
-            why,
-        )
-    for q in folded.quarantined:
-        detail = f" ({q.detail[:300]})" if q.detail else ""
-        log.warning(
-            "%s: message at sequence %d on %s quarantined: %s%s",
-            role,
-            q.seq,
-            q.subject,
-            q.reason,
-            detail,
-        )
 
 
 class PositionError(RuntimeError):
@@ -424,10 +385,16 @@ class Projector:
         self.head = max(self.head, seq)
         try:  # not wait_for: see cancellation.py
             async with asyncio.timeout(timeout):
-                if self._wants_sync(idle=False):  # ``seq`` may be of a kind we never receive
-                    with contextlib.suppress(jsapi.JsApiError):
-                        await self.sync()
-                    self._wake()
+                if self._wants_sync(idle=False):
+                    # ``seq`` may be of a kind we never receive: unless it arrives at once (a
+                    # write of our own kinds, folded in a few ms), ask. A sync that fails here
+                    # is tried again by the loop; the waiter just waits.
+                    await asyncio.wait([fut], timeout=SYNC_GRACE_S)
+                    if not fut.done() and self._wants_sync(idle=False):
+                        with contextlib.suppress(
+                            jsapi.JsApiError, nats.errors.Error, ConnectionError
+                        ):
+                            await self.sync()
                 await fut
         finally:
             fut.cancel()  # a no-op once resolved
