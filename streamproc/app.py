@@ -226,7 +226,7 @@ class System:
                 lags = {}
                 for role, p in self.projectors.items():
                     p.head = max(p.head, info.state.last_seq)
-                    lags[role] = p.lag()
+                    lags[role] = await p.ask_lag()
                     if p.failure is not None or p.lag() > READY_LAG:
                         ok = False
                 detail["lag"] = lags

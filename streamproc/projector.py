@@ -36,7 +36,7 @@ CONSUMER_RECOVERY_S = 60.0
 """How long a projector keeps recreating a consumer that keeps vanishing before it stops."""
 SYNC_GRACE_S = 0.02
 """How long a waiter gives its sequence to arrive before asking the consumer whether it ever
-will (:meth:`Projector.sync`)."""
+will (:meth:`Projector.sync`); then twice as long each time, up to a second."""
 MAX_RESUMES = 3
 """Deliveries lost again and again at one position: the projector stops instead of looping."""
 
@@ -228,12 +228,13 @@ class Projector:
             await self._recover(exc)
             return 0
         self._gone_since = None
-        n = await self._apply(msgs) if msgs else 0
-        if self._wants_sync(idle=not msgs):
+        if msgs:
+            return await self._apply(msgs)
+        if self._wants_sync(idle=True):  # quiet: pass what the filter kept from us
             await self.sync()
             if self._error is not None:
                 raise self._error
-        return n
+        return 0
 
     async def _recover(self, exc: ConsumerGone) -> None:
         """Our consumer or the server holding it went away (a NATS node shut down, its
@@ -301,7 +302,8 @@ class Projector:
 
     def _wants_sync(self, *, idle: bool) -> bool:
         """A filtered consumer with nothing left to deliver, and a sequence past the position
-        wanted: by a waiter, or (while idle) the stream head last seen."""
+        wanted: by a waiter (who asks, :meth:`wait_for`), or, while the loop is idle, the
+        stream head last seen."""
         if not self.filter_subjects or self.lag() > 0:
             return False
         wanted = max((seq for seq, _ in self._waiters), default=0)
@@ -385,11 +387,13 @@ class Projector:
         self.head = max(self.head, seq)
         try:  # not wait_for: see cancellation.py
             async with asyncio.timeout(timeout):
-                if self._wants_sync(idle=False):
+                pause = SYNC_GRACE_S
+                while self.filter_subjects and not fut.done():
                     # ``seq`` may be of a kind we never receive: unless it arrives at once (a
-                    # write of our own kinds, folded in a few ms), ask. A sync that fails here
-                    # is tried again by the loop; the waiter just waits.
-                    await asyncio.wait([fut], timeout=SYNC_GRACE_S)
+                    # write of our own kinds, folded in a few ms), ask the consumer, less and
+                    # less often. A sync that fails here only means waiting on.
+                    await asyncio.wait([fut], timeout=pause)
+                    pause = min(2 * pause, 1.0)
                     if not fut.done() and self._wants_sync(idle=False):
                         with contextlib.suppress(
                             jsapi.JsApiError, nats.errors.Error, ConnectionError
@@ -430,6 +434,22 @@ class Projector:
             if not self.durable:
                 with contextlib.suppress(Exception):
                     await jsapi.delete_consumer(self.nc, self.stream, self.consumer)
+
+    async def ask_lag(self) -> int:
+        """:meth:`lag`, with the consumer's pending asked now (a report of the lag: the status
+        heartbeat, readiness), so events published since its last delivery count too — also
+        while the fold is stopped."""
+        try:
+            info = await jsapi.consumer_info(self.nc, self.stream, self.consumer)
+        except (jsapi.JsApiError, nats.errors.Error, ConnectionError):
+            return self.lag()  # what it last knew (a stream gone, NATS away)
+        pull = self._pull
+        if info is not None and (pull is None or not pull.buffered):
+            # what it holds, and what it delivered that is not applied (on its way to us, or
+            # to the inbox of a fold that stopped)
+            unapplied = max(0, info.delivered.consumer_seq - self._dseq)
+            self._pending = info.num_pending + unapplied
+        return self.lag()
 
     def lag(self) -> int:
         """Events of the folded kinds not applied yet: what the consumer had left to deliver

@@ -125,6 +125,8 @@ class StatusHeartbeat:
             self.kv = await open_bucket(nc, self.system.settings, self.interval)
         info = await jsapi.stream_info(nc, self.system.settings.events_stream)
         head = info.state.last_seq if info is not None else 0
+        for proj in self.system.projectors.values():
+            await proj.ask_lag()
         for rec in self.records(head):
             await self.kv.put(rec.key, encode(rec))
         self.beats += 1
