@@ -37,6 +37,9 @@ CONSUMER_RECOVERY_S = 60.0
 SYNC_GRACE_S = 0.02
 """How long a waiter gives its sequence to arrive before asking the consumer whether it ever
 will (:meth:`Projector.sync`); then twice as long each time, up to a second."""
+SYNC_FAILURES = (jsapi.JsApiError, nats.errors.Error, ConnectionError)
+"""What asking the stream or the consumer may fail with while NATS is away or electing: a
+sync or a lag report that meets one is only put off."""
 MAX_RESUMES = 3
 """Deliveries lost again and again at one position: the projector stops instead of looping."""
 
@@ -231,7 +234,8 @@ class Projector:
         if msgs:
             return await self._apply(msgs)
         if self._wants_sync(idle=True):  # quiet: pass what the filter kept from us
-            await self.sync()
+            with contextlib.suppress(*SYNC_FAILURES):  # an election: only later
+                await self.sync()
             if self._error is not None:
                 raise self._error
         return 0
@@ -395,9 +399,7 @@ class Projector:
                     await asyncio.wait([fut], timeout=pause)
                     pause = min(2 * pause, 1.0)
                     if not fut.done() and self._wants_sync(idle=False):
-                        with contextlib.suppress(
-                            jsapi.JsApiError, nats.errors.Error, ConnectionError
-                        ):
+                        with contextlib.suppress(*SYNC_FAILURES):
                             await self.sync()
                 await fut
         finally:
@@ -441,7 +443,7 @@ class Projector:
         while the fold is stopped."""
         try:
             info = await jsapi.consumer_info(self.nc, self.stream, self.consumer)
-        except (jsapi.JsApiError, nats.errors.Error, ConnectionError):
+        except SYNC_FAILURES:
             return self.lag()  # what it last knew (a stream gone, NATS away)
         pull = self._pull
         if info is not None and (pull is None or not pull.buffered):

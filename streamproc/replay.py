@@ -11,6 +11,7 @@ so in its summary.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.deliveries import role_filter
 from streamproc.names import EVENTS
-from streamproc.projector import PositionError, Projector
+from streamproc.projector import SYNC_FAILURES, PositionError, Projector
 from streamproc.roles import projections_for
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
@@ -133,7 +134,8 @@ async def rebuild(
                 before = proj.applied
                 await proj.step(timeout=2.0)
                 if proj.applied < head and proj.lag() == 0:
-                    await proj.sync()  # the rest is of kinds the role does not fold
+                    with contextlib.suppress(*SYNC_FAILURES):  # tried again next turn
+                        await proj.sync()  # the rest is of kinds the role does not fold
                 bar.update(proj.applied - before)
                 metrics.REPLAY_PROGRESS.labels(role).set(proj.applied)
         finally:

@@ -11,19 +11,25 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from streamproc.app import System
 from streamproc.bus import jsapi, streams
+from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
+from streamproc.bus.server import EmbeddedNats
+from streamproc.config import Settings
 from streamproc.deliveries import role_filter
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, encode
+from streamproc.names import stream_names as stream_names_of
 from streamproc.projection import Projection
 from streamproc.projector import PositionError, Projector
+from streamproc.replay import rebuild
 from streamproc.roles import projections_for
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore, Store
-from tests.helpers import epoch, memory_fold, messages_of, publish_samples
+from tests.helpers import epoch, eventually, memory_fold, messages_of, publish_samples
 from tests.samples import sample_event
 
 IMAGE_KINDS = {"image.indexed", "image.removed"}
@@ -251,3 +257,36 @@ async def test_a_deleted_event_it_needed_stops_it(
 def test_sample_events_cover_images_and_others() -> None:
     kinds = {sample_event(i).kind for i in range(60)}
     assert kinds >= IMAGE_KINDS and len(kinds - IMAGE_KINDS) > 5 and kinds <= KINDS.keys()
+
+
+async def test_a_clean_stop_leaves_the_checkpoint_at_the_head(
+    nats_server: EmbeddedNats, prefix: str, publisher: Publisher, tmp_path: Path
+) -> None:
+    """The log ends with kinds the role does not fold: a clean stop still leaves its checkpoint
+    at the head, so its state equals a replay of the same log, checkpoint included."""
+    settings = Settings(data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix)
+    system = System(settings, ["scanner"], http=False)
+    await system.start()
+    events = [sample_event(i) for i in range(30)]
+    try:
+        last = await publish_samples(publisher, events)
+        assert events[-1].kind not in IMAGE_KINDS
+        proj = system.projectors["scanner"]
+        await eventually(lambda: proj.received == images(events) and proj.lag() == 0)
+    finally:
+        await system.close()
+    store = RocksStore(settings.state_dir("scanner"))
+    try:
+        raw = store.get(keys.META_CF, keys.CHECKPOINT_KEY)
+        assert raw is not None
+        assert msgspec.json.decode(raw, type=keys.Checkpoint).last_seq == last
+        live = state_digest(store)
+    finally:
+        store.close()
+    nc = await connect(nats_server.url)
+    try:
+        stream = stream_names_of(prefix)[0]
+        fresh = await rebuild(nc, stream, "scanner", tmp_path / "replay", progress=False)
+    finally:
+        await nc.close()
+    assert fresh.digest == live
