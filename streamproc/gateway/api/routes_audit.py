@@ -11,7 +11,7 @@ from streamproc.gateway.auth.callers import READ, Principal
 from streamproc.gateway.context import GatewayContext
 from streamproc.ids import InvalidTenant, validate_tenant
 from streamproc.problems import ProblemError
-from streamproc.queries import ChainVerification
+from streamproc.queries import ChainReport
 
 _TRUE = ("1", "true", "yes")
 
@@ -55,7 +55,7 @@ OPERATIONS = [
                 "also compare the HLC-ordered log view with the chain (slower)",
             ),
         ),
-        responses={200: (ChainVerification, "the verification (a broken chain too)")},
+        responses={200: (ChainReport, "the verification (a broken chain too)")},
         errors=(404, 429, 502, 503),
         description="Answered by an auditor over NATS; 429 when four of the tenant's verifications "
         "wait already, 503 (`Retry-After`) when the auditor is busy or no auditor "
