@@ -34,9 +34,10 @@ from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import encode, new_event
 from streamproc.hlc import HybridLogicalClock, wall_ms
+from streamproc.ids import export_run_id
 from streamproc.impact.index import ImpactIndex, IndexedImage
 from streamproc.impact.selector import Selector
-from streamproc.planner.changes import Changes, export_run_id
+from streamproc.planner.changes import Changes
 from streamproc.planner.emit import plan_events
 from streamproc.planner.model import Cause, StaticSource
 from streamproc.planner.plan import plan_run

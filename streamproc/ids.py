@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import time
+from collections.abc import Iterable, Mapping
 
 TENANT_RE = re.compile(r"^[a-z0-9_-]{1,128}(?!\n)$")
 """``(?!\n)$``: Python's ``$`` also matches before a final newline; JSON Schema's does not."""
@@ -52,6 +53,21 @@ def spill_run_id(root_run_id: str, offset: int) -> str:
     """The continuation that plans a run's surplus from image ``offset`` of its cause (the
     planner requests it; the read model expects it, to tell the backlog)."""
     return derive_id(root_run_id, "spill", offset)
+
+
+def export_run_id(
+    tenant: str, export_ids: Iterable[str], revisions: Mapping[str, int] | None = None
+) -> str:
+    """``derive_id("run", tenant, *sorted export ids)``: same exports, same run. A run of
+    later revisions (``revisions``: ref → revision, those past the first) adds them, so a
+    follow-up never takes the id of the run before it. The planner requests the run by this
+    id; the runner tells by it the run exports were coalesced into from a spill."""
+    later: list[str | int] = [
+        part for ref, n in sorted((revisions or {}).items()) if n > 1 for part in (ref, n)
+    ]
+    if not later:
+        return derive_id("run", tenant, *sorted(export_ids))
+    return derive_id("run", tenant, *sorted(export_ids), "revisions", *later)
 
 
 def uuid7() -> str:

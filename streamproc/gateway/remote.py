@@ -23,7 +23,7 @@ from streamproc.queries import (
     PLANNER,
     PREVIEW,
     VERIFY,
-    ChainVerification,
+    ChainReport,
     ExportAt,
     PreviewQuery,
     PreviewRequest,
@@ -35,7 +35,7 @@ RETRY_AFTER_S = 5
 _SLUG = re.compile(r"[a-z][a-z-]{0,63}")
 _encode = msgspec.json.Encoder().encode
 _preview = msgspec.json.Decoder(PreviewResult)
-_verification = msgspec.json.Decoder(ChainVerification)
+_verification = msgspec.json.Decoder(ChainReport)
 
 
 class Remote:
@@ -54,7 +54,7 @@ class Remote:
         data = await self._ask(PLANNER, PREVIEW, body, self.preview_timeout_s, "impact preview")
         return _preview.decode(data)
 
-    async def verify(self, tenant: str, log_view: bool) -> ChainVerification:
+    async def verify(self, tenant: str, log_view: bool) -> ChainReport:
         body = _encode(VerifyQuery(tenant=tenant, log_view=log_view))
         data = await self._ask(AUDITOR, VERIFY, body, self.verify_timeout_s, "chain verification")
         return _verification.decode(data)
