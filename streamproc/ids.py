@@ -93,3 +93,17 @@ def subject_token(value: str) -> str:
     if _TOKEN_RE.fullmatch(value):
         return value
     return "h-" + hashlib.sha256(value.encode()).hexdigest()[:32]
+
+
+FNV32_OFFSET = 0x811C9DC5
+FNV32_PRIME = 0x01000193
+
+
+def partition_of(token: str, partitions: int) -> int:
+    """The partition NATS's subject mapping ``partition(N, …)`` puts a subject token in:
+    FNV-1a (32 bit) of its bytes, modulo N. The gateway routes a tenant's previews by it to
+    the planner that holds the tenant's partition."""
+    h = FNV32_OFFSET
+    for b in token.encode():
+        h = ((h ^ b) * FNV32_PRIME) & 0xFFFFFFFF
+    return h % partitions

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamproc import metrics
-from streamproc.bus import jsapi
+from streamproc.bus import ack, jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import ConsumerGone, PullLoop, RawMessage
 from streamproc.cancellation import checkpoint
@@ -142,6 +142,7 @@ class Projector:
         subjects: str | None = None,
         log_rejections: bool = True,
         rebuild: bool = False,
+        filter_subject: str | None = None,
     ) -> None:
         """``consumer`` names the durable consumer (default ``proj_<role>``): each process
         hosting a role needs its own, as every start replaces it from its checkpoint.
@@ -149,8 +150,14 @@ class Projector:
         (:class:`Folder`). ``log_rejections``: log each rejected or quarantined event
         (a rebuild from sequence 1 counts them instead). ``rebuild``: folding history
         again, not live events, so what the folds tally (chain entries appended, runs
-        pruned) is not counted a second time."""
+        pruned) is not counted a second time. ``filter_subject``: fold only the stream's
+        messages on it (a planner partition): their sequences skip the others', so a loss in
+        flight is told by the consumer sequence instead, and ``lag()`` is the consumer's
+        pending count."""
         self.nc = nc
+        self.filter_subject = filter_subject
+        self._cseq = 0
+        """(Filtered.) The highest consumer sequence delivered since the consumer was made."""
         self.store = store
         self.stream = stream
         self.role = role
@@ -173,6 +180,8 @@ class Projector:
         self._resumed_at = 0
         self._gone_since: float | None = None
         self.failure: BaseException | None = None
+        self.pending = 0
+        """(Filtered.) Messages the consumer had yet to deliver when it sent the last one."""
 
     async def start(self, *, ack: bool = True, allow_partial: bool = False) -> Projector:
         # A process starting with the cluster (or during an election) asks again.
@@ -197,6 +206,7 @@ class Projector:
         )
         self.epoch = info.created
         self.applied = start - 1
+        self._cseq = 0
         self.head = info.state.last_seq
         config: dict[str, Any] = {
             "deliver_policy": "by_start_sequence",
@@ -207,6 +217,8 @@ class Projector:
             "max_deliver": -1,
             "replay_policy": "instant",
         }
+        if self.filter_subject is not None:
+            config["filter_subject"] = self.filter_subject
         if self.durable:
             config["durable_name"] = self.consumer
             config["inactive_threshold"] = DURABLE_IDLE_NS  # removes retired instances' ones
@@ -265,6 +277,19 @@ class Projector:
             seq = m[0]
             if seq < expected:
                 continue  # a redelivery of something already committed
+            if self.filter_subject is not None:
+                info = ack.parse(m[3])
+                if info.consumer_seq > self._cseq + 1:
+                    gap = PositionError(
+                        f"gap on the {self.filter_subject} consumer of {self.stream}: "
+                        f"consumer sequence {info.consumer_seq} after {self._cseq}"
+                    )
+                    break
+                self._cseq = max(self._cseq, info.consumer_seq)
+                self.pending = info.pending
+                items.append(m)
+                expected = seq + 1
+                continue
             if seq != expected:
                 gap = PositionError(
                     f"gap on stream {self.stream}: expected sequence {expected}, received "
@@ -279,12 +304,18 @@ class Projector:
             folded = self.folder.apply(items, Checkpoint(self.stream, self.epoch, last))
             self.applied = last
             self.head = max(self.head, last)
+            if self.filter_subject is not None:  # lag() is what the consumer has pending
+                self.head = last + self.pending
             metrics.LAST_APPLIED_SEQ.labels(self.role).set(last)
             report(self.role, folded, log_each=self.log_rejections, tallies=not self.rebuild)
             metrics.BATCH_SECONDS.labels(self.role).observe(time.perf_counter() - t0)
             self.committed.set()
             self._wake()
         if gap is not None:
+            if self.filter_subject is not None:  # still in the stream: read on from there
+                log.warning("%s; resuming from %d", gap, self.applied + 1)
+                await self._resume(self.applied + 1)
+                return len(items)
             if not await self._still_stored(expected):
                 raise gap
             # Messages lost in flight (our server died, the consumer's leader moved) come back
@@ -321,6 +352,7 @@ class Projector:
             pull, self._pull = self._pull, None
             await pull.close()
         config = {**self._config, "opt_start_seq": seq}
+        self._cseq = 0
         await jsapi.with_retries(lambda: jsapi.delete_consumer(self.nc, self.stream, self.consumer))
         await jsapi.with_retries(lambda: jsapi.create_consumer(self.nc, self.stream, config))
         self._pull = await PullLoop(self.nc, self.stream, self.consumer, batch=self.batch).start()

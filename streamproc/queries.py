@@ -7,6 +7,10 @@ question that does not decode or names no valid tenant (:func:`read_query`, 400)
 
 - ``planner.preview`` (for ``POST /preview/impact``): :class:`PreviewQuery` → ``PreviewResult``
 - ``auditor.verify`` (for ``GET /chain/verify``): :class:`VerifyQuery` → :class:`ChainReport`
+
+With ``planner.partitions`` = N > 1 a tenant's previews go to the endpoint of its partition,
+``preview-p<k>`` (:func:`preview_endpoint`), which only the planner holding partition k
+serves.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from streamproc.events.payloads import (
     Str,
     VexerExportBody,
 )
-from streamproc.ids import InvalidTenant, validate_tenant
+from streamproc.ids import InvalidTenant, partition_of, validate_tenant
 
 __all__ = [
     "ChainReport",
@@ -42,6 +46,18 @@ PLANNER = "planner"
 PREVIEW = "preview"
 AUDITOR = "auditor"
 VERIFY = "verify"
+
+
+def preview_endpoint(tenant: str, partitions: int) -> str:
+    """The endpoint answering ``tenant``'s previews: ``preview`` with one partition, else
+    ``preview-p<k>``, k the partition NATS maps the tenant to (:func:`partition_of`)."""
+    if partitions <= 1:
+        return PREVIEW
+    return partition_endpoint(partition_of(tenant, partitions))
+
+
+def partition_endpoint(partition: int) -> str:
+    return f"{PREVIEW}-p{partition}"
 
 
 class PreviewRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):

@@ -56,6 +56,7 @@ class GatewayContext:
             prefix,
             preview_timeout_s=settings.preview_timeout_s,
             verify_timeout_s=settings.verify_timeout_s,
+            partitions=planner_settings.load().partitions,
         )
         self.max_jobs_per_run = planner_settings.load().max_jobs_per_run
         """The planner's ceiling on ``limits.maxJobs``: a schedule asking more is refused."""
