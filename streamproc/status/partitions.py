@@ -22,7 +22,7 @@ async def partition_owners(nc: FastClient, prefix: str) -> dict[tuple[int, int],
         kv = await nc.jetstream().key_value(lease_bucket(prefix))
     except BucketNotFoundError:
         return {}
-    watcher = await kv.watch("planner-p*", ignore_deletes=True)
+    watcher = await kv.watchall(ignore_deletes=True)
     out: dict[tuple[int, int], str] = {}
     try:
         async for entry in watcher:
