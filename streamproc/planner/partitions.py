@@ -194,7 +194,9 @@ class Partition:
         proj = self.proj
         assert proj is not None
         target = await jsapi.with_retries(self.head, 20.0)
-        proj.head = max(proj.head, target)
+        # The stream's head counts the other partitions too: ours is this (lag() is what we
+        # still have to apply; each batch then sets it from the consumer's pending count).
+        proj.head = max(proj.applied, target)
         while proj.applied < target:
             checkpoint()
             with contextlib.suppress(TimeoutError):

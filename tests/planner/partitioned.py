@@ -35,8 +35,9 @@ def stamp() -> str:
     return f"{wall_ms()}:0:seed"
 
 
-def catalog(tenant: str, images: int, keys: int = 50) -> list[Envelope]:
-    """A schedule subscribed to Feedser and ``images`` images; image n uses lib(n % keys)."""
+def catalog(tenant: str, images: int, keys: int = 50, per_image: int = 1) -> list[Envelope]:
+    """A schedule subscribed to Feedser and ``images`` images; image n uses lib(n % keys)
+    and ``per_image - 1`` more of the ``keys`` libraries."""
     out = [
         new_event(
             "schedule.created",
@@ -52,8 +53,8 @@ def catalog(tenant: str, images: int, keys: int = 50) -> list[Envelope]:
         )
     ]
     for n in range(images):
-        key = lib(n % keys)
-        comps = [p.Component(purl=f"{key}@1.{n % 3}", product_key=key, used=True)]
+        libs = sorted({lib((n + 7 * j) % keys) for j in range(per_image)})
+        comps = [p.Component(purl=f"{k}@1.{n % 3}", product_key=k, used=True) for k in libs]
         payload = p.ImageIndexed(
             digest=digest(tenant, n),
             registry="registry.local",

@@ -93,13 +93,20 @@ async def test_two_planners_share_four_partitions_and_one_takes_over_when_the_ot
     # pa dies by SIGKILL at its 6th plan: the 2nd of its 4 runs of the second round, after
     # that run's run.planned and segments are stored and before its work items are.
     crash = {**env, "STREAMPROC_CRASH_AT": "planner.after_log_events:6"}
+    remote = Remote(nc, prefix, preview_timeout_s=2, verify_timeout_s=2, partitions=PARTITIONS)
+    ask = PreviewRequest(product_keys=["pkg:deb/debian/lib1"])
+    try:  # nobody holds the tenant's partition yet
+        await remote.preview(tenants[0], ask)
+        raise AssertionError("a preview answered with no planner running")
+    except ProblemError as exc:
+        assert (exc.status, exc.slug) == (503, "planner-unavailable")
+        assert ("Retry-After", "5") in exc.headers
     procs = [
         planner("pa", nats_server.url, prefix, tmp_path, crash),
         planner("pb", nats_server.url, prefix, tmp_path, env),
     ]
     for proc in procs:
         proc.start()
-    remote = Remote(nc, prefix, preview_timeout_s=2, verify_timeout_s=2, partitions=PARTITIONS)
     try:
 
         async def shared() -> bool:
@@ -122,9 +129,7 @@ async def test_two_planners_share_four_partitions_and_one_takes_over_when_the_ot
         held = await holders(nc, prefix, PARTITIONS)
         dead = sorted(k for k, h in held.items() if h == "pa")
         victim = next(t for t in tenants if partition_of(t, PARTITIONS) in dead)
-        assert (
-            await remote.preview(victim, PreviewRequest(product_keys=["pkg:deb/debian/lib1"]))
-        ).count > 0
+        assert (await remote.preview(victim, ask)).count > 0
 
         second = {t: f"fx-{t}-2" for t in tenants}
         await publisher.publish_events([export(t, x) for t, x in second.items()])
@@ -136,7 +141,7 @@ async def test_two_planners_share_four_partitions_and_one_takes_over_when_the_ot
 
         async def answered() -> bool:
             try:
-                await remote.preview(victim, PreviewRequest(product_keys=["pkg:deb/debian/lib1"]))
+                await remote.preview(victim, ask)
             except ProblemError as exc:
                 statuses.append((exc.status, ("Retry-After", "5") in exc.headers))
                 return False
