@@ -299,7 +299,7 @@ async def test_status_shows_who_holds_each_planner_partition(
 
         out = await until(both_held, 30)
         assert f"planner partition 0/2: held by pn/{os.getpid()}/" in out
-        code, out = await status_cli(
+        _code, out = await status_cli(
             capsys, nats_server.url, prefix, "--roles", "planner", "--json"
         )
         doc = json.loads(out)
