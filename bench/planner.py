@@ -19,7 +19,7 @@ deployment): one unpartitioned planner, one planner holding both of 2 partitions
 planners holding one each. Ends with ``{"partitioned_2_vs_1": ...}``: two partitioned
 planners' time over the one unpartitioned planner's.
 
-    python bench/planner.py --partitioned [--tenant-images 4000] [--trials 3]
+    python bench/planner.py --partitioned [--tenant-images 12000] [--trials 3]
 """
 
 from __future__ import annotations
@@ -477,7 +477,7 @@ if __name__ == "__main__":
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--partitioned", action="store_true")
-    parser.add_argument("--tenant-images", type=int, default=4_000)
+    parser.add_argument("--tenant-images", type=int, default=12_000)
     args = parser.parse_args()
     if args.partitioned:
         uvloop.run(partitioned(args))

@@ -70,6 +70,8 @@ PROJECTIONS: list[Callable[[], Projection]] = [
 REACTORS: list[Callable[[Settings], Reactor]] = [PlannerReactor, CronReactor]
 """What acts for a partition its holder has caught up with."""
 STREAM_EXISTS = 10058
+PROBLEM_PREFIX = "partition "
+"""Problems of a held partition are the role's, named ``partition <k>/<N> <problem>``."""
 
 
 def transform(prefix: str, partitions: int) -> dict[str, str]:
@@ -139,6 +141,8 @@ class Partition:
         self.reactors: list[Reactor] = []
         self.active = False
         """Caught up and acting (planning, answering previews)."""
+        self.problems: dict[str, str] = {}
+        """What the partition's reactors report (the restart check failing)."""
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -180,6 +184,7 @@ class Partition:
             wait_for=proj.wait_for,
             lag=proj.lag,
             shared={p.name: p for p in projections},
+            problems=self.problems,
             folded_stream=self.stream,
             folded_head=self.head,
         )
@@ -315,6 +320,15 @@ class PartitionSet:
                 raise
             self.held[k] = part
 
+    def _report(self) -> None:
+        """The held partitions' problems, as the role's own (``/readyz``, status)."""
+        problems = self.base.problems
+        for key in [key for key in problems if key.startswith(PROBLEM_PREFIX)]:
+            del problems[key]
+        for k, part in self.held.items():
+            for name, text in part.problems.items():
+                problems[f"{PROBLEM_PREFIX}{k}/{self.n} {name}"] = text
+
     async def _announce(self) -> None:
         with contextlib.suppress(*NatsFailure):
             await self.kv.put(self.member_key, self.holder.encode())
@@ -333,6 +347,7 @@ class PartitionSet:
         while True:
             checkpoint()
             await self.step()
+            self._report()
             await asyncio.sleep(self.ttl_s / 3)
 
     async def close(self) -> None:
@@ -341,6 +356,7 @@ class PartitionSet:
             part = self.held.pop(k)
             await part.stop()
             await part.lease.release()
+        self._report()
         with contextlib.suppress(*NatsFailure, nats.errors.Error):
             await self.kv.delete(self.member_key)
 
