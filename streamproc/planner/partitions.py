@@ -42,7 +42,7 @@ from streamproc.bus.services import Served
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
 from streamproc.impact.projection import ImpactProjection
-from streamproc.lease import Lease, NatsFailure, holder_id, lease_ttl, open_bucket
+from streamproc.lease import Lease, NatsFailure, entries, holder_id, lease_ttl, open_bucket
 from streamproc.planner.cron import CronReactor
 from streamproc.planner.exports import PlannerExports
 from streamproc.planner.open_runs import PlannerOpenRuns
@@ -335,10 +335,8 @@ class PartitionSet:
 
     async def _count_members(self) -> int:
         try:
-            keys = await self.kv.keys()
-        except nats.js.errors.NoKeysError:
-            return 1
-        except (*NatsFailure,) as exc:
+            keys = await entries(self.base.publisher.nc, self.base.settings.prefix)
+        except (jsapi.JsApiError, *NatsFailure) as exc:
             log.debug("planner partitions: members unknown (%s)", exc)
             return self.members
         return max(1, sum(1 for key in keys if key.startswith(names.PLANNER_MEMBERS)))

@@ -5,35 +5,21 @@ released), so it is listed as unheld."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 
-from nats.js.errors import BucketNotFoundError
-
 from streamproc.bus.fastclient import FastClient
-from streamproc.names import lease_bucket
+from streamproc.lease import entries
 
 _KEY = re.compile(r"planner-p(\d+)-of-(\d+)")
 
 
 async def partition_owners(nc: FastClient, prefix: str) -> dict[tuple[int, int], str]:
     """``(k, N)`` → holder of every planner partition lease held now."""
-    try:
-        kv = await nc.jetstream().key_value(lease_bucket(prefix))
-    except BucketNotFoundError:
-        return {}
-    watcher = await kv.watchall(ignore_deletes=True)
     out: dict[tuple[int, int], str] = {}
-    try:
-        async for entry in watcher:
-            if entry is None:  # the initial values are all delivered
-                break
-            m = _KEY.fullmatch(entry.key)
-            if m and entry.value:
-                with contextlib.suppress(UnicodeDecodeError):
-                    out[(int(m[1]), int(m[2]))] = entry.value.decode()
-    finally:
-        await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
+    for key, value in (await entries(nc, prefix)).items():
+        m = _KEY.fullmatch(key)
+        if m and value:
+            out[(int(m[1]), int(m[2]))] = value.decode(errors="replace")
     return out
 
 
