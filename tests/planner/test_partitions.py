@@ -21,9 +21,8 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.gateway.remote import Remote
 from streamproc.hlc import wall_ms
-from streamproc.ids import partition_of
+from streamproc.ids import export_run_id, partition_of
 from streamproc.names import plan_stream
-from streamproc.planner.changes import export_run_id
 from streamproc.planner.partitions import ensure_stream
 from streamproc.planner.role import PARTITIONED_PLANNER, PLANNER, planner_spec
 from streamproc.problems import ProblemError
