@@ -162,6 +162,20 @@ async def test_two_planners_share_four_partitions_and_one_takes_over_when_the_ot
         want |= {_run(t, x) for t, x in second.items()}
         await eventually(lambda: planned(want), 90, "the second exports planned", every=0.5)
         assert procs[1].stop() == 0, procs[1].tail()
+        assert await holders(nc, prefix, PARTITIONS) == {}, "a clean stop releases them"
+
+        # Started again alone, it takes every partition back from its own checkpoints; with
+        # nothing new in them it is current at once and runs each one's restart check.
+        checks = procs[1].log.read_text().count("restart check done")
+        procs[1].start()
+
+        async def checked() -> bool:
+            procs[1].check_alive()
+            return procs[1].log.read_text().count("restart check done") >= checks + 4
+
+        await eventually(checked, 60, "the restart check of every partition", every=0.2)
+        assert (await remote.preview(victim, ask)).count > 0
+        assert procs[1].stop() == 0, procs[1].tail()
     finally:
         for proc in procs:
             proc.stop()
