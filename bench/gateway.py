@@ -113,7 +113,7 @@ def serve(args: argparse.Namespace) -> int:
     from streamproc import roles
     from streamproc.app import System
     from streamproc.config import Settings
-    from streamproc.gateway.jwt import b64url
+    from streamproc.gateway.auth.jwt import b64url
     from streamproc.gateway.role import make_mount
     from streamproc.gateway.settings import GatewaySettings, Issuer, IssuerKey, WebhookSource
     from streamproc.reactor import RoleContext, RoleSpec

@@ -10,33 +10,51 @@ run: the bare pipelined publish of the same messages (same count, same bytes). M
 several trials; ends with one line of JSON.
 
     python bench/planner.py [--images 50000] [--keys 10000] [--trials 3]
+
+``--partitioned`` measures partitioned planners instead (``planner.partitions``, docs/planning.md):
+8 tenants, each with a catalog and a schedule subscribed to Feedser, and one export per
+tenant touching all its images; the time from publishing the 8 exports until every work item
+of their 8 runs is stored, with ``streamproc planner`` processes (separate processes, like a
+deployment): one unpartitioned planner, one planner holding both of 2 partitions, and two
+planners holding one each. Ends with ``{"partitioned_2_vs_1": ...}``: two partitioned
+planners' time over the one unpartitioned planner's.
+
+    python bench/planner.py --partitioned [--tenant-images 12000] [--trials 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
+import os
 import random
+import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import uvloop
+from nats.aio.msg import Msg
 
-from streamproc.bus import streams
+from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import connect
+from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Settings
 from streamproc.events import payloads as p
-from streamproc.events.envelope import encode, new_event
+from streamproc.events.envelope import decode, encode, new_event
 from streamproc.hlc import HybridLogicalClock, wall_ms
+from streamproc.ids import export_run_id
 from streamproc.impact.index import ImpactIndex, IndexedImage
 from streamproc.impact.selector import Selector
-from streamproc.planner.changes import Changes, export_run_id
+from streamproc.names import plan_stream
+from streamproc.planner.changes import Changes
 from streamproc.planner.emit import plan_events
 from streamproc.planner.model import Cause, StaticSource
 from streamproc.planner.plan import plan_run
@@ -46,6 +64,9 @@ from streamproc.planner.settings import PlannerSettings
 from streamproc.projector import Projector
 from streamproc.reactor import RoleContext
 from streamproc.state.store import RocksStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the process helpers: tests/
+from tests.planner.partitioned import catalog, export, holders, planner, planner_env, spread_tenants
 
 PREFIX = "bench"
 TENANT = "acme"
@@ -300,6 +321,117 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
     return result
 
 
+LIBS = 200
+"""Libraries of the partitioned catalog; each image uses 8 of them, every export all."""
+LAYOUTS = (("1 planner, unpartitioned", 1, 1), ("1 planner, 2 partitions", 2, 1),
+           ("2 planners, 1 partition each", 2, 2))  # fmt: skip
+
+
+async def partitioned(args: argparse.Namespace) -> dict[str, float]:
+    tenants = spread_tenants(8, 2)
+    work = Path(tempfile.mkdtemp(prefix="streamproc-bench-partitions-"))
+    server = EmbeddedNats(work / "nats", port=free_port()).start()
+    times: dict[str, list[float]] = {name: [] for name, _, _ in LAYOUTS}
+    try:
+        nc = await connect(server.url)
+        for trial in range(args.trials):
+            for name, n, procs in LAYOUTS:
+                prefix = f"pb{trial}x{n}x{procs}"
+                times[name].append(
+                    await partitioned_trial(nc, server.url, prefix, work, tenants, n, procs, args)
+                )
+                print(f"trial {trial + 1}: {name}: {times[name][-1]:.3f} s", flush=True)
+        await nc.close()
+    finally:
+        server.stop()
+    one = statistics.median(times[LAYOUTS[0][0]])
+    print(f"\n8 tenants x {args.tenant_images:,} images (8 of {LIBS} libraries each); one "
+          f"export per tenant naming all {LIBS}; from publishing the 8 exports to the last "
+          f"work item stored; medians of {args.trials}; {os.cpu_count()} cores")  # fmt: skip
+    print(f"{'layout':<34} {'N':>3} {'seconds':>9} {'vs 1 planner':>13}")
+    print("-" * 62)
+    for name, n, _ in LAYOUTS:
+        t = statistics.median(times[name])
+        print(f"{name:<34} {n:>3} {t:>9.3f} {t / one:>12.2f}x")
+    two = statistics.median(times[LAYOUTS[2][0]])
+    same_n = statistics.median(times[LAYOUTS[1][0]])
+    result = {
+        "partitioned_2_vs_1": round(two / one, 3),
+        "partitioned_2_vs_1_same_partitions": round(two / same_n, 3),
+    }
+    print(json.dumps(result))
+    return result
+
+
+async def partitioned_trial(
+    nc: FastClient,
+    url: str,
+    prefix: str,
+    work: Path,
+    tenants: list[str],
+    partitions: int,
+    procs: int,
+    args: argparse.Namespace,
+) -> float:
+    """One layout: streams, catalog, planners warmed by a first export each, then the timed
+    export round; the planners stopped and the streams deleted after."""
+    defs = streams.definitions(prefix)
+    await streams.apply(nc, defs)
+    pub = await Publisher(nc, prefix=prefix).start()
+    for t in tenants:
+        await pub.publish_events(catalog(t, args.tenant_images, LIBS, per_image=8))
+    env = planner_env(partitions, 5.0, STREAMPROC_PLANNER_SEGMENT_SIZE="500")
+    planners = [planner(f"p{i}", url, prefix, work / prefix, env) for i in range(procs)]
+    planned: set[str] = set()
+    segments: dict[str, int] = {}
+    stored: set[str] = set()
+    progress = asyncio.Event()
+
+    async def on_event(msg: Msg) -> None:
+        if b'"run.planned"' in msg.data[:200]:
+            e = decode(msg.data)
+            planned.add(e.payload.run_id)
+            segments[e.payload.run_id] = len(e.payload.segments)
+            progress.set()
+
+    async def on_work(msg: Msg) -> None:
+        stored.add((msg.headers or {}).get("Nats-Msg-Id", ""))
+        progress.set()
+
+    subs = [await nc.subscribe(f"{prefix}.events.*.run.>", cb=on_event),
+            await nc.subscribe(f"{prefix}.work.>", cb=on_work)]  # fmt: skip
+
+    async def until(runs: set[str]) -> None:
+        while not (runs <= planned and len(stored) >= sum(segments[r] for r in planned)):
+            progress.clear()
+            await asyncio.wait_for(progress.wait(), 300)
+
+    try:
+        for proc in planners:
+            proc.start()
+        if procs > 1:  # the planners share the partitions before the clock starts
+            while len(set((await holders(nc, prefix, partitions)).values())) < procs:
+                await asyncio.sleep(0.1)
+        warm = {export_run_id(t, [f"warm-{t}"]) for t in tenants}
+        await pub.publish_events([export(t, f"warm-{t}", 1) for t in tenants])
+        await until(warm)
+        timed = {export_run_id(t, [f"fx-{t}"]) for t in tenants}
+        t0 = time.perf_counter()
+        await pub.publish_events([export(t, f"fx-{t}", LIBS) for t in tenants])
+        await until(timed)
+        return time.perf_counter() - t0
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
+        for proc in planners:
+            proc.stop()
+        await pub.close()
+        for name in [d["name"] for d in defs] + [plan_stream(defs[0]["name"], partitions)]:
+            with contextlib.suppress(jsapi.JsApiError):
+                await jsapi.request(nc, f"STREAM.DELETE.{name}")
+        shutil.rmtree(work / prefix, ignore_errors=True)
+
+
 async def cancel(tasks: list[asyncio.Task[None]]) -> None:
     """Cancel until done: Python 3.11's ``wait_for`` can swallow a cancellation that races
     with its inner future completing (the reactor loop waits with it)."""
@@ -344,4 +476,10 @@ if __name__ == "__main__":
     parser.add_argument("--images", type=int, default=50_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--trials", type=int, default=3)
-    uvloop.run(main(parser.parse_args()))
+    parser.add_argument("--partitioned", action="store_true")
+    parser.add_argument("--tenant-images", type=int, default=12_000)
+    args = parser.parse_args()
+    if args.partitioned:
+        uvloop.run(partitioned(args))
+    else:
+        uvloop.run(main(args))

@@ -30,7 +30,7 @@ from streamproc.configfile import cli as config_cli
 from streamproc.devsetup import refuse_exposed_demo
 from streamproc.events.schemas import render_catalog, write_all
 from streamproc.gateway import tokens_cli
-from streamproc.gateway.replay import default_bucket_definition
+from streamproc.gateway.auth.replay import default_bucket_definition
 from streamproc.impact.cli import register as register_index
 from streamproc.names import DEFAULT_PREFIX, stream_names
 from streamproc.notify import cli as notify_cli

@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import time
+from collections.abc import Iterable, Mapping
 
 TENANT_RE = re.compile(r"^[a-z0-9_-]{1,128}(?!\n)$")
 """``(?!\n)$``: Python's ``$`` also matches before a final newline; JSON Schema's does not."""
@@ -54,6 +55,21 @@ def spill_run_id(root_run_id: str, offset: int) -> str:
     return derive_id(root_run_id, "spill", offset)
 
 
+def export_run_id(
+    tenant: str, export_ids: Iterable[str], revisions: Mapping[str, int] | None = None
+) -> str:
+    """``derive_id("run", tenant, *sorted export ids)``: same exports, same run. A run of
+    later revisions (``revisions``: ref → revision, those past the first) adds them, so a
+    follow-up never takes the id of the run before it. The planner requests the run by this
+    id; the runner tells by it the run exports were coalesced into from a spill."""
+    later: list[str | int] = [
+        part for ref, n in sorted((revisions or {}).items()) if n > 1 for part in (ref, n)
+    ]
+    if not later:
+        return derive_id("run", tenant, *sorted(export_ids))
+    return derive_id("run", tenant, *sorted(export_ids), "revisions", *later)
+
+
 def uuid7() -> str:
     """RFC 9562 UUIDv7: time-ordered, for events that have no cause to derive from."""
     ms = time.time_ns() // 1_000_000
@@ -77,3 +93,17 @@ def subject_token(value: str) -> str:
     if _TOKEN_RE.fullmatch(value):
         return value
     return "h-" + hashlib.sha256(value.encode()).hexdigest()[:32]
+
+
+FNV32_OFFSET = 0x811C9DC5
+FNV32_PRIME = 0x01000193
+
+
+def partition_of(token: str, partitions: int) -> int:
+    """The partition NATS's subject mapping ``partition(N, …)`` puts a subject token in:
+    FNV-1a (32 bit) of its bytes, modulo N. The gateway routes a tenant's previews by it to
+    the planner that holds the tenant's partition."""
+    h = FNV32_OFFSET
+    for b in token.encode():
+        h = ((h ^ b) * FNV32_PRIME) & 0xFFFFFFFF
+    return h % partitions

@@ -1,7 +1,7 @@
 """The JOSE pieces both sides of the API use: strict base64url, EdDSA compact signing, JWK
 thumbprints (RFC 7638) and the DPoP access-token hash (RFC 9449 ``ath``).
 
-The gateway verifies with these (:mod:`streamproc.gateway.jwt`), our clients sign with them
+The gateway verifies with these (:mod:`streamproc.gateway.auth.jwt`), our clients sign with them
 (:mod:`streamproc.client`); they live below both so neither reaches into the other.
 """
 

@@ -15,6 +15,7 @@ clocks, only on clocks ticking at the same rate. Renewal runs every TTL/3.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import secrets
@@ -268,3 +269,31 @@ class Lease:
     def _hold(self, revision: int, sent: float) -> None:
         self.revision = revision
         self.valid_until = sent + self.ttl_s
+
+
+async def entries(nc: FastClient, prefix: str) -> dict[str, bytes]:
+    """Every key the lease bucket holds now, with its value — read with two kinds of plain
+    API request (the stream's subjects, each one's last message), no consumer: it is asked
+    every few seconds, and a watcher's ordered consumer per call would pile up."""
+    name = bucket_name(prefix)
+    stream = f"KV_{name}"
+    head = f"$KV.{name}."
+    try:
+        info = await jsapi.request(nc, f"STREAM.INFO.{stream}", {"subjects_filter": head + ">"})
+    except jsapi.JsApiError as exc:
+        if exc.err_code == jsapi.STREAM_NOT_FOUND:
+            return {}
+        raise
+    out: dict[str, bytes] = {}
+    for subject in sorted((info.get("state") or {}).get("subjects") or {}):
+        try:
+            doc = await jsapi.request(nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
+        except jsapi.JsApiError as exc:
+            if exc.err_code == jsapi.NO_MESSAGE:  # expired meanwhile
+                continue
+            raise
+        msg = doc["message"]
+        if b"KV-Operation" in base64.b64decode(msg.get("hdrs") or ""):
+            continue  # a deleted or purged key (a released lease)
+        out[subject[len(head) :]] = base64.b64decode(msg.get("data") or "")
+    return out

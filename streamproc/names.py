@@ -53,6 +53,35 @@ def tenant_events(prefix: str, tenant: str) -> str:
     return f"{prefix}.{EVENTS}.{tenant}.>"
 
 
+PLAN: Final = "plan"
+"""The second subject token of a partitioned planners' stream: ``<prefix>.plan.<k>.…``."""
+
+
+def plan_stream(events_stream: str, partitions: int) -> str:
+    """``<EVENTS>_PLAN<N>``: the event log again, each subject carrying its tenant's partition
+    (only with ``planner.partitions`` > 1; a different N is a different stream)."""
+    return f"{events_stream}_PLAN{partitions}"
+
+
+def plan_subjects(prefix: str, partition: int) -> str:
+    """What every subject of one partition starts with: ``<prefix>.plan.<k>.``."""
+    return f"{prefix}.{PLAN}.{partition}."
+
+
+def partition_lease(partition: int, partitions: int) -> str:
+    """``planner-p<k>-of-<N>``: the lease key of one planner partition."""
+    return f"planner-p{partition}-of-{partitions}"
+
+
+PLANNER_MEMBERS: Final = "planner-member-"
+"""Lease-bucket keys by which partitioned planners count each other (one per process)."""
+
+
+def partition_state(partition: int, partitions: int) -> str:
+    """The state directory name of one planner partition (under ``<data>/state/``)."""
+    return f"planner-p{partition}-of-{partitions}"
+
+
 def work_subject(prefix: str, tenant: str, priority: int | str) -> str:
     """``<prefix>.work.<tenant>.segment.<priority>``: a segment on the work queue."""
     return f"{prefix}.{WORK}.{tenant}.segment.{priority}"

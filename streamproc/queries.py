@@ -6,7 +6,11 @@ gateway fills it in from the caller's token, never from the request body), and r
 question that does not decode or names no valid tenant (:func:`read_query`, 400).
 
 - ``planner.preview`` (for ``POST /preview/impact``): :class:`PreviewQuery` → ``PreviewResult``
-- ``auditor.verify`` (for ``GET /chain/verify``): :class:`VerifyQuery` → ``ChainReport``
+- ``auditor.verify`` (for ``GET /chain/verify``): :class:`VerifyQuery` → :class:`ChainReport`
+
+With ``planner.partitions`` = N > 1 a tenant's previews go to the endpoint of its partition,
+``preview-p<k>`` (:func:`preview_endpoint`), which only the planner holding partition k
+serves.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from typing import Annotated, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
-from streamproc.audit.verify import ChainReport as ChainVerification
 from streamproc.bus.services import ServiceFailure
 from streamproc.events.payloads import (
     MAX_KEYS,
@@ -26,10 +29,10 @@ from streamproc.events.payloads import (
     Str,
     VexerExportBody,
 )
-from streamproc.ids import InvalidTenant, validate_tenant
+from streamproc.ids import InvalidTenant, partition_of, validate_tenant
 
 __all__ = [
-    "ChainVerification",
+    "ChainReport",
     "ExportAt",
     "PreviewQuery",
     "PreviewRequest",
@@ -43,6 +46,18 @@ PLANNER = "planner"
 PREVIEW = "preview"
 AUDITOR = "auditor"
 VERIFY = "verify"
+
+
+def preview_endpoint(tenant: str, partitions: int) -> str:
+    """The endpoint answering ``tenant``'s previews: ``preview`` with one partition, else
+    ``preview-p<k>``, k the partition NATS maps the tenant to (:func:`partition_of`)."""
+    if partitions <= 1:
+        return PREVIEW
+    return partition_endpoint(partition_of(tenant, partitions))
+
+
+def partition_endpoint(partition: int) -> str:
+    return f"{PREVIEW}-p{partition}"
 
 
 class PreviewRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -126,6 +141,28 @@ class VerifyQuery(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tenant: str
     log_view: bool = False
     """Also compare the HLC-ordered log view with the chain (slower)."""
+
+
+class ChainReport(msgspec.Struct, kw_only=True):
+    """A tenant's chain verification, as the API answers it (``GET /chain/verify``) and
+    ``streamproc chain verify --json`` prints it. A broken chain is a report (``verified:
+    false`` and where it breaks), not an error."""
+
+    tenant: str = msgspec.field(name="tenantId")
+    ok: bool = msgspec.field(name="verified")
+    entries: int
+    """Entries verified (the whole chain when ``ok``)."""
+    head_chain_link: str | None
+    head_hlc: str | None
+    snapshots: int
+    """Snapshots whose signature and Merkle root verified."""
+    snapshotted: int
+    """Positions covered by recorded snapshots."""
+    broken_position: int | None = None
+    field: str | None = None
+    expected: str | None = None
+    found: str | None = None
+    reason: str = ""
 
 
 Query = TypeVar("Query", PreviewQuery, VerifyQuery)

@@ -44,6 +44,11 @@ class RoleContext:
     """Conditions a reactor reports until they clear (name → what is wrong): while any is
     set the process answers ``/readyz`` with 503 and ``streamproc status`` shows the role
     degraded."""
+    folded_stream: str = ""
+    """The stream ``store`` is folded from, when it is not the event log (a planner
+    partition's, :mod:`streamproc.planner.partitions`): ``applied`` counts in its sequences."""
+    folded_head: Callable[[], Awaitable[int]] | None = None
+    """With ``folded_stream``: the sequence this state must reach to be current now."""
 
 
 class Reactor(ABC):

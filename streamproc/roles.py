@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from streamproc.audit.role import AUDITOR
 from streamproc.gateway.role import GATEWAY
-from streamproc.planner.role import PLANNER
+from streamproc.planner.role import PLANNER, planner_spec
+from streamproc.planner.settings import load as load_planner_settings
 from streamproc.projection import Projection
 from streamproc.projections.activity import Activity
 from streamproc.reactor import RoleSpec
@@ -27,6 +28,9 @@ DEMO_ONLY = frozenset({"scanner"})
 
 
 def spec_for(role: str) -> RoleSpec:
+    """The role's spec; the planner's depends on ``planner.partitions``."""
+    if role == "planner":
+        return planner_spec(load_planner_settings().partitions)
     try:
         return ROLES[role]
     except KeyError:

@@ -53,7 +53,7 @@ def _module_file(name: str) -> Path | None:
 
 
 def missing_dotted(name: str) -> bool:
-    """Neither a module (`streamproc.gateway.openapi`) nor a name a module defines
+    """Neither a module (`streamproc.gateway.api.openapi`) nor a name a module defines
     (`streamproc.config.environment`)."""
     if _module_file(name) is not None:
         return False
@@ -108,4 +108,4 @@ def test_the_checks_catch_a_moved_file_or_name() -> None:
     assert missing_path("streamproc/nowhere/<role>/role.py")
     assert missing_dotted("streamproc.config.gone")
     assert not missing_dotted("streamproc.config.environment")
-    assert not missing_dotted("streamproc.gateway.openapi")
+    assert not missing_dotted("streamproc.gateway.api.openapi")

@@ -19,7 +19,7 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
-from streamproc.planner.changes import export_run_id
+from streamproc.ids import export_run_id
 from streamproc.state.store import RocksStore
 from tests.audit.helpers import chained_events, snapshot_events
 from tests.role_helpers import (

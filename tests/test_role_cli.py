@@ -22,7 +22,7 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import build_parser
-from streamproc.planner.changes import export_run_id
+from streamproc.ids import export_run_id
 from streamproc.role_cli import DEFAULT_NATS_URL, process_settings
 from streamproc.scanner.faults import FaultConfig
 from streamproc.state.digest import state_digest

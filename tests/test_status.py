@@ -270,3 +270,44 @@ def test_settings_are_validated() -> None:
         _expected("planner,nonsense")
     assert _expected(None) == ["auditor", "gateway", "planner", "runner"], "activity optional"
     assert _expected("activity") == ["activity"]
+
+
+async def test_status_shows_who_holds_each_planner_partition(
+    nats_server: EmbeddedNats,
+    nc: FastClient,
+    prefix: str,
+    stream_names: tuple[str, str, str],
+    status_bucket: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(status.INTERVAL_ENV, INTERVAL)
+    monkeypatch.setenv("STREAMPROC_PLANNER_PARTITIONS", "2")
+    monkeypatch.setenv("STREAMPROC_LEASE_TTL_S", "1")
+    settings = Settings(
+        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, node_id="pn"
+    )
+    system = System(settings, ["planner"], http=False)
+    await system.start()
+    try:
+
+        async def both_held() -> str | None:
+            _code, out = await status_cli(capsys, nats_server.url, prefix, "--roles", "planner")
+            lines = [x for x in out.splitlines() if x.startswith("planner partition")]
+            return out if len(lines) == 2 and all("held by pn/" in x for x in lines) else None
+
+        out = await until(both_held, 30)
+        assert f"planner partition 0/2: held by pn/{os.getpid()}/" in out
+        _code, out = await status_cli(
+            capsys, nats_server.url, prefix, "--roles", "planner", "--json"
+        )
+        doc = json.loads(out)
+        assert sorted(doc["partitions"]) == ["0/2", "1/2"]
+        assert all(h.startswith(f"pn/{os.getpid()}/") for h in doc["partitions"].values())
+    finally:
+        await system.close()
+    _code, out = await status_cli(capsys, nats_server.url, prefix, "--roles", "planner")
+    assert "planner partition 0/2: unheld" in out and "planner partition 1/2: unheld" in out
+    with contextlib.suppress(jsapi.JsApiError):
+        await jsapi.request(nc, f"STREAM.DELETE.{stream_names[0]}_PLAN2")

@@ -27,10 +27,11 @@ from streamproc.audit.settings import AuditSettings
 from streamproc.audit.settings import load as load_audit_settings
 from streamproc.audit.signing import build_keyring, load_signer, public_key_line
 from streamproc.audit.snapshots import max_hlc, snapshot_event
-from streamproc.audit.verify import ChainReport, verify_all
+from streamproc.audit.verify import verify_all
 from streamproc.bus.publisher import NoStream, PublishError, PublishTimeout
 from streamproc.config import Settings
 from streamproc.hlc import ClockSkewError, wall_ms
+from streamproc.queries import ChainReport
 from streamproc.reactor import Reactor, RoleContext
 from streamproc.state.store import RocksStore, Store
 

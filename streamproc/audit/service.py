@@ -36,7 +36,7 @@ from streamproc.audit.verify import UnknownTenant, verify_tenant
 from streamproc.bus import services
 from streamproc.bus.services import Served, ServiceFailure
 from streamproc.cancellation import checkpoint
-from streamproc.queries import AUDITOR, VERIFY, ChainVerification, VerifyQuery, read_query
+from streamproc.queries import AUDITOR, VERIFY, ChainReport, VerifyQuery, read_query
 from streamproc.reactor import RoleContext
 from streamproc.state.store import RocksStore
 
@@ -55,7 +55,7 @@ Key = tuple[str, bool]
 
 def verify(
     state_dir: Path, keyring: Callable[[], Keyring], tenant: str, log_view: bool
-) -> ChainVerification:
+) -> ChainReport:
     """Verify ``tenant``'s chain in a read-only view of ``state_dir`` (blocking)."""
     try:
         store = RocksStore(state_dir, read_only=True)
@@ -79,7 +79,7 @@ class Verifications:
 
     def __init__(
         self,
-        run: Callable[[str, bool], ChainVerification],
+        run: Callable[[str, bool], ChainReport],
         *,
         cooldown: float = COOLDOWN,
         per_tenant: int = PER_TENANT,
@@ -91,7 +91,7 @@ class Verifications:
         self._per_tenant = per_tenant
         self._waiting = waiting
         self._clock = clock
-        self._queued: dict[Key, asyncio.Future[ChainVerification]] = {}
+        self._queued: dict[Key, asyncio.Future[ChainReport]] = {}
         """Not started yet, in arrival order; a question joins its chain's entry."""
         self._waiters: dict[str, int] = {}
         self._not_before: dict[str, float] = {}
@@ -99,7 +99,7 @@ class Verifications:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="chain-verify")
         self._worker: asyncio.Task[None] | None = None
 
-    async def ask(self, tenant: str, log_view: bool) -> ChainVerification:
+    async def ask(self, tenant: str, log_view: bool) -> ChainReport:
         """The verification of ``tenant``'s chain, started after this question arrived."""
         if self._waiters.get(tenant, 0) >= self._per_tenant:
             raise ServiceFailure(
@@ -182,7 +182,7 @@ class Verifications:
             del self._not_before[tenant]
 
 
-def _retrieved(answer: asyncio.Future[ChainVerification]) -> None:
+def _retrieved(answer: asyncio.Future[ChainReport]) -> None:
     """Nobody may be waiting any more (deadlines): do not warn about an unread failure."""
     if not answer.cancelled():
         answer.exception()

@@ -21,8 +21,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import msgspec
-
 from streamproc import metrics
 from streamproc.audit.dsse import Keyring
 from streamproc.audit.layout import Head, Readable, SnapshotRecord, read_head, snapshots, tenants
@@ -36,8 +34,9 @@ from streamproc.audit.segment import (
     verify_segment,
 )
 from streamproc.audit.verify_parallel import verify_segments
+from streamproc.queries import ChainReport
 
-__all__ = ["Broken", "Cancelled", "ChainReport", "UnknownTenant", "verify_all", "verify_tenant"]
+__all__ = ["Broken", "Cancelled", "UnknownTenant", "verify_all", "verify_tenant"]
 
 PARALLEL_MIN_ENTRIES = 200_000
 """Chains shorter than this are verified in-process even when workers are allowed."""
@@ -45,28 +44,6 @@ PARALLEL_MIN_ENTRIES = 200_000
 
 class UnknownTenant(LookupError):
     """No chain exists for the tenant in this state directory."""
-
-
-class ChainReport(msgspec.Struct, kw_only=True):
-    """A tenant's chain verification, as the API answers it (``GET /chain/verify``) and
-    ``streamproc chain verify --json`` prints it. A broken chain is a report (``verified:
-    false`` and where it breaks), not an error."""
-
-    tenant: str = msgspec.field(name="tenantId")
-    ok: bool = msgspec.field(name="verified")
-    entries: int
-    """Entries verified (the whole chain when ``ok``)."""
-    head_chain_link: str | None
-    head_hlc: str | None
-    snapshots: int
-    """Snapshots whose signature and Merkle root verified."""
-    snapshotted: int
-    """Positions covered by recorded snapshots."""
-    broken_position: int | None = None
-    field: str | None = None
-    expected: str | None = None
-    found: str | None = None
-    reason: str = ""
 
 
 # ---------------------------------------------------------------------- whole tenant

@@ -24,11 +24,11 @@ from streamproc.configfile.loader import Problem
 from streamproc.configfile.registry import BY_ENV, BY_PATH, KEYS
 from streamproc.configfile.values import ValueProblem, from_env
 from streamproc.gateway import settings as gw
-from streamproc.gateway.auth import issuer_keys
-from streamproc.gateway.dpop import nonce_key
+from streamproc.gateway.auth.callers import issuer_keys
+from streamproc.gateway.auth.dpop import nonce_key
+from streamproc.gateway.auth.tls import server_context
+from streamproc.gateway.auth.webhooks import Source
 from streamproc.gateway.settings import GatewaySettings
-from streamproc.gateway.tls import server_context
-from streamproc.gateway.webhooks import Source
 from streamproc.lease import ENV_TTL, lease_ttl
 from streamproc.notify import feed_consumer, registrations
 from streamproc.planner import settings as planner_settings

@@ -229,6 +229,11 @@ KEYS: tuple[Key, ...] = (
        "runs planned per reactor pass, round-robin across tenants", minimum=1),
     _k("planner.preview_sample", "STREAMPROC_PLANNER_PREVIEW_SAMPLE", "int", 20,
        "sample digests returned by a preview", minimum=0),
+    _k("planner.partitions", "STREAMPROC_PLANNER_PARTITIONS", "int", 1,
+       "tenant partitions the planners share (docs/planning.md, \"Partitioned planners\"): "
+       "1 is one active planner for every tenant; N > 1 maps tenants to N partitions with "
+       "NATS subject mapping and each planner process leases at most ceil(N / live planners) "
+       "of them. Every planner and gateway must use the same value", minimum=1, maximum=256),
     _k("planner.epss_high_percentile", "STREAMPROC_PLANNER_EPSS_HIGH_PERCENTILE", "float",
        0.9, "a changed finding whose EPSS percentile is at least this ranks its images with "
        "the critical ones; a preview counts its projected delta as high-EPSS "

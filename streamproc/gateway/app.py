@@ -1,5 +1,6 @@
-"""The gateway object a process mounts: its read model, verifiers and publisher, the
-routes, middlewares, an optional TLS listener, and draining on shutdown."""
+"""Mounting the gateway on a process: the routes bound to its context, the access-log
+middleware, /openapi.json, an optional TLS listener, the Notify window keeper, and draining
+on shutdown. What the handlers use is ``context.py``'s; the routes are ``api/``'s."""
 
 from __future__ import annotations
 
@@ -7,94 +8,42 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
-import msgspec
 from aiohttp import web
 
-from streamproc.bus import jsapi
-from streamproc.bus.streams import configured_notify_retention
-from streamproc.bus.ttlkv import TtlBucket
 from streamproc.gateway import accesslog
-from streamproc.gateway.auth import Authenticator, Principal
-from streamproc.gateway.exportlog import ExportLog
-from streamproc.gateway.hardening import decode_json, read_body, require_json
-from streamproc.gateway.openapi import openapi_handler
-from streamproc.gateway.operations import BASE, Operation
-from streamproc.gateway.remote import Remote
-from streamproc.gateway.replay import ReplayGuard, bucket_definition, bucket_name
-from streamproc.gateway.routes import OPERATIONS
+from streamproc.gateway.api.openapi import openapi_handler
+from streamproc.gateway.api.operations import BASE, Operation
+from streamproc.gateway.api.routes import OPERATIONS
+from streamproc.gateway.auth.callers import Principal
+from streamproc.gateway.auth.tls import server_context
+from streamproc.gateway.context import GatewayContext
 from streamproc.gateway.settings import GatewaySettings
-from streamproc.gateway.tls import server_context
-from streamproc.gateway.webhooks import WebhookVerifier
-from streamproc.notify.feed_http import Feed
-from streamproc.notify.retention import WindowKeeper
-from streamproc.planner import settings as planner_settings
 from streamproc.problems import ProblemError
 from streamproc.reactor import RoleContext
-from streamproc.readmodel.queries import ReadModel
 
 log = logging.getLogger("streamproc.gateway")
 SHUTDOWN_TIMEOUT = 30.0
-GATEWAY = web.AppKey("gateway", object)
-R = TypeVar("R", bound=web.StreamResponse)
+GATEWAY = web.AppKey("gateway", GatewayContext)
+"""The context of the gateway mounted on an application."""
 
 
-class Gateway:
-    """Everything a handler needs; one per process, shared by its listeners."""
+class Mount:
+    """The gateway as mounted: one context, the applications serving it, draining."""
 
-    def __init__(self, ctx: RoleContext, settings: GatewaySettings) -> None:
-        self.ctx = ctx
-        self.s = settings
-        self.rm = ReadModel(ctx.store)
-        prefix = ctx.settings.prefix
-        bucket = TtlBucket(ctx.publisher, bucket_name(prefix), holder=ctx.settings.node_id)
-        self.replay = ReplayGuard(bucket, settings.replay_per_client)
-        self.auth = Authenticator(settings, self.replay)
-        self.webhooks = WebhookVerifier(settings, self.replay)
-        self.exports = ExportLog(
-            ctx.publisher,
-            ctx.settings.events_stream,
-            ctx.applied,
-            ctx.wait_for,
-            wait_s=settings.wait_timeout_s,
-        )
-        self._nonce = "dpop" in self.auth.modes and settings.dpop.require_nonce
-        self.remote = Remote(
-            ctx.publisher.nc,
-            prefix,
-            preview_timeout_s=settings.preview_timeout_s,
-            verify_timeout_s=settings.verify_timeout_s,
-        )
-        self.max_jobs_per_run = planner_settings.load().max_jobs_per_run
-        """The planner's ceiling on ``limits.maxJobs``: a schedule asking more is refused."""
-        process_cap = ctx.settings.http_max_body
-        self.body_cap = min(settings.max_body or process_cap, process_cap)
-        self.inflated_cap = settings.max_decompressed_body or self.body_cap
+    def __init__(self, gw: GatewayContext) -> None:
+        self.gw = gw
         self.draining = False
-        self.feed = Feed(ctx.publisher.nc, prefix)
-        self.window = WindowKeeper(self.feed.holds, configured_notify_retention().max_age_s)
         self._keeper: asyncio.Task[None] | None = None
         self.tls_runner: web.AppRunner | None = None
         self.tls_url = ""
-        self._apps: list[web.Application] = []
-
-    async def json_body(
-        self,
-        request: web.Request,
-        decoder: msgspec.json.Decoder[Any],
-        renamed: Mapping[tuple[str, str], str] | None = None,
-    ) -> Any:
-        require_json(request)
-        return decode_json(await read_body(request, self.body_cap), decoder, renamed)
-
-    # ------------------------------------------------------------------ mounting
 
     def _bind(self, op: Operation) -> Any:
         scope = op.scope
         handler = op.handler
-        auth = self.auth
+        gw = self.gw
+        auth = gw.auth
 
         async def route(request: web.Request) -> web.StreamResponse:
             if self.draining:
@@ -108,20 +57,13 @@ class Gateway:
             if scope is not None:
                 who = await auth.authenticate(request, scope)
                 request[accesslog.TENANT] = who.tenant
-            return self.with_nonce(await handler(self, request, who), who)
+            return gw.with_nonce(await handler(gw, request, who), who)
 
         return route
 
-    def with_nonce(self, resp: R, who: Principal | None) -> R:
-        """A fresh ``DPoP-Nonce`` on a DPoP caller's answer, when nonces are required."""
-        if self._nonce and who is not None and who.mode == "dpop":
-            resp.headers["DPoP-Nonce"] = self.auth.dpop.nonce()
-        return resp
-
     def install(self, app: web.Application) -> None:
         """Add the API routes, /openapi.json and the middleware to ``app``."""
-        self._apps.append(app)
-        app[GATEWAY] = self
+        app[GATEWAY] = self.gw
         app.middlewares.append(accesslog.observe_request((BASE, "/openapi.json")))
         for op in OPERATIONS:
             app.router.add_route(op.method, op.full_path, self._bind(op), name=op.operation_id)
@@ -129,20 +71,11 @@ class Gateway:
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
 
-    async def open_replay_bucket(self) -> None:
-        """Create the replay bucket if missing, replicated like the event stream."""
-        nc = self.ctx.publisher.nc
-        replicas = await jsapi.stream_replicas(nc, self.ctx.settings.events_stream)
-        config = bucket_definition(
-            self.ctx.settings.prefix, replicas=replicas, max_keys=self.s.replay_cache_size
-        )
-        await self.replay.open(nc, config)
-
     def start_window_keeper(self) -> None:
         """Move the Notify stream's delivery window along while the gateway runs (every
         gateway does: a move is idempotent and only ever forward)."""
         if self._keeper is None:
-            self._keeper = asyncio.create_task(self.window.run(), name="notify-window-keeper")
+            self._keeper = asyncio.create_task(self.gw.window.run(), name="notify-window-keeper")
 
     async def _on_shutdown(self, _app: web.Application) -> None:
         """Stop taking new requests; aiohttp then lets in-flight ones finish."""
@@ -161,13 +94,14 @@ class Gateway:
 
     async def start_tls(self) -> None:
         """Serve the same routes over HTTPS (client certificates: mTLS tokens, webhooks)."""
-        cfg = self.s.tls
+        s = self.gw.s
+        cfg = s.tls
         if cfg is None:
             return
-        extra = [s.mtls.ca_file for s in self.s.webhooks if s.mtls and s.mtls.ca_file]
+        extra = [w.mtls.ca_file for w in s.webhooks if w.mtls and w.mtls.ca_file]
         ctx: ssl.SSLContext = server_context(cfg, extra)
         app = web.Application(
-            client_max_size=self.body_cap, handler_args={"auto_decompress": False}
+            client_max_size=self.gw.body_cap, handler_args={"auto_decompress": False}
         )
         self.install(app)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT)
@@ -197,23 +131,23 @@ def pass_bodies_through(app: web.Application) -> None:
         app._handler_args = args
 
 
-def mount_gateway(app: web.Application, ctx: RoleContext, settings: GatewaySettings) -> Gateway:
+def mount_gateway(app: web.Application, ctx: RoleContext, settings: GatewaySettings) -> Mount:
     """Install the gateway on the process's app; the replay bucket is opened and the TLS
     listener started with the app."""
     accesslog.configure(settings.access_log)
     pass_bodies_through(app)
-    gw = Gateway(ctx, settings)
-    gw.install(app)
+    mount = Mount(GatewayContext(ctx, settings))
+    mount.install(app)
 
     async def open_replay(_app: web.Application) -> None:
-        await gw.open_replay_bucket()
-        gw.start_window_keeper()
+        await mount.gw.open_replay_bucket()
+        mount.start_window_keeper()
 
     async def start_tls(_app: web.Application) -> None:
-        await gw.start_tls()
+        await mount.start_tls()
 
     app.on_startup.append(open_replay)
 
     if settings.tls is not None:
         app.on_startup.append(start_tls)
-    return gw
+    return mount

@@ -21,28 +21,37 @@ from streamproc.problems import ProblemError
 from streamproc.queries import (
     AUDITOR,
     PLANNER,
-    PREVIEW,
     VERIFY,
-    ChainVerification,
+    ChainReport,
     ExportAt,
     PreviewQuery,
     PreviewRequest,
     PreviewResult,
     VerifyQuery,
+    preview_endpoint,
 )
 
 RETRY_AFTER_S = 5
 _SLUG = re.compile(r"[a-z][a-z-]{0,63}")
 _encode = msgspec.json.Encoder().encode
 _preview = msgspec.json.Decoder(PreviewResult)
-_verification = msgspec.json.Decoder(ChainVerification)
+_verification = msgspec.json.Decoder(ChainReport)
 
 
 class Remote:
     def __init__(
-        self, nc: Client, prefix: str, *, preview_timeout_s: float, verify_timeout_s: float
+        self,
+        nc: Client,
+        prefix: str,
+        *,
+        preview_timeout_s: float,
+        verify_timeout_s: float,
+        partitions: int = 1,
     ) -> None:
+        """``partitions``: ``planner.partitions``; with more than one, a tenant's previews go
+        to the planner holding its partition."""
         self.nc = nc
+        self.partitions = partitions
         self.prefix = prefix
         self.preview_timeout_s = preview_timeout_s
         self.verify_timeout_s = verify_timeout_s
@@ -51,10 +60,11 @@ class Remote:
         self, tenant: str, request: PreviewRequest, export_at: ExportAt | None = None
     ) -> PreviewResult:
         body = _encode(PreviewQuery(tenant=tenant, request=request, export_at=export_at))
-        data = await self._ask(PLANNER, PREVIEW, body, self.preview_timeout_s, "impact preview")
+        endpoint = preview_endpoint(tenant, self.partitions)
+        data = await self._ask(PLANNER, endpoint, body, self.preview_timeout_s, "impact preview")
         return _preview.decode(data)
 
-    async def verify(self, tenant: str, log_view: bool) -> ChainVerification:
+    async def verify(self, tenant: str, log_view: bool) -> ChainReport:
         body = _encode(VerifyQuery(tenant=tenant, log_view=log_view))
         data = await self._ask(AUDITOR, VERIFY, body, self.verify_timeout_s, "chain verification")
         return _verification.decode(data)

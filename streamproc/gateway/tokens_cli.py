@@ -19,9 +19,9 @@ from streamproc import exitcodes
 from streamproc.cliargs import add_config_flag
 from streamproc.client.settings import dpop_key
 from streamproc.config import load
-from streamproc.gateway import jwt
-from streamproc.gateway.dpop import access_token_hash
-from streamproc.gateway.tls import x5t_s256
+from streamproc.gateway.auth import jwt
+from streamproc.gateway.auth.dpop import access_token_hash
+from streamproc.gateway.auth.tls import x5t_s256
 from streamproc.names import (
     ADMIN_SCOPE,
     AUDIENCE,

@@ -1,5 +1,5 @@
 """The Notify feed over HTTP, for consumers that cannot speak NATS (the gateway serves it:
-``gateway/routes_feed.py`` mounts one pair of operations per kind).
+``gateway/api/routes_feed.py`` mounts one pair of operations per kind).
 
 ``GET …/feeds/<kind>/events?afterSeq=&limit=&streamEpoch=`` answers the caller's tenant (from
 its token — never a parameter), the kind, the stream and subject, its ``epoch`` (a positive

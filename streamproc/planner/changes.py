@@ -10,14 +10,14 @@ plans only what that run did not cover (:func:`uncovered`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from streamproc.events import payloads as p
-from streamproc.ids import derive_id
+from streamproc.ids import export_run_id
 from streamproc.impact.purls import PurlError, normalize_purl
 from streamproc.planner.records import CRITICAL, KEV, EpssKeys, ExportRecord, Source
 
@@ -130,20 +130,6 @@ class Changes:
             frozenset(vulns),
             tuple(epss_groups(ranked)),
         )
-
-
-def export_run_id(
-    tenant: str, export_ids: Iterable[str], revisions: Mapping[str, int] | None = None
-) -> str:
-    """``derive_id("run", tenant, *sorted export ids)``: same exports, same run. A run of
-    later revisions (``revisions``: ref → revision, those past the first) adds them, so a
-    follow-up never takes the id of the run before it."""
-    later: list[str | int] = [
-        part for ref, n in sorted((revisions or {}).items()) if n > 1 for part in (ref, n)
-    ]
-    if not later:
-        return derive_id("run", tenant, *sorted(export_ids))
-    return derive_id("run", tenant, *sorted(export_ids), "revisions", *later)
 
 
 def _hash(kind: bytes, value: str) -> bytes:

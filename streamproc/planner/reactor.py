@@ -192,7 +192,15 @@ class PlannerReactor(Reactor):
             )
 
         try:
-            out = await requeue_lost(ctx.publisher, ctx.store, ctx.wait_for, replan, ctx.clock)
+            out = await requeue_lost(
+                ctx.publisher,
+                ctx.store,
+                ctx.wait_for,
+                replan,
+                ctx.clock,
+                stream=ctx.folded_stream,
+                head=ctx.folded_head,
+            )
         except Exception as exc:  # retried after a backoff, a bounded number of times
             check.failed(exc)
             ctx.problems[RECOVERY_PROBLEM] = check.problem or str(exc)

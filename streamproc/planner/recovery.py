@@ -119,10 +119,16 @@ async def requeue_lost(
     wait_for: Callable[[int, float], Awaitable[None]],
     replan: Replan,
     clock: HybridLogicalClock,
+    *,
+    stream: str = "",
+    head: Callable[[], Awaitable[int]] | None = None,
 ) -> Outcome:
     """One restart check (steps 1 to 4 above); raises on any NATS error (nothing half-done
-    matters: a retry redoes it and JetStream drops repeats by id)."""
+    matters: a retry redoes it and JetStream drops repeats by id). ``stream`` and ``head``:
+    the stream ``store`` folds and where it must reach, when it is not the event log (a
+    planner partition)."""
     events_stream, work_stream, _ = stream_names(pub.prefix)
+    events_stream = stream or events_stream
     out = Outcome()
     queued: dict[str, set[str]] = {}
     for n in range(3):  # a run folded only now (published before this start) adds a tenant
@@ -131,6 +137,9 @@ async def requeue_lost(
             break
         for t in sorted(tenants):
             queued[t] = await queued_ids(pub, work_stream, t)
+        if head is not None:
+            await wait_for(await head(), FOLD_TIMEOUT_S)
+            continue
         info = await jsapi.stream_info(pub.nc, events_stream)
         if info is not None:
             await wait_for(info.state.last_seq, FOLD_TIMEOUT_S)

@@ -14,6 +14,7 @@ from streamproc.impact.projection import ImpactProjection
 from streamproc.planner.cron import CronReactor
 from streamproc.planner.exports import PlannerExports
 from streamproc.planner.open_runs import PlannerOpenRuns
+from streamproc.planner.partitions import run as run_partitions
 from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSchedules
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.service import start as start_service
@@ -41,3 +42,20 @@ PLANNER = RoleSpec(
 )
 """One active planner (the lease holder); others fold and stand by. All of them answer
 impact previews over NATS (:mod:`streamproc.planner.service`)."""
+
+
+PARTITIONED_PLANNER = RoleSpec(
+    [SbomRefs],
+    [SbomRetention],
+    singleton=True,
+    background=[run_partitions],
+)
+"""``planner.partitions`` > 1: each instance holds its share of the tenant partitions
+(:mod:`streamproc.planner.partitions`), each with its own index, state and previews; the
+role's own state is the SBOM references, and its lease the SBOM store's retention, which
+spans tenants (an SBOM is stored once by digest)."""
+
+
+def planner_spec(partitions: int) -> RoleSpec:
+    """The planner role for ``planner.partitions``: 1 is :data:`PLANNER`, unchanged."""
+    return PLANNER if partitions <= 1 else PARTITIONED_PLANNER

@@ -219,7 +219,11 @@ async def serve_previews(
     *,
     node: str = "",
     exports: ExportPreviews | None = None,
+    endpoint: str = PREVIEW,
 ) -> Served:
+    """Answer previews on ``endpoint`` (a partition's own, ``preview-p<k>``, when the
+    planners are partitioned)."""
+
     async def answer(data: bytes) -> bytes:
         query = read_query(_query, data)
         body = query.request
@@ -233,14 +237,15 @@ async def serve_previews(
         nc,
         prefix,
         PLANNER,
-        {PREVIEW: answer},
+        {endpoint: answer},
         description="impact previews from the planner's ImpactIndex",
         metadata={"node": node},
     )
 
 
-async def start(ctx: RoleContext) -> Served:
-    """The ``services`` hook of the planner role."""
+async def start(ctx: RoleContext, endpoint: str = PREVIEW) -> Served:
+    """The ``services`` hook of the planner role (and of each partition a partitioned
+    planner holds, on the partition's ``endpoint``)."""
     index = cast(ImpactIndex, ctx.shared[IMPACT])
     nc = ctx.publisher.nc
     exports = ExportPreviews(
@@ -252,5 +257,10 @@ async def start(ctx: RoleContext) -> Served:
         epss_high=load_planner_settings().epss_high_percentile,
     )
     return await serve_previews(
-        nc, ctx.settings.prefix, index, node=ctx.settings.node_id, exports=exports
+        nc,
+        ctx.settings.prefix,
+        index,
+        node=ctx.settings.node_id,
+        exports=exports,
+        endpoint=endpoint,
     )

@@ -28,6 +28,8 @@ Every knob, its variable and default (also in ``docs/planning.md``):
 - ``STREAMPROC_PLANNER_PREVIEW_SAMPLE`` (20): sample digests returned by a preview.
 - ``STREAMPROC_PLANNER_EPSS_HIGH_PERCENTILE`` (0.9): a changed finding whose EPSS percentile
   is at least this ranks its images with the critical ones, and counts as high-EPSS.
+- ``STREAMPROC_PLANNER_PARTITIONS`` (1): tenant partitions the planner processes share
+  (:mod:`streamproc.planner.partitions`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ ENV = {
     "max_runs_per_pass": "STREAMPROC_PLANNER_MAX_RUNS_PER_PASS",
     "preview_sample": "STREAMPROC_PLANNER_PREVIEW_SAMPLE",
     "epss_high_percentile": "STREAMPROC_PLANNER_EPSS_HIGH_PERCENTILE",
+    "partitions": "STREAMPROC_PLANNER_PARTITIONS",
 }
 
 
@@ -81,6 +84,8 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_runs_per_pass: int = 16
     preview_sample: int = 20
     epss_high_percentile: float = 0.9
+    partitions: int = 1
+    """Tenant partitions (:mod:`streamproc.planner.partitions`); 1: one planner plans all."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -105,6 +110,7 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
                 0.0 <= self.epss_high_percentile <= 1.0,
                 f"EPSS high percentile {self.epss_high_percentile}: 0..1",
             ),
+            (1 <= self.partitions <= 256, f"partitions {self.partitions}: 1..256"),
         ]
         for ok, message in checks:
             if not ok:

@@ -5,7 +5,7 @@ The read model (:class:`streamproc.readmodel.records.ScheduleRecord`) and the pl
 (:class:`streamproc.planner.records.ScheduleView`) both fold ``schedule.*`` events into a
 stored record; these fields mean the same in both and are written by the same events, so they
 are declared once here. Each projection extends it only with what it alone maintains. The
-API's ``ScheduleView`` (:mod:`streamproc.gateway.models`) stays a type of its own: see there.
+API's ``ScheduleView`` (:mod:`streamproc.gateway.api.models`) stays a type of its own: see there.
 """
 
 from __future__ import annotations

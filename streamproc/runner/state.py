@@ -21,6 +21,7 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
 from streamproc.hlc import sort_key
+from streamproc.ids import export_run_id
 from streamproc.names import (
     RUNNER,
     RUNNER_EXPORTS_CF,
@@ -32,7 +33,6 @@ from streamproc.names import (
     RUNNER_SUMMARY_IMAGES_CF,
     RUNNER_VERDICTS_CF,
 )
-from streamproc.planner.changes import export_run_id
 from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.runner.delta import FindingKey, new_findings
 from streamproc.state.store import Store

@@ -9,6 +9,7 @@ from typing import Any
 
 from streamproc.bus.session import nats_session, run
 from streamproc.config import ConfigError, load
+from streamproc.planner.settings import load as load_planner_settings
 from streamproc.roles import ROLES
 from streamproc.status.record import bucket_name
 from streamproc.status.report import EXIT_UNHEALTHY, as_json, gather, render
@@ -43,7 +44,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with nats_session(settings, name="streamproc-status") as nc:
-            report = await gather(nc, settings, expected)
+            report = await gather(nc, settings, expected, load_planner_settings().partitions)
         if report is None:
             msg = f"no status bucket {bucket_name(settings.prefix)} at {where}: no role has run "
             msg += f"with prefix {settings.prefix!r} there"

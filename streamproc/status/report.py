@@ -16,6 +16,8 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import Settings
 from streamproc.projection import describe_rejections
+from streamproc.status.partitions import partition_owners
+from streamproc.status.partitions import render as render_partitions
 from streamproc.status.record import (
     SKEW_MARGIN_S,
     STALE_INTERVALS,
@@ -65,6 +67,10 @@ class Report:
     stream: str = ""
     head: int | None = None
     problems: list[str] = field(default_factory=list)
+    partitions: list[str] = field(default_factory=list)
+    """With ``planner.partitions`` > 1: who holds each planner partition."""
+    owners: dict[str, str] = field(default_factory=dict)
+    """The same as ``k/N`` → holder."""
 
     @property
     def ok(self) -> bool:
@@ -143,6 +149,7 @@ def render(report: Report) -> str:
         for i in report.instances
         if describe_rejections(i.beat.rejections)
     ]
+    lines += report.partitions
     lines += [f"problem: {p}" for p in report.problems]
     return "\n".join(lines)
 
@@ -159,10 +166,14 @@ def as_json(report: Report) -> dict[str, Any]:
         "missing": report.missing,
         "inactive": report.inactive,
         "problems": report.problems,
+        "partitions": report.owners,
     }
 
 
-async def gather(nc: FastClient, settings: Settings, expected: Iterable[str]) -> Report | None:
+async def gather(
+    nc: FastClient, settings: Settings, expected: Iterable[str], partitions: int = 1
+) -> Report | None:
+    """``partitions``: ``planner.partitions``, to list each partition's holder (or none)."""
     beats = await read_heartbeats(nc, settings.prefix)
     if beats is None:
         return None
@@ -170,4 +181,8 @@ async def gather(nc: FastClient, settings: Settings, expected: Iterable[str]) ->
     report.stream = settings.events_stream
     info = await jsapi.stream_info(nc, settings.events_stream)
     report.head = info.state.last_seq if info is not None else None
+    owners = await partition_owners(nc, settings.prefix)
+    if partitions > 1 or owners:
+        report.partitions = render_partitions(owners, partitions)
+        report.owners = {f"{k}/{n}": holder for (k, n), holder in sorted(owners.items())}
     return report

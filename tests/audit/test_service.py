@@ -27,7 +27,7 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.gateway.remote import Remote
 from streamproc.problems import ProblemError
-from streamproc.queries import AUDITOR, VERIFY, ChainVerification
+from streamproc.queries import AUDITOR, VERIFY, ChainReport
 from tests.bus.test_services import discover
 from tests.cluster.processes import gateway_config
 from tests.gateway.harness import token
@@ -173,13 +173,13 @@ class Chains:
         self.gate = threading.Event()
         self.gate.set()
 
-    def __call__(self, tenant: str, log_view: bool) -> ChainVerification:
+    def __call__(self, tenant: str, log_view: bool) -> ChainReport:
         self.running += 1
         self.most = max(self.most, self.running)
         self.runs.append((tenant, log_view))
         self.gate.wait(10)
         self.running -= 1
-        return ChainVerification(tenant=tenant, ok=True, entries=len(self.runs),
+        return ChainReport(tenant=tenant, ok=True, entries=len(self.runs),
                                  head_chain_link=None, head_hlc=None, snapshots=0,
                                  snapshotted=0)  # fmt: skip
 

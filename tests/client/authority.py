@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from nacl.signing import SigningKey
 
-from streamproc.gateway import jwt
-from streamproc.gateway.dpop import _public_jwk
+from streamproc.gateway.auth import jwt
+from streamproc.gateway.auth.dpop import _public_jwk
 
 PATH = "/oauth/token"
 

@@ -23,8 +23,8 @@ from streamproc.client.http import ApiClient, Unreachable
 from streamproc.client.settings import dpop_key, token_source
 from streamproc.client.tokens import ClientCredentials, StaticToken, TokenRefused, TokenUnavailable
 from streamproc.config import ConfigError
-from streamproc.gateway import jwt
-from streamproc.gateway.dpop import normalize_htu
+from streamproc.gateway.auth import jwt
+from streamproc.gateway.auth.dpop import normalize_htu
 from tests.client.authority import Authority, Client, running
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (

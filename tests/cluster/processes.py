@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from streamproc.gateway import jwt
+from streamproc.gateway.auth import jwt
 from tests.gateway.harness import HMAC_SECRET, ISSUER, ISSUER_KEY
 
 BASE_ENV_DROP = ("STREAMPROC_", "NATS_URL")

@@ -44,7 +44,7 @@ def test_the_file_up_demo_writes_validates(
 def test_the_documented_gateway_toml_validates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.gateway.test_mtls import make_pki
+    from tests.gateway.auth.test_mtls import make_pki
 
     example = re.search(
         r"Example \(`gateway.toml`\):\n\n```toml\n(.*?)```", API_MD.read_text(), re.S

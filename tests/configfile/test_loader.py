@@ -219,7 +219,7 @@ hmac_secrets = ["file:%s"]
 
 
 def test_gateway_tables_with_the_gateway_file_over_them(tmp_path: Path) -> None:
-    from streamproc.gateway.webhooks import Source
+    from streamproc.gateway.auth.webhooks import Source
 
     (tmp_path / "hmac").write_text("shared-secret\n")
     path = write(tmp_path, GATEWAY_TABLES % ("A" * 43, tmp_path / "hmac"))

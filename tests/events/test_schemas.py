@@ -12,7 +12,7 @@ from streamproc.bus.streams import definitions, window_consumer
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import encode
 from streamproc.events.schemas import DIALECT, render, schema_for, write_all
-from streamproc.gateway.replay import default_bucket_definition
+from streamproc.gateway.auth.replay import default_bucket_definition
 from streamproc.runner.ratebucket import definition as rate_bucket_definition
 
 from .test_envelope import make

@@ -21,8 +21,8 @@ from streamproc.bus import jsapi
 from streamproc.bus.server import free_port
 from streamproc.bus.services import Served
 from streamproc.config import Settings
-from streamproc.gateway import jwt
-from streamproc.gateway.dpop import access_token_hash
+from streamproc.gateway.auth import jwt
+from streamproc.gateway.auth.dpop import access_token_hash
 from streamproc.gateway.role import make_mount
 from streamproc.gateway.settings import GatewaySettings
 from streamproc.names import WEBHOOK_SCOPE

@@ -22,9 +22,9 @@ from streamproc.gateway.exportlog import SCAN_MAX, Append, ExportLog, NotCaughtU
 from streamproc.hlc import HybridLogicalClock
 from streamproc.names import EXPORT_SHARDS
 from streamproc.readmodel.exports import export_digest
+from tests.gateway.auth.test_replay import pair as pair  # the two-replica fixture
+from tests.gateway.auth.test_webhooks import FEEDSER, export, post, shard
 from tests.gateway.harness import Harness
-from tests.gateway.test_replay import pair as pair  # the two-replica fixture
-from tests.gateway.test_webhooks import FEEDSER, export, post, shard
 
 TOKEN_TENANT = "acme"
 """The tenant of the harness's webhook token: what a delivery with a token records for."""

@@ -11,8 +11,8 @@ from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from streamproc import metrics
+from tests.gateway.auth.test_webhooks import FEEDSER, export, post
 from tests.gateway.harness import Harness, signed_headers
-from tests.gateway.test_webhooks import FEEDSER, export, post
 
 BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 AMOUNTS = (0.0, 0.0004, 0.0005, 0.00050001, 0.001, 0.003, 0.015, 0.7, 1.0, 5.0, 5.1, 120.0)

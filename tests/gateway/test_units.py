@@ -12,7 +12,8 @@ import pytest
 import zstandard
 from nacl.signing import SigningKey
 
-from streamproc.gateway import jwt, settings, tokens_cli
+from streamproc.gateway import settings, tokens_cli
+from streamproc.gateway.auth import jwt
 from streamproc.gateway.hardening import decode_content, field_of
 from streamproc.problems import ProblemError
 

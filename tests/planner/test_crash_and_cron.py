@@ -19,7 +19,7 @@ from streamproc.bus.server import EmbeddedNats
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.hlc import wall_ms
-from streamproc.planner.changes import export_run_id
+from streamproc.ids import export_run_id
 from streamproc.planner.cron import CronReactor, tick_id
 from streamproc.planner.model import StaticSource, segment_id
 from streamproc.planner.settings import PlannerSettings

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 
 from streamproc.events import payloads as p
-from streamproc.gateway.models import ScheduleCreate
+from streamproc.gateway.api.models import ScheduleCreate
 from streamproc.impact.index import ImpactIndex, build_image
 from streamproc.planner.model import Cause, StaticSource
 from streamproc.planner.plan import plan_run

@@ -21,7 +21,7 @@ from streamproc.bus.publisher import Publisher
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.hlc import wall_ms
-from streamproc.planner.changes import export_run_id
+from streamproc.ids import export_run_id
 from streamproc.planner.settings import PlannerSettings
 from streamproc.projection import Folder
 from tests.planner.harness import PlannerProcess, wait_until

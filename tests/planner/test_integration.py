@@ -13,9 +13,9 @@ from streamproc.bus.publisher import Publisher
 from streamproc.events import payloads as p
 from streamproc.events.envelope import encode, new_event
 from streamproc.hlc import wall_ms
-from streamproc.ids import spill_run_id
+from streamproc.ids import export_run_id, spill_run_id
 from streamproc.impact.index import ImpactIndex
-from streamproc.planner.changes import Changes, export_run_id
+from streamproc.planner.changes import Changes
 from streamproc.planner.emit import planned_event_id
 from streamproc.planner.model import Cause, StaticSource
 from streamproc.planner.plan import plan_run

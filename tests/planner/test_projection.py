@@ -6,8 +6,8 @@ from __future__ import annotations
 import msgspec
 
 from streamproc.events import payloads as p
-from streamproc.ids import spill_run_id
-from streamproc.planner.changes import coalesce, export_run_id, feedser_change
+from streamproc.ids import export_run_id, spill_run_id
+from streamproc.planner.changes import coalesce, feedser_change
 from streamproc.planner.records import CRITICAL, KEV, ExportRecord
 from streamproc.state.digest import state_digest
 from tests.planner.util import T0, Log, created, event, feedser, lib

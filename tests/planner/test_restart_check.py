@@ -25,7 +25,7 @@ from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Settings
 from streamproc.events.envelope import new_event
-from streamproc.planner.changes import export_run_id
+from streamproc.ids import export_run_id
 from streamproc.runner.settings import RunnerSettings
 from tests.planner.harness import count, events_of, read_stream
 from tests.role_helpers import (

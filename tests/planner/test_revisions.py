@@ -7,12 +7,12 @@ from __future__ import annotations
 import msgspec
 
 from streamproc.events import payloads as p
+from streamproc.ids import export_run_id
 from streamproc.planner.changes import (
     Changes,
     ExportGroup,
     add_coverage,
     coalesce,
-    export_run_id,
     uncovered,
 )
 from streamproc.planner.records import ExportRecord

@@ -17,8 +17,8 @@ from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.events.envelope import new_event
 from streamproc.hlc import wall_ms
+from streamproc.ids import export_run_id
 from streamproc.impact.index import ImpactIndex
-from streamproc.planner.changes import export_run_id
 from streamproc.planner.model import StaticSource
 from streamproc.planner.settings import PlannerSettings
 from tests.gateway.harness import BASE, default_settings, signed_headers, start, stop, token

@@ -7,7 +7,7 @@ from prometheus_client import REGISTRY
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
-from streamproc.planner.changes import export_run_id
+from streamproc.ids import export_run_id
 from streamproc.runner.latency import RunLatency
 from streamproc.runner.state import EXPORTS_CF, Reader, RunnerState, RunRec
 from streamproc.state.keys import Checkpoint

@@ -90,7 +90,10 @@ async def test_three_limiters_hold_one_rate_together(
         assert most_in_a_window(every, w) <= w * rate + 20 + 1, (w, most_in_a_window(every, w))
     # Not slower than the rate either (the first burst is 3/4 of it: 15 calls), and shared.
     assert len(every) >= 0.8 * (rate * (took - 0.5) + 15), (len(every), took)
-    assert min(len(u) for u in uses) >= 0.15 * len(every), [len(u) for u in uses]
+    # Shared, not split evenly: whoever asks first once tokens conform gets a batch
+    # (docs/planning.md, "Fairness"), so a loaded machine skews the shares (12 % of the calls
+    # for one limiter was seen at load 11); none may be starved.
+    assert min(len(u) for u in uses) >= 0.05 * len(every), [len(u) for u in uses]
     assert limited("run_rate") > before  # 18 callers for 40/s: they waited, and it shows
 
 

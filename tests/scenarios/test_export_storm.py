@@ -20,7 +20,7 @@ from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
-from streamproc.gateway.query import PAGE_BYTES
+from streamproc.gateway.api.query import PAGE_BYTES
 from streamproc.ids import derive_id
 from tests.helpers import mint_token
 
