@@ -29,9 +29,9 @@ from streamproc.ids import InvalidTenant, validate_tenant
 from streamproc.impact import keys as K
 from streamproc.impact.groups import _OVERHEAD
 from streamproc.impact.projection import ImpactProjection, _env_cache_bytes
-from streamproc.impact.publish import UsageError, build_payload, publish_image_event
 from streamproc.impact.stats import index_stats
 from streamproc.roles import ROLES
+from streamproc.sbom.publish import UsageError, build_payload, publish_image_event
 from streamproc.state.store import RocksStore, StateLocked
 
 EXIT_OK = 0

@@ -18,10 +18,9 @@ from __future__ import annotations
 from streamproc.impact.ingest import Ingest
 from streamproc.impact.persist import Persistence
 from streamproc.impact.query import Queries
-from streamproc.impact.records import ImageError, IndexedImage, build_image
 from streamproc.impact.results import ImpactSet, union_within
 
-__all__ = ["ImageError", "ImpactIndex", "ImpactSet", "IndexedImage", "build_image"]
+__all__ = ["ImpactIndex", "ImpactSet"]
 
 _union_within = union_within  # the name the tests have always used
 

@@ -22,15 +22,16 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.groups import Group, Member, member_empty
-from streamproc.impact.purls import (
+from streamproc.impact.records import ImageRecord, encode_record
+from streamproc.impact.state import IndexState
+from streamproc.sbom.image import ImageError, IndexedImage
+from streamproc.sbom.purls import (
     check_component,
     check_key_count,
     check_parseable,
     is_product_key,
     normalize_purl,
 )
-from streamproc.impact.records import ImageError, ImageRecord, IndexedImage, encode_record
-from streamproc.impact.state import IndexState
 
 _append = list.append
 _gid_of = itemgetter(0)

@@ -22,8 +22,8 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.groups import Group, bitmap_bytes
-from streamproc.impact.records import IndexedImage
 from streamproc.impact.state import IndexState
+from streamproc.sbom.image import IndexedImage
 
 Item = tuple[str, bytes, bytes | None]
 _KEY = itemgetter(0)

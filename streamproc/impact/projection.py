@@ -31,11 +31,11 @@ from streamproc.fold import folds
 from streamproc.impact import keys as K
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.ingest import canonical_key
-from streamproc.impact.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
 from streamproc.impact.results import ImpactSet
 from streamproc.impact.selector import Selector
 from streamproc.names import IMPACT
 from streamproc.projection import Projection, Rejection, Tx
+from streamproc.sbom.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
 from streamproc.state.store import Store
 
 log = logging.getLogger(__name__)

@@ -23,11 +23,11 @@ from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import encode, new_event
 from streamproc.ids import derive_id
 from streamproc.impact.projection import ImpactProjection
-from streamproc.impact.publish import payload_digest
 from streamproc.impact.selector import Selector
 from streamproc.projector import Projector
 from streamproc.readmodel.images import Images
 from streamproc.readmodel.queries import ReadModel
+from streamproc.sbom.publish import payload_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import eventually
 

@@ -13,10 +13,10 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.server import EmbeddedNats
 from streamproc.impact.projection import ImpactProjection
-from streamproc.impact.purls import normalize_purl
-from streamproc.impact.sbom import read_sbom
 from streamproc.impact.selector import Selector
 from streamproc.projector import Projector
+from streamproc.sbom.parse import read_sbom
+from streamproc.sbom.purls import normalize_purl
 from streamproc.state.store import RocksStore
 from tests.impact.helpers import digest
 

@@ -19,17 +19,12 @@ from hypothesis.stateful import (
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
-from streamproc.impact.index import (
-    ImageError,
-    ImpactIndex,
-    IndexedImage,
-    _union_within,
-    build_image,
-)
-from streamproc.impact.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
-from streamproc.impact.purls import normalize_purl as norm
+from streamproc.impact.index import ImpactIndex, _union_within
 from streamproc.impact.selector import Selector, SelectorError
 from streamproc.impact.stats import logical_bitmaps
+from streamproc.sbom.image import ImageError, IndexedImage, build_image
+from streamproc.sbom.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
+from streamproc.sbom.purls import normalize_purl as norm
 from streamproc.state.store import MemoryStore
 
 TENANTS = ["t1", "t2", "t:3"]
@@ -399,6 +394,8 @@ def test_records_and_selectors_on_the_wire() -> None:
         msgspec.json.decode(bad, type=IndexedImage)
     with pytest.raises(ImageError):
         IndexedImage(tenant="", digest="d")
+    with pytest.raises(ImageError):  # the index's key separator
+        IndexedImage(tenant=f"a{K.SEP}b", digest="d")
     s = msgspec.json.decode(b'{"tenant":"t","includeTags":["prod-*"]}', type=Selector)
     assert s.include_tags == ["prod-*"]
     with pytest.raises(msgspec.ValidationError):

@@ -15,9 +15,9 @@ from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.events.payloads import Component, ImageIndexed
 from streamproc.impact import keys as K
 from streamproc.impact.projection import ImpactProjection
-from streamproc.impact.purls import PurlError, TooManyKeysError
 from streamproc.impact.selector import Selector
 from streamproc.projection import Folder
+from streamproc.sbom.purls import PurlError, TooManyKeysError
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore, RocksStore, Store
