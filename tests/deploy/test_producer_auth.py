@@ -195,7 +195,7 @@ async def test_scanner_publishes_only_its_tenants_image_events(server: str, tmp_
         assert await objects.get(nc, "scheduler_sboms", seen.sbom) == SBOM
         assert rm.image("globex", DIGEST) is None
         assert proj.folder.quarantined == 1
-        hit = impact.resolve_by_purls(["pkg:pypi/pyyaml"], False, Selector(tenant="acme"))
+        hit = impact.index.resolve_by_purls(["pkg:pypi/pyyaml"], False, Selector(tenant="acme"))
         assert hit.digests() == [DIGEST]
     finally:
         store.close()
