@@ -168,7 +168,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def _default_state_dir(settings: Any) -> Path:
     """The state directory of the first role hosting the ``impact`` projection that has
-    one (the planner hosts it; a standalone ``impact`` role may), in registry order."""
+    one (the planner hosts it; a test may register another role that does), in registry
+    order."""
     hosts = [name for name, spec in ROLES.items() if ImpactProjection in spec.projections]
     for name in [*hosts, IMPACT_ROLE]:
         if (settings.state_dir(name) / "CURRENT").exists():
