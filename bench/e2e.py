@@ -53,8 +53,8 @@ from streamproc.events.envelope import new_event  # noqa: E402
 from streamproc.events.payloads import export_ref  # noqa: E402
 from streamproc.gateway.tokens_cli import write_key_file  # noqa: E402
 from streamproc.ids import derive_id, export_run_id  # noqa: E402
-from streamproc.impact.purls import normalize_image_purls  # noqa: E402
-from streamproc.impact.sbom import read_sbom  # noqa: E402
+from streamproc.sbom.parse import read_sbom  # noqa: E402
+from streamproc.sbom.purls import normalize_image_purls  # noqa: E402
 from streamproc.scanner.feedser import post_export, signed_headers  # noqa: E402
 from streamproc.scanner.sender_auth import credentials  # noqa: E402
 

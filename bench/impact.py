@@ -330,7 +330,7 @@ def reader(state: Path, images: int, purls: int, cold_only: bool = False) -> dic
         proj = ImpactProjection(warm_on_start=False)
         proj.open(store)
         t1, c1 = time.perf_counter(), time.thread_time()
-        r = proj.resolve_by_purls(keys, False, sel)
+        r = proj.index.resolve_by_purls(keys, False, sel)
         _ = r.count
         cold_cpu.append((time.thread_time() - c1) * 1000)
         cold.append((time.perf_counter() - t1) * 1000)
@@ -356,9 +356,9 @@ def reader(state: Path, images: int, purls: int, cold_only: bool = False) -> dic
     hot, bare, counts = [], [], []
     for run in range(HOT_RUNS + 5):
         keys = cat.query_keys(run)
-        proj.resolve_by_purls(keys, False, sel)  # a first pass rebuilds nothing twice
+        ix.resolve_by_purls(keys, False, sel)  # a first pass rebuilds nothing twice
         t = time.perf_counter()
-        r = proj.resolve_by_purls(keys, False, sel)
+        r = ix.resolve_by_purls(keys, False, sel)
         n = r.count
         dt = (time.perf_counter() - t) * 1000
         _, hits = ix._lookup(keys, False)

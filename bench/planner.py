@@ -51,7 +51,7 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import decode, encode, new_event
 from streamproc.hlc import HybridLogicalClock, wall_ms
 from streamproc.ids import export_run_id
-from streamproc.impact.index import ImpactIndex, IndexedImage
+from streamproc.impact.index import ImpactIndex
 from streamproc.impact.selector import Selector
 from streamproc.names import plan_stream
 from streamproc.planner.changes import Changes
@@ -63,6 +63,7 @@ from streamproc.planner.role import PLANNER_PROJECTIONS
 from streamproc.planner.settings import PlannerSettings
 from streamproc.projector import Projector
 from streamproc.reactor import RoleContext
+from streamproc.sbom.image import IndexedImage
 from streamproc.state.store import RocksStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the process helpers: tests/

@@ -19,7 +19,7 @@ from streamproc.backends.model import ToolError, ToolReport
 from streamproc.backends.parsers import parse_grype, parse_osv, parse_trivy
 from streamproc.backends.purlmatch import SbomPurls
 from streamproc.backends.settings import ToolSettings
-from streamproc.impact.sbom import SbomError, parse_sbom
+from streamproc.sbom.parse import SbomError, parse_sbom
 
 RESULTS: dict[str, tuple[int, ...]] = {"osv-scanner": (0, 1, 128)}
 """Exit statuses a tool answers with (any other is ``exit_status``). OSV-Scanner: 0 nothing

@@ -1,7 +1,8 @@
 """Impact index: which container images contain (or actually use) given packages.
 
-Pure, I/O-free core: purl normalisation (``purls``), image selectors (``selector``),
-the storage key layout and bounded bitmap store (``keys``), the roaring-bitmap index
-(``index``) and SBOM purl extraction (``sbom``). The projector that folds events into
-RocksDB plugs in through the store's loader hook and dirty-key export.
+The engine is :class:`~streamproc.impact.index.ImpactIndex`, made of ``state``, ``ingest``,
+``query`` and ``persist`` (storage layout in ``keys``, product groups in ``groups``, image
+selectors in ``selector``, answers in ``results``); ``projection`` folds events into it,
+``cli`` and ``stats`` load and inspect it. What it takes in — normalised purls and images —
+comes from :mod:`streamproc.sbom`.
 """

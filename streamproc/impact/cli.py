@@ -29,9 +29,9 @@ from streamproc.ids import InvalidTenant, validate_tenant
 from streamproc.impact import keys as K
 from streamproc.impact.groups import _OVERHEAD
 from streamproc.impact.projection import ImpactProjection, _env_cache_bytes
-from streamproc.impact.publish import UsageError, build_payload, publish_image_event
 from streamproc.impact.stats import index_stats
 from streamproc.roles import ROLES
+from streamproc.sbom.publish import UsageError, build_payload, publish_image_event
 from streamproc.state.store import RocksStore, StateLocked
 
 EXIT_OK = 0
@@ -168,7 +168,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def _default_state_dir(settings: Any) -> Path:
     """The state directory of the first role hosting the ``impact`` projection that has
-    one (the planner hosts it; a standalone ``impact`` role may), in registry order."""
+    one (the planner hosts it; a test may register another role that does), in registry
+    order."""
     hosts = [name for name, spec in ROLES.items() if ImpactProjection in spec.projections]
     for name in [*hosts, IMPACT_ROLE]:
         if (settings.state_dir(name) / "CURRENT").exists():

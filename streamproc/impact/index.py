@@ -10,7 +10,11 @@ Without a ``source`` everything lives in memory (tests, tools). With one (a
 bitmaps are loaded on demand, evicted least-recently-used beyond ``max_bytes``, and the
 projection writes ``dirty_items()`` into each batch. The parts: :mod:`.state` (shared
 state), :mod:`.ingest` (changes), :mod:`.query` (answers), :mod:`.persist` (batches,
-warming, diagnostics); the storage layout is in :mod:`.keys`.
+warming, diagnostics); the storage layout is in :mod:`.keys`. Ingest, queries and
+persistence are mixins over :class:`~.state.IndexState` rather than plain functions: each
+works on the same private state and cold-load paths, which the type checker then sees in
+its module, while each concern keeps a module of its own; this class is the only one made
+of them.
 """
 
 from __future__ import annotations
@@ -18,10 +22,9 @@ from __future__ import annotations
 from streamproc.impact.ingest import Ingest
 from streamproc.impact.persist import Persistence
 from streamproc.impact.query import Queries
-from streamproc.impact.records import ImageError, IndexedImage, build_image
 from streamproc.impact.results import ImpactSet, union_within
 
-__all__ = ["ImageError", "ImpactIndex", "ImpactSet", "IndexedImage", "build_image"]
+__all__ = ["ImpactIndex", "ImpactSet"]
 
 _union_within = union_within  # the name the tests have always used
 

@@ -11,7 +11,6 @@ depends only on the events, never on where batch boundaries fell.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import compress, repeat
@@ -22,24 +21,20 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.groups import Group, Member, member_empty
-from streamproc.impact.purls import (
+from streamproc.impact.records import ImageRecord, encode_record
+from streamproc.impact.state import IndexState, consume
+from streamproc.sbom.image import ImageError, IndexedImage
+from streamproc.sbom.purls import (
     check_component,
     check_key_count,
     check_parseable,
     is_product_key,
     normalize_purl,
 )
-from streamproc.impact.records import ImageError, ImageRecord, IndexedImage, encode_record
-from streamproc.impact.state import IndexState
 
 _append = list.append
 _gid_of = itemgetter(0)
 _is_none = partial(is_, None)
-
-
-def _consume(it: Iterable[object]) -> None:
-    """Run an iterator of C calls to the end without a Python-level loop."""
-    deque(it, maxlen=0)
 
 
 def _new_member(gid: int) -> Member:
@@ -130,9 +125,9 @@ class Ingest(IndexState):
             self._resolve(purls, pks, chunk, validate=True, create=False)
             stripped = self._strip(iid, old, chunk)
             members = self._resolve(purls, pks, chunk, validate=False)
-        _consume(map(_append, members, repeat(iid)))
+        consume(map(_append, members, repeat(iid)))
         umembers = self._resolve_used(purls, used, chunk, members) if True in used else []
-        _consume(map(_append, umembers, repeat(iid)))
+        consume(map(_append, umembers, repeat(iid)))
         if iid != len(self._digest_by_id) - 1 or stripped is not None or len(set(purls)) != n:
             # not the highest id, or a purl listed twice: restore sorted, unique lists
             for m in (*members, *umembers):

@@ -13,7 +13,6 @@ small slices, from committed bytes only, until everything or the bound is in.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Iterator
 from itertools import islice, repeat
 from operator import attrgetter, itemgetter, setitem
@@ -22,8 +21,8 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.groups import Group, bitmap_bytes
-from streamproc.impact.records import IndexedImage
-from streamproc.impact.state import IndexState
+from streamproc.impact.state import IndexState, consume
+from streamproc.sbom.image import IndexedImage
 
 Item = tuple[str, bytes, bytes | None]
 _KEY = itemgetter(0)
@@ -33,10 +32,6 @@ _AFTER1 = itemgetter(slice(1, None))
 _THIRD = itemgetter(2)
 _PK = attrgetter("pk")
 Writes = dict[str, dict[bytes, bytes | None]]
-
-
-def _consume(it: Iterator[object]) -> None:
-    deque(it, maxlen=0)
 
 
 class Persistence(IndexState):
@@ -68,13 +63,13 @@ class Persistence(IndexState):
         # id -> name tables, filled by C-level maps (hundreds of thousands of entries)
         self._digest_by_id = [None] * (max(ids, default=-1) + 1)
         digests = map(_THIRD, map(str.partition, scoped, repeat(K.SEP)))
-        _consume(map(setitem, repeat(self._digest_by_id), ids, digests))
+        consume(map(setitem, repeat(self._digest_by_id), ids, digests))
         self._free = BitMap(range(len(self._digest_by_id))) - BitMap(ids)
         top = max(gids, default=-1) + 1
         self._pk_by_gid = [None] * top
         self._gdir = [b""] * top
-        _consume(map(setitem, repeat(self._pk_by_gid), gids, pks))
-        _consume(map(setitem, repeat(self._gdir), gids, dirs))
+        consume(map(setitem, repeat(self._pk_by_gid), gids, pks))
+        consume(map(setitem, repeat(self._gdir), gids, dirs))
         self._free_gids = BitMap(range(top)) - BitMap(gids)
 
     def _scan_names(self) -> list[tuple[bytes, list[str], list[bytes]]]:

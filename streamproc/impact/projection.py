@@ -7,8 +7,10 @@ into the batch's ``Tx`` (so bitmaps and the checkpoint commit together). A refus
 :class:`Rejection` before touching anything. Warming reads committed bytes only, between
 batches, in slices that yield to the event loop; it never changes state.
 
-The planner's reactors reach this object as ``ctx.shared["impact"]`` (``index``, ``warm``,
-``warm_progress`` and the ``resolve_*`` methods); other roles ask the planner's NATS service
+The projection only folds: the engine is :class:`~streamproc.impact.index.ImpactIndex`
+(``index``), which also answers the queries. The planner's reactors and its NATS service
+reach this object in their own process with :func:`impact_projection`, and read ``index``
+and ``warm`` from it; other roles ask the planner's NATS service
 (:mod:`streamproc.planner.service`).
 """
 
@@ -18,7 +20,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import ClassVar
 
@@ -31,11 +33,9 @@ from streamproc.fold import folds
 from streamproc.impact import keys as K
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.ingest import canonical_key
-from streamproc.impact.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
-from streamproc.impact.results import ImpactSet
-from streamproc.impact.selector import Selector
 from streamproc.names import IMPACT
 from streamproc.projection import Projection, Rejection, Tx
+from streamproc.sbom.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
 from streamproc.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -229,22 +229,19 @@ class ImpactProjection(Projection):
         """The batch did not commit: forget everything, reload the resident maps."""
         self.index.restore()
 
-    # -- queries (what the planner and the gateway preview call) ---------------------------
-    def resolve_by_purls(
-        self, keys: Collection[str], usage_only: bool, selector: Selector
-    ) -> ImpactSet:
-        return self.index.resolve_by_purls(keys, usage_only, selector)
 
-    def resolve_by_vulns(
-        self, vuln_ids: Collection[str], usage_only: bool, selector: Selector
-    ) -> ImpactSet:
-        return self.index.resolve_by_vulns(vuln_ids, usage_only, selector)
-
-    def resolve_all(self, selector: Selector) -> ImpactSet:
-        return self.index.resolve_all(selector)
-
-    def vuln_keys(self, vuln_id: str) -> set[str]:
-        return self.index.vuln_keys(vuln_id)
-
-    def image_id(self, tenant: str, digest: str) -> int | None:
-        return self.index.image_id(tenant, digest)
+def impact_projection(shared: Mapping[str, object]) -> ImpactProjection:
+    """The ``impact`` projection among a role's projections (``RoleContext.shared``, by
+    name): what the planner's reactors and NATS service read the index from in their own
+    process. Raises LookupError when the process hosts none, TypeError when the name holds
+    something else."""
+    found = shared.get(IMPACT)
+    if found is None:
+        raise LookupError(
+            f"no {IMPACT!r} projection in this process: the role needs the planner's projections"
+        )
+    if not isinstance(found, ImpactProjection):
+        raise TypeError(
+            f"the {IMPACT!r} projection is a {type(found).__name__}, not ImpactProjection"
+        )
+    return found

@@ -18,10 +18,10 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.groups import stored_union
-from streamproc.impact.purls import check_key_count, is_product_key, normalize_purl
 from streamproc.impact.results import ImpactSet, covers, union, union_within
 from streamproc.impact.selector import Selector, tag_matcher
 from streamproc.impact.state import IndexState, gc_paused
+from streamproc.sbom.purls import check_key_count, is_product_key, normalize_purl
 
 _is_none = partial(is_, None)
 

@@ -18,6 +18,7 @@ closing and re-decoding them cost more than all the appends.
 from __future__ import annotations
 
 import gc
+from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -38,6 +39,13 @@ _CHUNKS = attrgetter("chunks")
 _IS6 = (6).__eq__
 _is_not_none = partial(is_not, None)
 _U16 = partial(int.from_bytes, byteorder="big")
+
+
+def consume(it: Iterable[object]) -> None:
+    """Run an iterator of C calls (``map(list.append, ...)``, ``map(setitem, ...)``) to the
+    end without a Python-level loop: how ingest records members and restoring fills the id
+    tables."""
+    deque(it, maxlen=0)
 
 
 @contextmanager

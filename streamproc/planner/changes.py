@@ -18,8 +18,8 @@ from msgspec import UNSET, UnsetType
 
 from streamproc.events import payloads as p
 from streamproc.ids import export_run_id
-from streamproc.impact.purls import PurlError, normalize_purl
 from streamproc.planner.records import CRITICAL, KEV, EpssKeys, ExportRecord, Source
+from streamproc.sbom.purls import PurlError, normalize_purl
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, cast
+from typing import ClassVar
 
 import msgspec
 from msgspec import UNSET
@@ -33,6 +33,8 @@ from streamproc.crashpoints import crash_point
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.hlc import wall_ms
+from streamproc.impact.projection import impact_projection
+from streamproc.names import IMPACT
 from streamproc.planner import pacing
 from streamproc.planner.changes import Changes, ExportGroup, coalesce
 from streamproc.planner.emit import PlanEvents, plan_events, request_event
@@ -48,8 +50,6 @@ from streamproc.planner.settings import load as load_planner_settings
 from streamproc.reactor import Reactor, RoleContext
 
 log = logging.getLogger(__name__)
-IMPACT = "impact"
-"""Name of the impact projection in ``RoleContext.shared``."""
 RECOVERY_PROBLEM = "recovery"
 """The name under which a failing restart check is reported (``RoleContext.problems``)."""
 INFLIGHT_RETRY_S = 60.0
@@ -142,8 +142,8 @@ class PlannerReactor(Reactor):
     async def react(self, ctx: RoleContext) -> None:
         state = PlannerState.of(ctx.shared)
         source = self.source
-        if source is None:
-            source = cast("ImpactSource | None", ctx.shared.get(IMPACT))
+        if source is None and IMPACT in ctx.shared:
+            source = impact_projection(ctx.shared)
         if state is None or source is None:
             if not self._warned:
                 log.warning("planner: no %s projection in this process; not planning", IMPACT)

@@ -1,8 +1,9 @@
 """The ``planner`` role: its projections and its three reactors (planning, cron, and the
 SBOM store's retention, :mod:`streamproc.sboms`).
 
-The planner hosts the ``impact`` projection itself and reads it as
-``RoleContext.shared["impact"]``; other roles ask it for impact previews over NATS.
+The planner hosts the ``impact`` projection itself and reads it from ``RoleContext.shared``
+(:func:`~streamproc.impact.projection.impact_projection`); other roles ask it for impact
+previews over NATS.
 """
 
 from __future__ import annotations

@@ -14,12 +14,12 @@ from pyroaring import BitMap
 
 from streamproc.events import payloads as p
 from streamproc.impact.index import ImpactIndex, ImpactSet
-from streamproc.impact.purls import MAX_KEYS_PER_QUERY, PurlError, normalize_purl
 from streamproc.impact.selector import Selector
 from streamproc.planner import pacing
 from streamproc.planner.changes import Changes
 from streamproc.planner.model import DAY_MS, Cause, ImpactSource, Target
 from streamproc.planner.records import CRITICAL, KEV, ScheduleView
+from streamproc.sbom.purls import MAX_KEYS_PER_QUERY, PurlError, normalize_purl
 
 
 def selector_of(tenant: str, sel: p.Selection) -> Selector:

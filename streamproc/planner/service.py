@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Protocol, cast
 
 import msgspec
@@ -27,12 +27,12 @@ from streamproc.events.payloads import (
     VexerExportBody,
     export_body,
 )
+from streamproc.impact.projection import impact_projection
 from streamproc.impact.selector import Selector, SelectorError
 from streamproc.planner.estimate import feedser_threats, project, vexer_threats
 from streamproc.planner.exports import PlannerExports
 from streamproc.planner.model import ImpactSource
 from streamproc.planner.projection import LastReports
-from streamproc.planner.reactor import IMPACT
 from streamproc.planner.settings import load as load_planner_settings
 from streamproc.queries import (
     PLANNER,
@@ -63,8 +63,9 @@ class ImpactResult(Protocol):
     def sample(self, n: int) -> list[str]: ...
 
 
-class ImpactIndex(Protocol):
-    """What a preview needs of the index (the ``impact`` projection is one)."""
+class PreviewIndex(Protocol):
+    """What a preview needs of the index: :class:`~streamproc.impact.index.ImpactIndex`
+    has it (and the gateway's tests a fake of their own)."""
 
     def resolve_by_purls(
         self, keys: Collection[str], *, usage_only: bool, selector: Selector
@@ -77,7 +78,7 @@ _query = msgspec.json.Decoder(PreviewQuery)
 _encode = msgspec.json.Encoder().encode
 
 
-def preview(index: ImpactIndex, query: PreviewQuery) -> PreviewResult:
+def preview(index: PreviewIndex, query: PreviewQuery) -> PreviewResult:
     """The impact of ``query.request``'s keys or selection within ``query.tenant``'s images."""
     body = query.request
     try:
@@ -215,14 +216,15 @@ class ExportPreviews:
 async def serve_previews(
     nc: Client,
     prefix: str,
-    index: ImpactIndex,
+    index: Callable[[], PreviewIndex],
     *,
     node: str = "",
     exports: ExportPreviews | None = None,
     endpoint: str = PREVIEW,
 ) -> Served:
     """Answer previews on ``endpoint`` (a partition's own, ``preview-p<k>``, when the
-    planners are partitioned)."""
+    planners are partitioned) from ``index()``, asked for each question: the planner passes
+    its projection's current index."""
 
     async def answer(data: bytes) -> bytes:
         query = read_query(_query, data)
@@ -231,7 +233,7 @@ async def serve_previews(
             if exports is None:
                 raise ServiceFailure(503, "planner-unavailable", "no export previews here")
             return _encode(await exports.answer(query))
-        return _encode(preview(index, query))
+        return _encode(preview(index(), query))
 
     return await services.serve(
         nc,
@@ -246,10 +248,10 @@ async def serve_previews(
 async def start(ctx: RoleContext, endpoint: str = PREVIEW) -> Served:
     """The ``services`` hook of the planner role (and of each partition a partitioned
     planner holds, on the partition's ``endpoint``)."""
-    index = cast(ImpactIndex, ctx.shared[IMPACT])
+    impact = impact_projection(ctx.shared)
     nc = ctx.publisher.nc
     exports = ExportPreviews(
-        cast(ImpactSource, ctx.shared[IMPACT]),
+        impact,
         cast(LastReports, ctx.shared[LastReports.name]),
         cast(PlannerExports, ctx.shared[PlannerExports.name]),
         nc,
@@ -259,7 +261,7 @@ async def start(ctx: RoleContext, endpoint: str = PREVIEW) -> Served:
     return await serve_previews(
         nc,
         ctx.settings.prefix,
-        index,
+        lambda: impact.index,
         node=ctx.settings.node_id,
         exports=exports,
         endpoint=endpoint,

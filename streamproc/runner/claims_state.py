@@ -24,9 +24,9 @@ import msgspec
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.fold import folds
-from streamproc.impact.purls import PurlError, normalize_purl
 from streamproc.names import RUNNER_VEX
 from streamproc.projection import Projection, Rejection, Tx
+from streamproc.sbom.purls import PurlError, normalize_purl
 from streamproc.state.store import Store
 
 CF = RUNNER_VEX

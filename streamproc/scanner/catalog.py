@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from streamproc.backends.osvrecord import SEVERITY_RANK
-from streamproc.impact.sbom import parse_sbom
+from streamproc.sbom.parse import parse_sbom
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.images import sbom_key
 from streamproc.scanner.indexed import IndexedImages

@@ -29,10 +29,10 @@ from streamproc.devsetup import cli_command
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.ids import derive_id
-from streamproc.impact.publish import store_sbom
-from streamproc.impact.purls import normalize_image_purls
-from streamproc.impact.sbom import parse_sbom
 from streamproc.names import DEFAULT_PREFIX
+from streamproc.sbom.parse import parse_sbom
+from streamproc.sbom.publish import store_sbom
+from streamproc.sbom.purls import normalize_image_purls
 from streamproc.scanner.indexed import IndexedImages
 from streamproc.scanner.service import ScannerService, start_scanner
 

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from streamproc.impact.sbom import SbomError
+from streamproc.sbom.parse import SbomError
 from streamproc.scanner.advisories import AdvisoryDb, AdvisoryError, parse_advisory
 from streamproc.scanner.catalog import Attestation, Catalog
 from streamproc.scanner.faults import FaultConfig, Faults

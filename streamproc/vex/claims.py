@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 from packageurl import PackageURL
 
-from streamproc.impact.purls import PurlError, normalize_purl
+from streamproc.sbom.purls import PurlError, normalize_purl
 from streamproc.vex.model import (
     MAX_SKIPPED_SHOWN,
     NO_CLAIM,

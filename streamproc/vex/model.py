@@ -37,7 +37,7 @@ class VexError(ValueError):
 
 @dataclass(frozen=True, slots=True, order=True)
 class Claim:
-    """One normalised statement: ``purl`` is canonical (impact.purls), possibly with a
+    """One normalised statement: ``purl`` is canonical (sbom.purls), possibly with a
     version and qualifiers; it matches the findings of that package (docs/vex.md)."""
 
     purl: str

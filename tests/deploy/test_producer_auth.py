@@ -23,11 +23,11 @@ from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import encode, new_event
 from streamproc.ids import derive_id
 from streamproc.impact.projection import ImpactProjection
-from streamproc.impact.publish import payload_digest
 from streamproc.impact.selector import Selector
 from streamproc.projector import Projector
 from streamproc.readmodel.images import Images
 from streamproc.readmodel.queries import ReadModel
+from streamproc.sbom.publish import payload_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import eventually
 
@@ -195,7 +195,7 @@ async def test_scanner_publishes_only_its_tenants_image_events(server: str, tmp_
         assert await objects.get(nc, "scheduler_sboms", seen.sbom) == SBOM
         assert rm.image("globex", DIGEST) is None
         assert proj.folder.quarantined == 1
-        hit = impact.resolve_by_purls(["pkg:pypi/pyyaml"], False, Selector(tenant="acme"))
+        hit = impact.index.resolve_by_purls(["pkg:pypi/pyyaml"], False, Selector(tenant="acme"))
         assert hit.digests() == [DIGEST]
     finally:
         store.close()

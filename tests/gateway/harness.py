@@ -26,7 +26,7 @@ from streamproc.gateway.auth.dpop import access_token_hash
 from streamproc.gateway.role import make_mount
 from streamproc.gateway.settings import GatewaySettings
 from streamproc.names import WEBHOOK_SCOPE
-from streamproc.planner.service import ImpactIndex, serve_previews
+from streamproc.planner.service import PreviewIndex, serve_previews
 from streamproc.reactor import RoleSpec
 from streamproc.readmodel import READ_MODEL
 
@@ -217,7 +217,7 @@ async def start(
     *,
     node_id: str = "gw-test",
     also: tuple[str, ...] = (),
-    impact: ImpactIndex | None = None,
+    impact: PreviewIndex | None = None,
 ) -> Harness:
     """A gateway (and the roles ``also``, e.g. the planner) in one System; a second call
     with another ``tmp`` and ``node_id`` is a second replica. With ``impact``, a planner
@@ -235,7 +235,7 @@ async def start(
     h = Harness(system, aiohttp.ClientSession())
     if impact is not None:
         assert system.nc is not None
-        h.planner = await serve_previews(system.nc, prefix, impact)
+        h.planner = await serve_previews(system.nc, prefix, lambda: impact)
     return h
 
 

@@ -15,8 +15,8 @@ from streamproc.events.payloads import (
     ImageIndexed,
     ImageRemoved,
 )
-from streamproc.impact.purls import normalize_purl
 from streamproc.impact.selector import Selector
+from streamproc.sbom.purls import normalize_purl
 
 TYPES = ("deb/debian", "npm", "pypi", "maven/org.example", "golang/github.com/acme")
 

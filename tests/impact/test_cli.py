@@ -13,10 +13,10 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.server import EmbeddedNats
 from streamproc.impact.projection import ImpactProjection
-from streamproc.impact.purls import normalize_purl
-from streamproc.impact.sbom import read_sbom
 from streamproc.impact.selector import Selector
 from streamproc.projector import Projector
+from streamproc.sbom.parse import read_sbom
+from streamproc.sbom.purls import normalize_purl
 from streamproc.state.store import RocksStore
 from tests.impact.helpers import digest
 
@@ -117,17 +117,17 @@ async def test_add_remove_stats_with_real_sboms(
         proj = ImpactProjection(warm_on_start=False)
         proj.open(store)
         sel = Selector(tenant="acme", namespaces=["prod"], repos=["ghcr.io/acme/app"])
-        r2 = proj.resolve_by_purls(["pkg:pypi/msgspec"], False, sel)
+        r2 = proj.index.resolve_by_purls(["pkg:pypi/msgspec"], False, sel)
         assert sorted(r2.digests()) == sorted([digest(1), digest(2)])
         # image 2 says what its entrypoint uses; image 1 has no usage data: all of it counts
         first = normalize_purl(python_purls[0]).purl
-        got = proj.resolve_by_purls([first], True, sel)
+        got = proj.index.resolve_by_purls([first], True, sel)
         assert sorted(got.digests()) == sorted([digest(1), digest(2)])
         assert got.usage_unknown == 1
         unused = normalize_purl(python_purls[-1]).purl
-        assert proj.resolve_by_purls([unused], False, sel).digests() == [digest(2)]
-        assert proj.resolve_by_purls([unused], True, sel).count == 0
-        assert proj.resolve_all(Selector(tenant="acme", include_tags=["v1"])).count == 1
+        assert proj.index.resolve_by_purls([unused], False, sel).digests() == [digest(2)]
+        assert proj.index.resolve_by_purls([unused], True, sel).count == 0
+        assert proj.index.resolve_all(Selector(tenant="acme", include_tags=["v1"])).count == 1
     finally:
         store.close()
 

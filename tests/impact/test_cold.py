@@ -131,7 +131,7 @@ def test_folding_into_products_a_query_kept_as_chunks_writes_the_same_state(
     store = RocksStore(tmp_path / "state")
     proj = ImpactProjection(max_bytes=64 << 20, warm_on_start=False)
     folder_proj = fold(store, [], proj=proj)
-    folder_proj.resolve_by_purls(KEYS, False, Selector(tenant="t0"))
+    folder_proj.index.resolve_by_purls(KEYS, False, Selector(tenant="t0"))
     assert proj.index._stored
     fold(store, tail, sizes=[50], proj=proj)  # a second Folder on the same projection
     assert len(proj.index._stored) < proj.index.product_count()

@@ -85,7 +85,7 @@ def test_cold_and_warm_answers_match_a_scan() -> None:
             for sel in (Selector(tenant=tenant), Selector(tenant=tenant, namespaces=["web"])):
                 cold = ImpactProjection(max_bytes=None, warm_on_start=False)
                 Folder(store, [cold], "impact")  # a restart: nothing but names in memory
-                got = cold.resolve_by_purls(keys, usage, sel)
+                got = cold.index.resolve_by_purls(keys, usage, sel)
                 assert set(got.digests()) == model.resolve(keys, usage, sel)
                 mine = [img for (t, _), img in model.images.items() if t == tenant]
                 unmatched = [
@@ -99,7 +99,7 @@ def test_cold_and_warm_answers_match_a_scan() -> None:
                 ]
                 assert got.unmatched == unmatched
                 cold.warm_now()
-                again = cold.resolve_by_purls(keys, usage, sel)
+                again = cold.index.resolve_by_purls(keys, usage, sel)
                 assert set(again.digests()) == set(got.digests())
                 assert again.unmatched == unmatched
 

@@ -19,17 +19,12 @@ from hypothesis.stateful import (
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
-from streamproc.impact.index import (
-    ImageError,
-    ImpactIndex,
-    IndexedImage,
-    _union_within,
-    build_image,
-)
-from streamproc.impact.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
-from streamproc.impact.purls import normalize_purl as norm
+from streamproc.impact.index import ImpactIndex, _union_within
 from streamproc.impact.selector import Selector, SelectorError
 from streamproc.impact.stats import logical_bitmaps
+from streamproc.sbom.image import IndexedImage, build_image
+from streamproc.sbom.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
+from streamproc.sbom.purls import normalize_purl as norm
 from streamproc.state.store import MemoryStore
 
 TENANTS = ["t1", "t2", "t:3"]
@@ -389,16 +384,7 @@ def test_vuln_map_folding() -> None:
     assert (K.NAMES_CF, K.VULN + b"CVE-1") in ix.dirty_keys()
 
 
-def test_records_and_selectors_on_the_wire() -> None:
-    rec = image("t1", "a", [(RAW_PURLS[5], True)], labels={"k": "v"})
-    wire = msgspec.json.encode(rec)
-    assert b'"productKeys"' in wire
-    assert msgspec.json.decode(wire, type=IndexedImage) == rec
-    bad = b'{"tenant":"t","digest":"d","purls":["pkg:pypi/a@1"],"productKeys":[],"used":[]}'
-    with pytest.raises(msgspec.ValidationError, match="same length"):
-        msgspec.json.decode(bad, type=IndexedImage)
-    with pytest.raises(ImageError):
-        IndexedImage(tenant="", digest="d")
+def test_selectors_on_the_wire() -> None:
     s = msgspec.json.decode(b'{"tenant":"t","includeTags":["prod-*"]}', type=Selector)
     assert s.include_tags == ["prod-*"]
     with pytest.raises(msgspec.ValidationError):
@@ -409,17 +395,6 @@ def test_records_and_selectors_on_the_wire() -> None:
         Selector(tenant="t", labels=["novalue"])
     with pytest.raises(SelectorError):
         Selector(tenant="")
-
-
-def test_build_image_merges_duplicates() -> None:
-    rec = image("t1", "a", [("pkg:pypi/Django@4.2", False), ("pkg:pypi/django@4.2", True)])
-    assert (rec.purls, rec.product_keys, rec.used) == (
-        ["pkg:pypi/django@4.2"],
-        ["pkg:pypi/django"],
-        [True],
-    )
-    with pytest.raises(PurlError):
-        image("t1", "a", [("pkg:pypi/ok@1", False), ("bad", False)])
 
 
 class CountingStore(MemoryStore):

@@ -23,8 +23,8 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.impact.projection import ImpactProjection
-from streamproc.impact.role import IMPACT
 from streamproc.projection import Folder
+from streamproc.reactor import RoleSpec
 from streamproc.replay import rebuild
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
@@ -33,11 +33,13 @@ from tests.helpers import publish_samples
 from tests.impact.helpers import Model, random_events
 from tests.impact.test_projection import check_answers
 
-# Until streamproc/roles.py registers the role, the subprocess registers it itself.
+# No role folds the index alone (the planner hosts it): the subprocess registers one that
+# does, to test the index by itself.
 _MAIN = (
-    "import sys; from streamproc import roles; from streamproc.impact.role import IMPACT; "
-    "roles.ROLES.setdefault('impact', IMPACT); from streamproc.cli import main; "
-    "sys.exit(main(sys.argv[1:]))"
+    "import sys; from streamproc import roles; from streamproc.reactor import RoleSpec; "
+    "from streamproc.impact.projection import ImpactProjection; "
+    "roles.ROLES.setdefault('impact', RoleSpec([ImpactProjection])); "
+    "from streamproc.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
@@ -117,7 +119,7 @@ async def test_sigkilled_role_resumes_to_the_replay_state_and_answers_exactly(
         assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
     assert _applied(state) == last
 
-    monkeypatch.setitem(roles.ROLES, "impact", IMPACT)
+    monkeypatch.setitem(roles.ROLES, "impact", RoleSpec([ImpactProjection]))
     clean = await rebuild(nc, stream_names[0], "impact", tmp_path / "clean", progress=False)
     assert clean.events == last
     store = RocksStore(state)

@@ -1,5 +1,6 @@
 """The impact projection folded through the real Folder: batching never changes state,
-answers match a brute-force scan, refusals leave no trace, warming changes nothing."""
+answers match a brute-force scan, refusals leave no trace, warming changes nothing, and the
+planner finds it by name."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import pytest
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.events.payloads import Component, ImageIndexed
 from streamproc.impact import keys as K
-from streamproc.impact.projection import ImpactProjection
-from streamproc.impact.purls import PurlError, TooManyKeysError
+from streamproc.impact.projection import ImpactProjection, impact_projection
 from streamproc.impact.selector import Selector
+from streamproc.names import IMPACT
 from streamproc.projection import Folder
+from streamproc.sbom.purls import PurlError, TooManyKeysError
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore, RocksStore, Store
@@ -69,16 +71,16 @@ def check_answers(proj: ImpactProjection, model: Model, seed: int) -> None:
                 keys_ = [
                     purl(rnd.randrange(40), rnd.randrange(3))[rnd.randrange(2)] for _ in range(8)
                 ]
-                got = proj.resolve_by_purls(keys_, usage, sel)
+                got = proj.index.resolve_by_purls(keys_, usage, sel)
                 want = model.resolve(keys_, usage, sel)
                 assert set(got.digests()) == want, (tenant, sel, usage, keys_)
                 assert got.count == len(want)
             vulns = [f"CVE-{rnd.randrange(22)}" for _ in range(4)]
             vkeys = sorted({k for v in vulns for k in model.vulns.get(v, ())})
-            got = proj.resolve_by_vulns(vulns, False, sel)
+            got = proj.index.resolve_by_vulns(vulns, False, sel)
             assert set(got.digests()) == (model.resolve(vkeys, False, sel) if vkeys else set())
         everyone = {d for (t, d) in model.images if t == tenant}
-        assert set(proj.resolve_all(Selector(tenant=tenant)).digests()) == everyone
+        assert set(proj.index.resolve_all(Selector(tenant=tenant)).digests()) == everyone
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -168,12 +170,12 @@ def test_queries_refuse_more_than_100k_keys() -> None:
     proj = fold(MemoryStore(), [indexed("t0", 1, [(*purl(1, 0), True)])])
     sel = Selector(tenant="t0")
     with pytest.raises(TooManyKeysError, match="100001 keys; at most 100000"):
-        proj.resolve_by_purls(["pkg:pypi/x"] * 100_001, False, sel)
+        proj.index.resolve_by_purls(["pkg:pypi/x"] * 100_001, False, sel)
     with pytest.raises(TooManyKeysError):
-        proj.resolve_by_vulns(["CVE-1"] * 100_001, False, sel)
-    assert proj.resolve_by_purls(["pkg:pypi/x"] * 100_000, False, sel).count == 0
+        proj.index.resolve_by_vulns(["CVE-1"] * 100_001, False, sel)
+    assert proj.index.resolve_by_purls(["pkg:pypi/x"] * 100_000, False, sel).count == 0
     with pytest.raises(PurlError):
-        proj.resolve_by_purls(["not-a-purl"], False, sel)
+        proj.index.resolve_by_purls(["not-a-purl"], False, sel)
 
 
 class FlakyStore(MemoryStore):
@@ -234,3 +236,12 @@ async def test_warming_runs_in_slices_and_changes_nothing(tmp_path: Path) -> Non
     check_answers(proj, model, 6)
     assert state_digest(store) == before
     store.close()
+
+
+def test_the_planner_reads_the_projection_by_name_and_type() -> None:
+    proj = ImpactProjection(max_bytes=None, warm_on_start=False)
+    assert impact_projection({IMPACT: proj, "other": object()}) is proj
+    with pytest.raises(LookupError, match="no 'impact' projection in this process"):
+        impact_projection({"other": proj})
+    with pytest.raises(TypeError, match="is a MemoryStore, not ImpactProjection"):
+        impact_projection({IMPACT: MemoryStore()})

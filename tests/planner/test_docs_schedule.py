@@ -11,10 +11,11 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.gateway.api.models import ScheduleCreate
-from streamproc.impact.index import ImpactIndex, build_image
+from streamproc.impact.index import ImpactIndex
 from streamproc.planner.model import Cause, StaticSource
 from streamproc.planner.plan import plan_run
 from streamproc.planner.settings import PlannerSettings
+from streamproc.sbom.image import build_image
 from tests.planner.test_plan import changes
 from tests.planner.util import Log, created, event
 

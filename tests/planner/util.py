@@ -8,12 +8,13 @@ from collections.abc import Iterable
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
-from streamproc.impact.index import ImpactIndex, build_image
+from streamproc.impact.index import ImpactIndex
 from streamproc.planner.exports import PlannerExports
 from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSchedules
 from streamproc.planner.reactor import PlannerState
 from streamproc.planner.records import ScheduleView
 from streamproc.projection import Folder
+from streamproc.sbom.image import build_image
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 

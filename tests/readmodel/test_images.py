@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from streamproc.events import payloads as p
-from streamproc.impact.publish import payload_digest
 from streamproc.readmodel.images import Images
+from streamproc.sbom.publish import payload_digest
 from streamproc.state.digest import state_digest
 from tests.readmodel.util import Log
 

@@ -19,10 +19,10 @@ from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import HybridLogicalClock
-from streamproc.impact.publish import store_sbom
 from streamproc.names import sbom_bucket
 from streamproc.projector import Projector
 from streamproc.reactor import RoleContext
+from streamproc.sbom.publish import store_sbom
 from streamproc.sboms.refs import SbomRefs, released_before
 from streamproc.sboms.retention import SbomRetention, load_retention
 from streamproc.state.store import RocksStore

@@ -2,7 +2,7 @@
 the indexed summary, removal, and a paged listing.
 
 A PUT turns the SBOM into an ``image.indexed`` event exactly as ``streamproc index add``
-does (:mod:`streamproc.impact.publish`), under the webhooks' body caps and encodings. Whether
+does (:mod:`streamproc.sbom.publish`), under the webhooks' body caps and encodings. Whether
 the image is already indexed with the same content is decided by the image subject's last
 event in the log, not by the read model, so it holds beyond JetStream's duplicate window and
 while the read model lags; GETs answer from the read model (``rm_images``).
@@ -38,7 +38,11 @@ from streamproc.gateway.hardening import (
     read_body,
     require_json,
 )
-from streamproc.impact.publish import (
+from streamproc.names import sbom_bucket
+from streamproc.problems import ProblemError
+from streamproc.readmodel.images import Images
+from streamproc.sbom.parse import SbomError, parse_sbom
+from streamproc.sbom.publish import (
     ImageWrite,
     UnknownUsedPurls,
     UsageError,
@@ -47,11 +51,7 @@ from streamproc.impact.publish import (
     store_sbom,
     write_image_event,
 )
-from streamproc.impact.purls import PurlError, normalize_purl
-from streamproc.impact.sbom import SbomError, parse_sbom
-from streamproc.names import sbom_bucket
-from streamproc.problems import ProblemError
-from streamproc.readmodel.images import Images
+from streamproc.sbom.purls import PurlError, normalize_purl
 
 _put = msgspec.json.Decoder(ImagePut)
 PROJECTION = Images.name

@@ -19,9 +19,9 @@ import zstandard
 from streamproc.bus import jsapi
 from streamproc.bus.server import EmbeddedNats
 from streamproc.events.envelope import decode
-from streamproc.impact.publish import payload_digest
-from streamproc.impact.purls import normalize_purl
-from streamproc.impact.sbom import parse_sbom
+from streamproc.sbom.parse import parse_sbom
+from streamproc.sbom.publish import payload_digest
+from streamproc.sbom.purls import normalize_purl
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import BASE, Harness, default_settings, start, stop, token
 from tests.helpers import eventually

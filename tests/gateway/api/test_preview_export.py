@@ -16,7 +16,7 @@ from streamproc.bus.server import EmbeddedNats
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.hlc import wall_ms
-from streamproc.impact.purls import normalize_image_purls
+from streamproc.sbom.purls import normalize_image_purls
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (
     BASE,

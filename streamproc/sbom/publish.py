@@ -24,10 +24,10 @@ from streamproc.events.envelope import EventError, decode, new_event
 from streamproc.events.payloads import MAX_KEYS, Component, ImageIndexed, payload_digest
 from streamproc.hlc import HybridLogicalClock
 from streamproc.ids import InvalidTenant, derive_id, validate_tenant
-from streamproc.impact.purls import PurlError, normalize_purl
-from streamproc.impact.records import build_image
-from streamproc.impact.sbom import SbomError, parse_sbom
 from streamproc.names import sbom_bucket
+from streamproc.sbom.image import build_image
+from streamproc.sbom.parse import SbomError, parse_sbom
+from streamproc.sbom.purls import PurlError, normalize_purl
 
 """JetStream's "no message found" (the subject has no event yet)."""
 

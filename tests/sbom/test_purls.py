@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamproc.impact import purls as purls_module
-from streamproc.impact.purls import (
+from streamproc.sbom import purls as purls_module
+from streamproc.sbom.purls import (
     MAX_KEYS_PER_QUERY,
     NormalizedPurl,
     PurlError,

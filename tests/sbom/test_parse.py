@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from streamproc.impact.index import ImpactIndex, build_image
-from streamproc.impact.purls import normalize_image_purls
-from streamproc.impact.sbom import SbomError, parse_sbom, read_sbom
+from streamproc.impact.index import ImpactIndex
 from streamproc.impact.selector import Selector
+from streamproc.sbom.image import build_image
+from streamproc.sbom.parse import SbomError, parse_sbom, read_sbom
+from streamproc.sbom.purls import normalize_image_purls
 from tests.scenarios.sboms import GENERATOR
 
 DATA = Path(__file__).parent.parent / "data" / "sboms"
