@@ -117,7 +117,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     store = RocksStore(path, read_only=True)  # a point-in-time view beside a running role
     try:
         if K.GROUPS_CF not in store.families():
-            raise UsageError(f"{path} holds no impact index (is it the impact role's state?)")
+            raise UsageError(
+                f"{path} holds no impact index: the planner's state holds it "
+                "(state/planner, or state/planner-p<k>-of-<N> with planner.partitions > 1)"
+            )
         s = index_stats(store)
     finally:
         store.close()

@@ -139,3 +139,12 @@ async def test_add_remove_stats_with_real_sboms(
     await _fold(nc, stream, state, head + 1)
     r = cli("stats", "--state-dir", str(state), "--json")
     assert json.loads(r.stdout)["images"] == 2
+
+
+def test_stats_on_a_state_without_the_index_says_where_the_index_is(tmp_path: Path) -> None:
+    other = tmp_path / "gateway"
+    RocksStore(other).close()  # a role's state directory that folds no impact index
+    r = cli("stats", "--state-dir", str(other))
+    assert r.returncode == 2, r
+    assert "holds no impact index" in r.stderr
+    assert "state/planner-p<k>-of-<N>" in r.stderr
