@@ -369,7 +369,8 @@ KEYS: tuple[Key, ...] = (
     _k("gateway.max_decompressed_body", "STREAMPROC_GATEWAY_MAX_DECOMPRESSED_BODY", "int", None,
        "body cap after gzip/zstd decoding", minimum=1024, default_text="`gateway.max_body`"),
     _k("gateway.wait_timeout_s", "STREAMPROC_GATEWAY_WAIT_TIMEOUT_S", "float", 10.0,
-       "longest `wait` a write request may ask for"),
+       "longest `wait` a write request may ask for; also how long a request naming a run or "
+       "schedule not yet found waits for the read model to apply the log before its 404"),
     _k("gateway.preview_timeout_s", "STREAMPROC_GATEWAY_PREVIEW_TIMEOUT_S", "float", 5.0,
        "deadline of an impact preview asked of the planners over NATS (then 503)",
        minimum=0.001, maximum=120),

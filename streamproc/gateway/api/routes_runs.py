@@ -25,7 +25,7 @@ from streamproc.gateway.api.models import (
 from streamproc.gateway.api.operations import BASE, CURSOR, LIMIT, WAIT, Operation, Param, path_id
 from streamproc.gateway.api.query import page_response, paged, set_param
 from streamproc.gateway.api.views import cursor_view, delta_view, run_export_view, run_view
-from streamproc.gateway.api.writes import answer, json_response, publish, stamp
+from streamproc.gateway.api.writes import answer, caught_up, json_response, publish, stamp
 from streamproc.gateway.auth.callers import ADMIN, READ, Principal
 from streamproc.gateway.context import GatewayContext
 from streamproc.gateway.hardening import decode_json, read_body, require_json
@@ -45,8 +45,10 @@ def _by(who: Principal) -> str | None:
     return who.subject if who.subject and len(who.subject) <= 512 else None
 
 
-def _found(gw: GatewayContext, tenant: str, run_id: str) -> RunRecord:
+async def _found(gw: GatewayContext, tenant: str, run_id: str) -> RunRecord:
     rec = gw.rm.run(tenant, run_id)
+    if rec is None and await caught_up(gw):
+        rec = gw.rm.run(tenant, run_id)
     if rec is None:
         raise ProblemError(404, "not-found", f"no run {run_id!r}")
     return rec
@@ -126,14 +128,14 @@ async def list_runs(
 
 async def get_run(gw: GatewayContext, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
-    return json_response(run_view(_found(gw, who.tenant, request.match_info["id"])))
+    return json_response(run_view(await _found(gw, who.tenant, request.match_info["id"])))
 
 
 async def list_deltas(
     gw: GatewayContext, request: web.Request, who: Principal | None
 ) -> web.Response:
     assert who is not None
-    rec = _found(gw, who.tenant, request.match_info["id"])
+    rec = await _found(gw, who.tenant, request.match_info["id"])
     return page_response(paged(request, gw.rm.deltas, who.tenant, rec.id), delta_view)
 
 
@@ -141,7 +143,7 @@ async def list_exports(
     gw: GatewayContext, request: web.Request, who: Principal | None
 ) -> web.Response:
     assert who is not None
-    rec = _found(gw, who.tenant, request.match_info["id"])
+    rec = await _found(gw, who.tenant, request.match_info["id"])
     return page_response(paged(request, gw.rm.run_exports, who.tenant, rec.id), run_export_view)
 
 
@@ -163,7 +165,7 @@ async def cancel_run(
         if raw.strip():
             require_json(request)
             body = decode_json(raw, _cancel)
-    rec = _found(gw, who.tenant, run_id)
+    rec = await _found(gw, who.tenant, run_id)
     if rec.state in TERMINAL:
         raise ProblemError(
             409, "run-finished", f"run {run_id} is already {rec.state}", reason="run_finished"

@@ -40,7 +40,7 @@ from streamproc.gateway.api.query import (
     paged,
 )
 from streamproc.gateway.api.views import schedule_view
-from streamproc.gateway.api.writes import answer, json_response, publish, stamp
+from streamproc.gateway.api.writes import answer, caught_up, json_response, publish, stamp
 from streamproc.gateway.auth.callers import ADMIN, READ, Principal
 from streamproc.gateway.context import GatewayContext
 from streamproc.ids import uuid7
@@ -67,8 +67,10 @@ def _by(who: Principal) -> str | None:
     return who.subject if who.subject and len(who.subject) <= 512 else None
 
 
-def _found(gw: GatewayContext, tenant: str, sid: str) -> ScheduleRecord:
+async def _found(gw: GatewayContext, tenant: str, sid: str) -> ScheduleRecord:
     rec = gw.rm.schedule(tenant, sid)
+    if rec is None and await caught_up(gw):
+        rec = gw.rm.schedule(tenant, sid)
     if rec is None or rec.deleted:
         raise ProblemError(404, "not-found", f"no schedule {sid!r}")
     return rec
@@ -169,7 +171,7 @@ async def get_schedule(
     gw: GatewayContext, request: web.Request, who: Principal | None
 ) -> web.Response:
     assert who is not None
-    rec = _found(gw, who.tenant, request.match_info["id"])
+    rec = await _found(gw, who.tenant, request.match_info["id"])
     n = int_param(request, "next", 5, 0, 50)
     return json_response(schedule_view(rec, _now(), n), headers={"ETag": f'"{rec.version}"'})
 
@@ -180,7 +182,7 @@ async def _current(gw: GatewayContext, tenant: str, sid: str, wanted: int | None
     if wanted is not None and wanted != ANY and wanted > gw.ctx.applied():
         with contextlib.suppress(Exception):  # a lagging read model only means stale
             await gw.ctx.wait_for(wanted, 2.0)
-    rec = _found(gw, tenant, sid)
+    rec = await _found(gw, tenant, sid)
     if wanted is not None and wanted != ANY and wanted != rec.version:
         raise ProblemError(
             412,

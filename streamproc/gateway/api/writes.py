@@ -11,6 +11,7 @@ import msgspec
 from aiohttp import web
 from nats.errors import ConnectionClosedError, OutboundBufferLimitError
 
+from streamproc.bus import jsapi
 from streamproc.bus.fastclient import PayloadTooLarge
 from streamproc.bus.publisher import (
     STREAM_STORE_FULL,
@@ -101,6 +102,17 @@ async def publish(gw: GatewayContext, event: Envelope, expected: int | None = No
 
 def wants_wait(request: web.Request) -> bool:
     return request.query.get("wait", "").lower() in ("true", "1", "yes")
+
+
+async def caught_up(gw: GatewayContext) -> bool:
+    """Before answering ``404``: whether the read model had events to apply that were already
+    in the log, and applied them (within the wait timeout). A run created by a ``202`` a moment
+    ago, or through another gateway, is then found by the next read, as a client written from
+    the specification expects."""
+    info = await jsapi.stream_info(gw.ctx.publisher.nc, gw.ctx.settings.events_stream)
+    if info is None or gw.ctx.applied() >= info.state.last_seq:
+        return False
+    return await applied(gw, info.state.last_seq)
 
 
 async def applied(gw: GatewayContext, seq: int) -> bool:

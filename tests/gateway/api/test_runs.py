@@ -127,3 +127,23 @@ async def test_cancel_is_best_effort_and_409_once_finished(gw: Harness) -> None:
     )
     assert status == 400
     assert await gw.last_seq() == seq
+
+
+async def test_a_run_in_the_log_is_found_though_the_read_model_lags(gw: Harness) -> None:
+    """A client of the specification reads a run right after its 202 (or through another
+    gateway): the read finds it once the read model applied what the log held, not 404."""
+    assert gw.system.publisher is not None and gw.system.clock is not None
+    now = gw.system.clock.now()
+    backlog = [
+        new_event("run.requested", "acme", p.RunRequested(run_id=f"lag-{i}", trigger="manual"), now)
+        for i in range(20_000)
+    ]
+    target = new_event(
+        "run.requested", "acme", p.RunRequested(run_id="last", trigger="manual"), now
+    )
+    acks = await gw.system.publisher.publish_events([*backlog, target])
+    assert gw.system.contexts["gateway-test"].applied() < acks[-1].seq  # it lags: the case
+    status, run, _ = await gw.call("GET", f"{BASE}/runs/last", tok=token())
+    assert status == 200 and run["id"] == "last", run
+    status, doc, _ = await gw.call("GET", f"{BASE}/runs/never-requested", tok=token())
+    assert status == 404, doc
