@@ -34,7 +34,7 @@ from streamproc.impact import keys as K
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.ingest import canonical_key
 from streamproc.names import IMPACT
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.projection import Projection, Rejection, Tx, hosted
 from streamproc.sbom.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
 from streamproc.state.store import Store
 
@@ -227,13 +227,4 @@ def impact_projection(shared: Mapping[str, object]) -> ImpactProjection:
     name): what the planner's reactors and NATS service read the index from in their own
     process. Raises LookupError when the process hosts none, TypeError when the name holds
     something else."""
-    found = shared.get(IMPACT)
-    if found is None:
-        raise LookupError(
-            f"no {IMPACT!r} projection in this process: the role needs the planner's projections"
-        )
-    if not isinstance(found, ImpactProjection):
-        raise TypeError(
-            f"the {IMPACT!r} projection is a {type(found).__name__}, not ImpactProjection"
-        )
-    return found
+    return hosted(shared, ImpactProjection, needs="the role needs the planner's projections")
