@@ -152,6 +152,8 @@ class System:
                 filter_subjects=role_filter(s.prefix, projections),
             )
             await proj.start()
+            if spec.on_open is not None:
+                spec.on_open(shared)
             self.projectors[role] = proj
             self.tasks.append(asyncio.create_task(proj.run(), name=f"projector-{role}"))
             ctx = RoleContext(

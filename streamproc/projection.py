@@ -13,7 +13,7 @@ import gc
 import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -226,6 +226,24 @@ class Projection:
 
     def discard(self) -> None:
         """The batch did not commit: drop in-memory changes made since the last commit."""
+
+
+P = TypeVar("P", bound=Projection)
+
+
+def hosted(shared: Mapping[str, object], cls: type[P], needs: str = "") -> P:
+    """The ``cls`` projection among a process's projections (``RoleContext.shared``), found
+    by its name and checked by its type: how a role's reactors and services read a
+    projection it folds. Raises LookupError when the process hosts none (``needs`` says
+    what would), TypeError when the name holds something else."""
+    found = shared.get(cls.name)
+    if found is None:
+        raise LookupError(f"no {cls.name!r} projection in this process" + (needs and f": {needs}"))
+    if not isinstance(found, cls):
+        raise TypeError(
+            f"the {cls.name!r} projection is a {type(found).__name__}, not {cls.__name__}"
+        )
+    return found
 
 
 def folded_kinds(projections: Iterable[Projection]) -> frozenset[str]:

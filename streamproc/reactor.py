@@ -82,3 +82,8 @@ class RoleSpec:
     """The role's long-running services (the runner's segment workers): each coroutine is
     started with the role, on every instance, and cancelled when the process stops (it
     cleans up as it unwinds); one that ends with an error stops the process."""
+    on_open: Callable[[dict[str, Projection]], None] | None = None
+    """Called with the process's projections by name (``RoleContext.shared``) once the
+    role's projector has started, in the running loop, on every instance: starts background
+    work over the opened state that must not wait for catching up (the impact index's
+    warming, :mod:`streamproc.impact.warming`)."""

@@ -1,5 +1,6 @@
 """A role's long-running services (``RoleSpec.background``): started with the role, given
-its context, cancelled (and cleaning up) when the process stops; one that fails stops it."""
+its context, cancelled (and cleaning up) when the process stops; one that fails stops it.
+Its ``on_open`` hook: called once, in the running loop, with the process's projections."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from streamproc.app import System
 from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
+from streamproc.projection import Projection
 from streamproc.projections.activity import Activity
 from streamproc.reactor import RoleContext, RoleSpec
 
@@ -47,5 +49,23 @@ async def test_background_services_start_with_the_role_and_stop_with_the_process
     await system.start()
     try:
         assert await asyncio.wait_for(system.wait(asyncio.Event()), 10) == 2
+    finally:
+        await system.close()
+
+
+async def test_on_open_is_called_with_the_open_projections_in_the_running_loop(
+    nats_server: EmbeddedNats, prefix: str, tmp_path: Path
+) -> None:
+    seen: list[tuple[list[str], bool]] = []
+
+    def opened(shared: dict[str, Projection]) -> None:
+        seen.append((sorted(shared), asyncio.get_running_loop().is_running()))
+
+    settings = Settings(data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix)
+    spec = RoleSpec([Activity], on_open=opened)
+    system = System(settings, ["activity"], http=False, specs={"activity": spec})
+    await system.start()
+    try:
+        assert seen == [([Activity.name], True)]
     finally:
         await system.close()

@@ -1,6 +1,8 @@
 """The "folds are pure" contract is derived, not kept by hand: its module list in
 pyproject.toml is exactly the modules of the projections the roles fold (``ROLES``), so a
-projection added to a role is checked by import-linter from its first commit."""
+projection added to a role is checked by import-linter from its first commit. No fold
+module reaches the event loop (``asyncio``) either, directly or through another module:
+background work over folded state (the impact index's warming) lives outside the folds."""
 
 from __future__ import annotations
 
@@ -42,3 +44,18 @@ def test_no_fold_module_reaches_the_runtime_even_through_others() -> None:
         for bad in forbidden
     }
     assert {k: c for k, c in chains.items() if c} == {}
+
+
+def test_no_fold_module_reaches_asyncio_even_through_others() -> None:
+    """A fold runs inside a batch, not on the event loop: it starts no task and awaits
+    nothing. Checked on the import graph with external packages, since import-linter's
+    forbidden contract here names only the project's own modules. Built without grimp's
+    cache: the cache keeps one file of modification times per package for every kind of
+    graph, so after a build without external packages it would serve this kind stale."""
+    graph = grimp.build_graph("streamproc", include_external_packages=True, cache_dir=None)
+    assert "asyncio" in graph.modules
+    chains = {
+        m: graph.find_shortest_chain(importer=m, imported="asyncio", as_packages=True)
+        for m in fold_modules()
+    }
+    assert {m: c for m, c in chains.items() if c} == {}

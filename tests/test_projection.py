@@ -13,7 +13,7 @@ import pytest
 from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
-from streamproc.projection import Folder, Projection, Rejection, StateFormatError, Tx
+from streamproc.projection import Folder, Projection, Rejection, StateFormatError, Tx, hosted
 from streamproc.projections.activity import Activity, read_all
 from streamproc.projector import report
 from streamproc.state import keys
@@ -549,3 +549,14 @@ def test_the_runtime_pauses_the_gc_for_a_projection_that_asks_and_restores_it():
     plain.projections[0].fold = lambda tx, e: seen.append(gc.isenabled())  # type: ignore[method-assign]
     plain.apply([ev(4)], cp(4))
     assert seen == [True]
+
+
+def test_a_hosted_projection_is_found_by_name_and_type() -> None:
+    activity = Activity()
+    assert hosted({Activity.name: activity, "other": object()}, Activity) is activity
+    with pytest.raises(LookupError, match=rf"^no '{Activity.name}' projection in this process$"):
+        hosted({}, Activity)
+    with pytest.raises(LookupError, match=r"in this process: host the activity role$"):
+        hosted({}, Activity, needs="host the activity role")
+    with pytest.raises(TypeError, match=r"is a MemoryStore, not Activity$"):
+        hosted({Activity.name: MemoryStore()}, Activity)

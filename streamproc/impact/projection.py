@@ -1,11 +1,13 @@
-"""The ``impact`` projection: folds images and advisories into the ImpactIndex, persists it
-in the batch's WriteBatch, and warms it in the background after a restart.
+"""The ``impact`` projection: folds images and advisories into the ImpactIndex and persists
+it in the batch's WriteBatch.
 
 Folds are pure: they change the in-memory index only, and ``flush`` writes what changed
 into the batch's ``Tx`` (so bitmaps and the checkpoint commit together). A refused event
 (an unparseable purl, too many keys, removing an image that is not indexed) raises
-:class:`Rejection` before touching anything. Warming reads committed bytes only, between
-batches, in slices that yield to the event loop; it never changes state.
+:class:`Rejection` before touching anything. Warming reads committed bytes only, one slice
+at a time (:meth:`ImpactProjection.warm_slice`); it never changes state. The background
+task that runs the slices between batches is :mod:`streamproc.impact.warming`'s, so this
+module stays a fold.
 
 The projection only folds: the engine is :class:`~streamproc.impact.index.ImpactIndex`
 (``index``), which also answers the queries. The planner's reactors and its NATS service
@@ -16,8 +18,6 @@ and ``warm`` from it; other roles ask the planner's NATS service
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
 import logging
 from collections.abc import Mapping, Sequence
@@ -34,7 +34,7 @@ from streamproc.impact import keys as K
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.ingest import canonical_key
 from streamproc.names import IMPACT
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.projection import Projection, Rejection, Tx, hosted
 from streamproc.sbom.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
 from streamproc.state.store import Store
 
@@ -43,8 +43,6 @@ log = logging.getLogger(__name__)
 DEFAULT_CACHE_MB = 640
 """Estimated resident bytes of cached groups and owner bitmaps. The 50,000-image /
 1,000,000-purl benchmark catalog needs ~300 MB of it fully warm (~660 MB RSS in all)."""
-WARM_SLICE = 400
-"""Groups loaded per warming slice (~5-10 ms) before yielding to the event loop."""
 
 WARM = Gauge("streamproc_impact_warm", "1 once the impact index has finished warming")
 CACHED_BYTES = Gauge(
@@ -127,7 +125,6 @@ class ImpactProjection(Projection):
         )
         self.index = ImpactIndex()
         self._warm = True
-        self._warm_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, store: Store) -> None:
@@ -136,10 +133,6 @@ class ImpactProjection(Projection):
         _settle_gc()
         self._warm = not self.warm_on_start or not self.index.product_count()
         WARM.set(int(self._warm))
-        if not self._warm:
-            with contextlib.suppress(RuntimeError):  # no running loop: warm explicitly
-                loop = asyncio.get_running_loop()
-                self._warm_task = loop.create_task(self.warm_up(), name="impact-warm")
 
     @property
     def warm(self) -> bool:
@@ -152,21 +145,20 @@ class ImpactProjection(Projection):
         """(product groups in memory, product groups in the index)."""
         return self.index.warm_progress
 
-    async def warm_up(self, slice_groups: int = WARM_SLICE) -> None:
-        """Load hot bitmaps from committed state in slices, yielding between them."""
-        try:
-            while not self.index.warm_step(slice_groups):
-                CACHED_BYTES.set(self.index.cached_bytes)
-                await asyncio.sleep(0)
-        except (KeyError, RuntimeError, AttributeError) as exc:  # store closed under us
-            log.debug("impact warming stopped: %s", exc)
-            return
+    def warm_slice(self, slice_groups: int) -> bool:
+        """Load the next ``slice_groups`` hot groups from committed state; True once
+        warming is finished (then the index is marked warm). One slice of the background
+        warming (:func:`streamproc.impact.warming.warm_up`), which yields between them."""
+        if not self.index.warm_step(slice_groups):
+            CACHED_BYTES.set(self.index.cached_bytes)
+            return False
         self._warm = True
         _settle_gc()
         WARM.set(1)
         CACHED_BYTES.set(self.index.cached_bytes)
         resident, known = self.index.warm_progress
         log.info("impact index warm: %d of %d product groups in memory", resident, known)
+        return True
 
     def warm_now(self) -> None:
         """Warm synchronously (tools, tests, benchmarks)."""
@@ -235,13 +227,4 @@ def impact_projection(shared: Mapping[str, object]) -> ImpactProjection:
     name): what the planner's reactors and NATS service read the index from in their own
     process. Raises LookupError when the process hosts none, TypeError when the name holds
     something else."""
-    found = shared.get(IMPACT)
-    if found is None:
-        raise LookupError(
-            f"no {IMPACT!r} projection in this process: the role needs the planner's projections"
-        )
-    if not isinstance(found, ImpactProjection):
-        raise TypeError(
-            f"the {IMPACT!r} projection is a {type(found).__name__}, not ImpactProjection"
-        )
-    return found
+    return hosted(shared, ImpactProjection, needs="the role needs the planner's projections")

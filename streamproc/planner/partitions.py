@@ -42,6 +42,7 @@ from streamproc.bus.services import Served
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
 from streamproc.impact.projection import ImpactProjection
+from streamproc.impact.warming import warm_hosted
 from streamproc.lease import Lease, NatsFailure, entries, holder_id, lease_ttl, open_bucket
 from streamproc.planner.cron import CronReactor
 from streamproc.planner.exports import PlannerExports
@@ -174,6 +175,8 @@ class Partition:
         )
         self.proj = proj
         await proj.start()
+        shared: dict[str, Projection] = {p.name: p for p in projections}
+        warm_hosted(shared)
         ctx = RoleContext(
             role="planner",
             settings=s,
@@ -183,7 +186,7 @@ class Partition:
             applied=lambda: proj.applied,
             wait_for=proj.wait_for,
             lag=proj.lag,
-            shared={p.name: p for p in projections},
+            shared=shared,
             problems=self.problems,
             folded_stream=self.stream,
             folded_head=self.head,

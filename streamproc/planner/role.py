@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from streamproc.config import Settings
 from streamproc.impact.projection import ImpactProjection
+from streamproc.impact.warming import warm_hosted
 from streamproc.planner.cron import CronReactor
 from streamproc.planner.exports import PlannerExports
 from streamproc.planner.open_runs import PlannerOpenRuns
@@ -40,9 +41,11 @@ PLANNER = RoleSpec(
     PLANNER_REACTORS,
     singleton=True,
     services=start_service,
+    on_open=warm_hosted,
 )
-"""One active planner (the lease holder); others fold and stand by. All of them answer
-impact previews over NATS (:mod:`streamproc.planner.service`)."""
+"""One active planner (the lease holder); others fold and stand by. All of them warm the
+impact index once it is open and answer impact previews over NATS
+(:mod:`streamproc.planner.service`)."""
 
 
 PARTITIONED_PLANNER = RoleSpec(

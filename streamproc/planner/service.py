@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable, Collection
-from typing import Protocol, cast
+from typing import Protocol
 
 import msgspec
 from nats.aio.client import Client
@@ -34,6 +34,7 @@ from streamproc.planner.exports import PlannerExports
 from streamproc.planner.model import ImpactSource
 from streamproc.planner.projection import LastReports
 from streamproc.planner.settings import load as load_planner_settings
+from streamproc.projection import hosted
 from streamproc.queries import (
     PLANNER,
     PREVIEW,
@@ -252,8 +253,8 @@ async def start(ctx: RoleContext, endpoint: str = PREVIEW) -> Served:
     nc = ctx.publisher.nc
     exports = ExportPreviews(
         impact,
-        cast(LastReports, ctx.shared[LastReports.name]),
-        cast(PlannerExports, ctx.shared[PlannerExports.name]),
+        hosted(ctx.shared, LastReports),
+        hosted(ctx.shared, PlannerExports),
         nc,
         ctx.settings.events_stream,
         epss_high=load_planner_settings().epss_high_percentile,

@@ -17,7 +17,9 @@ from streamproc.events.payloads import Component, ImageIndexed
 from streamproc.impact import keys as K
 from streamproc.impact.projection import ImpactProjection, impact_projection
 from streamproc.impact.selector import Selector
+from streamproc.impact.warming import start_warming
 from streamproc.names import IMPACT
+from streamproc.planner.role import PLANNER
 from streamproc.projection import Folder
 from streamproc.sbom.purls import PurlError, TooManyKeysError
 from streamproc.state import keys
@@ -222,7 +224,7 @@ async def test_warming_runs_in_slices_and_changes_nothing(tmp_path: Path) -> Non
     proj = ImpactProjection(max_bytes=None, warm_on_start=True)
     Folder(store, [proj], "impact")
     assert not proj.warm
-    task = proj._warm_task
+    task = start_warming(proj)
     assert task is not None
     check_answers(proj, model, 6)  # answers while cold, loading lazily
     proj.index.restore()  # forget what the queries loaded: warm from scratch
@@ -235,6 +237,42 @@ async def test_warming_runs_in_slices_and_changes_nothing(tmp_path: Path) -> Non
     assert resident == known > 0
     check_answers(proj, model, 6)
     assert state_digest(store) == before
+    store.close()
+
+
+def _reopened(tmp_path: Path, warm_on_start: bool) -> tuple[RocksStore, ImpactProjection]:
+    store = RocksStore(tmp_path / "impact")
+    fold(store, random_events(3, 200, products=100), sizes=[50])
+    store.close()
+    store = RocksStore(tmp_path / "impact")
+    proj = ImpactProjection(max_bytes=None, warm_on_start=warm_on_start)
+    Folder(store, [proj], "impact")
+    return store, proj
+
+
+async def test_the_planner_role_warms_the_index_once_open(tmp_path: Path) -> None:
+    store, proj = _reopened(tmp_path, warm_on_start=True)
+    assert not proj.warm
+    assert PLANNER.on_open is not None
+    PLANNER.on_open({IMPACT: proj, "other": object()})  # type: ignore[dict-item]  # found by name
+    for _ in range(10_000):
+        if proj.warm:
+            break
+        await asyncio.sleep(0)
+    assert proj.warm and proj.warm_progress[0] == proj.warm_progress[1] > 0
+    store.close()
+
+
+def test_warming_is_started_only_when_there_is_something_to_warm_and_a_loop(
+    tmp_path: Path,
+) -> None:
+    store, proj = _reopened(tmp_path, warm_on_start=False)
+    assert proj.warm and start_warming(proj) is None
+    store.close()
+    store, proj = _reopened(tmp_path / "again", warm_on_start=True)
+    assert start_warming(proj) is None and not proj.warm  # no running loop: warm explicitly
+    proj.warm_now()
+    assert proj.warm
     store.close()
 
 
