@@ -39,6 +39,7 @@ from streamproc.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.roles import spec_for
 from streamproc.scanner.demo import seed_demo
 from streamproc.signals import install_stop_signals
+from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore
 from streamproc.status import StatusHeartbeat
 
@@ -101,8 +102,9 @@ class System:
         self.heartbeat = StatusHeartbeat(self, lag_limit=READY_LAG)
         # Lock every state directory first: a second process on a directory in use is
         # refused before it touches NATS, consumers or the HLC file.
+        sizes = store_sizes()
         for role in self.roles:
-            self.stores.append(RocksStore(s.state_dir(role)))
+            self.stores.append(RocksStore(s.state_dir(role), sizes=sizes))
         if self.http:  # a taken port is refused now, before NATS, consumers and leases
             self._sock = listen(s.http_host, s.http_port)
             if self.serves_api and s.ops_port is not None:

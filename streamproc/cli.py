@@ -42,6 +42,7 @@ from streamproc.runner.ratebucket import definition as rate_bucket_definition
 from streamproc.scanner import cli as scanner_cli
 from streamproc.signals import install_stop_signals
 from streamproc.state.digest import state_digest
+from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore, StateLocked
 from streamproc.status import cli as status_cli
 
@@ -140,7 +141,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     busy = f"; stop the {args.role} role and run replay again"
     try:  # the role must be stopped: said now, not after the whole replay
         if live.exists():
-            RocksStore(live).close()
+            RocksStore(live, sizes=store_sizes()).close()
     except StateLocked as exc:
         print(f"streamproc: {exc}{busy}", file=sys.stderr)
         return exitcodes.USAGE
@@ -191,7 +192,8 @@ def cmd_state_digest(args: argparse.Namespace) -> int:
     if not (path / "CURRENT").exists():
         print(f"streamproc: {path} is not a state directory", file=sys.stderr)
         return exitcodes.USAGE
-    store = RocksStore(path, read_only=True)  # also works beside a running role
+    # also works beside a running role
+    store = RocksStore(path, read_only=True, sizes=store_sizes())
     try:
         print(state_digest(store))
     finally:

@@ -21,7 +21,7 @@ from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, EventError, decode
 from streamproc.fold import Handler, handlers_of
 from streamproc.state import keys
-from streamproc.state.malloc import Trimmer
+from streamproc.state.malloc import DEFAULT_TRIM_S, Trimmer
 from streamproc.state.store import Store
 
 if TYPE_CHECKING:
@@ -319,11 +319,14 @@ class Folder:
         projections: Iterable[Projection],
         role: str = "",
         subjects: str | None = None,
+        trim_interval_s: float = DEFAULT_TRIM_S,
     ) -> None:
         """``subjects``: the event log's subject prefix (``<prefix>.events.``). Given, an
         event that is not on its own tenant's and aggregate's subject is quarantined
         (``wrong_subject``): NATS permissions authorize subjects, so this is what confines a
-        producer allowed on one tenant's subjects to that tenant's events."""
+        producer allowed on one tenant's subjects to that tenant's events.
+        ``trim_interval_s``: how often, at most, memory is handed back after a batch of
+        projections that ask for it (``projector.malloc_trim_s``; 0: never)."""
         self.store = store
         self.role = role
         self.subjects = subjects
@@ -332,7 +335,9 @@ class Folder:
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate projection names in {names}")
         self._pauses_gc = any(p.pauses_gc for p in self.projections)
-        self._trimmer = Trimmer() if any(p.trims_malloc for p in self.projections) else None
+        self._trimmer = (
+            Trimmer(trim_interval_s) if any(p.trims_malloc for p in self.projections) else None
+        )
         self._dispatch: dict[str, list[Projection]] = {}
         for p in self.projections:
             for k in p.kinds:

@@ -24,6 +24,7 @@ from streamproc.fold_report import report
 from streamproc.names import projector_consumer
 from streamproc.projection import Folder, Projection
 from streamproc.state.keys import Checkpoint
+from streamproc.state.settings import trim_interval_s
 from streamproc.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class Projector:
         self.role = role
         self.batch = batch
         self.durable = durable
-        self.folder = Folder(store, projections, role, subjects)
+        self.folder = Folder(store, projections, role, subjects, trim_interval_s())
         self.log_rejections = log_rejections
         self.rebuild = rebuild
         self.consumer = consumer or projector_consumer(role)

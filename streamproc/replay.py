@@ -28,6 +28,7 @@ from streamproc.names import EVENTS
 from streamproc.projector import SYNC_FAILURES, PositionError, Projector
 from streamproc.roles import projections_for
 from streamproc.state.digest import state_digest
+from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore
 
 
@@ -96,7 +97,7 @@ async def rebuild(
             f"{partial_warning(stream, info.state.first_seq)}; restore the stream, or pass "
             f"--allow-partial to rebuild from what is left"
         )
-    store = RocksStore(target)
+    store = RocksStore(target, sizes=store_sizes())
     t0 = time.perf_counter()
     subjects = _subjects(info.config)
     projections = projections_for(role)
@@ -161,7 +162,8 @@ async def rebuild(
 def swap_in(new: Path, live: Path) -> None:
     """Replace ``live`` with ``new``; refuses while another process holds ``live``."""
     if live.exists():
-        holder = RocksStore(live)  # takes the directory lock, or raises StateLocked
+        # takes the directory lock, or raises StateLocked
+        holder = RocksStore(live, sizes=store_sizes())
         holder.close()
         old = live.with_name(f"{live.name}.old-{int(time.time())}")
         live.rename(old)

@@ -2,15 +2,20 @@
 pyproject.toml is exactly the modules of the projections the roles fold (``ROLES``), so a
 projection added to a role is checked by import-linter from its first commit. No fold
 module reaches the event loop (``asyncio``) either, directly or through another module:
-background work over folded state (the impact index's warming) lives outside the folds."""
+background work over folded state (the impact index's warming) lives outside the folds. Nor
+does any read a setting: what a fold or its store is configured with reaches it through its
+constructor, read by the code that starts the role."""
 
 from __future__ import annotations
 
 import tomllib
+import typing
+from collections.abc import Callable
 from pathlib import Path
 
 import grimp
 
+from streamproc.projection import Projection
 from streamproc.roles import ROLES
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
@@ -18,8 +23,18 @@ RUNTIME = {"streamproc.projection", "streamproc.projections"}
 """The fold runtime itself and the helpers folds share: held to the same rule."""
 
 
+def _folded_class(make: Callable[[], Projection]) -> type:
+    """The projection class a role's factory makes: the class itself, or the return type of
+    a function that builds it with the role's settings."""
+    if isinstance(make, type):
+        return make
+    made = typing.get_type_hints(make)["return"]
+    assert isinstance(made, type) and issubclass(made, Projection), make
+    return made
+
+
 def fold_modules() -> set[str]:
-    folded = {p.__module__ for spec in ROLES.values() for p in spec.projections}
+    folded = {_folded_class(p).__module__ for spec in ROLES.values() for p in spec.projections}
     return RUNTIME | {m for m in folded if not m.startswith(tuple(f"{r}." for r in RUNTIME))}
 
 
@@ -59,3 +74,17 @@ def test_no_fold_module_reaches_asyncio_even_through_others() -> None:
         for m in fold_modules()
     }
     assert {m: c for m, c in chains.items() if c} == {}
+
+
+def test_no_fold_module_reads_a_setting_even_through_others() -> None:
+    """Settings (the environment, the config file) are read where a role is started, and
+    reach folds and stores as constructor arguments: a fold's result depends on its events
+    and its arguments alone."""
+    graph = grimp.build_graph("streamproc", cache_dir=None)
+    readers = {"streamproc.config", "streamproc.configfile"}
+    chains = {
+        (m, bad): graph.find_shortest_chain(importer=m, imported=bad, as_packages=True)
+        for m in fold_modules()
+        for bad in readers
+    }
+    assert {k: c for k, c in chains.items() if c} == {}

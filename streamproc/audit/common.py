@@ -11,6 +11,7 @@ from streamproc.audit.dsse import Keyring
 from streamproc.audit.layout import HEADS_CF
 from streamproc.audit.signing import build_keyring
 from streamproc.config import Settings, load
+from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore
 
 AUDITOR_ROLE = "auditor"
@@ -42,7 +43,7 @@ def open_state(path: Path) -> Iterator[RocksStore]:
         raise UsageError(
             f"no auditor state in {path}: run the auditor role first, or pass --state-dir"
         )
-    store = RocksStore(path, read_only=True)
+    store = RocksStore(path, read_only=True, sizes=store_sizes())
     try:
         if HEADS_CF not in store.families():
             raise UsageError(f"{path} holds no audit log (is it the auditor's state?)")

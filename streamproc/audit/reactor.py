@@ -96,7 +96,7 @@ class SnapshotReactor(Reactor):
 
         def work() -> list[ChainReport]:
             if isinstance(store, RocksStore):
-                view = RocksStore(store.path, read_only=True)
+                view = RocksStore(store.path, read_only=True, sizes=store.sizes)
                 try:
                     return verify_all(view, keyring, stop=stop)
                 finally:

@@ -38,6 +38,7 @@ from streamproc.bus.services import Served, ServiceFailure
 from streamproc.cancellation import checkpoint
 from streamproc.queries import AUDITOR, VERIFY, ChainReport, VerifyQuery, read_query
 from streamproc.reactor import RoleContext
+from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def verify(
 ) -> ChainReport:
     """Verify ``tenant``'s chain in a read-only view of ``state_dir`` (blocking)."""
     try:
-        store = RocksStore(state_dir, read_only=True)
+        store = RocksStore(state_dir, read_only=True, sizes=store_sizes())
     except FileNotFoundError as exc:
         log.warning("chain verification: no auditor state: %s", exc)
         raise ServiceFailure(

@@ -21,6 +21,7 @@ from streamproc.audit.dsse import Keyring
 from streamproc.audit.layout import Readable, SnapshotRecord, entry_at
 from streamproc.audit.logview import log_view_rows
 from streamproc.audit.segment import SegmentResult, verify_segment
+from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore
 
 
@@ -62,7 +63,7 @@ def _worker(
     keys: list[tuple[str, bytes]],
     log_view: bool,
 ) -> bytes:
-    store = RocksStore(path, read_only=True)
+    store = RocksStore(path, read_only=True, sizes=store_sizes())
     try:
         snaps = msgspec.json.decode(snaps_raw, type=list[SnapshotRecord])
         ring = Keyring({key_id: VerifyKey(raw) for key_id, raw in keys})

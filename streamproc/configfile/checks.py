@@ -32,8 +32,7 @@ from streamproc.gateway.settings import GatewaySettings
 from streamproc.lease import ENV_TTL, lease_ttl
 from streamproc.notify import feed_consumer, registrations
 from streamproc.planner import settings as planner_settings
-from streamproc.readmodel.retention import ENV as RETENTION_ENV
-from streamproc.readmodel.retention import retention_days
+from streamproc.readmodel.settings import RETENTION_ENV, retention_days
 from streamproc.runner import settings as runner_settings
 from streamproc.status.record import INTERVAL_ENV, interval_s
 

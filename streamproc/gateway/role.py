@@ -14,7 +14,8 @@ from streamproc.console.routes import mount_console
 from streamproc.gateway.app import mount_gateway
 from streamproc.gateway.settings import GatewaySettings, load
 from streamproc.reactor import RoleContext, RoleSpec
-from streamproc.readmodel import READ_MODEL
+from streamproc.readmodel import READ_MODEL, Runs
+from streamproc.readmodel.settings import runs
 
 
 def make_mount(
@@ -30,4 +31,5 @@ def make_mount(
 
 
 mount = make_mount()
-GATEWAY = RoleSpec(list(READ_MODEL), routes=mount)
+GATEWAY = RoleSpec([runs if make is Runs else make for make in READ_MODEL], routes=mount)
+"""The read model, its runs kept for the configured retention."""

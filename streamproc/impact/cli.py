@@ -28,10 +28,11 @@ from streamproc.events.payloads import ImageRemoved
 from streamproc.ids import InvalidTenant, validate_tenant
 from streamproc.impact import keys as K
 from streamproc.impact.groups import _OVERHEAD
-from streamproc.impact.projection import ImpactProjection, _env_cache_bytes
+from streamproc.impact.settings import cache_bytes, impact_projection
 from streamproc.impact.stats import index_stats
 from streamproc.roles import ROLES
 from streamproc.sbom.publish import UsageError, build_payload, publish_image_event
+from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore, StateLocked
 
 EXIT_OK = 0
@@ -114,7 +115,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     path = Path(args.state_dir) if args.state_dir else _default_state_dir(_settings(args))
     if not (path / "CURRENT").exists():
         raise UsageError(f"no impact state in {path}: run the role that hosts it, or --state-dir")
-    store = RocksStore(path, read_only=True)  # a point-in-time view beside a running role
+    # a point-in-time view beside a running role
+    store = RocksStore(path, read_only=True, sizes=store_sizes())
     try:
         if K.GROUPS_CF not in store.families():
             raise UsageError(
@@ -124,7 +126,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         s = index_stats(store)
     finally:
         store.close()
-    bound = _env_cache_bytes()
+    bound = cache_bytes()
     warm_bytes = _OVERHEAD * s.product_keys + 2 * s.group_bytes + s.owner_bytes
     doc = {
         "stateDir": str(path),
@@ -173,7 +175,7 @@ def _default_state_dir(settings: Any) -> Path:
     """The state directory of the first role hosting the ``impact`` projection that has
     one (the planner hosts it; a test may register another role that does), in registry
     order."""
-    hosts = [name for name, spec in ROLES.items() if ImpactProjection in spec.projections]
+    hosts = [name for name, spec in ROLES.items() if impact_projection in spec.projections]
     for name in [*hosts, IMPACT_ROLE]:
         if (settings.state_dir(name) / "CURRENT").exists():
             return Path(settings.state_dir(name))

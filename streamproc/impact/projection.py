@@ -26,7 +26,6 @@ from typing import ClassVar
 
 from prometheus_client import Gauge
 
-from streamproc.config import environment
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import Component, FeedserExport, ImageIndexed, ImageRemoved
 from streamproc.fold import folds
@@ -77,23 +76,6 @@ def _settle_gc() -> None:
     gc.freeze()
 
 
-def _env_flag(name: str, default: bool) -> bool:
-    raw = environment().get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name}={raw!r}: use true or false")
-
-
-def _env_cache_bytes() -> int | None:
-    raw = environment().get("STREAMPROC_IMPACT_CACHE_MB", "").strip()
-    mb = int(raw) if raw else DEFAULT_CACHE_MB
-    return None if mb <= 0 else mb * 1024 * 1024
-
-
 class ImpactProjection(Projection):
     name: ClassVar[str] = IMPACT
     creates: ClassVar[frozenset[str]] = frozenset({"image.indexed", "export.feedser"})
@@ -112,17 +94,14 @@ class ImpactProjection(Projection):
     replayed."""
 
     def __init__(
-        self, *, max_bytes: int | bool | None = True, warm_on_start: bool | None = None
+        self, *, max_bytes: int | None = DEFAULT_CACHE_MB << 20, warm_on_start: bool = True
     ) -> None:
-        """``max_bytes``: the cache bound (True = STREAMPROC_IMPACT_CACHE_MB, default
-        640 MB; None = unbounded). ``warm_on_start``: default
-        STREAMPROC_IMPACT_WARM_ON_START (true)."""
-        self.max_bytes = _env_cache_bytes() if max_bytes is True else max_bytes or None
-        self.warm_on_start = (
-            _env_flag("STREAMPROC_IMPACT_WARM_ON_START", True)
-            if warm_on_start is None
-            else warm_on_start
-        )
+        """``max_bytes``: the cache bound (``impact.cache_mb``, default 640 MB; None or 0:
+        unbounded). ``warm_on_start``: load the hot groups in the background once opened
+        (``impact.warm_on_start``). A role passes what is configured
+        (:func:`streamproc.impact.settings.impact_projection`)."""
+        self.max_bytes = max_bytes or None
+        self.warm_on_start = warm_on_start
         self.index = ImpactIndex()
         self._warm = True
 

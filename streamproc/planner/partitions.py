@@ -41,7 +41,7 @@ from streamproc.bus import jsapi
 from streamproc.bus.services import Served
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
-from streamproc.impact.projection import ImpactProjection
+from streamproc.impact.settings import impact_projection
 from streamproc.impact.warming import warm_hosted
 from streamproc.lease import Lease, NatsFailure, entries, holder_id, lease_ttl, open_bucket
 from streamproc.planner.cron import CronReactor
@@ -55,12 +55,13 @@ from streamproc.projection import Projection
 from streamproc.projector import Projector
 from streamproc.queries import partition_endpoint
 from streamproc.reactor import Reactor, RoleContext
+from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore
 
 log = logging.getLogger(__name__)
 
 PROJECTIONS: list[Callable[[], Projection]] = [
-    ImpactProjection,
+    impact_projection,
     PlannerSchedules,
     PlannerExports,
     PlannerRuns,
@@ -159,7 +160,7 @@ class Partition:
         s = self.base.settings
         nc = self.base.publisher.nc
         path = s.state_dir(names.partition_state(self.k, self.n))
-        self.store = RocksStore(path)
+        self.store = RocksStore(path, sizes=store_sizes())
         projections = [make() for make in PROJECTIONS]
         where = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
         proj = Projector(

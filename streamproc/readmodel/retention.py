@@ -9,15 +9,11 @@ next event, and the same events always leave the same state, whatever the batch 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from streamproc.config import ConfigError, environment
 from streamproc.names import RM_RUNS_EXPIRY_CF
 from streamproc.readmodel import keys
 
-ENV = "STREAMPROC_READMODEL_RETENTION_DAYS"
 DEFAULT_DAYS = 180
-MAX_DAYS = 100 * 366
+"""``readmodel.retention_days``'s default (read by :mod:`streamproc.readmodel.settings`)."""
 DAY_MS = 86_400_000
 EXPIRY_CF = RM_RUNS_EXPIRY_CF
 
@@ -25,20 +21,6 @@ CLOCK_KEY = b"clock"
 """The read model's clock (big-endian milliseconds), beside the finish-time index."""
 FINISHED_PREFIX = b"F"
 """``F`` + finish ms (8 bytes, big-endian) + tenant + NUL + run id -> requested seq (8 bytes)."""
-
-
-def retention_days(env: Mapping[str, str] | None = None) -> int:
-    """Days a finished run stays in the read model (``readmodel.retention_days``)."""
-    raw = (environment() if env is None else env).get(ENV, "").strip()
-    if not raw:
-        return DEFAULT_DAYS
-    try:
-        days = int(raw)
-    except ValueError:
-        raise ConfigError(f"{ENV}={raw!r}: a whole number of days") from None
-    if not 1 <= days <= MAX_DAYS:
-        raise ConfigError(f"{ENV}={days}: between 1 and {MAX_DAYS} days")
-    return days
 
 
 def expiry_key(finished_ms: int, tenant: str, run_id: str) -> bytes:

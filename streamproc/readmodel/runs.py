@@ -122,11 +122,11 @@ class Runs(Projection):
     """Each export a run names, as recorded: its id as sent and its time (the run's order,
     its first exports, the cursor it moves)."""
 
-    def __init__(self, retention_days: int | None = None) -> None:
-        """``retention_days`` defaults to ``STREAMPROC_READMODEL_RETENTION_DAYS``; 0 turns
-        pruning off (tools and tests; the setting itself is at least 1)."""
-        days = retention.retention_days() if retention_days is None else retention_days
-        self.keep_ms = days * retention.DAY_MS
+    def __init__(self, retention_days: int = retention.DEFAULT_DAYS) -> None:
+        """``retention_days``: ``readmodel.retention_days``, as the gateway passes it
+        (:func:`streamproc.readmodel.settings.runs`); 0 turns pruning off (tools and tests;
+        the setting itself is at least 1)."""
+        self.keep_ms = retention_days * retention.DAY_MS
         self._cache: dict[bytes, RunRecord | None] = {}
         """Runs as stored (expired ones included) read or changed in this batch."""
         self._dirty: set[bytes] = set()

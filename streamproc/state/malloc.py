@@ -10,14 +10,11 @@ lists, so it is rate-limited (:class:`Trimmer`). Elsewhere (musl, macOS) it is a
 from __future__ import annotations
 
 import ctypes
-import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-from streamproc.config import ConfigError, environment
-
-TRIM_ENV = "STREAMPROC_MALLOC_TRIM_S"
 DEFAULT_TRIM_S = 5.0
+"""``projector.malloc_trim_s``'s default (read by :mod:`streamproc.state.settings`)."""
 
 
 def _load() -> Callable[[int], int] | None:
@@ -42,28 +39,13 @@ def trim() -> bool:
     return _MALLOC_TRIM is not None and bool(_MALLOC_TRIM(0))
 
 
-def trim_interval_s(env: Mapping[str, str] | None = None) -> float:
-    """``STREAMPROC_MALLOC_TRIM_S`` (``projector.malloc_trim_s``), validated: default 5 s,
-    0: never trim."""
-    raw = ((environment() if env is None else env).get(TRIM_ENV) or "").strip()
-    if not raw:
-        return DEFAULT_TRIM_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{TRIM_ENV}={raw!r}: not a number of seconds") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(f"{TRIM_ENV}={raw}: seconds, 0 or more (0: never trim)")
-    return value
-
-
 class Trimmer:
     """Trims after a batch at most once per ``interval_s`` (0: never)."""
 
     def __init__(
-        self, interval_s: float | None = None, clock: Callable[[], float] = time.monotonic
+        self, interval_s: float = DEFAULT_TRIM_S, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.interval_s = trim_interval_s() if interval_s is None else interval_s
+        self.interval_s = interval_s
         self._clock = clock
         self._last = -float("inf")
         self.trims = 0

@@ -9,7 +9,7 @@ import ctypes
 import os
 
 from streamproc import metrics
-from streamproc.state.store import block_cache, open_stores
+from streamproc.state.store import open_stores
 
 
 class _MallInfo2(ctypes.Structure):
@@ -64,9 +64,9 @@ def parts() -> dict[str, int]:
     stores = open_stores()
     if stores:
         out["rocksdb_memtables"] = sum(s.memtable_bytes() for s in stores)
-        cache = block_cache()
-        out["rocksdb_block_cache"] = int(cache.get_usage())
-        out["rocksdb_block_cache_pinned"] = int(cache.get_pinned_usage())
+        caches = {id(s.block_cache): s.block_cache for s in stores}.values()
+        out["rocksdb_block_cache"] = sum(int(c.get_usage()) for c in caches)
+        out["rocksdb_block_cache_pinned"] = sum(int(c.get_pinned_usage()) for c in caches)
     return out
 
 

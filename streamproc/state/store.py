@@ -15,6 +15,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
 from typing import cast
@@ -31,7 +32,6 @@ from rocksdict import (
     WriteBufferManager,
 )
 
-from streamproc.config import ConfigError, environment
 from streamproc.state.keys import LOCK_FILE, META_CF, POINT_READ_FAMILIES
 
 Writes = Mapping[str, Mapping[bytes, bytes | None]]
@@ -122,59 +122,43 @@ def _prefix_end(prefix: bytes) -> bytes | None:
     return p[:-1] + bytes([p[-1] + 1]) if p else None
 
 
-WRITE_BUFFER_ENV = "STREAMPROC_WRITE_BUFFER_MB"
 DEFAULT_WRITE_BUFFER_MB = 8
-
-
-def write_buffer_bytes(env: Mapping[str, str] | None = None) -> int:
-    """``STREAMPROC_WRITE_BUFFER_MB`` (``projector.write_buffer_mb``), validated, in bytes:
-    default 8 MB (chosen by the soak, docs/operations.md "Memory"), 0: RocksDB's own defaults."""
-    raw = ((environment() if env is None else env).get(WRITE_BUFFER_ENV) or "").strip()
-    if not raw:
-        return DEFAULT_WRITE_BUFFER_MB << 20
-    try:
-        mb = int(raw)
-    except ValueError:
-        raise ConfigError(f"{WRITE_BUFFER_ENV}={raw!r}: not a whole number of MB") from None
-    if mb < 0:
-        raise ConfigError(f"{WRITE_BUFFER_ENV}={raw}: MB, 0 or more (0: RocksDB's defaults)")
-    return mb << 20
-
-
-BLOCK_CACHE_ENV = "STREAMPROC_BLOCK_CACHE_MB"
 DEFAULT_BLOCK_CACHE_MB = 32
-_block_cache: Cache | None = None
 
 
-def block_cache_bytes(env: Mapping[str, str] | None = None) -> int:
-    """``STREAMPROC_BLOCK_CACHE_MB`` (``projector.block_cache_mb``), validated, in bytes."""
-    raw = ((environment() if env is None else env).get(BLOCK_CACHE_ENV) or "").strip()
-    if not raw:
-        return DEFAULT_BLOCK_CACHE_MB << 20
-    try:
-        mb = int(raw)
-    except ValueError:
-        raise ConfigError(f"{BLOCK_CACHE_ENV}={raw!r}: not a whole number of MB") from None
-    if mb < 1:
-        raise ConfigError(f"{BLOCK_CACHE_ENV}={raw}: MB, at least 1")
-    return mb << 20
+@dataclass(frozen=True)
+class StoreSizes:
+    """What bounds a store's memory: ``write_buffer_bytes`` its memtables, all its families
+    together (``projector.write_buffer_mb``: 8 MB, chosen by the soak, docs/operations.md
+    "Memory"; 0: RocksDB's own defaults), ``block_cache_bytes`` the block cache it shares
+    with every store of the process opened with the same size (``projector.block_cache_mb``).
+    Read by :func:`streamproc.state.settings.store_sizes`."""
+
+    write_buffer_bytes: int = DEFAULT_WRITE_BUFFER_MB << 20
+    block_cache_bytes: int = DEFAULT_BLOCK_CACHE_MB << 20
 
 
-def block_cache() -> Cache:
-    """The process's one block cache, shared by every family of every store it opens: what
-    RocksDB keeps of table files in memory — data blocks, and their index and filter blocks
-    too — is bounded by one setting, however many families and files there are. (RocksDB's
-    own default is a cache of 8 MB per family, and index and filter blocks outside any
-    cache, growing with the data.)"""
-    global _block_cache
-    if _block_cache is None:
-        _block_cache = Cache(block_cache_bytes())
-    return _block_cache
+_block_caches: dict[int, Cache] = {}
 
 
-def _options(family: str | None = None, wbm: WriteBufferManager | None = None) -> Options:
+def block_cache(nbytes: int = DEFAULT_BLOCK_CACHE_MB << 20) -> Cache:
+    """The process's one block cache (of ``nbytes``), shared by every family of every store
+    it opens: what RocksDB keeps of table files in memory — data blocks, and their index and
+    filter blocks too — is bounded by one setting, however many families and files there
+    are. (RocksDB's own default is a cache of 8 MB per family, and index and filter blocks
+    outside any cache, growing with the data.)"""
+    cache = _block_caches.get(nbytes)
+    if cache is None:
+        cache = _block_caches[nbytes] = Cache(nbytes)
+    return cache
+
+
+def _options(
+    cache: Cache, family: str | None = None, wbm: WriteBufferManager | None = None
+) -> Options:
     """The database's options, or one column family's (tuned for point reads if listed in
-    ``POINT_READ_FAMILIES``). ``wbm``: the store's memtable bound, shared by its families."""
+    ``POINT_READ_FAMILIES``). ``cache``: the block cache; ``wbm``: the store's memtable
+    bound, shared by its families."""
     o = Options(raw_mode=True)
     o.create_if_missing(True)
     o.create_missing_column_families(True)
@@ -184,7 +168,7 @@ def _options(family: str | None = None, wbm: WriteBufferManager | None = None) -
         o.set_write_buffer_manager(wbm)
         o.set_write_buffer_size(max(wbm.get_buffer_size() // 4, 1 << 20))
     table = BlockBasedOptions()
-    table.set_block_cache(block_cache())
+    table.set_block_cache(cache)
     table.set_cache_index_and_filter_blocks(True)
     # the newest files' index and filter stay cached (every read of the family needs them)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
@@ -211,11 +195,16 @@ class RocksStore(Store):
 
     An advisory file lock keeps a second writer out of a directory that is in use;
     ``read_only`` opens a point-in-time view beside a running writer (CLI inspection).
+    ``sizes``: its memory bounds, as configured (:func:`streamproc.state.settings.store_sizes`).
     """
 
-    def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
+    def __init__(
+        self, path: Path | str, *, read_only: bool = False, sizes: StoreSizes = StoreSizes()
+    ) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        self.sizes = sizes
+        self.block_cache = block_cache(sizes.block_cache_bytes)
         self._lock_fd = -1
         if read_only:
             if not (self.path / "CURRENT").exists():
@@ -231,13 +220,15 @@ class RocksStore(Store):
                     f"state directory {self.path} is in use by another streamproc process"
                 ) from None
         existing = (
-            Rdict.list_cf(str(self.path), _options()) if (self.path / "CURRENT").exists() else []
+            Rdict.list_cf(str(self.path), _options(self.block_cache))
+            if (self.path / "CURRENT").exists()
+            else []
         )
-        limit = 0 if read_only else write_buffer_bytes()
+        limit = 0 if read_only else sizes.write_buffer_bytes
         self._wbm = WriteBufferManager(limit, False) if limit else None
         """Bounds the memtables of all this store's families together (no stall: over the
         bound, RocksDB flushes the largest memtable)."""
-        cfs = {n: _options(n, self._wbm) for n in existing if n != "default"}
+        cfs = {n: _options(self.block_cache, n, self._wbm) for n in existing if n != "default"}
         if read_only:
             self._db = Rdict(
                 str(self.path),
@@ -246,8 +237,10 @@ class RocksStore(Store):
                 access_type=AccessType.read_only(),
             )
         else:
-            cfs.setdefault(META_CF, _options(META_CF, self._wbm))
-            self._db = Rdict(str(self.path), _options(None, self._wbm), column_families=cfs)
+            cfs.setdefault(META_CF, _options(self.block_cache, META_CF, self._wbm))
+            self._db = Rdict(
+                str(self.path), _options(self.block_cache, None, self._wbm), column_families=cfs
+            )
         self._handles = {n: self._db.get_column_family_handle(n) for n in cfs}
         self._cfs = {n: self._db.get_column_family(n) for n in cfs}
         _open_stores.add(self)
@@ -270,7 +263,9 @@ class RocksStore(Store):
             if n not in self._cfs:
                 if self.read_only:
                     raise KeyError(f"column family {n!r} does not exist in {self.path}")
-                self._cfs[n] = self._db.create_column_family(n, _options(n, self._wbm))
+                self._cfs[n] = self._db.create_column_family(
+                    n, _options(self.block_cache, n, self._wbm)
+                )
                 self._handles[n] = self._db.get_column_family_handle(n)
 
     def get(self, cf: str, key: bytes) -> bytes | None:

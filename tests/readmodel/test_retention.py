@@ -15,8 +15,10 @@ from streamproc.projection import Folder
 from streamproc.projector import report
 from streamproc.readmodel import Exports, Runs, Schedules
 from streamproc.readmodel.queries import ReadModel
-from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX, retention_days
+from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX
 from streamproc.readmodel.runs import BY_TIME_CF, CF, DELTAS_CF
+from streamproc.readmodel.settings import retention_days
+from streamproc.roles import projections_for
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore
@@ -194,9 +196,13 @@ def test_bad_settings_are_refused_clearly(value: str) -> None:
         retention_days({"STREAMPROC_READMODEL_RETENTION_DAYS": value})
 
 
-def test_projection_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_gateway_folds_with_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    def gateway_runs() -> Runs:
+        return next(p for p in projections_for("gateway") if isinstance(p, Runs))
+
+    assert Runs().keep_ms == 180 * 86_400_000
     monkeypatch.setenv("STREAMPROC_READMODEL_RETENTION_DAYS", "3")
-    assert Runs().keep_ms == 3 * 86_400_000
+    assert gateway_runs().keep_ms == 3 * 86_400_000
     monkeypatch.setenv("STREAMPROC_READMODEL_RETENTION_DAYS", "soon")
     with pytest.raises(ConfigError):
-        Runs()
+        gateway_runs()

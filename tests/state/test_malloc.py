@@ -13,6 +13,7 @@ from streamproc.events.envelope import encode
 from streamproc.impact.projection import ImpactProjection
 from streamproc.projection import Folder
 from streamproc.state import keys, malloc
+from streamproc.state.settings import TRIM_ENV, trim_interval_s
 from streamproc.state.store import RocksStore
 from tests.impact.helpers import indexed, purl
 
@@ -67,10 +68,10 @@ def test_trimmer_off_never_trims() -> None:
 
 
 def test_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(malloc.TRIM_ENV, raising=False)
-    assert malloc.Trimmer().interval_s == malloc.DEFAULT_TRIM_S
-    monkeypatch.setenv(malloc.TRIM_ENV, "0")
-    assert malloc.Trimmer().interval_s == 0.0
+    monkeypatch.delenv(TRIM_ENV, raising=False)
+    assert trim_interval_s() == malloc.Trimmer().interval_s == malloc.DEFAULT_TRIM_S
+    monkeypatch.setenv(TRIM_ENV, "0")
+    assert trim_interval_s() == 0.0
 
 
 @pytest.mark.parametrize(
@@ -83,12 +84,14 @@ def test_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 )
 def test_a_bad_interval_is_a_config_error_naming_the_variable(raw: str, reason: str) -> None:
     with pytest.raises(ConfigError, match=f"^STREAMPROC_MALLOC_TRIM_S={reason}"):
-        malloc.trim_interval_s({malloc.TRIM_ENV: raw})
+        trim_interval_s({TRIM_ENV: raw})
 
 
 def fold_two_batches(path: Path) -> Folder:
+    """Two batches folded with the configured trim interval (as the projector passes it)."""
     store = RocksStore(path)
-    folder = Folder(store, [ImpactProjection(max_bytes=None, warm_on_start=False)], "impact")
+    impact = ImpactProjection(max_bytes=None, warm_on_start=False)
+    folder = Folder(store, [impact], "impact", trim_interval_s=trim_interval_s())
     for b in range(2):
         events = [indexed("t", b * 10 + i, [(*purl(i, 0), True)]) for i in range(10)]
         msgs = [(b * 10 + k + 1, "s", encode(e)) for k, e in enumerate(events)]
@@ -101,9 +104,9 @@ def fold_two_batches(path: Path) -> Folder:
 def test_the_folder_trims_after_an_impact_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(malloc.TRIM_ENV, "3600")
+    monkeypatch.setenv(TRIM_ENV, "3600")
     folder = fold_two_batches(tmp_path / "a")
     assert folder._trimmer is not None and folder._trimmer.trims == 1  # then rate-limited
-    monkeypatch.setenv(malloc.TRIM_ENV, "0")
+    monkeypatch.setenv(TRIM_ENV, "0")
     folder = fold_two_batches(tmp_path / "b")
     assert folder._trimmer is not None and folder._trimmer.trims == 0

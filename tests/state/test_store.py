@@ -13,7 +13,8 @@ from streamproc.config import ConfigError
 from streamproc.state import store as store_module
 from streamproc.state.digest import state_digest
 from streamproc.state.keys import META_CF, POINT_READ_FAMILIES
-from streamproc.state.store import MemoryStore, RocksStore, StateLocked, Store, write_buffer_bytes
+from streamproc.state.settings import store_sizes, write_buffer_bytes
+from streamproc.state.store import MemoryStore, RocksStore, StateLocked, Store
 
 KEYS = [b"a", b"a\x00", b"a/1", b"a/2", b"a/10", b"ab", b"b", b"b/1", b"\xff", b"\xff\xff"]
 
@@ -363,7 +364,7 @@ def test_rocks_bounds_the_memtables_of_all_families_together(tmp_path, monkeypat
     together (RocksDB's own default, 0, keeps up to 64 MB per family): 32 MB written across
     two families stays within a small multiple of a 4 MB bound, and all of it is readable."""
     monkeypatch.setenv("STREAMPROC_WRITE_BUFFER_MB", str(bound_mb))
-    s = RocksStore(tmp_path / "state")
+    s = RocksStore(tmp_path / "state", sizes=store_sizes())  # as a role opens its store
     try:
         s.ensure_families(["t", "u"])
         rnd = random.Random(3)
@@ -396,11 +397,12 @@ def test_rocks_keeps_table_files_in_one_bounded_cache(tmp_path, monkeypatch):
     stores' table files through keeps the cache within its bound, and nothing of the files
     outside it. (RocksDB's own default: an 8 MB cache per family, and index and filter
     blocks outside any cache, growing with the data.)"""
-    monkeypatch.setattr(store_module, "_block_cache", None)  # a cache of this test's size
+    monkeypatch.setattr(store_module, "_block_caches", {})  # a cache of this test's own
     monkeypatch.setenv("STREAMPROC_BLOCK_CACHE_MB", "1")
     monkeypatch.setenv("STREAMPROC_WRITE_BUFFER_MB", "1")  # many small table files
     rnd = random.Random(5)
-    stores = [RocksStore(tmp_path / f"s{i}") for i in range(2)]
+    sizes = store_sizes()  # as a role reads them to open its stores
+    stores = [RocksStore(tmp_path / f"s{i}", sizes=sizes) for i in range(2)]
     try:
         for s in stores:
             s.ensure_families(["t", "u"])
@@ -412,7 +414,8 @@ def test_rocks_keeps_table_files_in_one_bounded_cache(tmp_path, monkeypatch):
                 for k in rnd.sample(range(1000), 200):
                     assert s.get(("t", "u")[b % 2], b"%02d/%04d" % (b, k)) is not None
                 assert s.get("t", b"%02d/absent" % b) is None
-        cache = store_module.block_cache()
+        cache = store_module.block_cache(1 << 20)
+        assert all(s.block_cache is cache for s in stores)
         assert 0 < cache.get_usage() <= 1 << 20, cache.get_usage()
         families = [cf for s in stores for cf in s._cfs.values()]
         for cf in families:  # one cache for all

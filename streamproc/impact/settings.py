@@ -1,0 +1,38 @@
+"""The impact index's settings, read where a role that hosts it starts (and by ``streamproc
+impact stats``), handed to :class:`ImpactProjection` as constructor arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from streamproc.config import environment
+from streamproc.impact.projection import DEFAULT_CACHE_MB, ImpactProjection
+
+CACHE_ENV = "STREAMPROC_IMPACT_CACHE_MB"
+WARM_ENV = "STREAMPROC_IMPACT_WARM_ON_START"
+
+
+def cache_bytes(env: Mapping[str, str] | None = None) -> int | None:
+    """``STREAMPROC_IMPACT_CACHE_MB`` (``impact.cache_mb``) in bytes: default 640 MB,
+    0 or less: None (unbounded)."""
+    raw = (environment() if env is None else env).get(CACHE_ENV, "").strip()
+    mb = int(raw) if raw else DEFAULT_CACHE_MB
+    return None if mb <= 0 else mb * 1024 * 1024
+
+
+def warm_on_start(env: Mapping[str, str] | None = None) -> bool:
+    """``STREAMPROC_IMPACT_WARM_ON_START`` (``impact.warm_on_start``): default true."""
+    raw = (environment() if env is None else env).get(WARM_ENV, "").strip().lower()
+    if not raw:
+        return True
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{WARM_ENV}={raw!r}: use true or false")
+
+
+def impact_projection() -> ImpactProjection:
+    """The impact index as a role hosts it: with the configured cache bound and warming (the
+    form ``RoleSpec.projections`` takes)."""
+    return ImpactProjection(max_bytes=cache_bytes(), warm_on_start=warm_on_start())
