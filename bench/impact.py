@@ -227,7 +227,7 @@ def ingest(
 
     import msgspec
 
-    from streamproc.impact.settings import impact_projection
+    from streamproc.impact.settings import configured_projection
     from streamproc.projection import Folder
     from streamproc.state.keys import Checkpoint
     from streamproc.state.store import RocksStore
@@ -241,7 +241,7 @@ def ingest(
     proc.start()
     sampler = PeakRss().start()
     store = RocksStore(state)
-    proj = impact_projection()  # as the planner hosts it: the configured settings
+    proj = configured_projection()  # as the planner hosts it: the configured settings
     folder = Folder(store, [proj], "impact")
     wall = cpu = 0.0
     seq = 0

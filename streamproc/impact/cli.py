@@ -28,7 +28,7 @@ from streamproc.events.payloads import ImageRemoved
 from streamproc.ids import InvalidTenant, validate_tenant
 from streamproc.impact import keys as K
 from streamproc.impact.groups import _OVERHEAD
-from streamproc.impact.settings import cache_bytes, impact_projection
+from streamproc.impact.settings import cache_bytes, configured_projection
 from streamproc.impact.stats import index_stats
 from streamproc.roles import ROLES
 from streamproc.sbom.publish import UsageError, build_payload, publish_image_event
@@ -175,7 +175,7 @@ def _default_state_dir(settings: Any) -> Path:
     """The state directory of the first role hosting the ``impact`` projection that has
     one (the planner hosts it; a test may register another role that does), in registry
     order."""
-    hosts = [name for name, spec in ROLES.items() if impact_projection in spec.projections]
+    hosts = [name for name, spec in ROLES.items() if configured_projection in spec.projections]
     for name in [*hosts, IMPACT_ROLE]:
         if (settings.state_dir(name) / "CURRENT").exists():
             return Path(settings.state_dir(name))

@@ -99,7 +99,7 @@ class ImpactProjection(Projection):
         """``max_bytes``: the cache bound (``impact.cache_mb``, default 640 MB; None or 0:
         unbounded). ``warm_on_start``: load the hot groups in the background once opened
         (``impact.warm_on_start``). A role passes what is configured
-        (:func:`streamproc.impact.settings.impact_projection`)."""
+        (:func:`streamproc.impact.settings.configured_projection`)."""
         self.max_bytes = max_bytes or None
         self.warm_on_start = warm_on_start
         self.index = ImpactIndex()

@@ -32,7 +32,7 @@ def warm_on_start(env: Mapping[str, str] | None = None) -> bool:
     raise ValueError(f"{WARM_ENV}={raw!r}: use true or false")
 
 
-def impact_projection() -> ImpactProjection:
+def configured_projection() -> ImpactProjection:
     """The impact index as a role hosts it: with the configured cache bound and warming (the
     form ``RoleSpec.projections`` takes)."""
     return ImpactProjection(max_bytes=cache_bytes(), warm_on_start=warm_on_start())

@@ -41,7 +41,7 @@ from streamproc.bus import jsapi
 from streamproc.bus.services import Served
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
-from streamproc.impact.settings import impact_projection
+from streamproc.impact.settings import configured_projection
 from streamproc.impact.warming import warm_hosted
 from streamproc.lease import Lease, NatsFailure, entries, holder_id, lease_ttl, open_bucket
 from streamproc.planner.cron import CronReactor
@@ -61,7 +61,7 @@ from streamproc.state.store import RocksStore
 log = logging.getLogger(__name__)
 
 PROJECTIONS: list[Callable[[], Projection]] = [
-    impact_projection,
+    configured_projection,
     PlannerSchedules,
     PlannerExports,
     PlannerRuns,

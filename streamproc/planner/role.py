@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from streamproc.config import Settings
-from streamproc.impact.settings import impact_projection
+from streamproc.impact.settings import configured_projection
 from streamproc.impact.warming import warm_hosted
 from streamproc.planner.cron import CronReactor
 from streamproc.planner.exports import PlannerExports
@@ -37,7 +37,7 @@ PLANNER_REACTORS: list[Callable[[Settings], Reactor]] = [PlannerReactor, CronRea
 
 
 PLANNER = RoleSpec(
-    [impact_projection, *PLANNER_PROJECTIONS],
+    [configured_projection, *PLANNER_PROJECTIONS],
     PLANNER_REACTORS,
     singleton=True,
     services=start_service,

@@ -23,7 +23,7 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.impact.projection import ImpactProjection
-from streamproc.impact.settings import impact_projection
+from streamproc.impact.settings import configured_projection
 from streamproc.projection import Folder
 from streamproc.reactor import RoleSpec
 from streamproc.replay import rebuild
@@ -38,8 +38,8 @@ from tests.impact.test_projection import check_answers
 # does, to test the index by itself.
 _MAIN = (
     "import sys; from streamproc import roles; from streamproc.reactor import RoleSpec; "
-    "from streamproc.impact.settings import impact_projection; "
-    "roles.ROLES.setdefault('impact', RoleSpec([impact_projection])); "
+    "from streamproc.impact.settings import configured_projection; "
+    "roles.ROLES.setdefault('impact', RoleSpec([configured_projection])); "
     "from streamproc.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
@@ -120,7 +120,7 @@ async def test_sigkilled_role_resumes_to_the_replay_state_and_answers_exactly(
         assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
     assert _applied(state) == last
 
-    monkeypatch.setitem(roles.ROLES, "impact", RoleSpec([impact_projection]))
+    monkeypatch.setitem(roles.ROLES, "impact", RoleSpec([configured_projection]))
     clean = await rebuild(nc, stream_names[0], "impact", tmp_path / "clean", progress=False)
     assert clean.events == last
     store = RocksStore(state)
