@@ -344,8 +344,17 @@ class Projector:
                 return False
             if consumer.delivered.consumer_seq > self._dseq:
                 return False  # delivered and not yet applied: the loop is on it
-            after = await jsapi.stream_info(self.nc, self.stream)
             last = head.state.last_seq
+            # The consumer's pending count can lag a message the stream has just stored:
+            # passing over one of our kinds would drop it when it is delivered. The stream
+            # itself says where the next one is.
+            for subject in self.filter_subjects:
+                nxt = await jsapi.next_on_subject(self.nc, self.stream, self.applied + 1, subject)
+                if nxt is not None and nxt <= last:
+                    last = nxt - 1
+            if last <= self.applied:
+                return False
+            after = await jsapi.stream_info(self.nc, self.stream)
             lost = await removed(
                 self.nc, self.stream, self.epoch, after, [(self.applied + 1, last)]
             )

@@ -132,6 +132,19 @@ async def last_on_subject(nc: Client, stream: str, subject: str) -> tuple[int, b
     return int(msg["seq"]), base64.b64decode(msg.get("data") or "")
 
 
+async def next_on_subject(nc: Client, stream: str, seq: int, subject: str) -> int | None:
+    """Sequence of the first message at or after ``seq`` on ``subject`` (wildcards allowed),
+    as the stream stores it; None when there is none. Asked of the stream itself: a
+    consumer's pending count can lag a message the stream just stored."""
+    try:
+        doc = await request(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq, "next_by_subj": subject})
+    except JsApiError as exc:
+        if exc.err_code == NO_MESSAGE:
+            return None
+        raise
+    return int(doc["message"]["seq"])
+
+
 async def stream_info(nc: Client, stream: str, *, deleted: bool = False) -> StreamInfo | None:
     """``deleted``: with the sequences of the messages removed between first and last."""
     try:
