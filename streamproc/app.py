@@ -390,14 +390,7 @@ async def react_loop(
     tick = min(intervals) if intervals else None
     while True:
         checkpoint()  # a reactor's NATS call can lose the stop (cancellation.py)
-        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the cancellation that
-        # System.close() sends, and the close would hang.
-        try:
-            async with asyncio.timeout(tick):
-                await proj.committed.wait()
-        except TimeoutError:
-            pass
-        proj.committed.clear()
+        await proj.next_commit(tick)
         for r in reactors:
             if gate is not None and not gate():
                 return

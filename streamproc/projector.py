@@ -395,6 +395,16 @@ class Projector:
                 keep.append((seq, fut))
         self._waiters = keep
 
+    async def next_commit(self, timeout: float | None) -> None:
+        """Until a batch commits, or ``timeout`` seconds (None: no limit). ``asyncio.timeout``,
+        not ``wait_for``: on 3.11 ``wait_for`` can swallow the cancellation a stop sends."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.committed.wait()
+        except TimeoutError:
+            pass
+        self.committed.clear()
+
     async def wait_for(self, seq: int, timeout: float = 10.0) -> None:
         """Return once the state reflects stream sequence ``seq`` (read-your-writes)."""
         if self.applied >= seq:

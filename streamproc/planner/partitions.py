@@ -217,12 +217,7 @@ class Partition:
         tick = min(r.interval for r in self.reactors if r.interval)
         while self.lease.held():
             checkpoint()
-            try:
-                async with asyncio.timeout(tick):
-                    await proj.committed.wait()
-            except TimeoutError:
-                pass
-            proj.committed.clear()
+            await proj.next_commit(tick)
             for r in self.reactors:
                 if not self.lease.held():
                     break
