@@ -112,7 +112,6 @@ class Projector:
         log_rejections: bool = True,
         rebuild: bool = False,
         filter_subjects: Sequence[str] | None = None,
-        filter_subject: str | None = None,
     ) -> None:
         """``consumer`` names the durable consumer (default ``proj_<role>``): each process
         hosting a role needs its own, as every start replaces it from its checkpoint.
@@ -122,8 +121,8 @@ class Projector:
         again, not live events, so what the folds tally (chain entries appended, runs
         pruned) is not counted a second time. ``filter_subjects``: the subjects of the kinds
         the projections fold (:func:`streamproc.events.filters.filter_subjects`), for the
-        consumer to deliver nothing else; None or empty: the whole stream. ``filter_subject``:
-        one more (a planner partition's subjects)."""
+        consumer to deliver nothing else (a planner partition's: its subjects); None or empty:
+        the whole stream."""
         self.nc = nc
         self.store = store
         self.stream = stream
@@ -134,10 +133,7 @@ class Projector:
         self.log_rejections = log_rejections
         self.rebuild = rebuild
         self.consumer = consumer or projector_consumer(role)
-        self.filter_subjects = [
-            *(filter_subjects or ()),
-            *([filter_subject] if filter_subject else []),
-        ]
+        self.filter_subjects = list(filter_subjects or ())
         self.epoch = ""
         self.applied = 0
         """The position: every event of the folded kinds up to this sequence is applied."""

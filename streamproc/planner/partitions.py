@@ -172,7 +172,7 @@ class Partition:
             batch=s.batch,
             consumer=names.projector_consumer("planner", f"p{self.k}of{self.n}", s.node_id, where),
             subjects=names.plan_subjects(s.prefix, self.k),
-            filter_subject=filter_subject(s.prefix, self.k),
+            filter_subjects=[filter_subject(s.prefix, self.k)],
         )
         self.proj = proj
         await proj.start()
