@@ -46,6 +46,18 @@ class _SetEnvironment(Mapping[str, str]):
         return sum(1 for v in os.environ.values() if v)
 
 
+TRUE = frozenset({"1", "true", "yes", "on"})
+FALSE = frozenset({"0", "false", "no", "off"})
+"""The words of a true/false setting, for every reader (``config check`` included)."""
+
+
+def flag(text: str) -> bool | None:
+    """A true/false setting's value; None for a word that is neither (the caller says how
+    it refuses that)."""
+    word = text.strip().lower()
+    return True if word in TRUE else False if word in FALSE else None
+
+
 def environment() -> Mapping[str, str]:
     """Every setting reader looks here: the process environment, then the config file."""
     return ChainMap(_SetEnvironment(), _FILE_ENV)  # type: ignore[arg-type]  # ChainMap over two mappings of str; typeshed wants MutableMapping

@@ -9,10 +9,9 @@ import math
 import re
 from typing import Any
 
+from streamproc.config import flag
 from streamproc.configfile.registry import Key
 
-TRUE = frozenset({"1", "true", "yes", "on"})
-FALSE = frozenset({"0", "false", "no", "off"})
 REDACTED = "<redacted>"
 
 
@@ -108,9 +107,9 @@ def from_env(key: Key, text: str) -> object:
             if not math.isfinite(typed):
                 raise ValueError
         elif key.type == "bool":
-            if text.lower() not in TRUE | FALSE:
+            typed = flag(text)
+            if typed is None:
                 raise ValueError
-            typed = text.lower() in TRUE
         elif key.type == "list[str]":
             typed = [i.strip() for i in text.split(",") if i.strip()]
         elif key.type == "list[float]":

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from streamproc.config import environment, file_document
+from streamproc.config import environment, file_document, flag
 from streamproc.events.payloads import VEX_DOCUMENT_SOURCE
 from streamproc.ids import TENANT_RE
 from streamproc.names import AUDIENCE
@@ -259,8 +259,7 @@ def load(
         if env.get(ENV_PREFIX + suffix):
             dpop[field] = env[ENV_PREFIX + suffix]
     if env.get(ENV_PREFIX + "DPOP_REQUIRE_NONCE"):
-        flag = env[ENV_PREFIX + "DPOP_REQUIRE_NONCE"].strip().lower()
-        dpop["require_nonce"] = flag in ("1", "true", "yes", "on")
+        dpop["require_nonce"] = flag(env[ENV_PREFIX + "DPOP_REQUIRE_NONCE"]) is True
     raw["dpop"] = dpop
     if env.get(ENV_PREFIX + "ISSUER") and env.get(ENV_PREFIX + "ISSUER_KEY"):
         kid, _, key = env[ENV_PREFIX + "ISSUER_KEY"].partition("=")

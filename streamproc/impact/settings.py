@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from streamproc.config import environment
+from streamproc.config import environment, flag
 from streamproc.impact.projection import DEFAULT_CACHE_MB, ImpactProjection
 
 CACHE_ENV = "STREAMPROC_IMPACT_CACHE_MB"
@@ -25,11 +25,10 @@ def warm_on_start(env: Mapping[str, str] | None = None) -> bool:
     raw = (environment() if env is None else env).get(WARM_ENV, "").strip().lower()
     if not raw:
         return True
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{WARM_ENV}={raw!r}: use true or false")
+    value = flag(raw)
+    if value is None:
+        raise ValueError(f"{WARM_ENV}={raw!r}: use true or false")
+    return value
 
 
 def configured_projection() -> ImpactProjection:

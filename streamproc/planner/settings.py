@@ -39,7 +39,7 @@ from typing import Literal
 
 import msgspec
 
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError, environment, flag
 from streamproc.configfile.registry import RENAMED_ENV
 
 MissedTicks = Literal["latest", "none", "all-capped"]
@@ -129,10 +129,6 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
         return round(self.clock_skew_s * 1000)
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
 def load(env: Mapping[str, str] | None = None, **overrides: object) -> PlannerSettings:
     """Planner settings from ``env`` (default: :func:`environment`), then ``overrides``."""
     env = environment() if env is None else env
@@ -148,9 +144,9 @@ def load(env: Mapping[str, str] | None = None, **overrides: object) -> PlannerSe
         if not value:
             continue
         if field == "usage_only":
-            if value.lower() not in _TRUE | _FALSE:
+            raw[field] = flag(value)
+            if raw[field] is None:
                 raise ConfigError(f"{var}={value!r}: use 1/0, true/false, yes/no or on/off")
-            raw[field] = value.lower() in _TRUE
         else:
             raw[field] = value
     raw.update(overrides)
