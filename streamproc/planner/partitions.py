@@ -71,7 +71,6 @@ PROJECTIONS: list[Callable[[], Projection]] = [
 """What each partition folds: the planner's state, for its tenants only."""
 REACTORS: list[Callable[[Settings], Reactor]] = [PlannerReactor, CronReactor]
 """What acts for a partition its holder has caught up with."""
-STREAM_EXISTS = 10058
 PROBLEM_PREFIX = "partition "
 """Problems of a held partition are the role's, named ``partition <k>/<N> <problem>``."""
 
@@ -111,7 +110,7 @@ async def ensure_stream(nc: Any, settings: Settings, partitions: int) -> str:
                 lambda: jsapi.request(nc, f"STREAM.CREATE.{name}", config), 20.0
             )
         except jsapi.JsApiError as exc:
-            if exc.err_code != STREAM_EXISTS:
+            if exc.err_code != jsapi.STREAM_NAME_IN_USE:
                 raise
     return name
 
