@@ -35,11 +35,11 @@ from streamproc.leadership import Leadership
 from streamproc.ops_http import add_ops_routes, ops_app
 from streamproc.projection import Projection
 from streamproc.projector import Projector
-from streamproc.reactor import Reactor, RoleContext, RoleSpec
+from streamproc.reactor import Reactor, RoleContext, RoleSpec, build
 from streamproc.roles import spec_for
 from streamproc.scanner.demo import seed_demo
 from streamproc.signals import install_stop_signals
-from streamproc.state.settings import store_sizes
+from streamproc.state.settings import store_sizes, trim_interval_s
 from streamproc.state.store import RocksStore
 from streamproc.status import StatusHeartbeat
 
@@ -63,7 +63,9 @@ class System:
         set up otherwise than the registry's (a role process's command-line options)."""
         self.settings = settings
         self.roles = list(roles)
-        self.specs = {r: (specs or {}).get(r) or spec_for(r) for r in self.roles}
+        self.specs = {
+            r: (specs or {}).get(r) or spec_for(r, settings.configuration) for r in self.roles
+        }
         self.http = http
         self.store_lock = store_lock
         self.server: EmbeddedNats | None = None
@@ -98,11 +100,12 @@ class System:
 
     async def start(self) -> None:
         s = self.settings
-        tracing.configure()  # a bad exporter setting or a missing extra stops us here
+        conf = s.configuration
+        tracing.configure(conf.values)  # a bad exporter setting or a missing extra stops us here
         self.heartbeat = StatusHeartbeat(self, lag_limit=READY_LAG)
         # Lock every state directory first: a second process on a directory in use is
         # refused before it touches NATS, consumers or the HLC file.
-        sizes = store_sizes()
+        sizes = conf.section(store_sizes)
         for role in self.roles:
             self.stores.append(RocksStore(s.state_dir(role), sizes=sizes))
         if self.http:  # a taken port is refused now, before NATS, consumers and leases
@@ -118,13 +121,15 @@ class System:
                 lock=self.store_lock,
             )
             await asyncio.to_thread(self.server.start)
-        auth = NatsAuth.from_env() if s.nats_url else None  # the embedded server has none
+        auth = (
+            conf.section(NatsAuth.from_env) if s.nats_url else None
+        )  # the embedded server has none
         self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}", auth=auth)
         defs = streams.definitions(
             s.prefix,
-            streams.configured_replicas(),
-            streams.configured_events_retention(),
-            streams.configured_notify_retention(),
+            conf.section(streams.configured_replicas),
+            conf.section(streams.configured_events_retention),
+            conf.section(streams.configured_notify_retention),
         )
         for r in await streams.apply(self.nc, defs):
             if r.action == "drift":
@@ -139,7 +144,7 @@ class System:
         shared: dict[str, Projection] = {}
         for role, store in zip(self.roles, self.stores, strict=True):
             spec = self.specs[role]
-            fresh = [make() for make in spec.projections]
+            fresh = [build(make, conf) for make in spec.projections]
             projections = [p for p in fresh if p.name not in shared]
             shared.update({p.name: p for p in projections})
             proj = Projector(
@@ -152,6 +157,7 @@ class System:
                 consumer=projector_consumer(role, s.node_id, store.path),
                 subjects=s.events_subjects,
                 filter_subjects=role_filter(s.prefix, projections),
+                trim_interval_s=conf.section(trim_interval_s),
             )
             await proj.start()
             if spec.on_open is not None:
@@ -407,13 +413,20 @@ async def run_roles(
 ) -> int:
     # A second `up` on this data directory stops here, before it touches anything.
     lock = None if settings.nats_url else await claim(settings.nats_dir, settings.node_id)
+    dev = None
+    if demo:
+        try:
+            dev = prepare_dev_auth(settings)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        settings = dev.settings or settings  # the roles here use the development auth
     system = System(settings, roles, http=http, store_lock=lock, specs=specs)
     stop = asyncio.Event()
     install_stop_signals(stop)
     demo_env = None
     try:
-        if demo:
-            dev = prepare_dev_auth(settings)
         await system.start()
         print(f"streamproc {' '.join(roles)} running (node {settings.node_id})", flush=True)
         print(f"  NATS         {system.nats_url}", flush=True)
@@ -431,7 +444,7 @@ async def run_roles(
                 print(f"  {path:<12} {url}", flush=True)
             if "gateway" in roles:
                 print(f"  API          {system.http_url}/api/v1/scheduler", flush=True)
-        if demo:
+        if dev is not None:
             print(dev.guide(system.http_url), flush=True)
             demo_env = await seed_demo(system)
         print("Press Ctrl-C to stop.", flush=True)

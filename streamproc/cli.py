@@ -24,9 +24,9 @@ from streamproc.bus.session import run as _run
 from streamproc.bus.session import with_nats as _with_nats
 from streamproc.cliargs import OPS_PORT_HELP
 from streamproc.client import cli as api_cli
-from streamproc.config import ConfigError
-from streamproc.configfile import activate
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile import cli as config_cli
+from streamproc.configfile.loader import activate, environment_only
 from streamproc.devsetup import refuse_exposed_demo
 from streamproc.events.schemas import render_catalog, write_all
 from streamproc.gateway import tokens_cli
@@ -35,6 +35,7 @@ from streamproc.impact.cli import register as register_index
 from streamproc.names import DEFAULT_PREFIX, stream_names
 from streamproc.notify import cli as notify_cli
 from streamproc.projection import Projection, describe_rejections
+from streamproc.reactor import build
 from streamproc.replay import partial_warning, rebuild, swap_in
 from streamproc.roles import DEMO_ONLY, ROLES
 from streamproc.runner import cli as runner_cli
@@ -93,11 +94,14 @@ def cmd_nats(args: argparse.Namespace) -> int:
 
 def cmd_streams_apply(args: argparse.Namespace) -> int:
     s = cliargs.settings(args)
-    retention = streams.configured_events_retention()  # a bad setting fails before connecting
-    notify = streams.configured_notify_retention()
+    conf = s.configuration
+    retention = conf.section(streams.configured_events_retention)  # fails before connecting
+    notify = conf.section(streams.configured_notify_retention)
 
     async def apply(nc: Any) -> int:
-        replicas = streams.configured_replicas() if args.replicas is None else args.replicas
+        replicas = (
+            conf.section(streams.configured_replicas) if args.replicas is None else args.replicas
+        )
         defs = streams.definitions(s.prefix, replicas, retention, notify)
         results = await streams.apply(nc, defs)
         for r in results:
@@ -141,7 +145,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     busy = f"; stop the {args.role} role and run replay again"
     try:  # the role must be stopped: said now, not after the whole replay
         if live.exists():
-            RocksStore(live, sizes=store_sizes()).close()
+            RocksStore(live, sizes=s.configuration.section(store_sizes)).close()
     except StateLocked as exc:
         print(f"streamproc: {exc}{busy}", file=sys.stderr)
         return exitcodes.USAGE
@@ -162,6 +166,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             fresh,
             progress=not args.quiet,
             allow_partial=args.allow_partial,
+            configuration=s.configuration,
         )
         if summary.partial:
             print(
@@ -169,7 +174,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         try:
-            swap_in(fresh, live)
+            swap_in(fresh, live, s.configuration.section(store_sizes))
         except StateLocked as exc:  # started meanwhile
             print(f"streamproc: {exc}{busy}", file=sys.stderr)
             return exitcodes.USAGE
@@ -193,7 +198,8 @@ def cmd_state_digest(args: argparse.Namespace) -> int:
         print(f"streamproc: {path} is not a state directory", file=sys.stderr)
         return exitcodes.USAGE
     # also works beside a running role
-    store = RocksStore(path, read_only=True, sizes=store_sizes())
+    sizes = cliargs.configuration(args).section(store_sizes)
+    store = RocksStore(path, read_only=True, sizes=sizes)
     try:
         print(state_digest(store))
     finally:
@@ -220,7 +226,10 @@ def _role_names() -> list[str]:
 
 def _folds() -> dict[str, list[Projection]]:
     """Every registered role's projections, for the catalog's table of folds."""
-    return {role: [make() for make in spec.projections] for role, spec in ROLES.items()}
+    defaults = Configuration()  # what is folded, not how: the settings do not change it
+    return {
+        role: [build(make, defaults) for make in spec.projections] for role, spec in ROLES.items()
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -332,8 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def command(args: argparse.Namespace) -> int:
-        if hasattr(args, "config"):  # commands that run or connect: read the settings file
-            activate(args.config)
+        # Every setting is read here, once; commands that run or connect read the file too.
+        args.configuration = (
+            activate(args.config) if hasattr(args, "config") else environment_only()
+        )
         return int(args.fn(args))
 
     try:

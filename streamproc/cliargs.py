@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from streamproc.config import Settings, load
+from streamproc.config import Configuration, Settings, load
 from streamproc.configfile.registry import CONFIG_ENV
 from streamproc.names import DEFAULT_PREFIX
 
@@ -42,4 +42,11 @@ def settings(args: argparse.Namespace) -> Settings:
         "prefix": getattr(args, "prefix", None),
         "node_id": getattr(args, "node_id", None),
     }
-    return load(overrides)
+    return load(overrides, configuration(args))
+
+
+def configuration(args: argparse.Namespace) -> Configuration:
+    """The process's settings, read once by the command line before the command ran
+    (``args.configuration``); the defaults alone for a namespace built without it (tests)."""
+    found = getattr(args, "configuration", None)
+    return found if isinstance(found, Configuration) else Configuration()

@@ -3,15 +3,16 @@ command-line flags (the file is read by :mod:`streamproc.configfile`)."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
-from collections import ChainMap
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
+from streamproc.configfile.registry import env_names
 from streamproc.hlc import validate_node
 from streamproc.names import DEFAULT_PREFIX, events_subjects, stream_names
 
@@ -20,30 +21,6 @@ _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 class ConfigError(ValueError):
     pass
-
-
-_FILE_ENV: dict[str, str] = {}
-"""Values from the configuration file, under their environment-variable names."""
-_FILE_DOCS: dict[str, dict[str, object]] = {}
-"""Structured parts of the configuration file (``gateway`` issuers, webhooks, TLS), by
-section; see :mod:`streamproc.configfile`."""
-
-
-class _SetEnvironment(Mapping[str, str]):
-    """``os.environ`` without its empty variables: ``X=`` means unset, as every reader has
-    always treated it, so it does not hide the config file's value."""
-
-    def __getitem__(self, key: str) -> str:
-        value = os.environ[key]
-        if not value:
-            raise KeyError(key)
-        return value
-
-    def __iter__(self) -> Iterator[str]:
-        return (k for k, v in os.environ.items() if v)
-
-    def __len__(self) -> int:
-        return sum(1 for v in os.environ.values() if v)
 
 
 TRUE = frozenset({"1", "true", "yes", "on"})
@@ -58,14 +35,41 @@ def flag(text: str) -> bool | None:
     return True if word in TRUE else False if word in FALSE else None
 
 
-def environment() -> Mapping[str, str]:
-    """Every setting reader looks here: the process environment, then the config file."""
-    return ChainMap(_SetEnvironment(), _FILE_ENV)  # type: ignore[arg-type]  # ChainMap over two mappings of str; typeshed wants MutableMapping
+S = TypeVar("S")
 
 
-def file_document(section: str) -> dict[str, object]:
-    """The structured keys the config file gave ``section`` (empty without a file)."""
-    return dict(_FILE_DOCS.get(section, {}))
+@dataclass(frozen=True)
+class Configuration:
+    """Every setting of this process, read once at start (by
+    :func:`streamproc.configfile.decode`): the config file's values with the environment's
+    over them, under their environment names, and the file's structured tables. Each section
+    is decoded into its typed object the first time a role asks for it (:meth:`section`), and
+    that object is kept: nothing reads the environment or the file after start."""
+
+    values: Mapping[str, str] = field(default_factory=dict)
+    """Environment name → the effective text (an empty variable counts as unset)."""
+    documents: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    """Section → structured keys of the config file (``gateway`` issuers, webhooks, TLS)."""
+    _decoded: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The text of one setting, by its environment name."""
+        return self.values.get(name) or default
+
+    def document(self, section: str) -> dict[str, object]:
+        """The structured keys the config file gave ``section`` (empty without a file)."""
+        return dict(self.documents.get(section, {}))
+
+    def with_values(self, values: Mapping[str, str]) -> Configuration:
+        """This configuration with ``values`` over its own (what ``up --demo`` selects)."""
+        return Configuration(values={**self.values, **values}, documents=self.documents)
+
+    def section(self, decode: Callable[[Mapping[str, str]], S]) -> S:
+        """``decode(values)``, once: a section's typed settings (its :class:`ConfigError`
+        names the bad key, as at start)."""
+        if decode not in self._decoded:
+            self._decoded[decode] = decode(self.values)
+        return self._decoded[decode]  # type: ignore[return-value]  # stored by this decode
 
 
 def default_node_id() -> str:
@@ -97,6 +101,9 @@ class Settings(msgspec.Struct, kw_only=True):
     batch: int = 1000
     http_max_body: int = 10 * 1024 * 1024
     """Request bodies above this are refused with 413 (after decompression too)."""
+    configuration: Configuration = msgspec.field(default_factory=lambda: Configuration())
+    """Every setting of this process (these came from it): the roles started with these
+    settings take their own sections from here."""
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix):
@@ -137,39 +144,46 @@ class Settings(msgspec.Struct, kw_only=True):
         return self.data_dir / "hlc" / f"{self.node_id}-{role}.json"
 
 
-ENV = {
-    "data_dir": "STREAMPROC_DATA_DIR",
-    "nats_url": "NATS_URL",
-    "nats_port": "STREAMPROC_NATS_PORT",
-    "nats_monitor_port": "STREAMPROC_NATS_MONITOR_PORT",
-    "http_host": "STREAMPROC_HTTP_HOST",
-    "http_port": "STREAMPROC_HTTP_PORT",
-    "ops_host": "STREAMPROC_OPS_HOST",
-    "ops_port": "STREAMPROC_OPS_PORT",
-    "prefix": "STREAMPROC_PREFIX",
-    "node_id": "STREAMPROC_NODE_ID",
-    "max_clock_skew_ms": "STREAMPROC_MAX_CLOCK_SKEW_MS",
-    "hlc_reserve_ms": "STREAMPROC_HLC_RESERVE_MS",
-    "batch": "STREAMPROC_BATCH",
-    "http_max_body": "STREAMPROC_HTTP_MAX_BODY",
-}
+ENV = env_names(
+    "node",
+    {
+        "data_dir": "node.data_dir",
+        "nats_url": "nats.url",
+        "nats_port": "nats.port",
+        "nats_monitor_port": "nats.monitor_port",
+        "http_host": "http.host",
+        "http_port": "http.port",
+        "ops_host": "http.ops_host",
+        "ops_port": "http.ops_port",
+        "prefix": "nats.prefix",
+        "node_id": "node.id",
+        "max_clock_skew_ms": "hlc.max_skew_ms",
+        "hlc_reserve_ms": "hlc.reserve_ms",
+        "batch": "projector.batch",
+        "http_max_body": "http.max_body",
+    },
+)
+"""Field → environment name, through the registry's keys."""
 
 
 def load(
-    overrides: dict[str, object] | None = None, env: Mapping[str, str] | None = None
+    overrides: dict[str, object] | None = None, configuration: Configuration | None = None
 ) -> Settings:
-    """Settings from ``env`` (default: :func:`environment`), then ``overrides`` (flags that
-    were given)."""
-    env = environment() if env is None else env
+    """Settings from ``configuration`` (``None``: the defaults alone), then ``overrides``
+    (flags that were given); the result carries ``configuration`` to the roles."""
+    configuration = Configuration() if configuration is None else configuration
+    env = configuration.values
     raw: dict[str, object] = {}
-    for field, var in ENV.items():
+    for name, var in ENV.items():
         if env.get(var):
-            raw[field] = env[var]
+            raw[name] = env[var]
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
-        return msgspec.convert(raw, Settings, strict=False, dec_hook=_dec_hook)
+        settings = msgspec.convert(raw, Settings, strict=False, dec_hook=_dec_hook)
     except msgspec.ValidationError as exc:
         raise ConfigError(str(exc)) from None
+    settings.configuration = configuration
+    return settings
 
 
 def _dec_hook(tp: type, obj: object) -> object:

@@ -21,10 +21,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 from nacl.signing import SigningKey
 
 from streamproc.client.settings import dpop_key
-from streamproc.config import ConfigError, Settings, environment, file_document
+from streamproc.config import ConfigError, Settings
 from streamproc.gateway.tokens_cli import write_key_file
 
 DEMO_TENANT = "demo"
@@ -82,6 +83,8 @@ class DevAuth:
     client_key: Path | None = None
     """The DPoP key commands of ours sign with: the guide binds its tokens to it."""
     data_dir: Path = DEFAULT_DATA_DIR
+    settings: Settings | None = None
+    """The settings the process runs with: its own, with the development auth selected."""
 
     def guide(self, http_url: str) -> str:
         if self.issuer_key is None:
@@ -113,8 +116,9 @@ class DevAuth:
 
 def prepare_dev_auth(settings: Settings) -> DevAuth:
     """Create (once) and select the development gateway configuration."""
-    if environment().get("STREAMPROC_GATEWAY_CONFIG") or file_document("gateway"):
-        return DevAuth(None, None)  # configured: by a gateway file or the config file
+    conf = settings.configuration
+    if conf.get("STREAMPROC_GATEWAY_CONFIG") or conf.document("gateway"):
+        return DevAuth(None, None, settings=settings)  # configured: by a file of the user's
     base = settings.data_dir.resolve() / "dev"
     key_file = base / "issuer.jwk"
     secret_file = base / "feedser.secret"
@@ -151,11 +155,14 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
         ],
     }
     _write_private(config, json.dumps(gateway, indent=2) + "\n")
-    client = dpop_key(settings.data_dir).path
-    os.environ["STREAMPROC_GATEWAY_CONFIG"] = str(config)
-    env = environment()
-    if "STREAMPROC_FEEDSER_SECRET" not in env:
-        os.environ["STREAMPROC_FEEDSER_SECRET"] = secret_file.read_text().strip()
-    if "STREAMPROC_VEXER_SECRET" not in env:
-        os.environ["STREAMPROC_VEXER_SECRET"] = vexer_secret.read_text().strip()
-    return DevAuth(key_file, config, client, settings.data_dir)
+    client = dpop_key(settings.data_dir, conf.values).path
+    chosen = {"STREAMPROC_GATEWAY_CONFIG": str(config)}
+    if not conf.get("STREAMPROC_FEEDSER_SECRET"):
+        chosen["STREAMPROC_FEEDSER_SECRET"] = secret_file.read_text().strip()
+    if not conf.get("STREAMPROC_VEXER_SECRET"):
+        chosen["STREAMPROC_VEXER_SECRET"] = vexer_secret.read_text().strip()
+    # The commands this process starts (and the demo's `feedser export`, run by hand or by
+    # tests in this process) find the development auth in their environment.
+    os.environ.update(chosen)
+    configured = msgspec.structs.replace(settings, configuration=conf.with_values(chosen))
+    return DevAuth(key_file, config, client, settings.data_dir, configured)

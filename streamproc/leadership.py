@@ -58,7 +58,9 @@ class Leadership:
         """Open (or create) the lease bucket, replicated like the event stream, and make a
         first attempt at the lease, so a lone instance is active right after start."""
         replicas = await jsapi.stream_replicas(nc, settings.events_stream)
-        kv, ttl = await open_bucket(nc, settings.prefix, lease_ttl(), replicas=replicas)
+        kv, ttl = await open_bucket(
+            nc, settings.prefix, settings.configuration.section(lease_ttl), replicas=replicas
+        )
         lease = Lease(kv, role, holder_id(settings.node_id), ttl)
         self = cls(nc, role, settings.events_stream, proj, lease)
         metrics.LEASE_HELD.labels(role).set(0)

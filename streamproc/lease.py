@@ -31,7 +31,7 @@ from nats.js.kv import KeyValue
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.cancellation import checkpoint
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
 from streamproc.names import lease_bucket
 
 bucket_name = lease_bucket
@@ -53,9 +53,9 @@ class LeaseError(RuntimeError):
     """The lease bucket cannot be used (JetStream refused it, or it is misconfigured)."""
 
 
-def lease_ttl(env: Mapping[str, str] | None = None) -> float:
+def lease_ttl(env: Mapping[str, str]) -> float:
     """``STREAMPROC_LEASE_TTL_S`` (``lease.ttl_s``), default 5 s."""
-    env = environment() if env is None else env
+
     raw = (env.get(ENV_TTL) or "").strip()
     if not raw:
         return DEFAULT_TTL_S

@@ -24,7 +24,7 @@ from streamproc.fold_report import report
 from streamproc.names import projector_consumer
 from streamproc.projection import Folder, Projection
 from streamproc.state.keys import Checkpoint
-from streamproc.state.settings import trim_interval_s
+from streamproc.state.malloc import DEFAULT_TRIM_S
 from streamproc.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,7 @@ class Projector:
         log_rejections: bool = True,
         rebuild: bool = False,
         filter_subjects: Sequence[str] | None = None,
+        trim_interval_s: float = DEFAULT_TRIM_S,
     ) -> None:
         """``consumer`` names the durable consumer (default ``proj_<role>``): each process
         hosting a role needs its own, as every start replaces it from its checkpoint.
@@ -122,14 +123,15 @@ class Projector:
         pruned) is not counted a second time. ``filter_subjects``: the subjects of the kinds
         the projections fold (:func:`streamproc.events.filters.filter_subjects`), for the
         consumer to deliver nothing else (a planner partition's: its subjects); None or empty:
-        the whole stream."""
+        the whole stream. ``trim_interval_s``: ``projector.malloc_trim_s``, as configured
+        (:func:`streamproc.state.settings.trim_interval_s`)."""
         self.nc = nc
         self.store = store
         self.stream = stream
         self.role = role
         self.batch = batch
         self.durable = durable
-        self.folder = Folder(store, projections, role, subjects, trim_interval_s())
+        self.folder = Folder(store, projections, role, subjects, trim_interval_s)
         self.log_rejections = log_rejections
         self.rebuild = rebuild
         self.consumer = consumer or projector_consumer(role)

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.services import Served
-from streamproc.config import Settings
+from streamproc.config import Configuration, Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.projection import Projection
 from streamproc.state.store import Store
@@ -63,9 +63,22 @@ class Reactor(ABC):
         process stops): undo what only the active instance may report (its gauges)."""
 
 
+@dataclass(frozen=True)
+class Configured:
+    """A projection factory that takes its settings from the process's configuration (the
+    impact index's cache bound, the read model's retention); other factories take none."""
+
+    make: Callable[[Configuration], Projection]
+
+
+def build(make: Callable[[], Projection] | Configured, configuration: Configuration) -> Projection:
+    """One projection of a role, as its factory makes it in this process."""
+    return make.make(configuration) if isinstance(make, Configured) else make()
+
+
 @dataclass
 class RoleSpec:
-    projections: list[Callable[[], Projection]]
+    projections: list[Callable[[], Projection] | Configured]
     reactors: list[Callable[[Settings], Reactor]] = field(default_factory=list)
     routes: Callable[[web.Application, RoleContext], None] | None = None
     """Adds the role's HTTP routes to the process's aiohttp application."""

@@ -23,13 +23,14 @@ from tqdm import tqdm
 from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
+from streamproc.config import Configuration
 from streamproc.deliveries import role_filter
 from streamproc.names import EVENTS
 from streamproc.projector import SYNC_FAILURES, PositionError, Projector
 from streamproc.roles import projections_for
 from streamproc.state.digest import state_digest
 from streamproc.state.settings import store_sizes
-from streamproc.state.store import RocksStore
+from streamproc.state.store import RocksStore, StoreSizes
 
 
 @dataclass
@@ -81,11 +82,13 @@ async def rebuild(
     batch: int = 2000,
     progress: bool = True,
     allow_partial: bool = False,
+    configuration: Configuration,
 ) -> ReplaySummary:
     """Fold the whole stream (up to its head at start) into ``target``, which must be new.
 
     A stream that no longer starts at sequence 1 is refused (:class:`PositionError`) unless
-    ``allow_partial``; then the fold starts at its first sequence and the summary says so."""
+    ``allow_partial``; then the fold starts at its first sequence and the summary says so.
+    ``configuration``: the process's, for the role's projections and the store's bounds."""
     if target.exists():
         shutil.rmtree(target)
     info = await jsapi.stream_info(nc, stream)
@@ -97,10 +100,10 @@ async def rebuild(
             f"{partial_warning(stream, info.state.first_seq)}; restore the stream, or pass "
             f"--allow-partial to rebuild from what is left"
         )
-    store = RocksStore(target, sizes=store_sizes())
+    store = RocksStore(target, sizes=configuration.section(store_sizes))
     t0 = time.perf_counter()
     subjects = _subjects(info.config)
-    projections = projections_for(role)
+    projections = projections_for(role, configuration)
     try:
         proj = Projector(
             nc,
@@ -159,11 +162,11 @@ async def rebuild(
         store.close()
 
 
-def swap_in(new: Path, live: Path) -> None:
+def swap_in(new: Path, live: Path, sizes: StoreSizes) -> None:
     """Replace ``live`` with ``new``; refuses while another process holds ``live``."""
     if live.exists():
         # takes the directory lock, or raises StateLocked
-        holder = RocksStore(live, sizes=store_sizes())
+        holder = RocksStore(live, sizes=sizes)
         holder.close()
         old = live.with_name(f"{live.name}.old-{int(time.time())}")
         live.rename(old)

@@ -23,7 +23,7 @@ from streamproc.app import run_roles
 from streamproc.bus.session import run
 from streamproc.cliargs import OPS_PORT_HELP
 from streamproc.cliargs import settings as cli_settings
-from streamproc.config import Settings, environment
+from streamproc.config import ENV, Settings
 
 if TYPE_CHECKING:  # the role machinery is imported when a role runs, not to parse options
     from streamproc.reactor import RoleSpec
@@ -68,7 +68,7 @@ def process_settings(args: argparse.Namespace, role: str) -> Settings:
     changes: dict[str, object] = {}
     if not s.nats_url:
         changes["nats_url"] = DEFAULT_NATS_URL
-    if getattr(args, "http_port", None) is None and not environment().get("STREAMPROC_HTTP_PORT"):
+    if getattr(args, "http_port", None) is None and not s.configuration.get(ENV["http_port"]):
         changes["http_port"] = DEFAULT_PORTS[role]
     if getattr(args, "http_host", None):
         changes["http_host"] = args.http_host

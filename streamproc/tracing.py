@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from streamproc import __version__
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,8 @@ def enabled() -> bool:
     return _tracer is not None
 
 
-def exporter_kind(env: Mapping[str, str] | None = None) -> str:
-    raw = (environment() if env is None else env).get(EXPORTER_ENV) or "none"
+def exporter_kind(env: Mapping[str, str]) -> str:
+    raw = env.get(EXPORTER_ENV) or "none"
     kind = raw.strip().lower()
     if kind not in EXPORTERS:
         raise ConfigError(f"{EXPORTER_ENV}={raw!r}: one of {', '.join(EXPORTERS)}")
@@ -76,13 +76,13 @@ def traces_url(endpoint: str) -> str:
     return endpoint if parts.path not in ("", "/") else endpoint.rstrip("/") + TRACES_PATH
 
 
-def configure(env: Mapping[str, str] | None = None) -> str:
+def configure(env: Mapping[str, str]) -> str:
     """Set up the exporter the settings name, once per process; returns its kind.
 
     Raises :class:`ConfigError` for an unknown exporter, a bad endpoint, or an exporter
     configured without the ``otel`` extra installed."""
     global _configured, _provider
-    env = environment() if env is None else env
+
     kind = exporter_kind(env)
     if kind == "none" or _configured == kind:
         return kind

@@ -32,11 +32,11 @@ def cmd_bundle_export(args: argparse.Namespace) -> int:
             Timestamp.parse(args.since)
         except HlcError as exc:
             raise UsageError(str(exc)) from None
-    signer = load_signer(settings.data_dir)
+    signer = load_signer(settings.data_dir, env=settings.configuration.values)
     head = None
     path = state_dir(args, settings)
     if (path / "CURRENT").exists():
-        with open_state(path) as store:
+        with open_state(path, settings) as store:
             head = read_head(store, args.tenant)
 
     async def go(nc: Any) -> int:

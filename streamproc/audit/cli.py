@@ -56,7 +56,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     keyring = keyring_from_args(args, settings)
     path = state_dir(args, settings)
-    with open_state(path) as store:
+    with open_state(path, settings) as store:
         names = [args.tenant] if args.tenant else tenants(store)
         if not names:
             print("no audit chains in this state directory")
@@ -99,7 +99,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_prove(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    with open_state(state_dir(args, settings)) as store:
+    with open_state(state_dir(args, settings), settings) as store:
         try:
             proof = prove(store, args.tenant, args.entry)
         except ProofError as exc:
@@ -147,9 +147,9 @@ def cmd_verify_proof(args: argparse.Namespace) -> int:
 
 def cmd_held(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    skew = audit_settings(settings).max_clock_skew_ms
+    skew = audit_settings(settings, settings.configuration.values).max_clock_skew_ms
     now = wall_ms()
-    with open_state(state_dir(args, settings)) as store:
+    with open_state(state_dir(args, settings), settings) as store:
         names = [args.tenant] if args.tenant else tenants(store)
         views = [v for v in (held_view(store, t, now, skew) for t in names) if v is not None]
     if args.tenant and not views:
@@ -175,7 +175,7 @@ def cmd_held(args: argparse.Namespace) -> int:
 
 def cmd_log(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    with open_state(state_dir(args, settings)) as store:
+    with open_state(state_dir(args, settings), settings) as store:
         if read_head(store, args.tenant) is None:
             raise UsageError(f"no audit chain for tenant {args.tenant!r}")
         if args.order == "chain":

@@ -10,6 +10,7 @@ from pathlib import Path
 from streamproc.audit.dsse import Keyring
 from streamproc.audit.layout import HEADS_CF
 from streamproc.audit.signing import build_keyring
+from streamproc.cliargs import configuration
 from streamproc.config import Settings, load
 from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore
@@ -28,7 +29,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             "nats_url": getattr(args, "nats_url", None),
             "prefix": getattr(args, "prefix", None),
             "node_id": getattr(args, "node_id", None),
-        }
+        },
+        configuration(args),
     )
 
 
@@ -37,13 +39,13 @@ def state_dir(args: argparse.Namespace, settings: Settings) -> Path:
 
 
 @contextmanager
-def open_state(path: Path) -> Iterator[RocksStore]:
+def open_state(path: Path, settings: Settings) -> Iterator[RocksStore]:
     """The auditor's state, read-only (a point-in-time view beside a running auditor)."""
     if not (path / "CURRENT").exists():
         raise UsageError(
             f"no auditor state in {path}: run the auditor role first, or pass --state-dir"
         )
-    store = RocksStore(path, read_only=True, sizes=store_sizes())
+    store = RocksStore(path, read_only=True, sizes=settings.configuration.section(store_sizes))
     try:
         if HEADS_CF not in store.families():
             raise UsageError(f"{path} holds no audit log (is it the auditor's state?)")
@@ -57,5 +59,6 @@ def keyring_from_args(args: argparse.Namespace, settings: Settings | None) -> Ke
     own key."""
     return build_keyring(
         settings.data_dir if settings is not None else None,
+        env=settings.configuration.values if settings is not None else {},
         extra=getattr(args, "trusted_key", None) or (),
     )

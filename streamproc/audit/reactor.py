@@ -56,9 +56,13 @@ class SnapshotReactor(Reactor):
         min_gap_s: float = 0.2,
     ) -> None:
         self.settings = settings
-        self.audit = audit or load_audit_settings(settings)
-        self.signer = signer or load_signer(settings.data_dir, generate=True)
-        self.keyring = keyring or build_keyring(settings.data_dir)
+        self.audit = audit or load_audit_settings(settings, settings.configuration.values)
+        self.signer = signer or load_signer(
+            settings.data_dir, env=settings.configuration.values, generate=True
+        )
+        self.keyring = keyring or build_keyring(
+            settings.data_dir, env=settings.configuration.values
+        )
         if self.signer.key_id not in self.keyring:
             self.keyring.add(self.signer.key_id, self.signer.signing_key.verify_key)
         self.wall = wall

@@ -39,7 +39,7 @@ from streamproc.cancellation import checkpoint
 from streamproc.queries import AUDITOR, VERIFY, ChainReport, VerifyQuery, read_query
 from streamproc.reactor import RoleContext
 from streamproc.state.settings import store_sizes
-from streamproc.state.store import RocksStore
+from streamproc.state.store import RocksStore, StoreSizes
 
 log = logging.getLogger(__name__)
 COOLDOWN = 4.0
@@ -54,12 +54,20 @@ _encode = msgspec.json.Encoder().encode
 Key = tuple[str, bool]
 
 
+DEFAULT_SIZES = StoreSizes()
+"""A read-only view's memory bounds when none are configured (tests)."""
+
+
 def verify(
-    state_dir: Path, keyring: Callable[[], Keyring], tenant: str, log_view: bool
+    state_dir: Path,
+    keyring: Callable[[], Keyring],
+    tenant: str,
+    log_view: bool,
+    sizes: StoreSizes = DEFAULT_SIZES,
 ) -> ChainReport:
     """Verify ``tenant``'s chain in a read-only view of ``state_dir`` (blocking)."""
     try:
-        store = RocksStore(state_dir, read_only=True, sizes=store_sizes())
+        store = RocksStore(state_dir, read_only=True, sizes=sizes)
     except FileNotFoundError as exc:
         log.warning("chain verification: no auditor state: %s", exc)
         raise ServiceFailure(
@@ -190,11 +198,18 @@ def _retrieved(answer: asyncio.Future[ChainReport]) -> None:
 
 
 async def serve_verification(
-    nc: Client, prefix: str, state_dir: Path, keyring: Callable[[], Keyring], *, node: str = ""
+    nc: Client,
+    prefix: str,
+    state_dir: Path,
+    keyring: Callable[[], Keyring],
+    *,
+    node: str = "",
+    sizes: StoreSizes = DEFAULT_SIZES,
 ) -> Served:
-    """``keyring()`` is read per question, so trusted keys changed on disk count at once."""
+    """``keyring()`` is read per question, so trusted keys changed on disk count at once.
+    ``sizes``: the read-only views' memory bounds, as configured."""
     verifications = Verifications(lambda tenant, log_view: verify(state_dir, keyring, tenant,
-                                                                  log_view))  # fmt: skip
+                                                                  log_view, sizes))  # fmt: skip
 
     async def answer(data: bytes) -> bytes:
         query = read_query(_query, data)
@@ -219,6 +234,7 @@ async def start(ctx: RoleContext) -> Served:
         ctx.publisher.nc,
         s.prefix,
         s.state_dir(ctx.role),
-        lambda: build_keyring(s.data_dir),
+        lambda: build_keyring(s.data_dir, env=s.configuration.values),
         node=s.node_id,
+        sizes=s.configuration.section(store_sizes),
     )

@@ -16,15 +16,8 @@ from collections.abc import Mapping
 
 import msgspec
 
-from streamproc.config import ConfigError, Settings, environment
-
-ENV = {
-    "batch_size": "STREAMPROC_AUDIT_BATCH_SIZE",
-    "batch_interval_s": "STREAMPROC_AUDIT_BATCH_INTERVAL_S",
-    "verify_period_s": "STREAMPROC_AUDIT_VERIFY_PERIOD_S",
-    "verify_on_start": "STREAMPROC_AUDIT_VERIFY_ON_START",
-    "max_clock_skew_ms": "STREAMPROC_AUDIT_MAX_CLOCK_SKEW_MS",
-}
+from streamproc.config import ConfigError, Settings
+from streamproc.configfile.registry import env_names
 
 
 class AuditSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,10 +38,13 @@ class AuditSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"audit max clock skew {self.max_clock_skew_ms} ms: must be >= 0")
 
 
-def load(settings: Settings | None = None, env: Mapping[str, str] | None = None) -> AuditSettings:
-    """Audit settings from ``env`` (default: :func:`environment`); the skew defaults to
-    the process-wide ``max_clock_skew_ms``."""
-    env = environment() if env is None else env
+ENV = env_names("audit", AuditSettings.__struct_fields__)
+"""Field → environment name (the registry's ``audit.<field>`` keys)."""
+
+
+def load(settings: Settings | None, env: Mapping[str, str]) -> AuditSettings:
+    """Audit settings from ``env`` (the process's configuration); the skew defaults to the
+    process-wide ``max_clock_skew_ms``."""
     raw: dict[str, object] = {}
     if settings is not None:
         raw["max_clock_skew_ms"] = settings.max_clock_skew_ms

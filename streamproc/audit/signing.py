@@ -33,7 +33,7 @@ from streamproc.audit.dsse import (
     signing_key_from_seed,
     verify_key_from_b64,
 )
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +71,9 @@ def _seed(text: str, what: str) -> SigningKey:
         raise ConfigError(f"{what}: {exc}") from None
 
 
-def load_signer(
-    data_dir: Path, *, env: Mapping[str, str] | None = None, generate: bool = False
-) -> Signer:
+def load_signer(data_dir: Path, *, env: Mapping[str, str], generate: bool = False) -> Signer:
     """The configured signer; else the seed file in ``data_dir``; else (``generate``) a new
     key written there with mode 0600; else :class:`ConfigError`."""
-    env = environment() if env is None else env
     configured = env.get(ENV_SIGNING_KEY, "").strip()
     path = seed_path(data_dir)
     if configured:
@@ -142,13 +139,12 @@ def parse_trusted_keys(value: str) -> list[tuple[str, VerifyKey]]:
 def build_keyring(
     data_dir: Path | None,
     *,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str],
     extra: Iterable[str] = (),
     include_own: bool = True,
 ) -> Keyring:
     """Trusted keys from the environment and ``extra`` (``--trusted-key``), plus this
     installation's own public key when one is configured or was generated."""
-    env = environment() if env is None else env
     ring = Keyring()
     pairs = parse_trusted_keys(env.get(ENV_TRUSTED_KEYS, ""))
     pairs += [parse_public_key(s) for s in extra]

@@ -21,8 +21,7 @@ from streamproc.audit.dsse import Keyring
 from streamproc.audit.layout import Readable, SnapshotRecord, entry_at
 from streamproc.audit.logview import log_view_rows
 from streamproc.audit.segment import SegmentResult, verify_segment
-from streamproc.state.settings import store_sizes
-from streamproc.state.store import RocksStore
+from streamproc.state.store import RocksStore, StoreSizes
 
 
 def verify_segments(
@@ -42,10 +41,11 @@ def verify_segments(
         prevs.append(e.chain_link if e is not None else None)  # else the segment before breaks
     keys = [(key_id, bytes(key)) for key_id, key in keyring.items()]
     snaps_raw = msgspec.json.encode(snaps)
+    sizes = getattr(store, "sizes", StoreSizes())  # the parent's view's, as configured
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=len(bounds) - 1, mp_context=ctx) as pool:
         futures = [
-            pool.submit(_worker, str(path), tenant, a, b, prev, snaps_raw, keys, log_view)
+            pool.submit(_worker, str(path), sizes, tenant, a, b, prev, snaps_raw, keys, log_view)
             for a, b, prev in zip(bounds, bounds[1:], prevs, strict=False)
         ]
         rows = log_view_rows(store, tenant, bounds[-1], stop) if log_view else None
@@ -55,6 +55,7 @@ def verify_segments(
 
 def _worker(
     path: str,
+    sizes: StoreSizes,
     tenant: str,
     start: int,
     end: int,
@@ -63,7 +64,7 @@ def _worker(
     keys: list[tuple[str, bytes]],
     log_view: bool,
 ) -> bytes:
-    store = RocksStore(path, read_only=True, sizes=store_sizes())
+    store = RocksStore(path, read_only=True, sizes=sizes)
     try:
         snaps = msgspec.json.decode(snaps_raw, type=list[SnapshotRecord])
         ring = Keyring({key_id: VerifyKey(raw) for key_id, raw in keys})

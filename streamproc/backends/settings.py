@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
 
 Kind = Literal["stella", "trivy", "grype", "osv-scanner"]
 KINDS: tuple[str, ...] = ("stella", "trivy", "grype", "osv-scanner")
@@ -42,8 +42,8 @@ class ScannerSettings(msgspec.Struct, kw_only=True):
     fail_on: Literal["low", "medium", "high", "critical"] = "high"
 
 
-def load(env: Mapping[str, str] | None = None) -> ScannerSettings:
-    env = environment() if env is None else env
+def load(env: Mapping[str, str]) -> ScannerSettings:
+    """``scanner.*`` from ``env`` (the process's configuration)."""
     kind = (env.get(KIND_ENV) or "stella").strip()
     if kind not in KINDS:
         raise ConfigError(f"{KIND_ENV}={kind!r}: one of {', '.join(KINDS)}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from streamproc.bus.fastclient import FastClient
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
 
 MIN_SERVER = (2, 14)
 
@@ -50,10 +50,10 @@ class NatsAuth:
     tls_key: str = ""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> NatsAuth:
+    def from_env(cls, env: Mapping[str, str]) -> NatsAuth:
         """From ``env`` (default :func:`environment`); :class:`ConfigError` naming each bad
         variable."""
-        env = environment() if env is None else env
+        env = env
         values = {f: env.get(var, "") for f, var in AUTH_ENV.items()}
         auth = cls(**{f: v if f in ("password", "token") else v.strip() for f, v in values.items()})
         problems = auth.problems()

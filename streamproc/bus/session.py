@@ -36,7 +36,9 @@ async def with_nats(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -> 
 @asynccontextmanager
 async def nats_session(settings: Settings, name: str = "streamproc") -> AsyncIterator[FastClient]:
     if settings.nats_url:
-        nc = await connect(settings.nats_url, name=name, auth=NatsAuth.from_env())
+        nc = await connect(
+            settings.nats_url, name=name, auth=settings.configuration.section(NatsAuth.from_env)
+        )
         try:
             yield nc
         finally:

@@ -18,7 +18,7 @@ from nats.aio.client import Client
 
 from streamproc.bus import jsapi, objects
 from streamproc.bus.cluster import cluster_size
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
 from streamproc.ids import ascii_int
 from streamproc.names import (
     DEFAULT_PREFIX,
@@ -66,9 +66,8 @@ class EventsRetention:
         }
 
 
-def configured_events_retention() -> EventsRetention:
+def configured_events_retention(env: Mapping[str, str]) -> EventsRetention:
     """``STREAMPROC_EVENTS_MAX_AGE_DAYS`` and ``STREAMPROC_EVENTS_MAX_BYTES`` (0: no limit)."""
-    env = environment()
     values = []
     for var, low, high, want in (
         (EVENTS_MAX_AGE_ENV, 1, 100 * 366, "a whole number of days up to 36600"),
@@ -112,9 +111,9 @@ class NotifyRetention:
             )
 
 
-def configured_notify_retention(env: Mapping[str, str] | None = None) -> NotifyRetention:
+def configured_notify_retention(env: Mapping[str, str]) -> NotifyRetention:
     """``STREAMPROC_NOTIFY_MAX_AGE_S`` and ``STREAMPROC_NOTIFY_MAX_RETENTION_S``."""
-    env = environment() if env is None else env
+
     values = []
     for var, default in (
         (NOTIFY_MAX_AGE_ENV, NotifyRetention.max_age_s),
@@ -247,9 +246,9 @@ REPLICAS_ENV = "STREAMPROC_STREAM_REPLICAS"
 AUTO = 0
 
 
-def configured_replicas() -> int:
+def configured_replicas(env: Mapping[str, str]) -> int:
     """``STREAMPROC_STREAM_REPLICAS`` (``streams.replicas``): 0 = auto, else 1..5."""
-    raw = (environment().get(REPLICAS_ENV) or "0").strip()
+    raw = (env.get(REPLICAS_ENV) or "0").strip()
     value = ascii_int(raw)
     if value is None or value > 5:
         raise ConfigError(f"{REPLICAS_ENV}={raw!r}: 0 (auto: 3 on a cluster of 3+) or 1..5")

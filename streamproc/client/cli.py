@@ -16,10 +16,10 @@ from pathlib import Path
 import uvloop
 
 from streamproc import exitcodes
-from streamproc.cliargs import add_config_flag
+from streamproc.cliargs import add_config_flag, configuration
 from streamproc.client.http import ApiClient, Reply
 from streamproc.client.settings import absolute_http_url, dpop_key, token_source
-from streamproc.config import ConfigError, environment, load
+from streamproc.config import ConfigError, load
 from streamproc.names import ADMIN_SCOPE, API_BASE, READ_SCOPE
 
 TOKEN_ENV = "STREAMPROC_TOKEN"
@@ -95,17 +95,17 @@ def _write_all(data: bytes) -> None:
 
 
 def cmd_api(args: argparse.Namespace) -> int:
-    settings = load({"data_dir": args.data_dir})
-    env = environment()
+    settings = load({"data_dir": args.data_dir}, configuration(args))
+    env = settings.configuration.values
     base = args.url or env.get(URL_ENV) or f"http://{settings.http_host}:{settings.http_port}"
     base = absolute_http_url("--url", base.rstrip("/"))
     path = args.path if args.path.startswith(("/api/", "/openapi.json")) else API_BASE + (
         args.path if args.path.startswith("/") else "/" + args.path)  # fmt: skip
-    key = dpop_key(settings.data_dir)
+    key = dpop_key(settings.data_dir, env)
     scopes = (READ_SCOPE,) if args.method == "GET" else (ADMIN_SCOPE,)
     tokens = token_source(
         key, token=args.token or env.get(TOKEN_ENV), token_flag=f"--token / {TOKEN_ENV}",
-        scopes=scopes,
+        scopes=scopes, env=env,
     )  # fmt: skip
     body = _body(args.data)
     headers = _headers(args.header, body)

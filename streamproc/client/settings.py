@@ -13,7 +13,7 @@ from yarl import URL
 
 from streamproc.client.dpop import KEY_FILE, DpopKey
 from streamproc.client.tokens import ClientCredentials, StaticToken, TokenSource
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
 
 DPOP_KEY_ENV = "STREAMPROC_CLIENT_DPOP_KEY"
 TOKEN_URL_ENV = "STREAMPROC_CLIENT_TOKEN_URL"
@@ -22,12 +22,12 @@ CLIENT_SECRET_ENV = "STREAMPROC_CLIENT_SECRET"
 SCOPES_ENV = "STREAMPROC_CLIENT_SCOPES"
 
 
-def key_path(data_dir: Path, env: Mapping[str, str] | None = None) -> Path:
-    env = environment() if env is None else env
+def key_path(data_dir: Path, env: Mapping[str, str]) -> Path:
+
     return Path(env.get(DPOP_KEY_ENV) or data_dir / KEY_FILE)
 
 
-def dpop_key(data_dir: Path, env: Mapping[str, str] | None = None) -> DpopKey:
+def dpop_key(data_dir: Path, env: Mapping[str, str]) -> DpopKey:
     """This data directory's client key (``client.dpop_key`` overrides where it lives)."""
     return DpopKey.load_or_create(key_path(data_dir, env))
 
@@ -58,11 +58,11 @@ def token_source(
     token: str | None,
     token_flag: str,
     scopes: tuple[str, ...],
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str],
 ) -> TokenSource:
     """A static ``token`` if given (``token_flag`` names where it came from), else client
     credentials from the ``client`` settings; :class:`ConfigError` when there is neither."""
-    env = environment() if env is None else env
+
     if token:
         return StaticToken(token, key, where=f"the token of {token_flag}")
     url = env.get(TOKEN_URL_ENV)

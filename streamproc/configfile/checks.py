@@ -86,7 +86,12 @@ def _envs(prefix: str) -> list[str]:
 
 
 def check_core(env: Env) -> list[Problem]:
-    return attribute("node", lambda e: config.load(env=e), config.ENV.values(), env)
+    return attribute(
+        "node",
+        lambda e: config.load(configuration=config.Configuration(values=e)),
+        config.ENV.values(),
+        env,
+    )
 
 
 def check_planner(env: Env) -> list[Problem]:
@@ -96,11 +101,13 @@ def check_planner(env: Env) -> list[Problem]:
 
 
 def check_runner(env: Env) -> list[Problem]:
-    return attribute("runner", lambda e: runner_settings.load(env=e), _envs("runner."), env)
+    return attribute("runner", runner_settings.load, _envs("runner."), env)
 
 
 def check_audit(env: Env) -> list[Problem]:
-    out = attribute("audit", lambda e: audit_settings.load(env=e), audit_settings.ENV.values(), env)
+    out = attribute(
+        "audit", lambda e: audit_settings.load(None, e), audit_settings.ENV.values(), env
+    )
     data_dir = Path(env.get("STREAMPROC_DATA_DIR") or "data")
     signing_env = [signing.ENV_SIGNING_KEY, signing.ENV_KEY_ID]
     if env.get(signing.ENV_SIGNING_KEY):
@@ -193,7 +200,7 @@ def check_gateway(
         s = gw.load({**good, gw.ENV_FILE: file} if file else good, document=document)
     except gw.GatewayConfigError as exc:
         return [*out, _gateway_path(str(exc))]
-    return out + _gateway_parts(s)
+    return out + _gateway_parts(s, env)
 
 
 def is_gateway_file(path: Path) -> bool:
@@ -231,20 +238,20 @@ def _gateway_path(message: str) -> Problem:
     return Problem("gateway" + where.rstrip("`").removeprefix("$"), reason)
 
 
-def _gateway_parts(s: Any) -> list[Problem]:
+def _gateway_parts(s: Any, env: Mapping[str, str]) -> list[Problem]:
     out = []
     try:
-        nonce_key(s.dpop)
+        nonce_key(s.dpop, env)
     except _FAILURES as exc:
         out.append(Problem("gateway.dpop.nonce_secret", str(exc)))
     for i, issuer in enumerate(s.issuers):
         try:
-            issuer_keys(msgspec.structs.replace(s, issuers=[issuer]))
+            issuer_keys(msgspec.structs.replace(s, issuers=[issuer]), env)
         except _FAILURES as exc:
             out.append(Problem(f"gateway.issuers[{i}] ({issuer.issuer})", str(exc)))
     for i, source in enumerate(s.webhooks):
         try:
-            Source(source)
+            Source(source, env)
         except _FAILURES as exc:
             out.append(Problem(f"gateway.webhooks[{i}] ({source.name})", str(exc)))
     if s.tls is not None:

@@ -16,9 +16,17 @@ from typing import Any
 
 from streamproc import exitcodes
 from streamproc.cliargs import add_config_flag
-from streamproc.config import environment, file_document
+from streamproc.cliargs import configuration as configuration_of
 from streamproc.configfile.checks import check_all, check_gateway_file, is_gateway_file
-from streamproc.configfile.loader import ConfigFileError, Loaded, Problem, config_path, load
+from streamproc.configfile.loader import (
+    ConfigFileError,
+    Loaded,
+    Problem,
+    config_path,
+    configuration,
+    environ,
+    load,
+)
 from streamproc.configfile.reference import render_reference
 from streamproc.configfile.registry import BY_PATH, CONFIG_ENV, KEYS, SECTIONS, Key, known_env
 from streamproc.configfile.values import ValueProblem, display, from_env
@@ -77,7 +85,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_gateway_file(path: str, *, quiet: bool) -> int:
     """A gateway file: checked as the gateway loads it (``gateway.config``)."""
-    env = {k: v for k, v in os.environ.items() if v}
+    env = environ()
     problems = check_gateway_file(path, env)
     _warn_unknown_env()
     if problems:
@@ -90,12 +98,14 @@ def _check_gateway_file(path: str, *, quiet: bool) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """The CLI has installed the file already (``--config``); show the result."""
+    """The command line has read the settings already (``--config``): show them, and where
+    each came from."""
+    conf = configuration_of(args)
     loaded = load(config_path(args.config))
     print(f"# streamproc settings; file: {config_path(args.config) or 'none'}")
     for line in _settings_lines(loaded, only_set=False):
         print(line)
-    summary = _gateway_summary(file_document("gateway"), dict(environment()))
+    summary = _gateway_summary(conf.document("gateway"), conf.values)
     if summary:
         print(f"# gateway: {summary}")
     _warn_unknown_env()
@@ -117,8 +127,9 @@ def cmd_reference(args: argparse.Namespace) -> int:
 
 
 def _merged(loaded: Loaded) -> dict[str, str]:
-    """The environment (set variables) over the file's values, as the readers see them."""
-    return {**loaded.values, **{k: v for k, v in os.environ.items() if v}}
+    """The environment (set variables) over the file's values, as the readers see them (the
+    process's :class:`~streamproc.config.Configuration` of them)."""
+    return dict(configuration(loaded, environ()).values)
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:

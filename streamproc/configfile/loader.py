@@ -1,7 +1,7 @@
 """Reading a config file: every key checked against the registry (unknown names get a
 "did you mean"), values typed, secrets read from ``<key>_file`` files, the gateway's tables
-validated by the gateway's own types. :func:`activate` installs the result under
-:func:`streamproc.config.environment`, where environment variables still win."""
+validated by the gateway's own types. :func:`activate` makes the process's one
+:class:`streamproc.config.Configuration` of it, environment variables over the file."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from typing import Any
 
 import msgspec
 
-from streamproc import config
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.registry import (
     BY_PATH,
     CONFIG_ENV,
@@ -229,26 +228,32 @@ def config_path(given: str | Path | None) -> str | None:
     return str(given) if given else os.environ.get(CONFIG_ENV) or None
 
 
-def activate(given: str | Path | None = None) -> Loaded:
-    """Load the config file (``--config`` or ``STREAMPROC_CONFIG``) and the environment's
-    secret files into :func:`streamproc.config.environment`; :class:`ConfigFileError` lists
-    every problem."""
+def environ() -> dict[str, str]:
+    """The process environment without its empty variables: ``X=`` means unset, as every
+    reader has always treated it, so it does not hide the config file's value."""
+    return {k: v for k, v in os.environ.items() if v}
+
+
+def configuration(loaded: Loaded, environ: Mapping[str, str]) -> Configuration:
+    """The one :class:`Configuration` of a process: the file's values, the environment's
+    secret files and variables over them, and the file's tables."""
+    return Configuration(
+        values={**loaded.values, **environ},
+        documents={k: dict(v) for k, v in loaded.file.documents.items()},
+    )
+
+
+def activate(given: str | Path | None = None) -> Configuration:
+    """Read the config file (``--config`` or ``STREAMPROC_CONFIG``), the environment's secret
+    files and the environment, once, into the process's :class:`Configuration`;
+    :class:`ConfigFileError` lists every problem."""
     path = config_path(given)
     loaded = load(path)
     if loaded.problems:
         raise ConfigFileError(path or "environment", loaded.problems)
-    install(loaded)
-    return loaded
+    return configuration(loaded, environ())
 
 
-def install(loaded: Loaded) -> None:
-    config._FILE_ENV.clear()
-    config._FILE_ENV.update(loaded.values)
-    config._FILE_DOCS.clear()
-    config._FILE_DOCS.update(loaded.file.documents)
-
-
-def reset() -> None:
-    """Forget the installed file (tests)."""
-    config._FILE_ENV.clear()
-    config._FILE_DOCS.clear()
+def environment_only() -> Configuration:
+    """The configuration of a command that takes no settings file: the environment alone."""
+    return Configuration(values=environ())

@@ -1,12 +1,13 @@
 """Every setting streamproc reads, in one table: its config-file key, environment variable,
 type, default and meaning. The config file, ``streamproc config check/show``,
 ``docs/configuration.md`` and ``deploy/streamproc.example.toml`` all come from (or are tested
-against) this table; the readers themselves read the environment names through
-:func:`streamproc.config.environment`.
+against) this table; each reader's names come from here (:func:`env_names`), and the readers
+decode them from the process's one :class:`streamproc.config.Configuration`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -512,6 +513,14 @@ BY_PATH: dict[str, Key] = {k.path: k for k in KEYS}
 BY_ENV: dict[str, Key] = {k.env: k for k in KEYS}
 DOCS_BY_PATH: dict[str, Document] = {d.path: d for d in DOCUMENTS}
 SECRET_FILES: dict[str, Key] = {k.file_path: k for k in KEYS if k.secret}
+
+
+def env_names(section: str, fields: Iterable[str] | Mapping[str, str]) -> dict[str, str]:
+    """A settings type's field → the environment name of its key: a field's key is
+    ``<section>.<field>`` unless ``fields`` maps it to another path. Each environment name is
+    written once, here in :data:`KEYS`; a field without a key is a ``KeyError`` at import."""
+    paths = fields if isinstance(fields, Mapping) else {f: f"{section}.{f}" for f in fields}
+    return {field: BY_PATH[path].env for field, path in paths.items()}
 
 
 def all_paths() -> list[str]:

@@ -23,6 +23,7 @@ from streamproc.gateway.hardening import decode_json, read_body, require_json
 from streamproc.gateway.remote import Remote
 from streamproc.gateway.settings import GatewaySettings
 from streamproc.notify.feed_http import Feed
+from streamproc.notify.registrations import load_settings as load_feed_settings
 from streamproc.notify.retention import WindowKeeper
 from streamproc.planner import settings as planner_settings
 from streamproc.reactor import RoleContext
@@ -41,8 +42,9 @@ class GatewayContext:
         prefix = ctx.settings.prefix
         bucket = TtlBucket(ctx.publisher, bucket_name(prefix), holder=ctx.settings.node_id)
         self.replay = ReplayGuard(bucket, settings.replay_per_client)
-        self.auth = Authenticator(settings, self.replay)
-        self.webhooks = WebhookVerifier(settings, self.replay)
+        conf = ctx.settings.configuration
+        self.auth = Authenticator(settings, self.replay, env=conf.values)
+        self.webhooks = WebhookVerifier(settings, self.replay, env=conf.values)
         self.exports = ExportLog(
             ctx.publisher,
             ctx.settings.events_stream,
@@ -56,15 +58,17 @@ class GatewayContext:
             prefix,
             preview_timeout_s=settings.preview_timeout_s,
             verify_timeout_s=settings.verify_timeout_s,
-            partitions=planner_settings.load().partitions,
+            partitions=conf.section(planner_settings.load).partitions,
         )
-        self.max_jobs_per_run = planner_settings.load().max_jobs_per_run
+        self.max_jobs_per_run = conf.section(planner_settings.load).max_jobs_per_run
         """The planner's ceiling on ``limits.maxJobs``: a schedule asking more is refused."""
         process_cap = ctx.settings.http_max_body
         self.body_cap = min(settings.max_body or process_cap, process_cap)
         self.inflated_cap = settings.max_decompressed_body or self.body_cap
-        self.feed = Feed(ctx.publisher.nc, prefix)
-        self.window = WindowKeeper(self.feed.holds, configured_notify_retention().max_age_s)
+        self.feed = Feed(ctx.publisher.nc, prefix, conf.section(load_feed_settings))
+        self.window = WindowKeeper(
+            self.feed.holds, conf.section(configured_notify_retention).max_age_s
+        )
         """Moves the Notify stream's delivery window along; ``app.py`` runs it."""
 
     async def json_body(

@@ -12,8 +12,8 @@ from aiohttp import web
 
 from streamproc.console.routes import mount_console
 from streamproc.gateway.app import mount_gateway
-from streamproc.gateway.settings import GatewaySettings, load
-from streamproc.reactor import RoleContext, RoleSpec
+from streamproc.gateway.settings import GatewaySettings, configured
+from streamproc.reactor import Configured, RoleContext, RoleSpec
 from streamproc.readmodel import READ_MODEL, Runs
 from streamproc.readmodel.settings import runs
 
@@ -21,15 +21,22 @@ from streamproc.readmodel.settings import runs
 def make_mount(
     settings: GatewaySettings | None = None,
 ) -> Callable[[web.Application, RoleContext], None]:
-    """A ``routes`` hook with fixed settings (tests, benches) or, by default, the env's."""
+    """A ``routes`` hook with fixed settings (tests, benches) or, by default, those of the
+    process's configuration."""
 
     def mount(app: web.Application, ctx: RoleContext) -> None:
-        mount_gateway(app, ctx, settings if settings is not None else load())
+        mount_gateway(app, ctx, settings if settings is not None else configured_gateway(ctx))
         mount_console(app, ctx)
 
     return mount
 
 
+def configured_gateway(ctx: RoleContext) -> GatewaySettings:
+    return configured(ctx.settings.configuration)
+
+
 mount = make_mount()
-GATEWAY = RoleSpec([runs if make is Runs else make for make in READ_MODEL], routes=mount)
+GATEWAY = RoleSpec(
+    [Configured(runs) if make is Runs else make for make in READ_MODEL], routes=mount
+)
 """The read model, its runs kept for the configured retention."""

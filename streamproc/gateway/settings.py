@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from streamproc.config import environment, file_document, flag
+from streamproc.config import Configuration, flag
 from streamproc.events.payloads import VEX_DOCUMENT_SOURCE
 from streamproc.ids import TENANT_RE
 from streamproc.names import AUDIENCE
@@ -183,8 +183,9 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError("token_types: a DPoP proof (dpop+jwt) is not an access token")
 
 
-def resolve_ref(value: str) -> str:
-    """``file:PATH`` → the file's trimmed content, ``env:NAME`` → the variable, else as is."""
+def resolve_ref(value: str, env: Mapping[str, str]) -> str:
+    """``file:PATH`` → the file's trimmed content, ``env:NAME`` → the variable (in ``env``,
+    the process's configuration), else as is."""
     if value.startswith("file:"):
         path = Path(value[5:])
         try:
@@ -193,7 +194,6 @@ def resolve_ref(value: str) -> str:
             raise GatewayConfigError(f"cannot read secret file {path}: {exc.strerror}") from None
     if value.startswith("env:"):
         name = value[4:]
-        env = environment()
         if name not in env:
             raise GatewayConfigError(f"environment variable {name} (a secret reference) is unset")
         return env[name]
@@ -222,14 +222,11 @@ _DPOP_SCALARS = {
 }
 
 
-def load(
-    env: Mapping[str, str] | None = None, document: Mapping[str, object] | None = None
-) -> GatewaySettings:
-    """``document`` (default: the config file's ``gateway`` tables), the file named by
-    ``STREAMPROC_GATEWAY_CONFIG`` over it, then scalar overrides from ``env`` (default:
-    :func:`environment`); raises GatewayConfigError."""
-    env = dict(environment() if env is None else env)
-    base = dict(file_document("gateway") if document is None else document)
+def load(env: Mapping[str, str], document: Mapping[str, object] | None = None) -> GatewaySettings:
+    """``document`` (the config file's ``gateway`` tables), the file named by
+    ``STREAMPROC_GATEWAY_CONFIG`` over it, then scalar overrides from ``env``; raises
+    GatewayConfigError."""
+    base = dict(document or {})
     raw: dict[str, object] = {}
     path = env.get(ENV_FILE)
     if path:
@@ -276,6 +273,11 @@ def load(
         return msgspec.convert(raw, GatewaySettings, strict=False)
     except msgspec.ValidationError as exc:
         raise GatewayConfigError(f"gateway configuration: {exc}") from None
+
+
+def configured(configuration: Configuration) -> GatewaySettings:
+    """The gateway's settings in the process's configuration: its file tables and values."""
+    return load(configuration.values, configuration.document("gateway"))
 
 
 def _listed(text: str) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from streamproc import exitcodes
-from streamproc.cliargs import add_config_flag
+from streamproc.cliargs import add_config_flag, configuration
 from streamproc.client.settings import dpop_key
 from streamproc.config import load
 from streamproc.gateway.auth import jwt
@@ -178,7 +178,8 @@ def cmd_dpop_proof(args: argparse.Namespace) -> int:
 def cmd_client_key(args: argparse.Namespace) -> int:
     """This data directory's DPoP client key: created on first use, its thumbprint printed
     (what ``token issue --jkt`` binds a token to)."""
-    key = dpop_key(load({"data_dir": args.data_dir}).data_dir)
+    settings = load({"data_dir": args.data_dir}, configuration(args))
+    key = dpop_key(settings.data_dir, settings.configuration.values)
     print(key.jkt)
     print(f"{key.path} (private; every command on this data directory signs with it)",
           file=sys.stderr)  # fmt: skip

@@ -22,6 +22,7 @@ from streamproc.bus.server import NatsServerError
 from streamproc.bus.session import run as _run
 from streamproc.bus.session import with_nats as _with_nats
 from streamproc.cliargs import common as _common
+from streamproc.cliargs import configuration as _configuration
 from streamproc.cliargs import settings as _settings
 from streamproc.config import ConfigError
 from streamproc.events.payloads import ImageRemoved
@@ -30,6 +31,7 @@ from streamproc.impact import keys as K
 from streamproc.impact.groups import _OVERHEAD
 from streamproc.impact.settings import cache_bytes, configured_projection
 from streamproc.impact.stats import index_stats
+from streamproc.reactor import Configured
 from streamproc.roles import ROLES
 from streamproc.sbom.publish import UsageError, build_payload, publish_image_event
 from streamproc.state.settings import store_sizes
@@ -116,7 +118,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if not (path / "CURRENT").exists():
         raise UsageError(f"no impact state in {path}: run the role that hosts it, or --state-dir")
     # a point-in-time view beside a running role
-    store = RocksStore(path, read_only=True, sizes=store_sizes())
+    store = RocksStore(path, read_only=True, sizes=_configuration(args).section(store_sizes))
     try:
         if K.GROUPS_CF not in store.families():
             raise UsageError(
@@ -126,7 +128,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         s = index_stats(store)
     finally:
         store.close()
-    bound = cache_bytes()
+    bound = _configuration(args).section(cache_bytes)
     warm_bytes = _OVERHEAD * s.product_keys + 2 * s.group_bytes + s.owner_bytes
     doc = {
         "stateDir": str(path),
@@ -175,7 +177,11 @@ def _default_state_dir(settings: Any) -> Path:
     """The state directory of the first role hosting the ``impact`` projection that has
     one (the planner hosts it; a test may register another role that does), in registry
     order."""
-    hosts = [name for name, spec in ROLES.items() if configured_projection in spec.projections]
+    hosts = [
+        name
+        for name, spec in ROLES.items()
+        if Configured(configured_projection) in spec.projections
+    ]
     for name in [*hosts, IMPACT_ROLE]:
         if (settings.state_dir(name) / "CURRENT").exists():
             return Path(settings.state_dir(name))

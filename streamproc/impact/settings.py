@@ -5,24 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from streamproc.config import environment, flag
+from streamproc.config import Configuration, flag
 from streamproc.impact.projection import DEFAULT_CACHE_MB, ImpactProjection
 
 CACHE_ENV = "STREAMPROC_IMPACT_CACHE_MB"
 WARM_ENV = "STREAMPROC_IMPACT_WARM_ON_START"
 
 
-def cache_bytes(env: Mapping[str, str] | None = None) -> int | None:
+def cache_bytes(env: Mapping[str, str]) -> int | None:
     """``STREAMPROC_IMPACT_CACHE_MB`` (``impact.cache_mb``) in bytes: default 640 MB,
     0 or less: None (unbounded)."""
-    raw = (environment() if env is None else env).get(CACHE_ENV, "").strip()
+    raw = env.get(CACHE_ENV, "").strip()
     mb = int(raw) if raw else DEFAULT_CACHE_MB
     return None if mb <= 0 else mb * 1024 * 1024
 
 
-def warm_on_start(env: Mapping[str, str] | None = None) -> bool:
+def warm_on_start(env: Mapping[str, str]) -> bool:
     """``STREAMPROC_IMPACT_WARM_ON_START`` (``impact.warm_on_start``): default true."""
-    raw = (environment() if env is None else env).get(WARM_ENV, "").strip().lower()
+    raw = env.get(WARM_ENV, "").strip().lower()
     if not raw:
         return True
     value = flag(raw)
@@ -31,7 +31,10 @@ def warm_on_start(env: Mapping[str, str] | None = None) -> bool:
     return value
 
 
-def configured_projection() -> ImpactProjection:
+def configured_projection(configuration: Configuration) -> ImpactProjection:
     """The impact index as a role hosts it: with the configured cache bound and warming (the
-    form ``RoleSpec.projections`` takes)."""
-    return ImpactProjection(max_bytes=cache_bytes(), warm_on_start=warm_on_start())
+    form ``Configured`` projection factories take)."""
+    return ImpactProjection(
+        max_bytes=configuration.section(cache_bytes),
+        warm_on_start=configuration.section(warm_on_start),
+    )

@@ -20,10 +20,11 @@ from streamproc.bus import jsapi
 from streamproc.bus.pull import ConsumerGone
 from streamproc.bus.session import nats_session
 from streamproc.cancellation import checkpoint
+from streamproc.cliargs import configuration
 from streamproc.client.http import ApiClient
 from streamproc.client.settings import dpop_key, token_source
 from streamproc.client.tokens import StaticToken
-from streamproc.config import ConfigError, Settings, environment, load
+from streamproc.config import ConfigError, Settings, load
 from streamproc.names import NOTIFY_TAIL, READ_SCOPE, stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
@@ -100,7 +101,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
             "data_dir": getattr(args, "data_dir", None),
             "nats_url": getattr(args, "nats_url", None),
             "prefix": getattr(args, "prefix", None),
-        }
+        },
+        configuration(args),
     )
     kinds = args.kind or ["rescan.delta"]
 
@@ -135,14 +137,15 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def _tail_http(
     settings: Settings, args: argparse.Namespace, show: Callable[[nm.AnyMessage, int], None]
 ) -> int:
-    key = dpop_key(settings.data_dir)
-    static = args.token or environment().get(TOKEN_ENV)
+    env = settings.configuration.values
+    key = dpop_key(settings.data_dir, env)
+    static = args.token or env.get(TOKEN_ENV)
     tokens = token_source(
-        key, token=static, token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,)
+        key, token=static, token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,), env=env
     )
     own = tokens.tenant if isinstance(tokens, StaticToken) else None
     cs = load_settings(base_url=args.http, tenants=args.tenant, kinds=args.kind or [],
-                       token_tenant=own)  # fmt: skip
+                       token_tenant=own, env=env)  # fmt: skip
     if isinstance(tokens, StaticToken) and own is not None and cs.tenants != (own,):
         raise ConfigError(
             f"a static token serves its own tenant ({own}), not {', '.join(cs.tenants)}: use "

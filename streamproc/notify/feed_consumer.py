@@ -35,7 +35,7 @@ from streamproc import exitcodes
 from streamproc.client.http import ApiClient, Reply, Unreachable
 from streamproc.client.settings import absolute_http_url
 from streamproc.client.tokens import TokenRefused, TokenUnavailable
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
 from streamproc.names import API_BASE
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_state import Checkpoint, FeedState, Lease, LeaseLost
@@ -117,11 +117,11 @@ def load_settings(
     tenants: list[str],
     kinds: list[str],
     token_tenant: str | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str],
 ) -> ConsumerSettings:
     """The consumer's settings: flags over ``notify.*`` (docs/configuration.md). With a
     static token and no tenant given, its tenant is the one partition."""
-    env = environment() if env is None else env
+
     url = base_url or env.get(ENV["base_url"])
     if not url:
         raise ConfigError(f"no feed URL: --http URL or {ENV['base_url']}")

@@ -42,7 +42,6 @@ from streamproc.notify.registrations import (
     FeedSettings,
     Registration,
     Registrations,
-    load_settings,
 )
 from streamproc.notify.retention import Holds
 from streamproc.problems import ProblemError
@@ -159,11 +158,11 @@ def _parameter(name: str, raw: str | None, default: int | None, low: int, high: 
 
 
 class Feed:
-    def __init__(self, nc: FastClient, prefix: str, settings: FeedSettings | None = None) -> None:
+    def __init__(self, nc: FastClient, prefix: str, settings: FeedSettings) -> None:
         self.nc = nc
         self.prefix = prefix
         events, _, self.stream = stream_names(prefix)
-        self.settings = settings or load_settings()
+        self.settings = settings
         self.registrations = Registrations(nc, prefix, events, self.settings.lease_s)
         self.holds = Holds(nc, prefix, self.stream)
 

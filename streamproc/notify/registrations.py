@@ -26,7 +26,7 @@ from nats.js.kv import KeyValue
 
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
 from streamproc.names import feed_bucket
 
 bucket_name = feed_bucket
@@ -45,10 +45,10 @@ class FeedSettings(msgspec.Struct, frozen=True, kw_only=True):
     consumer_client_ids: tuple[str, ...] = DEFAULT_CONSUMERS
 
 
-def load_settings(env: Mapping[str, str] | None = None) -> FeedSettings:
+def load_settings(env: Mapping[str, str]) -> FeedSettings:
     """``STREAMPROC_FEED_LEASE_S`` and ``STREAMPROC_NOTIFY_CONSUMER_CLIENT_IDS``
     (comma-separated)."""
-    env = environment() if env is None else env
+
     raw = (env.get(LEASE_ENV) or "").strip()
     lease = DEFAULT_LEASE_S
     if raw:

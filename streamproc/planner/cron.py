@@ -162,7 +162,7 @@ class CronReactor(Reactor):
         wall: Callable[[], int] = wall_ms,
     ) -> None:
         self.settings = settings
-        self.cfg = planner or load_planner_settings()
+        self.cfg = planner or settings.configuration.section(load_planner_settings)
         self.wall = wall
         self._next: dict[tuple[str, str], tuple[tuple[int, str, str], int | None]] = {}
         self._fired: dict[tuple[str, str], int] = {}

@@ -54,14 +54,14 @@ from streamproc.planner.settings import load as load_planner_settings
 from streamproc.projection import Projection
 from streamproc.projector import Projector
 from streamproc.queries import partition_endpoint
-from streamproc.reactor import Reactor, RoleContext
-from streamproc.state.settings import store_sizes
+from streamproc.reactor import Configured, Reactor, RoleContext, build
+from streamproc.state.settings import store_sizes, trim_interval_s
 from streamproc.state.store import RocksStore
 
 log = logging.getLogger(__name__)
 
-PROJECTIONS: list[Callable[[], Projection]] = [
-    configured_projection,
+PROJECTIONS: list[Callable[[], Projection] | Configured] = [
+    Configured(configured_projection),
     PlannerSchedules,
     PlannerExports,
     PlannerRuns,
@@ -159,8 +159,9 @@ class Partition:
         s = self.base.settings
         nc = self.base.publisher.nc
         path = s.state_dir(names.partition_state(self.k, self.n))
-        self.store = RocksStore(path, sizes=store_sizes())
-        projections = [make() for make in PROJECTIONS]
+        conf = s.configuration
+        self.store = RocksStore(path, sizes=conf.section(store_sizes))
+        projections = [build(make, conf) for make in PROJECTIONS]
         where = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
         proj = Projector(
             nc,
@@ -172,6 +173,7 @@ class Partition:
             consumer=names.projector_consumer("planner", f"p{self.k}of{self.n}", s.node_id, where),
             subjects=names.plan_subjects(s.prefix, self.k),
             filter_subjects=[filter_subject(s.prefix, self.k)],
+            trim_interval_s=conf.section(trim_interval_s),
         )
         self.proj = proj
         await proj.start()
@@ -363,11 +365,13 @@ class PartitionSet:
 
 async def run(ctx: RoleContext) -> None:
     """The background service of a partitioned planner role (every instance runs it)."""
-    n = load_planner_settings().partitions
+    n = ctx.settings.configuration.section(load_planner_settings).partitions
     nc = ctx.publisher.nc
     stream = await ensure_stream(nc, ctx.settings, n)
     replicas = await jsapi.stream_replicas(nc, ctx.settings.events_stream)
-    kv, ttl = await open_bucket(nc, ctx.settings.prefix, lease_ttl(), replicas=replicas)
+    kv, ttl = await open_bucket(
+        nc, ctx.settings.prefix, ctx.settings.configuration.section(lease_ttl), replicas=replicas
+    )
     parts = PartitionSet(ctx, kv, ttl, stream, n, holder_id(ctx.settings.node_id))
     try:
         await parts.run()

@@ -119,7 +119,7 @@ class PlannerReactor(Reactor):
         wall: Callable[[], int] = wall_ms,
     ) -> None:
         self.settings = settings
-        self.cfg = planner or load_planner_settings()
+        self.cfg = planner or settings.configuration.section(load_planner_settings)
         self.source = source
         self.wall = wall
         self.inflight: dict[tuple[str, str], float] = {}

@@ -21,7 +21,7 @@ from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSched
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.service import start as start_service
 from streamproc.projection import Projection
-from streamproc.reactor import Reactor, RoleSpec
+from streamproc.reactor import Configured, Reactor, RoleSpec
 from streamproc.sboms.refs import SbomRefs
 from streamproc.sboms.retention import SbomRetention
 
@@ -37,7 +37,7 @@ PLANNER_REACTORS: list[Callable[[Settings], Reactor]] = [PlannerReactor, CronRea
 
 
 PLANNER = RoleSpec(
-    [configured_projection, *PLANNER_PROJECTIONS],
+    [Configured(configured_projection), *PLANNER_PROJECTIONS],
     PLANNER_REACTORS,
     singleton=True,
     services=start_service,

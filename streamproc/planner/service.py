@@ -257,7 +257,7 @@ async def start(ctx: RoleContext, endpoint: str = PREVIEW) -> Served:
         hosted(ctx.shared, PlannerExports),
         nc,
         ctx.settings.events_stream,
-        epss_high=load_planner_settings().epss_high_percentile,
+        epss_high=ctx.settings.configuration.section(load_planner_settings).epss_high_percentile,
     )
     return await serve_previews(
         nc,

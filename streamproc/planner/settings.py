@@ -39,7 +39,7 @@ from typing import Literal
 
 import msgspec
 
-from streamproc.config import ConfigError, environment, flag
+from streamproc.config import ConfigError, flag
 from streamproc.configfile.registry import RENAMED_ENV
 
 MissedTicks = Literal["latest", "none", "all-capped"]
@@ -129,9 +129,9 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
         return round(self.clock_skew_s * 1000)
 
 
-def load(env: Mapping[str, str] | None = None, **overrides: object) -> PlannerSettings:
+def load(env: Mapping[str, str], **overrides: object) -> PlannerSettings:
     """Planner settings from ``env`` (default: :func:`environment`), then ``overrides``."""
-    env = environment() if env is None else env
+
     for old, new in RENAMED_ENV.items():
         if env.get(old, "").strip():
             raise ConfigError(

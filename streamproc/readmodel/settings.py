@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError, Configuration
 from streamproc.readmodel.retention import DEFAULT_DAYS
 from streamproc.readmodel.runs import Runs
 
@@ -13,9 +13,9 @@ RETENTION_ENV = "STREAMPROC_READMODEL_RETENTION_DAYS"
 MAX_DAYS = 100 * 366
 
 
-def retention_days(env: Mapping[str, str] | None = None) -> int:
+def retention_days(env: Mapping[str, str]) -> int:
     """Days a finished run stays in the read model (``readmodel.retention_days``)."""
-    raw = (environment() if env is None else env).get(RETENTION_ENV, "").strip()
+    raw = env.get(RETENTION_ENV, "").strip()
     if not raw:
         return DEFAULT_DAYS
     try:
@@ -27,7 +27,7 @@ def retention_days(env: Mapping[str, str] | None = None) -> int:
     return days
 
 
-def runs() -> Runs:
+def runs(configuration: Configuration) -> Runs:
     """The runs of the read model as the gateway folds them: with the configured retention
-    (the form ``RoleSpec.projections`` takes)."""
-    return Runs(retention_days=retention_days())
+    (the form ``Configured`` projection factories take)."""
+    return Runs(retention_days=configuration.section(retention_days))

@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Callable
 
 from streamproc.cliargs import common as _common
-from streamproc.configfile import activate
+from streamproc.configfile.loader import activate
 from streamproc.role_cli import add_process_options, process_settings, serve
 from streamproc.runner.role import make_runner
 from streamproc.runner.settings import load as load_runner
@@ -34,7 +34,8 @@ def register(
 def cmd_runner(args: argparse.Namespace) -> int:
     settings = process_settings(args, "runner")
     runner = load_runner(
-        {"scanner_url": args.scanner_url, "workers": args.workers, "inflight": args.inflight}
+        settings.configuration.values,
+        {"scanner_url": args.scanner_url, "workers": args.workers, "inflight": args.inflight},
     )
     # ``python -m streamproc.runner`` keeps its old contract: HTTP only with --http-port.
     http = args.http_port is not None if getattr(args, "http_opt_in", False) else True
@@ -50,5 +51,5 @@ def main(argv: list[str] | None = None) -> int:
     )
     args.http_opt_in = True
 
-    activate(getattr(args, "config", None))  # as `streamproc runner` does
+    args.configuration = activate(getattr(args, "config", None))  # as `streamproc runner` does
     return int(args.fn(args))

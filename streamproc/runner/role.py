@@ -213,7 +213,7 @@ def make_runner(runner: RunnerSettings | None = None) -> RoleSpec:
     benches); without, the environment's, read when the role starts."""
 
     def workers(ctx: RoleContext) -> Coroutine[Any, Any, None]:
-        return Workers(ctx, runner or load_runner_settings()).run()
+        return Workers(ctx, runner or load_runner_settings(ctx.settings.configuration.values)).run()
 
     return RoleSpec(
         [RunnerState, RunnerSboms, VexClaims], [lambda _s: RunnerReactor()], background=[workers]

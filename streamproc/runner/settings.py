@@ -11,7 +11,8 @@ from msgspec import Meta
 
 from streamproc.backends.settings import ScannerSettings
 from streamproc.backends.settings import load as load_scanner
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_names
 
 Positive = Annotated[float, Meta(gt=0)]
 
@@ -45,28 +46,25 @@ class RunnerSettings(msgspec.Struct, kw_only=True):
         return self.ack_wait_s / 3
 
 
-ENV = {
-    "scanner_url": "STREAMPROC_SCANNER_URL",
-    "workers": "STREAMPROC_RUNNER_WORKERS",
-    "inflight": "STREAMPROC_RUNNER_INFLIGHT",
-    "ack_wait_s": "STREAMPROC_RUNNER_ACK_WAIT_S",
-    "max_deliver": "STREAMPROC_RUNNER_MAX_DELIVER",
-    "call_timeout_s": "STREAMPROC_RUNNER_CALL_TIMEOUT_S",
-    "call_attempts": "STREAMPROC_RUNNER_CALL_ATTEMPTS",
-    "call_budget_s": "STREAMPROC_RUNNER_CALL_BUDGET_S",
-}
+ENV = env_names(
+    "runner",
+    {
+        "scanner_url": "scanner.url",
+        **{f: f"runner.{f}" for f in ("workers", "inflight", "ack_wait_s", "max_deliver")},
+        **{f: f"runner.{f}" for f in ("call_timeout_s", "call_attempts", "call_budget_s")},
+    },
+)
+"""Field → environment name (the registry's keys)."""
+PORT_ENV, BACKOFF_ENV = env_names("runner", {"p": "scanner.port", "b": "runner.retry_backoff_s"})
 
 
-def load(
-    overrides: dict[str, object] | None = None, env: Mapping[str, str] | None = None
-) -> RunnerSettings:
-    """Runner settings from ``env`` (default: :func:`environment`), then ``overrides``."""
-    env = environment() if env is None else env
+def load(env: Mapping[str, str], overrides: dict[str, object] | None = None) -> RunnerSettings:
+    """Runner settings from ``env`` (the process's configuration), then ``overrides``."""
     raw: dict[str, object] = {k: env[v] for k, v in ENV.items() if env.get(v)}
-    if "scanner_url" not in raw and env.get("STREAMPROC_SCANNER_PORT"):
-        raw["scanner_url"] = f"http://127.0.0.1:{env['STREAMPROC_SCANNER_PORT']}"  # up --demo's
-    if env.get("STREAMPROC_RUNNER_RETRY_BACKOFF_S"):
-        raw["retry_backoff_s"] = env["STREAMPROC_RUNNER_RETRY_BACKOFF_S"].split(",")
+    if "scanner_url" not in raw and env.get(PORT_ENV):
+        raw["scanner_url"] = f"http://127.0.0.1:{env[PORT_ENV]}"  # up --demo's
+    if env.get(BACKOFF_ENV):
+        raw["retry_backoff_s"] = env[BACKOFF_ENV].split(",")
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         out = msgspec.convert(raw, RunnerSettings, strict=False)

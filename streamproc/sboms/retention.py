@@ -32,7 +32,7 @@ from typing import ClassVar
 from streamproc import metrics
 from streamproc.bus import objects
 from streamproc.bus.jsapi import JsApiError
-from streamproc.config import ConfigError, Settings, environment
+from streamproc.config import ConfigError, Settings
 from streamproc.events.envelope import new_event
 from streamproc.events.payloads import SbomDeleted
 from streamproc.hlc import wall_ms
@@ -54,9 +54,9 @@ PROBLEM = "sbom_retention"
 """The role problem a failing pass sets (``streamproc status``, ``/readyz``)."""
 
 
-def load_retention(env: Mapping[str, str] | None = None) -> float:
+def load_retention(env: Mapping[str, str]) -> float:
     """``sboms.retention_s``: seconds an SBOM no image uses is kept."""
-    env = environment() if env is None else env
+
     raw = (env.get(RETENTION_ENV) or "").strip()
     if not raw:
         return DEFAULT_RETENTION_S
@@ -85,7 +85,9 @@ class SbomRetention(Reactor):
         sweep_s: float = SWEEP_S,
     ) -> None:
         self.settings = settings
-        self.retention_ms = int((load_retention() if retention_s is None else retention_s) * 1000)
+        if retention_s is None:
+            retention_s = settings.configuration.section(load_retention)
+        self.retention_ms = int(retention_s * 1000)
         self.wall = wall
         self.sweep_s = sweep_s
         self._not_before: dict[str, int] = {}

@@ -20,11 +20,11 @@ import uvloop
 
 from streamproc import exitcodes
 from streamproc.app import System
-from streamproc.cliargs import add_config_flag
+from streamproc.cliargs import add_config_flag, configuration
 from streamproc.cliargs import settings as _settings
 from streamproc.client.http import Unreachable
 from streamproc.client.tokens import TokenRefused, TokenUnavailable
-from streamproc.config import ConfigError, environment, load
+from streamproc.config import ConfigError, load
 from streamproc.gateway.tokens_cli import KeyFileError
 from streamproc.role_cli import DEFAULT_NATS_URL
 from streamproc.scanner import vexer
@@ -172,8 +172,9 @@ def _send(
     """Sign ``body`` and deliver it with a DPoP-bound token per tenant (``pending`` saved
     first, so a retry sends the same export): ``OK`` when the gateway accepted every
     delivery; otherwise the exit code, and a message that says what to do."""
+    env = configuration(args).values
     var = f"STREAMPROC_{kind.upper()}_SECRET"
-    secret = args.secret or environment().get(var)
+    secret = args.secret or env.get(var)
     seed = args.ed25519_seed_file.read_bytes()[:32] if args.ed25519_seed_file else None
     if not secret and not seed:
         print(f"streamproc: nothing to sign the export with: pass --secret (or set {var}; "
@@ -182,7 +183,7 @@ def _send(
     try:
         creds = credentials(
             data_dir,
-            environment(),
+            env,
             token=args.token,
             tenants=args.tenant,
             source=args.source,
@@ -234,7 +235,7 @@ def _saver(path: Path) -> Callable[[dict[str, Any]], None]:
 
 
 def cmd_vexer_export(args: argparse.Namespace) -> int:
-    data_dir = load({"data_dir": args.data_dir}).data_dir
+    data_dir = load({"data_dir": args.data_dir}, configuration(args)).data_dir
     state_path = args.state or data_dir / "vexer-export.json"
     try:
         docs = vexer.read_dir(args.vex)
@@ -262,7 +263,7 @@ def cmd_vexer_export(args: argparse.Namespace) -> int:
 
 
 def cmd_feedser_export(args: argparse.Namespace) -> int:
-    data_dir = load({"data_dir": args.data_dir}).data_dir
+    data_dir = load({"data_dir": args.data_dir}, configuration(args)).data_dir
     state_path = args.state or data_dir / "feedser-export.json"
     try:
         db = AdvisoryDb.load(args.osv, args.kev, args.debian_sources, args.epss)

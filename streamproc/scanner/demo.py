@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from streamproc.backends.settings import load as load_scanner_settings
 from streamproc.bus import objects
 from streamproc.bus.publisher import WrongExpectedSequence
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError, Configuration
 from streamproc.devsetup import cli_command
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
@@ -72,8 +73,8 @@ def _image_event(tenant: str, name: str, raw: bytes) -> tuple[str, Any]:
     return digest, payload
 
 
-def load_scanner_port() -> int:
-    raw = environment().get("STREAMPROC_SCANNER_PORT") or "8490"
+def load_scanner_port(env: Mapping[str, str]) -> int:
+    raw = env.get("STREAMPROC_SCANNER_PORT") or "8490"
     if not raw.isdigit() or not 0 < int(raw) < 65536:
         raise ConfigError(f"STREAMPROC_SCANNER_PORT: {raw!r} is not a port number")
     return int(raw)
@@ -86,13 +87,16 @@ async def seed_demo(
     scanner_url: str | None = None,
     scanner_port: int | None = None,
     sbom_dir: Path = DATA / "sboms",
+    configuration: Configuration | None = None,
 ) -> Demo:
     """Seed the catalog and print the guide; starts the reference scanner (on
     ``scanner_port``, else ``STREAMPROC_SCANNER_PORT``, else 8490) unless ``scanner_url`` (or
     ``STREAMPROC_SCANNER_URL``) names one or ``scanner.kind`` is a tool (the runners then run
     it on the stored SBOMs, and no reference scanner is needed). The scanner reads its images
-    from the ``scanner`` role, which ``system`` must then host."""
+    from the ``scanner`` role, which ``system`` must then host. ``configuration``: where
+    those settings come from (default: ``system``'s)."""
     settings = system.settings
+    conf: Configuration = configuration or settings.configuration
     osv_dir = settings.data_dir / "demo" / "osv"
     osv_dir.mkdir(parents=True, exist_ok=True)
     for name in BASELINE:
@@ -100,8 +104,8 @@ async def seed_demo(
         if not target.exists():
             shutil.copy(DATA / "osv" / f"{name}.json", target)
     shutil.copy(DATA / "osv" / "debian-sources.json", osv_dir.parent / "debian-sources.json")
-    url = scanner_url or environment().get("STREAMPROC_SCANNER_URL")
-    scanner = load_scanner_settings()
+    url = scanner_url or conf.get("STREAMPROC_SCANNER_URL")
+    scanner = conf.section(load_scanner_settings)
     tool = scanner.tool
     svc: ScannerService | None = None
     if tool is not None:
@@ -110,7 +114,7 @@ async def seed_demo(
         if "scanner" not in system.roles:
             raise ValueError("the demo's scanner reads images from the 'scanner' role: host it")
         if scanner_port is None:
-            scanner_port = load_scanner_port()
+            scanner_port = conf.section(load_scanner_port)
         svc = await start_scanner(
             port=scanner_port, osv_dir=osv_dir, kev_file=DATA / "kev.json",
             sources=osv_dir.parent / "debian-sources.json", images=IndexedImages.of(system),

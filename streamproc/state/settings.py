@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from streamproc.config import ConfigError, environment
+from streamproc.config import ConfigError
 from streamproc.state.malloc import DEFAULT_TRIM_S
 from streamproc.state.store import DEFAULT_BLOCK_CACHE_MB, DEFAULT_WRITE_BUFFER_MB, StoreSizes
 
@@ -16,10 +16,10 @@ BLOCK_CACHE_ENV = "STREAMPROC_BLOCK_CACHE_MB"
 TRIM_ENV = "STREAMPROC_MALLOC_TRIM_S"
 
 
-def write_buffer_bytes(env: Mapping[str, str] | None = None) -> int:
+def write_buffer_bytes(env: Mapping[str, str]) -> int:
     """``STREAMPROC_WRITE_BUFFER_MB`` (``projector.write_buffer_mb``), validated, in bytes:
     default 8 MB (chosen by the soak, docs/operations.md "Memory"), 0: RocksDB's own defaults."""
-    raw = ((environment() if env is None else env).get(WRITE_BUFFER_ENV) or "").strip()
+    raw = (env.get(WRITE_BUFFER_ENV) or "").strip()
     if not raw:
         return DEFAULT_WRITE_BUFFER_MB << 20
     try:
@@ -31,9 +31,9 @@ def write_buffer_bytes(env: Mapping[str, str] | None = None) -> int:
     return mb << 20
 
 
-def block_cache_bytes(env: Mapping[str, str] | None = None) -> int:
+def block_cache_bytes(env: Mapping[str, str]) -> int:
     """``STREAMPROC_BLOCK_CACHE_MB`` (``projector.block_cache_mb``), validated, in bytes."""
-    raw = ((environment() if env is None else env).get(BLOCK_CACHE_ENV) or "").strip()
+    raw = (env.get(BLOCK_CACHE_ENV) or "").strip()
     if not raw:
         return DEFAULT_BLOCK_CACHE_MB << 20
     try:
@@ -45,15 +45,15 @@ def block_cache_bytes(env: Mapping[str, str] | None = None) -> int:
     return mb << 20
 
 
-def store_sizes(env: Mapping[str, str] | None = None) -> StoreSizes:
+def store_sizes(env: Mapping[str, str]) -> StoreSizes:
     """What a RocksDB store of this process is opened with (:class:`RocksStore`)."""
     return StoreSizes(write_buffer_bytes(env), block_cache_bytes(env))
 
 
-def trim_interval_s(env: Mapping[str, str] | None = None) -> float:
+def trim_interval_s(env: Mapping[str, str]) -> float:
     """``STREAMPROC_MALLOC_TRIM_S`` (``projector.malloc_trim_s``), validated: default 5 s,
     0: never trim."""
-    raw = ((environment() if env is None else env).get(TRIM_ENV) or "").strip()
+    raw = (env.get(TRIM_ENV) or "").strip()
     if not raw:
         return DEFAULT_TRIM_S
     try:

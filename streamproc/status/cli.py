@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streamproc.bus.session import nats_session, run
+from streamproc.cliargs import configuration
 from streamproc.config import ConfigError, load
 from streamproc.planner.settings import load as load_planner_settings
 from streamproc.roles import ROLES
@@ -37,14 +38,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             "nats_url": nats_url,
             "prefix": args.prefix,
             "node_id": args.node_id,
-        }
+        },
+        configuration(args),
     )
     expected = _expected(args.roles)
     where = settings.nats_url or f"the NATS server of {settings.data_dir}"
 
     async def main() -> int:
         async with nats_session(settings, name="streamproc-status") as nc:
-            report = await gather(nc, settings, expected, load_planner_settings().partitions)
+            partitions = settings.configuration.section(load_planner_settings).partitions
+            report = await gather(nc, settings, expected, partitions)
         if report is None:
             msg = f"no status bucket {bucket_name(settings.prefix)} at {where}: no role has run "
             msg += f"with prefix {settings.prefix!r} there"

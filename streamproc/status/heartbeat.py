@@ -73,7 +73,9 @@ class StatusHeartbeat:
         interval: float | None = None,
     ) -> None:
         self.system = system
-        self.interval = interval_s() if interval is None else interval
+        self.interval = (
+            system.settings.configuration.section(interval_s) if interval is None else interval
+        )
         self.lag_limit = lag_limit
         self.started = datetime.now(UTC).isoformat(timespec="seconds")
         self.pid = os.getpid()

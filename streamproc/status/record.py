@@ -10,7 +10,7 @@ from nats.js.kv import KeyValue
 
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
-from streamproc.config import ConfigError, Settings, environment
+from streamproc.config import ConfigError, Settings
 from streamproc.names import status_bucket
 
 bucket_name = status_bucket
@@ -25,9 +25,9 @@ KEEP_INTERVALS = 15
 """The bucket's ``max_age``, in heartbeat intervals: how long a dead instance stays listed."""
 
 
-def interval_s(env: Mapping[str, str] | None = None) -> float:
+def interval_s(env: Mapping[str, str]) -> float:
     """``STREAMPROC_STATUS_INTERVAL_S`` (``status.interval_s``), validated."""
-    raw = (environment() if env is None else env).get(INTERVAL_ENV) or str(DEFAULT_INTERVAL_S)
+    raw = env.get(INTERVAL_ENV) or str(DEFAULT_INTERVAL_S)
     try:
         value = float(raw)
     except ValueError:

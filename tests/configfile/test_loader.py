@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamproc import config
-from streamproc.configfile import ConfigFileError, activate
-from streamproc.configfile.loader import read_file
+from streamproc.configfile.loader import ConfigFileError, activate, read_file
 from streamproc.gateway import settings as gateway
 from streamproc.planner import settings as planner
 from streamproc.runner import settings as runner

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import msgspec
@@ -59,11 +59,11 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 _claims_dec = msgspec.json.Decoder(jwt.Claims)
 
 
-def issuer_keys(s: GatewaySettings) -> dict[str, tuple[Issuer, VerifyKey]]:
+def issuer_keys(s: GatewaySettings, env: Mapping[str, str]) -> dict[str, tuple[Issuer, VerifyKey]]:
     """Every configured token signing key by ``kid``: (issuer, key); raises for a key that
     cannot be read or decoded."""
     return {
-        k.kid: (iss, VerifyKey(jwt.decode_key(resolve_ref(k.public_key))))
+        k.kid: (iss, VerifyKey(jwt.decode_key(resolve_ref(k.public_key, env))))
         for iss in s.issuers
         for k in iss.keys
     }
@@ -71,15 +71,20 @@ def issuer_keys(s: GatewaySettings) -> dict[str, tuple[Issuer, VerifyKey]]:
 
 class Authenticator:
     def __init__(
-        self, s: GatewaySettings, replay: ReplayGuard, clock: Callable[[], float] = time.time
+        self,
+        s: GatewaySettings,
+        replay: ReplayGuard,
+        clock: Callable[[], float] = time.time,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """``env``: what ``env:NAME`` secret references name (the process's configuration)."""
         self.s = s
         self._clock = clock
         self.modes = frozenset(s.required_modes)
-        self.keys = issuer_keys(s)
+        self.keys = issuer_keys(s, env or {})
         self.token_types = frozenset(jwt.media_type(t) for t in s.token_types)
         self._verified: dict[str, tuple[Issuer, jwt.Claims]] = {}
-        self.dpop = DpopVerifier(s.dpop, replay, clock)
+        self.dpop = DpopVerifier(s.dpop, replay, clock, env)
 
     # ------------------------------------------------------------------ challenges
 

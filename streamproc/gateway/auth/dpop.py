@@ -15,7 +15,7 @@ import hashlib
 import hmac
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -64,19 +64,24 @@ def normalize_htu(url: str) -> str:
     return f"{(u.scheme or '').lower()}://{(u.host or '').lower()}{port}{u.raw_path}"
 
 
-def nonce_key(cfg: Dpop) -> bytes:
+def nonce_key(cfg: Dpop, env: Mapping[str, str]) -> bytes:
     """The nonce HMAC key: the configured secret (shared by replicas), else a random one."""
-    secret = resolve_ref(cfg.nonce_secret) if cfg.nonce_secret else None
+    secret = resolve_ref(cfg.nonce_secret, env) if cfg.nonce_secret else None
     return secret.encode() if secret else os.urandom(32)
 
 
 class DpopVerifier:
     def __init__(
-        self, cfg: Dpop, replay: ReplayGuard, clock: Callable[[], float] = time.time
+        self,
+        cfg: Dpop,
+        replay: ReplayGuard,
+        clock: Callable[[], float] = time.time,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """``env``: what ``env:NAME`` secret references name (the process's configuration)."""
         self.cfg = cfg
         self._clock = clock
-        self._secret = nonce_key(cfg)
+        self._secret = nonce_key(cfg, env or {})
         self.replay = replay
         self._nonce = ("", -1)
 

@@ -35,7 +35,7 @@ import hmac
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -122,12 +122,12 @@ def _ed25519(value: str) -> bytes:
 class Source:
     """A configured sender with its keys resolved once (not per request)."""
 
-    def __init__(self, cfg: WebhookSource) -> None:
+    def __init__(self, cfg: WebhookSource, env: Mapping[str, str]) -> None:
         self.name = cfg.name
         self.kind = cfg.kind
         self.tenants = list(cfg.tenants)
-        self.hmac_keys = [resolve_ref(s).encode() for s in cfg.hmac_secrets]
-        self.ed_keys = [VerifyKey(decode_key(resolve_ref(k))) for k in cfg.ed25519_public_keys]
+        self.hmac_keys = [resolve_ref(s, env).encode() for s in cfg.hmac_secrets]
+        self.ed_keys = [VerifyKey(decode_key(resolve_ref(k, env))) for k in cfg.ed25519_public_keys]
         self.mtls = cfg.mtls
         self.require_token = cfg.require_token
         self.ca_subjects: list[Any] = []
@@ -193,11 +193,16 @@ class Delivery:
 
 class WebhookVerifier:
     def __init__(
-        self, s: GatewaySettings, replay: ReplayGuard, clock: Callable[[], float] = time.time
+        self,
+        s: GatewaySettings,
+        replay: ReplayGuard,
+        clock: Callable[[], float] = time.time,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """``env``: what ``env:NAME`` secret references name (the process's configuration)."""
         self.window = s.webhook_window_s
         self._clock = clock
-        self.sources = [Source(c) for c in s.webhooks]
+        self.sources = [Source(c, env or {}) for c in s.webhooks]
         for source in self.sources:
             if not source.require_token:
                 log.warning(
