@@ -55,7 +55,8 @@ ENV = env_names(
     },
 )
 """Field → environment name (the registry's keys)."""
-PORT_ENV, BACKOFF_ENV = env_names("runner", {"p": "scanner.port", "b": "runner.retry_backoff_s"})
+_MORE = env_names("runner", {"port": "scanner.port", "backoff": "runner.retry_backoff_s"})
+PORT_ENV, BACKOFF_ENV = _MORE["port"], _MORE["backoff"]
 
 
 def load(env: Mapping[str, str], overrides: dict[str, object] | None = None) -> RunnerSettings:

@@ -47,20 +47,24 @@ retry_backoff_s = [0.5, 2]
     )
     monkeypatch.setenv("STREAMPROC_PLANNER_DEFAULT_PARALLELISM", "16")
     monkeypatch.setenv("STREAMPROC_PREFIX", "")  # empty = unset: does not hide the file's
-    activate(path)
-    s = config.load()
+    conf = activate(path)
+    s = config.load(configuration=conf)
     assert (s.node_id, s.data_dir, s.prefix) == ("node-a", Path("/srv/streamproc"), "sched")
     assert s.nats_url == "nats://a:4222,nats://b:4222"
-    p = planner.load()
+    assert s.configuration is conf  # what the roles started with these settings read
+    p = conf.section(planner.load)
     assert (p.debounce_s, p.default_parallelism, p.usage_only) == (5.0, 16, False)
-    assert runner.load().retry_backoff_s == [0.5, 2.0]
-    assert config.load({"prefix": "flag"}).prefix == "flag"  # flags over both
+    assert conf.section(planner.load) is p  # decoded once
+    assert runner.load(conf.values).retry_backoff_s == [0.5, 2.0]
+    assert config.load({"prefix": "flag"}, conf).prefix == "flag"  # flags over both
+    # Read once: a variable set afterwards changes nothing for this process.
+    monkeypatch.setenv("STREAMPROC_PLANNER_DEFAULT_PARALLELISM", "32")
+    assert planner.load(conf.values).default_parallelism == 16
 
 
 def test_activate_uses_STREAMPROC_CONFIG(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMPROC_CONFIG", str(write(tmp_path, '[node]\nid = "from-env"\n')))
-    activate(None)
-    assert config.load().node_id == "from-env"
+    assert config.load(configuration=activate(None)).node_id == "from-env"
 
 
 def test_secrets_come_from_files_trimmed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,21 +80,18 @@ password_file = "{tmp_path / "pw"}"
 signing_key_file = "{tmp_path / "seed"}"
 """,
     )
-    activate(path)
-    env = config.environment()
+    env = activate(path).values
     assert env["STREAMPROC_NATS_PASSWORD"] == "hunter2"
     assert env["STREAMPROC_AUDIT_SIGNING_KEY"] == "ab" * 32
     # An environment *_FILE beats the file; a direct variable beats both.
     (tmp_path / "pw2").write_text("from-env-file")
     monkeypatch.setenv("STREAMPROC_NATS_PASSWORD_FILE", str(tmp_path / "pw2"))
-    activate(path)
-    assert config.environment()["STREAMPROC_NATS_PASSWORD"] == "from-env-file"
+    assert activate(path).values["STREAMPROC_NATS_PASSWORD"] == "from-env-file"
     monkeypatch.setenv("STREAMPROC_NATS_PASSWORD", "direct")
     with pytest.raises(ConfigFileError, match="STREAMPROC_NATS_PASSWORD_FILE: set"):
         activate(path)  # both the variable and its _FILE: ambiguous
     monkeypatch.delenv("STREAMPROC_NATS_PASSWORD_FILE")
-    activate(path)
-    assert config.environment()["STREAMPROC_NATS_PASSWORD"] == "direct"
+    assert activate(path).values["STREAMPROC_NATS_PASSWORD"] == "direct"
 
 
 def test_bad_secret_files_name_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,7 +155,7 @@ def test_a_renamed_key_names_the_key_it_became(
     }
     monkeypatch.setenv("STREAMPROC_PLANNER_DEFAULT_MAX_JOBS", "100")
     with pytest.raises(config.ConfigError, match="is now STREAMPROC_PLANNER_MAX_JOBS_PER_RUN"):
-        planner.load()
+        planner.load(activate(None).values)
 
 
 def test_bad_types_and_bounds_name_the_key(tmp_path: Path) -> None:
@@ -222,17 +223,19 @@ def test_gateway_tables_with_the_gateway_file_over_them(tmp_path: Path) -> None:
 
     (tmp_path / "hmac").write_text("shared-secret\n")
     path = write(tmp_path, GATEWAY_TABLES % ("A" * 43, tmp_path / "hmac"))
-    activate(path)
-    s = gateway.load()
+    conf = activate(path)
+    s = gateway.configured(conf)
     assert [i.issuer for i in s.issuers] == ["https://authority.test"]
     assert (s.required_modes, s.dpop.nonce_ttl_s) == (["bearer"], 120)
-    assert Source(s.webhooks[0]).hmac_keys == [b"shared-secret"]  # the file: reference
+    assert Source(s.webhooks[0], conf.values).hmac_keys == [b"shared-secret"]  # file: reference
     # A STREAMPROC_GATEWAY_CONFIG file replaces the tables it names, keeps the others.
     other = {
         "webhooks": [{"name": "vexer", "kind": "vexer", "tenants": ["a"], "hmac_secrets": ["x"]}]
     }
     (tmp_path / "gw.json").write_text(json.dumps(other))
-    s = gateway.load({"STREAMPROC_GATEWAY_CONFIG": str(tmp_path / "gw.json")})
+    s = gateway.load(
+        {"STREAMPROC_GATEWAY_CONFIG": str(tmp_path / "gw.json")}, conf.document("gateway")
+    )
     assert [w.name for w in s.webhooks] == ["vexer"]
     assert [i.issuer for i in s.issuers] == ["https://authority.test"]
 
