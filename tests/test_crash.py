@@ -17,6 +17,7 @@ import msgspec
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.config import Configuration
 from streamproc.replay import rebuild
 from streamproc.state import keys
 from streamproc.state.store import RocksStore
@@ -108,7 +109,14 @@ async def test_sigkill_at_ten_random_moments_then_equal_to_clean_replay(
         assert proc.wait(30) == 0
     assert _applied(state) == N
 
-    clean = await rebuild(nc, stream_names[0], "activity", tmp_path / "clean", progress=False)
+    clean = await rebuild(
+        nc,
+        stream_names[0],
+        "activity",
+        tmp_path / "clean",
+        progress=False,
+        configuration=Configuration(),
+    )
     crashed = RocksStore(state)
     try:
         from streamproc.state.digest import state_digest

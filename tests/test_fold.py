@@ -13,12 +13,14 @@ from prometheus_client import CollectorRegistry, Counter
 from streamproc import metrics
 from streamproc.audit.entry import CHAINED_KINDS
 from streamproc.audit.log import AuditLog
+from streamproc.config import Configuration
 from streamproc.events import payloads as p
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.fold import _payload_annotation, folds, handlers_of, kinds_of, payloads_of
 from streamproc.projection import Folder, Projection, Rejection, Tx
 from streamproc.projector import report
+from streamproc.reactor import build
 from streamproc.roles import ROLES
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
@@ -29,7 +31,8 @@ ADAPTERS: set[str] = set()
 
 
 def role_projections() -> dict[str, type[Projection]]:
-    return {make().name: type(make()) for spec in ROLES.values() for make in spec.projections}
+    made = [build(f, Configuration()) for spec in ROLES.values() for f in spec.projections]
+    return {p.name: type(p) for p in made}
 
 
 def test_every_projection_folds_each_kind_it_claims_through_a_typed_handler() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import grimp
 
 from streamproc.projection import Projection
+from streamproc.reactor import Configured
 from streamproc.roles import ROLES
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
@@ -23,9 +24,11 @@ RUNTIME = {"streamproc.projection", "streamproc.projections"}
 """The fold runtime itself and the helpers folds share: held to the same rule."""
 
 
-def _folded_class(make: Callable[[], Projection]) -> type:
+def _folded_class(make: Callable[[], Projection] | Configured) -> type:
     """The projection class a role's factory makes: the class itself, or the return type of
     a function that builds it with the role's settings."""
+    if isinstance(make, Configured):
+        return _folded_class(make.make)  # type: ignore[arg-type]  # takes the configuration; only its return type is read
     if isinstance(make, type):
         return make
     made = typing.get_type_hints(make)["return"]

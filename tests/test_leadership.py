@@ -216,6 +216,6 @@ async def test_the_standby_auditor_signs_once_the_active_one_is_gone(
         await drop_lease_bucket(nc, prefix)
     view = RocksStore(tmp_path / "ab" / "state" / "auditor", read_only=True)
     try:
-        assert all(r.ok for r in verify_all(view, build_keyring(tmp_path / "ab")))
+        assert all(r.ok for r in verify_all(view, build_keyring(tmp_path / "ab", env={})))
     finally:
         view.close()

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamproc import metrics
 from streamproc.bus.server import EmbeddedNats
+from streamproc.config import Configuration
 from streamproc.deliveries import role_filter
 from streamproc.projection import folded_kinds
 from streamproc.roles import projections_for
@@ -47,7 +48,7 @@ ROLES = ("gateway", "planner", "runner", "scanner")
 def receives(role: str) -> int:
     """How many of the two malformed messages reach ``role``'s projector: the one on an
     image subject if it folds an image kind; the one of no aggregate only with the whole log."""
-    projections = projections_for(role)
+    projections = projections_for(role, Configuration())
     kinds = folded_kinds(projections)
     whole = role_filter("p", projections) == ["p.events.>"]
     return int(bool(kinds & {"image.indexed", "image.removed"}) or whole) + int(whole)

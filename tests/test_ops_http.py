@@ -16,7 +16,7 @@ import pytest
 from streamproc import metrics
 from streamproc.app import ListenError, System
 from streamproc.bus.server import EmbeddedNats, free_port
-from streamproc.config import ConfigError, Settings, load
+from streamproc.config import ConfigError, Configuration, Settings, load
 from tests.gateway.conftest import drop_streams
 
 
@@ -100,8 +100,12 @@ async def test_a_taken_ops_port_is_refused_before_anything_starts(
 
 
 def test_ops_settings_from_the_environment() -> None:
-    s = load(env={"STREAMPROC_OPS_PORT": "8479", "STREAMPROC_OPS_HOST": "10.0.0.5"})
+    s = load(
+        configuration=Configuration(
+            values={"STREAMPROC_OPS_PORT": "8479", "STREAMPROC_OPS_HOST": "10.0.0.5"}
+        )
+    )
     assert (s.ops_host, s.ops_port) == ("10.0.0.5", 8479)
-    assert load(env={}).ops_port is None
+    assert load(configuration=Configuration(values={})).ops_port is None
     with pytest.raises(ConfigError):
-        load(env={"STREAMPROC_OPS_PORT": "70000"})
+        load(configuration=Configuration(values={"STREAMPROC_OPS_PORT": "70000"}))

@@ -17,7 +17,7 @@ from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
-from streamproc.config import Settings
+from streamproc.config import Configuration, Settings
 from streamproc.deliveries import role_filter
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, encode
@@ -38,7 +38,7 @@ IMAGE_KINDS = {"image.indexed", "image.removed"}
 
 def scanner() -> list[Projection]:
     """The scanner role's projections: they fold ``image.indexed`` and ``image.removed``."""
-    projections = projections_for("scanner")
+    projections = projections_for("scanner", Configuration())
     assert {k for p in projections for k in p.kinds} == IMAGE_KINDS
     return projections
 
@@ -287,7 +287,14 @@ async def test_a_clean_stop_leaves_the_checkpoint_at_the_head(
     nc = await connect(nats_server.url)
     try:
         stream = stream_names_of(prefix)[0]
-        fresh = await rebuild(nc, stream, "scanner", tmp_path / "replay", progress=False)
+        fresh = await rebuild(
+            nc,
+            stream,
+            "scanner",
+            tmp_path / "replay",
+            progress=False,
+            configuration=Configuration(),
+        )
     finally:
         await nc.close()
     assert fresh.digest == live

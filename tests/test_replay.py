@@ -17,6 +17,7 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
+from streamproc.config import Configuration
 from streamproc.projections.activity import Activity
 from streamproc.projector import PositionError, Projector
 from streamproc.replay import rebuild
@@ -45,12 +46,25 @@ async def test_replay_refuses_a_log_that_lost_its_beginning_unless_partial_is_al
     stream = stream_names[0]
     events = await purged_log(nc, publisher, stream)
     with pytest.raises(PositionError, match=r"starts at sequence 11: events 1\.\.10") as err:
-        await rebuild(nc, stream, "activity", tmp_path / "refused", progress=False)
+        await rebuild(
+            nc,
+            stream,
+            "activity",
+            tmp_path / "refused",
+            progress=False,
+            configuration=Configuration(),
+        )
     assert "--allow-partial" in str(err.value)
     assert not (tmp_path / "refused").exists()
 
     summary = await rebuild(
-        nc, stream, "activity", tmp_path / "partial", progress=False, allow_partial=True
+        nc,
+        stream,
+        "activity",
+        tmp_path / "partial",
+        progress=False,
+        allow_partial=True,
+        configuration=Configuration(),
     )
     assert summary.partial and summary.first_seq == 11
     assert (summary.events, summary.last_seq) == (20, 30)
@@ -139,12 +153,24 @@ async def test_what_folds_tally_counts_once_live_and_not_again_on_replay(
     store = RocksStore(tmp_path / "live")
     try:
         live = Projector(
-            nc, store, projections_for("auditor"), stream=stream_names[0], role="auditor", batch=7
+            nc,
+            store,
+            projections_for("auditor", Configuration()),
+            stream=stream_names[0],
+            role="auditor",
+            batch=7,
         )
         await (await live.start()).run(until_seq=40)
         assert entries() - before == chained, "once per live event, batch by batch"
     finally:
         store.close()
-    summary = await rebuild(nc, stream_names[0], "auditor", tmp_path / "rebuilt", progress=False)
+    summary = await rebuild(
+        nc,
+        stream_names[0],
+        "auditor",
+        tmp_path / "rebuilt",
+        progress=False,
+        configuration=Configuration(),
+    )
     assert summary.last_seq == 40
     assert entries() - before == chained, "a replay folds them again but counts nothing"

@@ -6,13 +6,16 @@ that changes nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
+from streamproc.config import Configuration
 from streamproc.events import payloads as p
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.projection import Folded, Folder, Projection
+from streamproc.reactor import build
 from streamproc.readmodel import retention
 from streamproc.roles import ROLES
 from streamproc.state import keys
@@ -85,7 +88,8 @@ def registered() -> dict[str, Callable[[], Projection]]:
     seen: dict[str, Callable[[], Projection]] = {}
     for spec in ROLES.values():
         for make in spec.projections:
-            seen.setdefault(make().name, make)
+            made: Callable[[], Projection] = partial(build, make, Configuration())
+            seen.setdefault(made().name, made)
     return dict(sorted(seen.items()))
 
 

@@ -25,7 +25,7 @@ from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
-from streamproc.config import Settings
+from streamproc.config import Configuration, Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.replay import rebuild
 from streamproc.state.digest import state_digest
@@ -299,7 +299,14 @@ async def test_auditor_role_end_to_end_and_replay_is_byte_identical(
 
     nc = await connect(nats_server.url)
     try:
-        summary = await rebuild(nc, stream_names[0], "auditor", tmp_path / "replay", progress=False)
+        summary = await rebuild(
+            nc,
+            stream_names[0],
+            "auditor",
+            tmp_path / "replay",
+            progress=False,
+            configuration=Configuration(),
+        )
         published = [
             *await snapshot_events(nc, stream_names[0], prefix, "acme"),
             *await snapshot_events(nc, stream_names[0], prefix, "beta"),

@@ -127,10 +127,11 @@ def test_rotation_keeps_old_snapshots_verifiable() -> None:
 
 
 def test_audit_settings() -> None:
-    assert load_settings(env={}) == AuditSettings()
+    assert load_settings(None, {}) == AuditSettings()
     s = load_settings(Settings(max_clock_skew_ms=1234), env={})
     assert s.max_clock_skew_ms == 1234 and s.batch_size == 1000 and s.batch_interval_s == 300
     s = load_settings(
+        None,
         env={
             "STREAMPROC_AUDIT_BATCH_SIZE": "10",
             "STREAMPROC_AUDIT_BATCH_INTERVAL_S": "2.5",
@@ -147,4 +148,4 @@ def test_audit_settings() -> None:
     )
     for var, value in [("STREAMPROC_AUDIT_BATCH_SIZE", "0"), ("STREAMPROC_AUDIT_BATCH_SIZE", "x")]:
         with pytest.raises(ConfigError, match="audit settings"):
-            load_settings(env={var: value})
+            load_settings(None, env={var: value})

@@ -18,6 +18,7 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats
 from streamproc.cli import main
+from streamproc.configfile.loader import environ
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.runner.settings import load as load_runner
@@ -130,7 +131,7 @@ async def test_what_a_tool_kind_cannot_answer_fails_the_image_at_once_naming_why
     # A producer that does not keep SBOMs: image.indexed without `sbom`.
     payload = p.ImageIndexed(digest=bare, registry="ghcr.io", repository="acme/app")
     await publisher.publish_event(new_event("image.indexed", "acme", payload, hlc()))
-    system = await start_runner(tmp_path / "data", nats_server.url, prefix, load_runner())
+    system = await start_runner(tmp_path / "data", nats_server.url, prefix, load_runner(environ()))
     try:
         planner = Planner(publisher, prefix)
         await planner.run("acme", "refresh", [kept], mode="content-refresh")

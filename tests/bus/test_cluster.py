@@ -21,6 +21,7 @@ from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.server import NatsServerError
 from streamproc.config import ConfigError
+from streamproc.configfile.loader import environ
 from tests.helpers import eventually
 
 
@@ -107,13 +108,13 @@ async def test_auto_is_one_replica_on_a_single_server(nc: FastClient, prefix: st
 
 def test_configured_replicas_reads_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(streams.REPLICAS_ENV, raising=False)
-    assert streams.configured_replicas() == streams.AUTO
+    assert streams.configured_replicas(environ()) == streams.AUTO
     monkeypatch.setenv(streams.REPLICAS_ENV, "3")
-    assert streams.configured_replicas() == 3
+    assert streams.configured_replicas(environ()) == 3
     for bad in ("-1", "6", "three"):
         monkeypatch.setenv(streams.REPLICAS_ENV, bad)
         with pytest.raises(ConfigError, match=streams.REPLICAS_ENV):
-            streams.configured_replicas()
+            streams.configured_replicas(environ())
 
 
 def test_a_node_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from streamproc.bus.streams import (
     definitions,
 )
 from streamproc.config import ConfigError
+from streamproc.configfile.loader import environ
 
 MIB = 1024 * 1024
 
@@ -62,7 +63,7 @@ def test_settings_are_read_from_the_environment(
             monkeypatch.delenv(var, raising=False)
         else:
             monkeypatch.setenv(var, value)
-    assert configured_events_retention() == want
+    assert configured_events_retention(environ()) == want
 
 
 @pytest.mark.parametrize(
@@ -80,7 +81,7 @@ def test_bad_settings_are_refused_with_the_variable_named(
 ) -> None:
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError, match=var):
-        configured_events_retention()
+        configured_events_retention(environ())
 
 
 async def test_a_byte_limit_discards_the_oldest_events_and_publishes_go_on(

@@ -19,6 +19,7 @@ from streamproc.bus.cluster import NatsCluster, stream_leader, wait_stream_curre
 from streamproc.bus.connect import connect
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import free_port
+from streamproc.config import Configuration
 from streamproc.events.envelope import new_event
 from streamproc.hlc import wall_ms
 from streamproc.ids import derive_id
@@ -165,7 +166,14 @@ async def test_restart_every_process_and_a_nats_node_at_once(
                 digest = state_digest(live)
             finally:
                 live.close()
-            fresh = await rebuild(nc, stream, name, tmp_path / "replay" / name, progress=False)
+            fresh = await rebuild(
+                nc,
+                stream,
+                name,
+                tmp_path / "replay" / name,
+                progress=False,
+                configuration=Configuration(),
+            )
             assert fresh.digest == digest, name
         await nc.close()
     finally:

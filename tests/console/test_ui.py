@@ -140,7 +140,7 @@ def dpop_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def operator_client(tmp: Path, key_file: Path) -> ApiClient:
     """The API as our own client calls it (DPoP): the gateway under test takes nothing else."""
-    key = dpop_key(tmp / "operator")
+    key = dpop_key(tmp / "operator", {})
     return ApiClient(key, StaticToken(mint_token(key_file, jkt=key.jkt), key))
 
 
@@ -317,7 +317,7 @@ async def test_console_end_to_end(
 
             # ... and the aggregator posts it (signed webhook, with a token).
             raw = json.dumps(export, separators=(",", ":")).encode()
-            hook_key = dpop_key(tmp_path / "feedser")
+            hook_key = dpop_key(tmp_path / "feedser", {})
             hook = mint_token(dev.issuer_key, "scheduler.webhook", jkt=hook_key.jkt)
             async with ApiClient(hook_key, StaticToken(hook, hook_key)) as sender:
                 r = await sender.request(

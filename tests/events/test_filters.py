@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from streamproc.config import Configuration
 from streamproc.events.catalog import KINDS, subject_for
 from streamproc.events.filters import aggregates_of, filter_subjects
 from streamproc.projection import folded_kinds
+from streamproc.reactor import build
 from streamproc.roles import ROLES
 from tests.samples import sample_event
 
@@ -85,7 +87,7 @@ def test_aggregates_of() -> None:
 def test_each_roles_filter_matches_exactly_the_subjects_of_kinds_it_could_fold(role: str) -> None:
     """Every event of a kind the role folds is on a subject its filter matches, and an event
     of an aggregate none of its kinds uses is not."""
-    kinds = folded_kinds(make() for make in ROLES[role].projections)
+    kinds = folded_kinds(build(make, Configuration()) for make in ROLES[role].projections)
     filters = filter_subjects("scheduler", kinds)
     aggregates = aggregates_of(kinds)
     for i in range(400):
@@ -98,5 +100,5 @@ def test_each_roles_filter_matches_exactly_the_subjects_of_kinds_it_could_fold(r
 
 
 def test_the_scanner_receives_images_only() -> None:
-    kinds = folded_kinds(make() for make in ROLES["scanner"].projections)
+    kinds = folded_kinds(build(make, Configuration()) for make in ROLES["scanner"].projections)
     assert filter_subjects("scheduler", kinds) == ["scheduler.events.*.image.>"]

@@ -18,6 +18,7 @@ from streamproc.audit.entry import make_entry
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
+from streamproc.config import Configuration
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import decode, encode
 from streamproc.readmodel.queries import ReadModel
@@ -76,14 +77,14 @@ recorded digest."""
 
 @pytest.mark.parametrize("role", UNCHANGED)
 def test_roles_fold_the_recorded_log_to_the_recorded_digest(role: str) -> None:
-    projections = [x for x in projections_for(role) if x.name not in ADDED_SINCE]
+    projections = [x for x in projections_for(role, Configuration()) if x.name not in ADDED_SINCE]
     assert state_digest(memory_fold(projections, recorded(), CP)) == RECORDED[role]
 
 
 @pytest.mark.parametrize("role", [*UNCHANGED, "gateway"])
 def test_old_and_new_form_of_the_same_events_fold_to_the_same_state(role: str) -> None:
-    old = memory_fold(projections_for(role), recorded(), CP)
-    new = memory_fold(projections_for(role), rewritten(recorded()), CP)
+    old = memory_fold(projections_for(role, Configuration()), recorded(), CP)
+    new = memory_fold(projections_for(role, Configuration()), rewritten(recorded()), CP)
     assert state_digest(old) == state_digest(new)
 
 
@@ -99,7 +100,7 @@ def test_the_chain_hashes_schedule_payloads_in_their_recorded_form() -> None:
 
 
 def test_the_read_model_shows_the_recorded_log_with_the_specifications_names() -> None:
-    store: MemoryStore = memory_fold(projections_for("gateway"), recorded(), CP)
+    store: MemoryStore = memory_fold(projections_for("gateway", Configuration()), recorded(), CP)
     rm = ReadModel(store)
     nightly = rm.schedule("demo", "nightly-prod")
     assert nightly is not None and not nightly.paused
@@ -134,7 +135,11 @@ async def test_a_replay_of_the_recorded_log_equals_its_fold(
     assert [a.seq for a in acks] == list(range(1, len(msgs) + 1))
     info = await jsapi.stream_info(nc, stream)
     assert info is not None
-    summary = await rebuild(nc, stream, role, tmp_path / role, progress=False)
+    summary = await rebuild(
+        nc, stream, role, tmp_path / role, progress=False, configuration=Configuration()
+    )
     cp = Checkpoint(stream, info.created, len(msgs))
     folded = [(i, s, d) for i, (s, d) in enumerate(msgs, 1)]
-    assert summary.digest == state_digest(memory_fold(projections_for(role), folded, cp))
+    assert summary.digest == state_digest(
+        memory_fold(projections_for(role, Configuration()), folded, cp)
+    )

@@ -12,6 +12,7 @@ import pytest
 import zstandard
 from nacl.signing import SigningKey
 
+from streamproc.configfile.loader import environ
 from streamproc.gateway import settings, tokens_cli
 from streamproc.gateway.auth import jwt
 from streamproc.gateway.hardening import decode_content, field_of
@@ -88,7 +89,10 @@ def test_settings_from_toml_file_env_and_secret_references(
     )
     assert s.required_modes == ["dpop"] and s.leeway_s == 5 and s.issuers[0].keys[0].kid == "k1"
     assert s.issuers[0].tenants == ["acme", "team-*"]
-    assert [settings.resolve_ref(x) for x in s.webhooks[0].hmac_secrets] == ["s3cret", "other"]
+    assert [settings.resolve_ref(x, environ()) for x in s.webhooks[0].hmac_secrets] == [
+        "s3cret",
+        "other",
+    ]
     for bad, why in [
         ('[[webhooks]]\nname="f"\nkind="feedser"\ntenants=[]\nhmac_secrets=["x"]\n', "length"),
         (
@@ -103,7 +107,7 @@ def test_settings_from_toml_file_env_and_secret_references(
         with pytest.raises(settings.GatewayConfigError, match=why):
             settings.load({settings.ENV_FILE: str(cfg)})
     with pytest.raises(settings.GatewayConfigError, match="secret file"):
-        settings.resolve_ref(f"file:{tmp_path / 'missing'}")
+        settings.resolve_ref(f"file:{tmp_path / 'missing'}", {})
 
 
 def test_token_cli_keygen_issue_and_proof(

@@ -22,10 +22,11 @@ from streamproc import roles
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.config import Configuration
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.settings import configured_projection
 from streamproc.projection import Folder
-from streamproc.reactor import RoleSpec
+from streamproc.reactor import Configured, RoleSpec
 from streamproc.replay import rebuild
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
@@ -37,9 +38,10 @@ from tests.impact.test_projection import check_answers
 # No role folds the index alone (the planner hosts it): the subprocess registers one that
 # does, to test the index by itself.
 _MAIN = (
-    "import sys; from streamproc import roles; from streamproc.reactor import RoleSpec; "
+    "import sys; from streamproc import roles; "
+    "from streamproc.reactor import Configured, RoleSpec; "
     "from streamproc.impact.settings import configured_projection; "
-    "roles.ROLES.setdefault('impact', RoleSpec([configured_projection])); "
+    "roles.ROLES.setdefault('impact', RoleSpec([Configured(configured_projection)])); "
     "from streamproc.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
@@ -120,8 +122,15 @@ async def test_sigkilled_role_resumes_to_the_replay_state_and_answers_exactly(
         assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
     assert _applied(state) == last
 
-    monkeypatch.setitem(roles.ROLES, "impact", RoleSpec([configured_projection]))
-    clean = await rebuild(nc, stream_names[0], "impact", tmp_path / "clean", progress=False)
+    monkeypatch.setitem(roles.ROLES, "impact", RoleSpec([Configured(configured_projection)]))
+    clean = await rebuild(
+        nc,
+        stream_names[0],
+        "impact",
+        tmp_path / "clean",
+        progress=False,
+        configuration=Configuration(),
+    )
     assert clean.events == last
     store = RocksStore(state)
     try:

@@ -22,7 +22,7 @@ from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.role import PLANNER, PLANNER_PROJECTIONS
 from streamproc.planner.settings import PlannerSettings
 from streamproc.projector import Projector
-from streamproc.reactor import Reactor, RoleContext
+from streamproc.reactor import Reactor, RoleContext, build
 from streamproc.state.store import RocksStore
 from tests.helpers import eventually
 
@@ -62,7 +62,7 @@ class PlannerProcess:
         self.store = RocksStore(self.state_dir)
         # no source given: the role as registered, with the impact projection in it
         makers = PLANNER.projections if self.source is None else PLANNER_PROJECTIONS
-        projections = [f() for f in makers]
+        projections = [build(f, self.settings.configuration) for f in makers]
         events = streams.stream_names(self.settings.prefix)[0]
         self.proj = await Projector(
             self.nc, self.store, projections, stream=events, role="planner"

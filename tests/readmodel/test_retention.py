@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 from prometheus_client import REGISTRY
 
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode
 from streamproc.projection import Folder
@@ -198,7 +198,7 @@ def test_bad_settings_are_refused_clearly(value: str) -> None:
 
 def test_the_gateway_folds_with_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     def gateway_runs() -> Runs:
-        return next(p for p in projections_for("gateway") if isinstance(p, Runs))
+        return next(p for p in projections_for("gateway", Configuration()) if isinstance(p, Runs))
 
     assert Runs().keep_ms == 180 * 86_400_000
     monkeypatch.setenv("STREAMPROC_READMODEL_RETENTION_DAYS", "3")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
+from streamproc.config import Configuration
 from streamproc.projector import Projector
 from streamproc.readmodel import READ_MODEL
 from streamproc.readmodel.queries import ReadModel
@@ -43,6 +44,14 @@ async def test_pruned_live_state_equals_a_replay(
         live = state_digest(store)
     finally:
         store.close()
-    replayed = await rebuild(nc, stream, "gateway", tmp_path / "replay", batch=2000, progress=False)
+    replayed = await rebuild(
+        nc,
+        stream,
+        "gateway",
+        tmp_path / "replay",
+        batch=2000,
+        progress=False,
+        configuration=Configuration(),
+    )
     assert replayed.events == len(events) and not replayed.partial
     assert replayed.digest == live

@@ -16,7 +16,7 @@ import pytest
 from streamproc.app import System
 from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
-from streamproc.config import Settings
+from streamproc.config import Configuration, Settings
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.projection import Folder, StateFormatError
 from streamproc.roles import projections_for
@@ -91,8 +91,8 @@ def test_state_of_the_build_before_sbom_references_is_refused_pointing_at_replay
     with the references (the test above)."""
     store = RocksStore(tmp_path / role)
     try:
-        Folder(store, [x for x in projections_for(role) if x.name != added])
+        Folder(store, [x for x in projections_for(role, Configuration()) if x.name != added])
         with pytest.raises(StateFormatError, match="rebuild it with `streamproc replay`"):
-            Folder(store, projections_for(role))
+            Folder(store, projections_for(role, Configuration()))
     finally:
         store.close()

@@ -12,6 +12,7 @@ from streamproc.bus import objects
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.server import EmbeddedNats
 from streamproc.config import ConfigError, Settings
+from streamproc.configfile.loader import environ
 from streamproc.names import sbom_bucket
 from streamproc.scanner.demo import DATA, load_scanner_port, seed_demo
 from tests.helpers import eventually
@@ -73,12 +74,12 @@ async def test_the_demo_scanner_needs_the_scanner_role(
 
 def test_up_demos_scanner_port(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STREAMPROC_SCANNER_PORT", raising=False)
-    assert load_scanner_port() == 8490
+    assert load_scanner_port(environ()) == 8490
     monkeypatch.setenv("STREAMPROC_SCANNER_PORT", "9123")
-    assert load_scanner_port() == 9123
+    assert load_scanner_port(environ()) == 9123
     monkeypatch.setenv("STREAMPROC_SCANNER_PORT", "http")
     with pytest.raises(ConfigError, match="STREAMPROC_SCANNER_PORT: 'http' is not a port"):
-        load_scanner_port()
+        load_scanner_port(environ())
 
 
 async def test_with_a_tool_kind_the_demo_keeps_every_sbom_and_starts_no_reference_scanner(

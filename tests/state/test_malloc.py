@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamproc.config import ConfigError
+from streamproc.configfile.loader import environ
 from streamproc.events.envelope import encode
 from streamproc.impact.projection import ImpactProjection
 from streamproc.projection import Folder
@@ -69,9 +70,9 @@ def test_trimmer_off_never_trims() -> None:
 
 def test_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(TRIM_ENV, raising=False)
-    assert trim_interval_s() == malloc.Trimmer().interval_s == malloc.DEFAULT_TRIM_S
+    assert trim_interval_s(environ()) == malloc.Trimmer().interval_s == malloc.DEFAULT_TRIM_S
     monkeypatch.setenv(TRIM_ENV, "0")
-    assert trim_interval_s() == 0.0
+    assert trim_interval_s(environ()) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -91,7 +92,7 @@ def fold_two_batches(path: Path) -> Folder:
     """Two batches folded with the configured trim interval (as the projector passes it)."""
     store = RocksStore(path)
     impact = ImpactProjection(max_bytes=None, warm_on_start=False)
-    folder = Folder(store, [impact], "impact", trim_interval_s=trim_interval_s())
+    folder = Folder(store, [impact], "impact", trim_interval_s=trim_interval_s(environ()))
     for b in range(2):
         events = [indexed("t", b * 10 + i, [(*purl(i, 0), True)]) for i in range(10)]
         msgs = [(b * 10 + k + 1, "s", encode(e)) for k, e in enumerate(events)]

@@ -10,6 +10,7 @@ import pytest
 from rocksdict import Options, Rdict
 
 from streamproc.config import ConfigError
+from streamproc.configfile.loader import environ
 from streamproc.state import store as store_module
 from streamproc.state.digest import state_digest
 from streamproc.state.keys import META_CF, POINT_READ_FAMILIES
@@ -364,7 +365,7 @@ def test_rocks_bounds_the_memtables_of_all_families_together(tmp_path, monkeypat
     together (RocksDB's own default, 0, keeps up to 64 MB per family): 32 MB written across
     two families stays within a small multiple of a 4 MB bound, and all of it is readable."""
     monkeypatch.setenv("STREAMPROC_WRITE_BUFFER_MB", str(bound_mb))
-    s = RocksStore(tmp_path / "state", sizes=store_sizes())  # as a role opens its store
+    s = RocksStore(tmp_path / "state", sizes=store_sizes(environ()))  # as a role opens its store
     try:
         s.ensure_families(["t", "u"])
         rnd = random.Random(3)
@@ -401,7 +402,7 @@ def test_rocks_keeps_table_files_in_one_bounded_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("STREAMPROC_BLOCK_CACHE_MB", "1")
     monkeypatch.setenv("STREAMPROC_WRITE_BUFFER_MB", "1")  # many small table files
     rnd = random.Random(5)
-    sizes = store_sizes()  # as a role reads them to open its stores
+    sizes = store_sizes(environ())  # as a role reads them to open its stores
     stores = [RocksStore(tmp_path / f"s{i}", sizes=sizes) for i in range(2)]
     try:
         for s in stores:
