@@ -421,7 +421,7 @@ async def run_roles(
             if lock is not None:
                 lock.release()
             raise
-        settings = dev.settings or settings  # the roles here use the development auth
+        settings = dev.settings  # the roles here use the development auth
     system = System(settings, roles, http=http, store_lock=lock, specs=specs)
     stop = asyncio.Event()
     install_stop_signals(stop)

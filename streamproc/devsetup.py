@@ -18,7 +18,7 @@ import secrets
 import shutil
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -83,7 +83,7 @@ class DevAuth:
     client_key: Path | None = None
     """The DPoP key commands of ours sign with: the guide binds its tokens to it."""
     data_dir: Path = DEFAULT_DATA_DIR
-    settings: Settings | None = None
+    settings: Settings = field(default_factory=Settings)
     """The settings the process runs with: its own, with the development auth selected."""
 
     def guide(self, http_url: str) -> str:

@@ -25,6 +25,7 @@ from streamproc.cli import main
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.scanner.demo import DATA, Demo, seed_demo
+from tests.helpers import env_configuration
 
 NEW_ADVISORIES = ("GHSA-cx63-2mw6-8hw5.json", "DSA-5514-1.json")
 EXPECTED_DELTAS = 2
@@ -69,19 +70,20 @@ async def feedser_run(
     scanner_port = free_port()
     monkeypatch.setenv("STREAMPROC_SCANNER_URL", f"http://127.0.0.1:{scanner_port}")
     settings = Settings(
+        configuration=env_configuration(),
         data_dir=tmp_path / "data",
         nats_url=nats_server.url,
         prefix=prefix,
         http_port=free_port(),
         ops_port=free_port(),
     )
-    prepare_dev_auth(settings)
+    settings = prepare_dev_auth(settings).settings
     system = System(settings, ["gateway", "planner", "runner", "scanner"])
     await system.start()
     demo = None
     try:
         monkeypatch.delenv("STREAMPROC_SCANNER_URL")  # the runner has it; seed_demo starts one
-        demo = await seed_demo(system, scanner_port=scanner_port)
+        demo = await seed_demo(system, scanner_port=scanner_port, configuration=env_configuration())
         for name in NEW_ADVISORIES:
             shutil.copy(DATA / "osv" / name, demo.osv_dir / name)
         import aiohttp

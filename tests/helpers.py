@@ -15,6 +15,8 @@ from typing import Any
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
+from streamproc.config import Configuration
+from streamproc.configfile.loader import activate
 from streamproc.events.envelope import Envelope, encode
 from streamproc.projection import Folder, Projection
 from streamproc.state.keys import Checkpoint
@@ -24,6 +26,13 @@ from streamproc.state.store import MemoryStore
 async def publish_samples(pub: Publisher, events: list[Envelope]) -> int:
     acks = await pub.publish_events(events)
     return acks[-1].seq if acks else 0
+
+
+def env_configuration() -> Configuration:
+    """The test's environment (and ``STREAMPROC_CONFIG``'s file, if set), read once as a
+    command line reads it at start: for the settings of roles a test starts in-process after
+    setting variables."""
+    return activate(None)
 
 
 def memory_fold(

@@ -22,6 +22,7 @@ from streamproc.config import Settings
 from streamproc.ids import export_run_id
 from streamproc.state.store import RocksStore
 from tests.audit.helpers import chained_events, snapshot_events
+from tests.helpers import env_configuration
 from tests.role_helpers import (
     TENANT,
     drop_lease_bucket,
@@ -42,7 +43,13 @@ def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def _system(url: str, prefix: str, data: Path, role: str) -> System:
-    settings = Settings(data_dir=data, nats_url=url, prefix=prefix, node_id=data.name)
+    settings = Settings(
+        configuration=env_configuration(),
+        data_dir=data,
+        nats_url=url,
+        prefix=prefix,
+        node_id=data.name,
+    )
     system = System(settings, [role], http=False)
     try:
         await system.start()
@@ -216,6 +223,11 @@ async def test_the_standby_auditor_signs_once_the_active_one_is_gone(
         await drop_lease_bucket(nc, prefix)
     view = RocksStore(tmp_path / "ab" / "state" / "auditor", read_only=True)
     try:
-        assert all(r.ok for r in verify_all(view, build_keyring(tmp_path / "ab", env={})))
+        assert all(
+            r.ok
+            for r in verify_all(
+                view, build_keyring(tmp_path / "ab", env=env_configuration().values)
+            )
+        )
     finally:
         view.close()

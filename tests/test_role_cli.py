@@ -27,6 +27,7 @@ from streamproc.role_cli import DEFAULT_NATS_URL, process_settings
 from streamproc.scanner.faults import FaultConfig
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
+from tests.helpers import env_configuration
 from tests.role_helpers import (
     TENANT,
     drop_lease_bucket,
@@ -213,7 +214,9 @@ def test_role_process_defaults_and_bad_flags(monkeypatch: pytest.MonkeyPatch) ->
     assert s.http_port == 9000
     monkeypatch.setenv("STREAMPROC_HTTP_PORT", "9100")
     monkeypatch.setenv("NATS_URL", "nats://10.0.0.1:4222")
-    s = process_settings(parser.parse_args(["planner"]), "planner")
+    args = parser.parse_args(["planner"])
+    args.configuration = env_configuration()  # as the command line reads it at start
+    s = process_settings(args, "planner")
     assert (s.http_port, s.nats_url) == (9100, "nats://10.0.0.1:4222")
     with pytest.raises(SystemExit):
         parser.parse_args(["runner", "--http-port", "70000"])

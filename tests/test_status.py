@@ -24,7 +24,7 @@ from streamproc.bus.server import EmbeddedNats
 from streamproc.cli import main
 from streamproc.config import ConfigError, Settings
 from streamproc.status.cli import _expected
-from tests.helpers import eventually, publish_samples
+from tests.helpers import env_configuration, eventually, publish_samples
 from tests.samples import sample_event
 
 INTERVAL = "0.2"
@@ -65,7 +65,12 @@ async def test_two_roles_show_their_positions_and_a_clean_stop_leaves(
 ) -> None:
     monkeypatch.setenv(status.INTERVAL_ENV, INTERVAL)
     await publish_samples(publisher, [sample_event(i) for i in range(40)])
-    settings = Settings(data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix)
+    settings = Settings(
+        configuration=env_configuration(),
+        data_dir=tmp_path / "data",
+        nats_url=nats_server.url,
+        prefix=prefix,
+    )
     system = System(settings, ["activity", "planner"], http=False)
     await system.start()
     try:
@@ -180,7 +185,12 @@ async def test_a_failed_role_says_why_and_keeps_saying_it_after_the_stop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(status.INTERVAL_ENV, INTERVAL)
-    settings = Settings(data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix)
+    settings = Settings(
+        configuration=env_configuration(),
+        data_dir=tmp_path / "data",
+        nats_url=nats_server.url,
+        prefix=prefix,
+    )
     system = System(settings, ["activity"], http=False)
     await system.start()
     try:
@@ -286,7 +296,11 @@ async def test_status_shows_who_holds_each_planner_partition(
     monkeypatch.setenv("STREAMPROC_PLANNER_PARTITIONS", "2")
     monkeypatch.setenv("STREAMPROC_LEASE_TTL_S", "1")
     settings = Settings(
-        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, node_id="pn"
+        configuration=env_configuration(),
+        data_dir=tmp_path / "data",
+        nats_url=nats_server.url,
+        prefix=prefix,
+        node_id="pn",
     )
     system = System(settings, ["planner"], http=False)
     await system.start()

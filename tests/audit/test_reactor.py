@@ -40,6 +40,7 @@ from tests.audit.helpers import (
     snapshot_events,
 )
 from tests.audit.test_tamper import change_digest
+from tests.helpers import env_configuration
 from tests.samples import BASE_MS
 
 
@@ -270,7 +271,13 @@ async def test_auditor_role_end_to_end_and_replay_is_byte_identical(
     monkeypatch.setenv("STREAMPROC_AUDIT_BATCH_SIZE", "100")
     monkeypatch.setenv("STREAMPROC_AUDIT_BATCH_INTERVAL_S", "0.3")
     data = tmp_path / "data"
-    settings = Settings(data_dir=data, nats_url=nats_server.url, prefix=prefix, node_id="aud")
+    settings = Settings(
+        configuration=env_configuration(),
+        data_dir=data,
+        nats_url=nats_server.url,
+        prefix=prefix,
+        node_id="aud",
+    )
     system = System(settings, ["auditor"], http=False)
     await system.start()
     try:

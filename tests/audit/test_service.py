@@ -31,7 +31,7 @@ from streamproc.queries import AUDITOR, VERIFY, ChainReport
 from tests.bus.test_services import discover
 from tests.cluster.processes import gateway_config
 from tests.gateway.harness import token
-from tests.helpers import eventually
+from tests.helpers import env_configuration, eventually
 
 PATH = "/api/v1/scheduler/chain/verify"
 
@@ -43,8 +43,14 @@ def gateway_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def settings(tmp: Path, name: str, url: str, prefix: str) -> Settings:
-    return Settings(data_dir=tmp / name, nats_url=url, prefix=prefix, http_port=free_port(),
-                    node_id=name)  # fmt: skip
+    return Settings(
+        configuration=env_configuration(),
+        data_dir=tmp / name,
+        nats_url=url,
+        prefix=prefix,
+        http_port=free_port(),
+        node_id=name,
+    )
 
 
 @pytest.fixture

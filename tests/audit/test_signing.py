@@ -138,7 +138,7 @@ def test_audit_settings() -> None:
             "STREAMPROC_AUDIT_VERIFY_PERIOD_S": "0",
             "STREAMPROC_AUDIT_VERIFY_ON_START": "false",
             "STREAMPROC_AUDIT_MAX_CLOCK_SKEW_MS": "100",
-        }
+        },
     )
     assert (s.batch_size, s.batch_interval_s, s.verify_period_s, s.verify_on_start) == (
         10,

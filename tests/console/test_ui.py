@@ -39,7 +39,7 @@ from streamproc.readmodel.records import RUN_STATES
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.demo import BASELINE, DATA, seed_demo
 from streamproc.scanner.feedser import WEBHOOK_PATH, build_export, signed_headers
-from tests.helpers import mint_token
+from tests.helpers import env_configuration, mint_token
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -175,9 +175,14 @@ async def dev_gateway(
     for name in ("STREAMPROC_GATEWAY_CONFIG", "STREAMPROC_FEEDSER_SECRET"):
         monkeypatch.delenv(name, raising=False)
     settings = Settings(
-        data_dir=tmp_path / "data", nats_url=nats_url, prefix=prefix, http_port=free_port()
+        configuration=env_configuration(),
+        data_dir=tmp_path / "data",
+        nats_url=nats_url,
+        prefix=prefix,
+        http_port=free_port(),
     )
     dev = prepare_dev_auth(settings)
+    settings = dev.settings
     assert dev.issuer_key is not None
     dpop_only(monkeypatch)
     system = System(settings, ["gateway"])
@@ -225,16 +230,21 @@ async def test_console_end_to_end(
     monkeypatch.setenv("STREAMPROC_PLANNER_SPILL_DELAY_S", "3600")
     port = free_port()
     settings = Settings(
-        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=port
+        configuration=env_configuration(),
+        data_dir=tmp_path / "data",
+        nats_url=nats_server.url,
+        prefix=prefix,
+        http_port=port,
     )
     dev = prepare_dev_auth(settings)
+    settings = dev.settings
     assert dev.issuer_key is not None
     secret = os.environ["STREAMPROC_FEEDSER_SECRET"]
     dpop_only(monkeypatch)
     system = System(settings, ["gateway", "planner", "runner", "auditor", "scanner"])
     await system.start()
     monkeypatch.delenv("STREAMPROC_SCANNER_URL")  # the runner has it; seed_demo starts it
-    demo = await seed_demo(system, scanner_port=scanner_port)
+    demo = await seed_demo(system, scanner_port=scanner_port, configuration=env_configuration())
     base = system.http_url
     try:
         await assert_dpop_only(base, dev.issuer_key)

@@ -29,6 +29,7 @@ from streamproc.names import WEBHOOK_SCOPE
 from streamproc.planner.service import PreviewIndex, serve_previews
 from streamproc.reactor import RoleSpec
 from streamproc.readmodel import READ_MODEL
+from tests.helpers import env_configuration
 
 BASE = "/api/v1/scheduler"
 ISSUER = "https://authority.test"
@@ -224,6 +225,7 @@ async def start(
     preview service answering from that index runs beside it (on NATS, like a planner's)."""
     roles.ROLES["gateway-test"] = RoleSpec(list(READ_MODEL), routes=make_mount(settings))
     s = Settings(
+        configuration=env_configuration(),
         data_dir=tmp / "data",
         nats_url=nats_url,
         prefix=prefix,

@@ -27,6 +27,7 @@ from streamproc.config import Settings
 from streamproc.events.envelope import new_event
 from streamproc.ids import export_run_id
 from streamproc.runner.settings import RunnerSettings
+from tests.helpers import env_configuration
 from tests.planner.harness import count, events_of, read_stream
 from tests.role_helpers import (
     TENANT,
@@ -156,10 +157,19 @@ async def test_a_failing_restart_check_is_not_ready_backs_off_and_recovers(
     monkeypatch.setenv("STREAMPROC_LEASE_TTL_S", "1.5")
     ports = tuple(free_ports("127.0.0.1", 2))
     systems = [
-        System(Settings(data_dir=tmp_path / f"p{i}", nats_url=nats_server.url, prefix=prefix,
-                        node_id=f"p{i}", http_port=ports[i]), ["planner"])
+        System(
+            Settings(
+                configuration=env_configuration(),
+                data_dir=tmp_path / f"p{i}",
+                nats_url=nats_server.url,
+                prefix=prefix,
+                node_id=f"p{i}",
+                http_port=ports[i],
+            ),
+            ["planner"],
+        )
         for i in (0, 1)
-    ]  # fmt: skip
+    ]
     errors = 'scheduler_planner_errors_total{reason="recovery"}'
     before = metric(errors)
     await systems[0].start()

@@ -21,7 +21,7 @@ from streamproc.planner.service import preview
 from streamproc.queries import PreviewQuery, PreviewRequest, read_query
 from tests.cluster.processes import gateway_config
 from tests.gateway.harness import token
-from tests.helpers import eventually
+from tests.helpers import env_configuration, eventually
 from tests.planner.util import add_images, digest, lib
 from tests.role_helpers import TENANT, publish_planner_inputs
 
@@ -53,8 +53,14 @@ def test_the_answer_is_the_asking_tenants_only() -> None:
 
 
 def settings(tmp: Path, name: str, url: str, prefix: str) -> Settings:
-    return Settings(data_dir=tmp / name, nats_url=url, prefix=prefix, http_port=free_port(),
-                    node_id=name)  # fmt: skip
+    return Settings(
+        configuration=env_configuration(),
+        data_dir=tmp / name,
+        nats_url=url,
+        prefix=prefix,
+        http_port=free_port(),
+        node_id=name,
+    )
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 from prometheus_client import REGISTRY
 
-from streamproc.config import ConfigError, Configuration
+from streamproc.config import ConfigError
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode
 from streamproc.projection import Folder
@@ -22,6 +22,7 @@ from streamproc.roles import projections_for
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore
+from tests.helpers import env_configuration
 from tests.readmodel.retention_scenario import (
     EXPECTED_AFTER,
     SEQ_GHOST,
@@ -198,7 +199,9 @@ def test_bad_settings_are_refused_clearly(value: str) -> None:
 
 def test_the_gateway_folds_with_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     def gateway_runs() -> Runs:
-        return next(p for p in projections_for("gateway", Configuration()) if isinstance(p, Runs))
+        return next(
+            p for p in projections_for("gateway", env_configuration()) if isinstance(p, Runs)
+        )
 
     assert Runs().keep_ms == 180 * 86_400_000
     monkeypatch.setenv("STREAMPROC_READMODEL_RETENTION_DAYS", "3")

@@ -29,6 +29,7 @@ from streamproc.runner.role import make_runner
 from streamproc.runner.settings import RunnerSettings
 from streamproc.scanner.faults import FaultConfig
 from streamproc.scanner.service import ScannerService, start_scanner
+from tests.helpers import env_configuration
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 OSV = DATA / "osv"
@@ -78,7 +79,9 @@ def register_sbom_text(svc: ScannerService, digest: str, document: bytes) -> Non
 
 async def start_runner(tmp: Path, url: str, prefix: str, runner: RunnerSettings) -> System:
     """The runner role with ``runner`` settings, as ``streamproc runner`` starts it."""
-    settings = Settings(data_dir=tmp, nats_url=url, prefix=prefix, node_id="test")
+    settings = Settings(
+        configuration=env_configuration(), data_dir=tmp, nats_url=url, prefix=prefix, node_id="test"
+    )
     system = System(settings, ["runner"], http=False, specs={"runner": make_runner(runner)})
     await system.start()
     return system

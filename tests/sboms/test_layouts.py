@@ -26,6 +26,7 @@ from streamproc.config import Settings
 from streamproc.events.envelope import Envelope
 from streamproc.names import sbom_bucket
 from streamproc.scanner.demo import DATA
+from tests.helpers import env_configuration
 from tests.planner.harness import events_of
 from tests.role_helpers import wait_for
 
@@ -66,7 +67,12 @@ async def _deleted(nc: FastClient, events: str) -> list[Envelope]:
 
 async def _system(url: str, prefix: str, data: Path, roles: list[str], http: bool) -> System:
     settings = Settings(
-        data_dir=data, nats_url=url, prefix=prefix, node_id=data.name, http_port=free_port()
+        configuration=env_configuration(),
+        data_dir=data,
+        nats_url=url,
+        prefix=prefix,
+        node_id=data.name,
+        http_port=free_port(),
     )
     system = System(settings, roles, http=http)
     try:

@@ -42,6 +42,7 @@ async def test_sboms_survive_a_full_replay_from_the_streams(
         data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=free_port()
     )
     dev = prepare_dev_auth(settings)
+    settings = dev.settings
     path = DATA / "sboms" / "debian-libs.spdx22.json"
     sent = path.read_bytes()
     digest = "sha256:" + hashlib.sha256(b"image " + sent).hexdigest()

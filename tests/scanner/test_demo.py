@@ -15,7 +15,7 @@ from streamproc.config import ConfigError, Settings
 from streamproc.configfile.loader import environ
 from streamproc.names import sbom_bucket
 from streamproc.scanner.demo import DATA, load_scanner_port, seed_demo
-from tests.helpers import eventually
+from tests.helpers import env_configuration, eventually
 from tests.runner.harness import events
 
 
@@ -95,7 +95,13 @@ async def test_with_a_tool_kind_the_demo_keeps_every_sbom_and_starts_no_referenc
     monkeypatch.setenv("STREAMPROC_SCANNER_KIND", "grype")
     monkeypatch.setenv("STREAMPROC_SCANNER_GRYPE_PATH", "/opt/grype/bin/grype")
     monkeypatch.delenv("STREAMPROC_SCANNER_URL", raising=False)
-    settings = Settings(data_dir=tmp_path, nats_url=nats_server.url, prefix=prefix, node_id="t")
+    settings = Settings(
+        configuration=env_configuration(),
+        data_dir=tmp_path,
+        nats_url=nats_server.url,
+        prefix=prefix,
+        node_id="t",
+    )
     system = System(settings, ["activity"], http=False)  # no scanner role: none is needed
     await system.start()
     demo = await seed_demo(system, scanner_port=0)

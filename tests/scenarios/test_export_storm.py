@@ -22,7 +22,7 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.gateway.api.query import PAGE_BYTES
 from streamproc.ids import derive_id
-from tests.helpers import mint_token
+from tests.helpers import env_configuration, mint_token
 
 STORM = 3_000
 DEBOUNCE_S = 5
@@ -53,9 +53,14 @@ async def test_storms_of_3000_exports_keep_every_response_bounded(
 ) -> None:
     monkeypatch.setenv("STREAMPROC_GATEWAY_CONFIG", "")
     monkeypatch.setenv("STREAMPROC_PLANNER_DEBOUNCE_S", str(DEBOUNCE_S))
-    settings = Settings(data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix,
-                        http_port=free_port())  # fmt: skip
-    prepare_dev_auth(settings)
+    settings = Settings(
+        configuration=env_configuration(),
+        data_dir=tmp_path / "data",
+        nats_url=nats_server.url,
+        prefix=prefix,
+        http_port=free_port(),
+    )
+    settings = prepare_dev_auth(settings).settings
     sys_ = System(settings, ["gateway", "planner"])
     await sys_.start()
     try:

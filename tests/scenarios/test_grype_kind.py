@@ -27,6 +27,7 @@ from streamproc.scanner.demo import DATA
 from tests.backends.conftest import DATA as RECORDED
 from tests.backends.conftest import install_standins
 from tests.flows import stream_messages
+from tests.helpers import env_configuration
 from tests.runner.harness import Planner
 from tests.scenarios.sboms import generated_sbom, purls
 
@@ -70,9 +71,13 @@ async def test_a_feedser_export_turns_into_deltas_naming_grypes_findings(
                  "STREAMPROC_FEEDSER_SECRET", "STREAMPROC_PLANNER_DEBOUNCE_S"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     settings = Settings(
-        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=free_port()
+        configuration=env_configuration(),
+        data_dir=tmp_path / "data",
+        nats_url=nats_server.url,
+        prefix=prefix,
+        http_port=free_port(),
     )
-    prepare_dev_auth(settings)
+    settings = prepare_dev_auth(settings).settings
     system = System(settings, ["gateway", "planner", "runner"])
     await system.start()
     digest = "sha256:" + hashlib.sha256(sbom.read_bytes()).hexdigest()

@@ -23,6 +23,7 @@ from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.gateway.tokens_cli import load_key_file, mint_token
 from streamproc.scanner.demo import seed_demo
+from tests.helpers import env_configuration
 
 
 async def test_a_cron_tick_becomes_a_run_over_the_whole_selection(
@@ -32,16 +33,21 @@ async def test_a_cron_tick_becomes_a_run_over_the_whole_selection(
     scanner_port = free_port()
     monkeypatch.setenv("STREAMPROC_SCANNER_URL", f"http://127.0.0.1:{scanner_port}")
     settings = Settings(
-        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=free_port()
+        configuration=env_configuration(),
+        data_dir=tmp_path / "data",
+        nats_url=nats_server.url,
+        prefix=prefix,
+        http_port=free_port(),
     )
     dev = prepare_dev_auth(settings)
+    settings = dev.settings
     assert dev.issuer_key is not None
     system = System(settings, ["gateway", "planner", "runner", "scanner"])
     await system.start()
     demo = None
     try:
         monkeypatch.delenv("STREAMPROC_SCANNER_URL")  # the runner has it; seed_demo starts one
-        demo = await seed_demo(system, scanner_port=scanner_port)
+        demo = await seed_demo(system, scanner_port=scanner_port, configuration=env_configuration())
         assert demo.scanner is not None and system.nc is not None
         info = await jsapi.stream_info(system.nc, streams.stream_names(prefix)[0])
         assert info is not None

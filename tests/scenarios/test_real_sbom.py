@@ -23,6 +23,7 @@ from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.scanner.demo import DATA, seed_demo
 from tests.flows import stream_messages
+from tests.helpers import env_configuration
 from tests.scenarios.sboms import generated_sbom, has_usage_data, purls
 
 
@@ -45,14 +46,19 @@ async def test_a_generated_sbom_without_usage_data_is_impacted_and_scanned(
     scanner_port = free_port()
     monkeypatch.setenv("STREAMPROC_SCANNER_URL", f"http://127.0.0.1:{scanner_port}")
     settings = Settings(
-        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, http_port=free_port()
+        configuration=env_configuration(),
+        data_dir=tmp_path / "data",
+        nats_url=nats_server.url,
+        prefix=prefix,
+        http_port=free_port(),
     )
     dev = prepare_dev_auth(settings)
+    settings = dev.settings
     assert dev.issuer_key is not None
     system = System(settings, ["gateway", "planner", "runner", "scanner"])
     await system.start()
     monkeypatch.delenv("STREAMPROC_SCANNER_URL")  # the runner has it; seed_demo starts it
-    demo = await seed_demo(system, scanner_port=scanner_port)
+    demo = await seed_demo(system, scanner_port=scanner_port, configuration=env_configuration())
     digest = "sha256:" + hashlib.sha256(sbom.read_bytes()).hexdigest()
     try:
         nats = ["--nats-url", nats_server.url, "--prefix", prefix]

@@ -26,7 +26,7 @@ from streamproc.devsetup import prepare_dev_auth
 from streamproc.scanner.demo import DATA, Demo, seed_demo
 from streamproc.scanner.feedser import WEBHOOK_PATH, signed_headers
 from tests.flows import NEW_ADVISORIES
-from tests.helpers import mint_token
+from tests.helpers import env_configuration, mint_token
 
 SIX = {"planning", "queued", "running", "completed", "error", "cancelled"}
 FINAL = {"completed", "error", "cancelled"}
@@ -81,15 +81,20 @@ async def system(
     monkeypatch.setenv("STREAMPROC_PLANNER_DEBOUNCE_S", "0")
     scanner_port = free_port()
     monkeypatch.setenv("STREAMPROC_SCANNER_URL", f"http://127.0.0.1:{scanner_port}")
-    settings = Settings(data_dir=tmp / "data", nats_url=nats_server.url, prefix=prefix,
-                        http_port=free_port())  # fmt: skip
-    prepare_dev_auth(settings)
+    settings = Settings(
+        configuration=env_configuration(),
+        data_dir=tmp / "data",
+        nats_url=nats_server.url,
+        prefix=prefix,
+        http_port=free_port(),
+    )
+    settings = prepare_dev_auth(settings).settings
     sys_ = System(settings, ["gateway", "planner", "runner", "scanner"])
     await sys_.start()
     demo = None
     try:
         monkeypatch.delenv("STREAMPROC_SCANNER_URL")
-        demo = await seed_demo(sys_, scanner_port=scanner_port)
+        demo = await seed_demo(sys_, scanner_port=scanner_port, configuration=env_configuration())
         yield sys_, demo
     finally:
         if demo is not None:
