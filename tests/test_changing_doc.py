@@ -107,5 +107,5 @@ def test_the_checks_catch_a_moved_file_or_name() -> None:
     assert misplaced(text) == ["GONE in streamproc/roles.py", "ROLES in streamproc/gone.py"]
     assert missing_path("streamproc/nowhere/<role>/role.py")
     assert missing_dotted("streamproc.config.gone")
-    assert not missing_dotted("streamproc.config.environment")
+    assert not missing_dotted("streamproc.config.Configuration")
     assert not missing_dotted("streamproc.gateway.api.openapi")

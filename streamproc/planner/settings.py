@@ -40,30 +40,9 @@ from typing import Literal
 import msgspec
 
 from streamproc.config import ConfigError, flag
-from streamproc.configfile.registry import RENAMED_ENV
+from streamproc.configfile.registry import RENAMED_ENV, env_names
 
 MissedTicks = Literal["latest", "none", "all-capped"]
-
-ENV = {
-    "debounce_s": "STREAMPROC_PLANNER_DEBOUNCE_S",
-    "segment_size": "STREAMPROC_PLANNER_SEGMENT_SIZE",
-    "default_rate": "STREAMPROC_PLANNER_DEFAULT_RATE",
-    "default_parallelism": "STREAMPROC_PLANNER_DEFAULT_PARALLELISM",
-    "max_jobs_per_run": "STREAMPROC_PLANNER_MAX_JOBS_PER_RUN",
-    "usage_only": "STREAMPROC_PLANNER_USAGE_ONLY",
-    "spill_delay_s": "STREAMPROC_PLANNER_SPILL_DELAY_S",
-    "missed_ticks": "STREAMPROC_PLANNER_MISSED_TICKS",
-    "missed_ticks_cap": "STREAMPROC_PLANNER_MISSED_TICKS_CAP",
-    "clock_skew_s": "STREAMPROC_PLANNER_CLOCK_SKEW_S",
-    "degraded_max_jobs": "STREAMPROC_PLANNER_DEGRADED_MAX_JOBS",
-    "tenant_rate": "STREAMPROC_PLANNER_TENANT_RATE",
-    "registry_rate": "STREAMPROC_PLANNER_REGISTRY_RATE",
-    "burst_s": "STREAMPROC_PLANNER_BURST_S",
-    "max_runs_per_pass": "STREAMPROC_PLANNER_MAX_RUNS_PER_PASS",
-    "preview_sample": "STREAMPROC_PLANNER_PREVIEW_SAMPLE",
-    "epss_high_percentile": "STREAMPROC_PLANNER_EPSS_HIGH_PERCENTILE",
-    "partitions": "STREAMPROC_PLANNER_PARTITIONS",
-}
 
 
 class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -129,8 +108,12 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True):
         return round(self.clock_skew_s * 1000)
 
 
+ENV = env_names("planner", PlannerSettings.__struct_fields__)
+"""Field → environment name (the registry's ``planner.<field>`` keys)."""
+
+
 def load(env: Mapping[str, str], **overrides: object) -> PlannerSettings:
-    """Planner settings from ``env`` (default: :func:`environment`), then ``overrides``."""
+    """Planner settings from ``env`` (the process's configuration), then ``overrides``."""
 
     for old, new in RENAMED_ENV.items():
         if env.get(old, "").strip():
