@@ -26,6 +26,7 @@ from nacl.signing import SigningKey
 
 from streamproc.client.settings import dpop_key
 from streamproc.config import ConfigError, Settings
+from streamproc.configfile.registry import env_name
 from streamproc.gateway.tokens_cli import write_key_file
 
 DEMO_TENANT = "demo"
@@ -57,9 +58,9 @@ def is_loopback(host: str) -> bool:
 
 def refuse_exposed_demo(settings: Settings) -> None:
     """:class:`ConfigError` unless every listener of ``up --demo`` is on loopback."""
-    hosts = [("STREAMPROC_HTTP_HOST", settings.http_host)]
+    hosts = [(env_name("http.host"), settings.http_host)]
     if settings.ops_port is not None:
-        hosts.append(("STREAMPROC_OPS_HOST", settings.ops_host))
+        hosts.append((env_name("http.ops_host"), settings.ops_host))
     for name, host in hosts:
         if not is_loopback(host):
             raise ConfigError(
@@ -117,7 +118,7 @@ class DevAuth:
 def prepare_dev_auth(settings: Settings) -> DevAuth:
     """Create (once) and select the development gateway configuration."""
     conf = settings.configuration
-    if conf.get("STREAMPROC_GATEWAY_CONFIG") or conf.document("gateway"):
+    if conf.get(env_name("gateway.config")) or conf.document("gateway"):
         return DevAuth(None, None, settings=settings)  # configured: by a file of the user's
     base = settings.data_dir.resolve() / "dev"
     key_file = base / "issuer.jwk"
@@ -156,11 +157,11 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
     }
     _write_private(config, json.dumps(gateway, indent=2) + "\n")
     client = dpop_key(settings.data_dir, conf.values).path
-    chosen = {"STREAMPROC_GATEWAY_CONFIG": str(config)}
-    if not conf.get("STREAMPROC_FEEDSER_SECRET"):
-        chosen["STREAMPROC_FEEDSER_SECRET"] = secret_file.read_text().strip()
-    if not conf.get("STREAMPROC_VEXER_SECRET"):
-        chosen["STREAMPROC_VEXER_SECRET"] = vexer_secret.read_text().strip()
+    chosen = {env_name("gateway.config"): str(config)}
+    if not conf.get(env_name("feedser.secret")):
+        chosen[env_name("feedser.secret")] = secret_file.read_text().strip()
+    if not conf.get(env_name("vexer.secret")):
+        chosen[env_name("vexer.secret")] = vexer_secret.read_text().strip()
     # The commands this process starts (and the demo's `feedser export`, run by hand or by
     # tests in this process) find the development auth in their environment.
     os.environ.update(chosen)

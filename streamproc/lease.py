@@ -32,13 +32,14 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.cancellation import checkpoint
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_name
 from streamproc.names import lease_bucket
 
 bucket_name = lease_bucket
 
 log = logging.getLogger(__name__)
 
-ENV_TTL = "STREAMPROC_LEASE_TTL_S"
+ENV_TTL = env_name("lease.ttl_s")
 DEFAULT_TTL_S = 5.0
 MIN_TTL_S = 0.5
 MAX_TTL_S = 300.0

@@ -17,11 +17,12 @@ from urllib.parse import urlsplit
 
 from streamproc import __version__
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_name
 
 log = logging.getLogger(__name__)
 
-EXPORTER_ENV = "STREAMPROC_OTEL_EXPORTER"
-ENDPOINT_ENV = "STREAMPROC_OTEL_ENDPOINT"
+EXPORTER_ENV = env_name("otel.exporter")
+ENDPOINT_ENV = env_name("otel.endpoint")
 EXPORTERS = ("none", "otlp", "console")
 SPANS = ("plan", "resolve", "enqueue", "report_call", "persist", "emit")
 """Every span name streamproc emits (docs/observability.md)."""

@@ -34,12 +34,13 @@ from streamproc.audit.dsse import (
     verify_key_from_b64,
 )
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_name
 
 log = logging.getLogger(__name__)
 
-ENV_SIGNING_KEY = "STREAMPROC_AUDIT_SIGNING_KEY"
-ENV_KEY_ID = "STREAMPROC_AUDIT_KEY_ID"
-ENV_TRUSTED_KEYS = "STREAMPROC_AUDIT_TRUSTED_KEYS"
+ENV_SIGNING_KEY = env_name("audit.signing_key")
+ENV_KEY_ID = env_name("audit.key_id")
+ENV_TRUSTED_KEYS = env_name("audit.trusted_keys")
 SEED_FILE = Path("keys") / "audit-ed25519.seed"
 
 

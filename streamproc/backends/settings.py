@@ -10,11 +10,12 @@ import msgspec
 from msgspec import Meta
 
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_name
 
 Kind = Literal["stella", "trivy", "grype", "osv-scanner"]
 KINDS: tuple[str, ...] = ("stella", "trivy", "grype", "osv-scanner")
 TOOLS: tuple[str, ...] = KINDS[1:]
-KIND_ENV = "STREAMPROC_SCANNER_KIND"
+KIND_ENV = env_name("scanner.kind")
 
 
 def env_of(kind: str, field: str) -> str:
@@ -48,10 +49,10 @@ def load(env: Mapping[str, str]) -> ScannerSettings:
     if kind not in KINDS:
         raise ConfigError(f"{KIND_ENV}={kind!r}: one of {', '.join(KINDS)}")
     raw: dict[str, object] = {"kind": kind}
-    if env.get("STREAMPROC_SCANNER_KEV_CATALOG"):
-        raw["kev_catalog"] = env["STREAMPROC_SCANNER_KEV_CATALOG"]
-    if env.get("STREAMPROC_SCANNER_FAIL_ON"):
-        raw["fail_on"] = env["STREAMPROC_SCANNER_FAIL_ON"].strip()
+    if env.get(env_name("scanner.kev_catalog")):
+        raw["kev_catalog"] = env[env_name("scanner.kev_catalog")]
+    if env.get(env_name("scanner.fail_on")):
+        raw["fail_on"] = env[env_name("scanner.fail_on")].strip()
     if kind != "stella":
         tool: dict[str, object] = {"path": env.get(env_of(kind, "path")) or kind}
         for field in ("timeout_s", "concurrency"):

@@ -12,18 +12,19 @@ from pathlib import Path
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_name
 
 MIN_SERVER = (2, 14)
 
 AUTH_ENV = {
-    "user": "STREAMPROC_NATS_USER",
-    "password": "STREAMPROC_NATS_PASSWORD",
-    "token": "STREAMPROC_NATS_TOKEN",
-    "nkey_seed_file": "STREAMPROC_NATS_NKEY_SEED_FILE",
-    "creds_file": "STREAMPROC_NATS_CREDS_FILE",
-    "tls_ca": "STREAMPROC_NATS_TLS_CA",
-    "tls_cert": "STREAMPROC_NATS_TLS_CERT",
-    "tls_key": "STREAMPROC_NATS_TLS_KEY",
+    "user": env_name("nats.user"),
+    "password": env_name("nats.password"),
+    "token": env_name("nats.token"),
+    "nkey_seed_file": env_name("nats.nkey_seed_file"),
+    "creds_file": env_name("nats.creds_file"),
+    "tls_ca": env_name("nats.tls_ca"),
+    "tls_cert": env_name("nats.tls_cert"),
+    "tls_key": env_name("nats.tls_key"),
 }
 
 

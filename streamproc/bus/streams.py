@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from streamproc.bus import jsapi, objects
 from streamproc.bus.cluster import cluster_size
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_name
 from streamproc.ids import ascii_int
 from streamproc.names import (
     DEFAULT_PREFIX,
@@ -42,8 +43,8 @@ ONE_WAY = ("deny_delete", "deny_purge")
 
 DAY = 24 * HOUR
 MAX_MSG_SIZE = 8 * 1024 * 1024
-EVENTS_MAX_AGE_ENV = "STREAMPROC_EVENTS_MAX_AGE_DAYS"
-EVENTS_MAX_BYTES_ENV = "STREAMPROC_EVENTS_MAX_BYTES"
+EVENTS_MAX_AGE_ENV = env_name("streams.events_max_age_days")
+EVENTS_MAX_BYTES_ENV = env_name("streams.events_max_bytes")
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,8 @@ def configured_events_retention(env: Mapping[str, str]) -> EventsRetention:
     return EventsRetention(*values)
 
 
-NOTIFY_MAX_AGE_ENV = "STREAMPROC_NOTIFY_MAX_AGE_S"
-NOTIFY_MAX_RETENTION_ENV = "STREAMPROC_NOTIFY_MAX_RETENTION_S"
+NOTIFY_MAX_AGE_ENV = env_name("notify.max_age_s")
+NOTIFY_MAX_RETENTION_ENV = env_name("notify.max_retention_s")
 MIN_NOTIFY_AGE_S = 10
 
 
@@ -242,7 +243,7 @@ def diff(have: dict[str, Any], want: dict[str, Any]) -> tuple[dict[str, Any], di
     return changed, drift
 
 
-REPLICAS_ENV = "STREAMPROC_STREAM_REPLICAS"
+REPLICAS_ENV = env_name("streams.replicas")
 AUTO = 0
 
 

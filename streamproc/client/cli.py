@@ -20,10 +20,11 @@ from streamproc.cliargs import add_config_flag, configuration
 from streamproc.client.http import ApiClient, Reply
 from streamproc.client.settings import absolute_http_url, dpop_key, token_source
 from streamproc.config import ConfigError, load
+from streamproc.configfile.registry import env_name
 from streamproc.names import ADMIN_SCOPE, API_BASE, READ_SCOPE
 
-TOKEN_ENV = "STREAMPROC_TOKEN"
-URL_ENV = "STREAMPROC_API_URL"
+TOKEN_ENV = env_name("client.token")
+URL_ENV = env_name("client.api_url")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,12 +14,13 @@ from yarl import URL
 from streamproc.client.dpop import KEY_FILE, DpopKey
 from streamproc.client.tokens import ClientCredentials, StaticToken, TokenSource
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_name
 
-DPOP_KEY_ENV = "STREAMPROC_CLIENT_DPOP_KEY"
-TOKEN_URL_ENV = "STREAMPROC_CLIENT_TOKEN_URL"
-CLIENT_ID_ENV = "STREAMPROC_CLIENT_ID"
-CLIENT_SECRET_ENV = "STREAMPROC_CLIENT_SECRET"
-SCOPES_ENV = "STREAMPROC_CLIENT_SCOPES"
+DPOP_KEY_ENV = env_name("client.dpop_key")
+TOKEN_URL_ENV = env_name("client.token_url")
+CLIENT_ID_ENV = env_name("client.client_id")
+CLIENT_SECRET_ENV = env_name("client.client_secret")
+SCOPES_ENV = env_name("client.scopes")
 
 
 def key_path(data_dir: Path, env: Mapping[str, str]) -> Path:

@@ -515,6 +515,11 @@ DOCS_BY_PATH: dict[str, Document] = {d.path: d for d in DOCUMENTS}
 SECRET_FILES: dict[str, Key] = {k.file_path: k for k in KEYS if k.secret}
 
 
+def env_name(path: str) -> str:
+    """The environment name of the key at ``path`` (a ``KeyError`` at import if none)."""
+    return BY_PATH[path].env
+
+
 def env_names(section: str, fields: Iterable[str] | Mapping[str, str]) -> dict[str, str]:
     """A settings type's field → the environment name of its key: a field's key is
     ``<section>.<field>`` unless ``fields`` maps it to another path. Each environment name is

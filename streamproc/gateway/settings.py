@@ -19,12 +19,13 @@ import msgspec
 from msgspec import Meta
 
 from streamproc.config import Configuration, flag
+from streamproc.configfile.registry import env_name
 from streamproc.events.payloads import VEX_DOCUMENT_SOURCE
 from streamproc.ids import TENANT_RE
 from streamproc.names import AUDIENCE
 
 Mode = Literal["bearer", "dpop", "mtls"]
-ENV_FILE = "STREAMPROC_GATEWAY_CONFIG"
+ENV_FILE = env_name("gateway.config")
 ENV_PREFIX = "STREAMPROC_GATEWAY_"
 
 

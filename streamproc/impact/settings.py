@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from streamproc.config import Configuration, flag
+from streamproc.configfile.registry import env_name
 from streamproc.impact.projection import DEFAULT_CACHE_MB, ImpactProjection
 
-CACHE_ENV = "STREAMPROC_IMPACT_CACHE_MB"
-WARM_ENV = "STREAMPROC_IMPACT_WARM_ON_START"
+CACHE_ENV = env_name("impact.cache_mb")
+WARM_ENV = env_name("impact.warm_on_start")
 
 
 def cache_bytes(env: Mapping[str, str]) -> int | None:

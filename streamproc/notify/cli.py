@@ -25,6 +25,7 @@ from streamproc.client.http import ApiClient
 from streamproc.client.settings import dpop_key, token_source
 from streamproc.client.tokens import StaticToken
 from streamproc.config import ConfigError, Settings, load
+from streamproc.configfile.registry import env_name
 from streamproc.names import NOTIFY_TAIL, READ_SCOPE, stream_names
 from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
@@ -38,7 +39,7 @@ from streamproc.notify.feed_http import epoch_of
 from streamproc.notify.feed_state import Checkpoint, FeedState
 from streamproc.notify.schemas import write_all
 
-TOKEN_ENV = "STREAMPROC_NOTIFY_TOKEN"
+TOKEN_ENV = env_name("notify.token")
 
 
 def register(

@@ -36,18 +36,19 @@ from streamproc.client.http import ApiClient, Reply, Unreachable
 from streamproc.client.settings import absolute_http_url
 from streamproc.client.tokens import TokenRefused, TokenUnavailable
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_name
 from streamproc.names import API_BASE
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_state import Checkpoint, FeedState, Lease, LeaseLost
 
 TENANT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 ENV = {
-    "base_url": "STREAMPROC_NOTIFY_BASE_URL",
-    "tenants": "STREAMPROC_NOTIFY_TENANTS",
-    "poll_interval_s": "STREAMPROC_NOTIFY_POLL_INTERVAL_S",
-    "batch_size": "STREAMPROC_NOTIFY_BATCH_SIZE",
-    "http_timeout_s": "STREAMPROC_NOTIFY_HTTP_TIMEOUT_S",
-    "lease_ttl_s": "STREAMPROC_NOTIFY_LEASE_TTL_S",
+    "base_url": env_name("notify.base_url"),
+    "tenants": env_name("notify.tenants"),
+    "poll_interval_s": env_name("notify.poll_interval_s"),
+    "batch_size": env_name("notify.batch_size"),
+    "http_timeout_s": env_name("notify.http_timeout_s"),
+    "lease_ttl_s": env_name("notify.lease_ttl_s"),
 }
 MIN_LEASE_TTL_S = 3.0
 MAX_BATCH = 500

@@ -27,12 +27,13 @@ from nats.js.kv import KeyValue
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_name
 from streamproc.names import feed_bucket
 
 bucket_name = feed_bucket
 
-LEASE_ENV = "STREAMPROC_FEED_LEASE_S"
-CONSUMERS_ENV = "STREAMPROC_NOTIFY_CONSUMER_CLIENT_IDS"
+LEASE_ENV = env_name("notify.feed_lease_s")
+CONSUMERS_ENV = env_name("notify.consumer_client_ids")
 DEFAULT_LEASE_S = 86_400.0
 MIN_LEASE_S = 3.0
 DEFAULT_CONSUMERS = ("streamproc-notify",)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from streamproc.config import ConfigError, Configuration
+from streamproc.configfile.registry import env_name
 from streamproc.readmodel.retention import DEFAULT_DAYS
 from streamproc.readmodel.runs import Runs
 
-RETENTION_ENV = "STREAMPROC_READMODEL_RETENTION_DAYS"
+RETENTION_ENV = env_name("readmodel.retention_days")
 MAX_DAYS = 100 * 366
 
 

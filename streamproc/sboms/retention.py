@@ -33,6 +33,7 @@ from streamproc import metrics
 from streamproc.bus import objects
 from streamproc.bus.jsapi import JsApiError
 from streamproc.config import ConfigError, Settings
+from streamproc.configfile.registry import env_name
 from streamproc.events.envelope import new_event
 from streamproc.events.payloads import SbomDeleted
 from streamproc.hlc import wall_ms
@@ -44,7 +45,7 @@ from streamproc.sboms.refs import known, released_before
 
 log = logging.getLogger(__name__)
 
-RETENTION_ENV = "STREAMPROC_SBOMS_RETENTION_S"
+RETENTION_ENV = env_name("sboms.retention_s")
 DEFAULT_RETENTION_S = 86400.0
 SWEEP_S = 3600.0
 """Seconds between sweeps for objects no folded event names."""

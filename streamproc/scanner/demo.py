@@ -26,6 +26,7 @@ from streamproc.backends.settings import load as load_scanner_settings
 from streamproc.bus import objects
 from streamproc.bus.publisher import WrongExpectedSequence
 from streamproc.config import ConfigError, Configuration
+from streamproc.configfile.registry import env_name
 from streamproc.devsetup import cli_command
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
@@ -74,7 +75,7 @@ def _image_event(tenant: str, name: str, raw: bytes) -> tuple[str, Any]:
 
 
 def load_scanner_port(env: Mapping[str, str]) -> int:
-    raw = env.get("STREAMPROC_SCANNER_PORT") or "8490"
+    raw = env.get(env_name("scanner.port")) or "8490"
     if not raw.isdigit() or not 0 < int(raw) < 65536:
         raise ConfigError(f"STREAMPROC_SCANNER_PORT: {raw!r} is not a port number")
     return int(raw)
@@ -104,7 +105,7 @@ async def seed_demo(
         if not target.exists():
             shutil.copy(DATA / "osv" / f"{name}.json", target)
     shutil.copy(DATA / "osv" / "debian-sources.json", osv_dir.parent / "debian-sources.json")
-    url = scanner_url or conf.get("STREAMPROC_SCANNER_URL")
+    url = scanner_url or conf.get(env_name("scanner.url"))
     scanner = conf.section(load_scanner_settings)
     tool = scanner.tool
     svc: ScannerService | None = None

@@ -8,12 +8,13 @@ import math
 from collections.abc import Mapping
 
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_name
 from streamproc.state.malloc import DEFAULT_TRIM_S
 from streamproc.state.store import DEFAULT_BLOCK_CACHE_MB, DEFAULT_WRITE_BUFFER_MB, StoreSizes
 
-WRITE_BUFFER_ENV = "STREAMPROC_WRITE_BUFFER_MB"
-BLOCK_CACHE_ENV = "STREAMPROC_BLOCK_CACHE_MB"
-TRIM_ENV = "STREAMPROC_MALLOC_TRIM_S"
+WRITE_BUFFER_ENV = env_name("projector.write_buffer_mb")
+BLOCK_CACHE_ENV = env_name("projector.block_cache_mb")
+TRIM_ENV = env_name("projector.malloc_trim_s")
 
 
 def write_buffer_bytes(env: Mapping[str, str]) -> int:

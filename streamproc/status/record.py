@@ -11,11 +11,12 @@ from nats.js.kv import KeyValue
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError, Settings
+from streamproc.configfile.registry import env_name
 from streamproc.names import status_bucket
 
 bucket_name = status_bucket
 
-INTERVAL_ENV = "STREAMPROC_STATUS_INTERVAL_S"
+INTERVAL_ENV = env_name("status.interval_s")
 DEFAULT_INTERVAL_S = 2.0
 STALE_INTERVALS = 3
 """A heartbeat older than this many of its writer's intervals (plus :data:`SKEW_MARGIN_S`,
