@@ -34,6 +34,7 @@ from streamproc.audit.proofs import ProofError, decode_proof, encode_proof, prov
 from streamproc.audit.settings import load as audit_settings
 from streamproc.audit.verify import UnknownTenant, verify_tenant
 from streamproc.cliargs import common as _common
+from streamproc.configfile.loader import activate
 from streamproc.hlc import wall_ms
 from streamproc.ids import InvalidTenant, validate_tenant
 
@@ -292,7 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="streamproc", description="audit chain commands")
     register(parser.add_subparsers(dest="command", required=True), _common)
     args = parser.parse_args(argv)
-    return int(args.fn(args))
+
+    def command(args: argparse.Namespace) -> int:
+        args.configuration = activate(args.config)  # as `streamproc audit` does
+        return int(args.fn(args))
+
+    return exitcodes.guarded(command)(args)
 
 
 if __name__ == "__main__":

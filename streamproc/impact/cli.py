@@ -25,6 +25,7 @@ from streamproc.cliargs import common as _common
 from streamproc.cliargs import configuration as _configuration
 from streamproc.cliargs import settings as _settings
 from streamproc.config import ConfigError
+from streamproc.configfile.loader import activate
 from streamproc.events.payloads import ImageRemoved
 from streamproc.ids import InvalidTenant, validate_tenant
 from streamproc.impact import keys as K
@@ -248,7 +249,13 @@ def run_command(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="streamproc", description="impact index commands")
     register(parser.add_subparsers(dest="command", required=True), _common)
-    return run_command(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        args.configuration = activate(args.config)  # as `streamproc index` does
+    except ConfigError as exc:
+        print(f"streamproc: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_command(args)
 
 
 if __name__ == "__main__":
