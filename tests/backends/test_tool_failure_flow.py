@@ -60,7 +60,9 @@ async def test_a_failing_tool_is_retried_counted_shown_and_fails_the_image(
     monkeypatch.setenv("STREAMPROC_SCANNER_KIND", "grype")
     monkeypatch.setenv("STREAMPROC_SCANNER_GRYPE_PATH", str(bin_dir / "grype"))
     monkeypatch.setenv(status.INTERVAL_ENV, "0.2")
-    runner = load_runner({"call_attempts": 3, "backoff_base_s": 0.01, "backoff_cap_s": 0.05})
+    runner = load_runner(
+        environ(), {"call_attempts": 3, "backoff_base_s": 0.01, "backoff_cap_s": 0.05}
+    )
     argv = ["index", "add", "--nats-url", nats_server.url, "--prefix", prefix,
             "--tenant", "acme", "--image", DIGEST, "--repo", "ghcr.io/acme/app",
             "--sbom", str(SBOM)]  # fmt: skip
