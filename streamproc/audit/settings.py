@@ -1,4 +1,5 @@
-"""Auditor settings, read from the environment with defaults (the shared Settings stay lean).
+"""Auditor settings, decoded from the process's configuration (the config file and the
+environment, read once at start) with defaults (the shared Settings stay lean).
 
 - ``STREAMPROC_AUDIT_BATCH_SIZE`` (1000): entries per signed batch snapshot.
 - ``STREAMPROC_AUDIT_BATCH_INTERVAL_S`` (300): snapshot at least this often while entries wait.

@@ -144,8 +144,9 @@ def build_keyring(
     extra: Iterable[str] = (),
     include_own: bool = True,
 ) -> Keyring:
-    """Trusted keys from the environment and ``extra`` (``--trusted-key``), plus this
-    installation's own public key when one is configured or was generated."""
+    """Trusted keys from ``env`` (the process's configuration) and ``extra``
+    (``--trusted-key``), plus this installation's own public key when one is configured or was
+    generated."""
     ring = Keyring()
     pairs = parse_trusted_keys(env.get(ENV_TRUSTED_KEYS, ""))
     pairs += [parse_public_key(s) for s in extra]

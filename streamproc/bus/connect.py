@@ -52,7 +52,7 @@ class NatsAuth:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> NatsAuth:
-        """From ``env`` (default :func:`environment`); :class:`ConfigError` naming each bad
+        """From ``env`` (the process's configuration); :class:`ConfigError` naming each bad
         variable."""
         env = env
         values = {f: env.get(var, "") for f, var in AUTH_ENV.items()}

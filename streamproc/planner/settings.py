@@ -1,4 +1,5 @@
-"""Planner settings, read from the environment with defaults (the shared Settings stay lean).
+"""Planner settings, decoded from the process's configuration (the config file and the
+environment, read once at start) with defaults (the shared Settings stay lean).
 
 Every knob, its variable and default (also in ``docs/planning.md``):
 

@@ -1,6 +1,6 @@
-"""The storage settings, read from the environment and the config file once by the code that
-opens a role's stores and projector, and handed to them as constructor arguments: the stores
-and the folds themselves read no setting."""
+"""The storage settings, decoded from the process's configuration by the code that opens a
+role's stores and projector, and handed to them as constructor arguments: the stores and the
+folds themselves read no setting."""
 
 from __future__ import annotations
 
