@@ -46,9 +46,10 @@ class Configuration:
     is decoded into its typed object the first time a role asks for it (:meth:`section`), and
     that object is kept: nothing reads the environment or the file after start."""
 
-    values: Mapping[str, str] = field(default_factory=dict)
-    """Environment name → the effective text (an empty variable counts as unset)."""
-    documents: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    values: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Environment name → the effective text (an empty variable counts as unset). Not in the
+    ``repr``: it holds secrets (a settings object printed in a log must not show them)."""
+    documents: Mapping[str, Mapping[str, object]] = field(default_factory=dict, repr=False)
     """Section → structured keys of the config file (``gateway`` issuers, webhooks, TLS)."""
     _decoded: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
 

@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 import streamproc
+from streamproc import config
 
 PACKAGE = Path(streamproc.__file__).parent
 READER = PACKAGE / "configfile"
@@ -92,3 +93,9 @@ def test_the_walk_finds_each_form_of_read(tmp_path: Path) -> None:
     (tmp_path / "e.py").write_text("from streamproc import config\nx = config.environment()\n")
     (tmp_path / "ok.py").write_text("def f(env: dict[str, str]) -> str:\n    return env['X']\n")
     assert sorted(offenders(tmp_path)) == ["a.py", "b.py", "c.py", "d.py", "e.py"]
+
+
+def test_a_printed_configuration_shows_no_secret() -> None:
+    """Settings carry the configuration into logs and tracebacks: its values stay out."""
+    settings = config.load(configuration=config.Configuration(values={"STREAMPROC_X": "hunter2"}))
+    assert "hunter2" not in repr(settings) and "hunter2" not in str(settings.configuration)
