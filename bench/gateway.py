@@ -404,7 +404,7 @@ def webhook_ceiling(url: str, tmp: Path, lua: Path, use_wrk: bool) -> dict[str, 
 
 
 def orchestrate(args: argparse.Namespace) -> int:
-    from streamproc.bus.server import EmbeddedNats, free_port
+    from streamproc.natsd.server import EmbeddedNats, free_port
 
     use_wrk = shutil.which("wrk") is not None and not args.no_wrk
     gen = f"max, {CONNECTIONS} conns ({'wrk' if use_wrk else 'aiohttp'})"

@@ -27,8 +27,8 @@ from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.pull import PullLoop
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.events.envelope import encode
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.projections.activity import Activity
 from streamproc.projector import Projector
 from streamproc.replay import rebuild

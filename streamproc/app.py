@@ -22,9 +22,7 @@ from streamproc import names, tracing
 from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.owner import StoreLock, claim
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.services import Served
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
@@ -32,6 +30,8 @@ from streamproc.deliveries import role_filter
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.hlc import HybridLogicalClock
 from streamproc.leadership import Leadership
+from streamproc.natsd.owner import StoreLock, claim
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.ops_http import add_ops_routes, ops_app
 from streamproc.projection import Projection
 from streamproc.projector import Projector

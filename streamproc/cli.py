@@ -16,12 +16,6 @@ from streamproc import __version__, cliargs, exitcodes, role_cli
 from streamproc.app import run_roles
 from streamproc.audit.cli import register as register_audit
 from streamproc.bus import streams
-from streamproc.bus.cluster import DEPLOY_PORTS, serve
-from streamproc.bus.owner import claim
-from streamproc.bus.server import EmbeddedNats
-from streamproc.bus.session import CLUSTER_DIR
-from streamproc.bus.session import run as _run
-from streamproc.bus.session import with_nats as _with_nats
 from streamproc.cliargs import OPS_PORT_HELP
 from streamproc.client import cli as api_cli
 from streamproc.config import ConfigError
@@ -33,6 +27,12 @@ from streamproc.gateway import tokens_cli
 from streamproc.gateway.auth.replay import default_bucket_definition
 from streamproc.impact.cli import register as register_index
 from streamproc.names import DEFAULT_PREFIX, stream_names
+from streamproc.natsd.cluster import DEPLOY_PORTS, serve
+from streamproc.natsd.owner import claim
+from streamproc.natsd.server import EmbeddedNats
+from streamproc.natsd.session import CLUSTER_DIR
+from streamproc.natsd.session import run as _run
+from streamproc.natsd.session import with_nats as _with_nats
 from streamproc.notify import cli as notify_cli
 from streamproc.projection import Projection, describe_rejections
 from streamproc.replay import partial_warning, rebuild, swap_in

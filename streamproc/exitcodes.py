@@ -34,7 +34,7 @@ ERRORS: dict[str, int] = {
     "streamproc.bus.connect.NatsConnectError": USAGE,
     "streamproc.bus.connect.NatsVersionError": USAGE,
     "streamproc.bus.jsapi.JsApiError": USAGE,
-    "streamproc.bus.owner.NatsServerError": USAGE,
+    "streamproc.natsd.owner.NatsServerError": USAGE,
     "streamproc.lease.LeaseError": USAGE,
     "streamproc.projection.StateFormatError": USAGE,
     "streamproc.projector.PositionError": USAGE,

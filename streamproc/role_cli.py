@@ -20,10 +20,10 @@ import msgspec
 
 from streamproc import exitcodes
 from streamproc.app import run_roles
-from streamproc.bus.session import run
 from streamproc.cliargs import OPS_PORT_HELP
 from streamproc.cliargs import settings as cli_settings
 from streamproc.config import Settings, environment
+from streamproc.natsd.session import run
 
 if TYPE_CHECKING:  # the role machinery is imported when a role runs, not to parse options
     from streamproc.reactor import RoleSpec

@@ -20,10 +20,10 @@ import pytest
 
 from streamproc.app import System
 from streamproc.bus import jsapi
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.scanner.demo import DATA, Demo, seed_demo
 
 NEW_ADVISORIES = ("GHSA-cx63-2mw6-8hw5.json", "DSA-5514-1.json")

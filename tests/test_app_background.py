@@ -8,8 +8,8 @@ import asyncio
 from pathlib import Path
 
 from streamproc.app import System
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.projection import Projection
 from streamproc.projections.activity import Activity
 from streamproc.reactor import RoleContext, RoleSpec

@@ -11,8 +11,8 @@ from streamproc import app
 from streamproc.app import System
 from streamproc.bus import jsapi
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
+from streamproc.natsd.server import EmbeddedNats
 from tests.helpers import publish_samples
 from tests.samples import sample_event
 

@@ -16,7 +16,7 @@ import msgspec
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.replay import rebuild
 from streamproc.state import keys
 from streamproc.state.store import RocksStore

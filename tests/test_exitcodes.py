@@ -29,7 +29,7 @@ ERRORS = {
     "streamproc.bus.connect.NatsConnectError": 2,
     "streamproc.bus.connect.NatsVersionError": 2,
     "streamproc.bus.jsapi.JsApiError": 2,
-    "streamproc.bus.owner.NatsServerError": 2,
+    "streamproc.natsd.owner.NatsServerError": 2,
     "streamproc.lease.LeaseError": 2,
     "streamproc.projection.StateFormatError": 2,
     "streamproc.projector.PositionError": 2,

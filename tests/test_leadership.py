@@ -17,9 +17,9 @@ from streamproc.audit.signing import build_keyring
 from streamproc.audit.verify import verify_all
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
 from streamproc.ids import export_run_id
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.state.store import RocksStore
 from tests.audit.helpers import chained_events, snapshot_events
 from tests.role_helpers import (

@@ -14,9 +14,9 @@ from nats.js.kv import KeyValue
 from streamproc.bus import jsapi
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import ConfigError
 from streamproc.lease import Lease, LeaseError, bucket_name, lease_ttl, open_bucket
+from streamproc.natsd.server import EmbeddedNats, free_port
 
 TTL = 1.0
 

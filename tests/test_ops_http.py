@@ -15,8 +15,8 @@ import pytest
 
 from streamproc import metrics
 from streamproc.app import ListenError, System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import ConfigError, Settings, load
+from streamproc.natsd.server import EmbeddedNats, free_port
 from tests.gateway.conftest import drop_streams
 
 

@@ -16,12 +16,12 @@ from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
 from streamproc.deliveries import role_filter
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, encode
 from streamproc.names import stream_names as stream_names_of
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.projection import Projection
 from streamproc.projector import PositionError, Projector
 from streamproc.replay import rebuild

@@ -15,8 +15,8 @@ from streamproc.audit.entry import CHAINED_KINDS
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.projections.activity import Activity
 from streamproc.projector import PositionError, Projector
 from streamproc.replay import rebuild

@@ -20,9 +20,9 @@ from streamproc.app import System
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.cli import main
 from streamproc.config import ConfigError, Settings
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.status.cli import _expected
 from tests.helpers import eventually, publish_samples
 from tests.samples import sample_event

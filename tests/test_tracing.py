@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from streamproc import tracing
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import ConfigError
+from streamproc.natsd.server import EmbeddedNats
 from tests.flows import feedser_run
 
 

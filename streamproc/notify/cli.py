@@ -18,13 +18,13 @@ from nats.errors import ConnectionClosedError
 from streamproc import exitcodes
 from streamproc.bus import jsapi
 from streamproc.bus.pull import ConsumerGone
-from streamproc.bus.session import nats_session
 from streamproc.cancellation import checkpoint
 from streamproc.client.http import ApiClient
 from streamproc.client.settings import dpop_key, token_source
 from streamproc.client.tokens import StaticToken
 from streamproc.config import ConfigError, Settings, environment, load
 from streamproc.names import NOTIFY_TAIL, READ_SCOPE, stream_names
+from streamproc.natsd.session import nats_session
 from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
 from streamproc.notify.feed_consumer import (

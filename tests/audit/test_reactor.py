@@ -24,9 +24,9 @@ from streamproc.audit.verify import verify_all
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.replay import rebuild
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore

@@ -20,12 +20,12 @@ from streamproc.audit.dsse import Keyring
 from streamproc.audit.service import Verifications, serve_verification
 from streamproc.bus import services
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.bus.services import ServiceFailure
 from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.gateway.remote import Remote
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.problems import ProblemError
 from streamproc.queries import AUDITOR, VERIFY, ChainReport
 from tests.bus.test_services import discover

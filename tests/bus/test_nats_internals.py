@@ -24,7 +24,7 @@ from nats.protocol import parser
 
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import NATS_PY_MINOR, FastClient, FastParser
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ import pytest
 from streamproc import roles
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.settings import configured_projection
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.projection import Folder
 from streamproc.reactor import RoleSpec
 from streamproc.replay import rebuild

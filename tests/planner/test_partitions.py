@@ -15,7 +15,6 @@ from pathlib import Path
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
@@ -23,6 +22,7 @@ from streamproc.gateway.remote import Remote
 from streamproc.hlc import wall_ms
 from streamproc.ids import export_run_id, partition_of
 from streamproc.names import plan_stream
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.planner.partitions import ensure_stream
 from streamproc.planner.role import PARTITIONED_PLANNER, PLANNER, planner_spec
 from streamproc.problems import ProblemError

@@ -14,10 +14,10 @@ import aiohttp
 import pytest
 
 from streamproc.app import System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.projection import Folder, StateFormatError
 from streamproc.roles import projections_for
 from streamproc.runner.sboms import sbom_reader

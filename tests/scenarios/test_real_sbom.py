@@ -17,10 +17,10 @@ import aiohttp
 import pytest
 
 from streamproc.app import System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.scanner.demo import DATA, seed_demo
 from tests.flows import stream_messages
 from tests.scenarios.sboms import generated_sbom, has_usage_data, purls

@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from nacl.signing import SigningKey
 
-from streamproc.bus.server import EmbeddedNats
 from streamproc.gateway.auth import jwt
 from streamproc.gateway.auth.dpop import access_token_hash
+from streamproc.natsd.server import EmbeddedNats
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (
     BASE,

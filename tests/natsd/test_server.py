@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from streamproc.bus.connect import NatsConnectError, connect
-from streamproc.bus.server import EmbeddedNats, NatsServerError, free_port
+from streamproc.natsd.server import EmbeddedNats, NatsServerError, free_port
 
 
 async def test_embedded_server_starts_with_jetstream_and_stops(tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ from typing import Any
 from nats.aio.client import Client
 
 from streamproc.bus import jsapi
-from streamproc.bus.owner import claim
-from streamproc.bus.server import (
+from streamproc.natsd.owner import claim
+from streamproc.natsd.server import (
     MAX_PAYLOAD,
     PORT_TAKEN,
     NatsServerError,
@@ -397,27 +397,11 @@ async def wait_stream_current(nc: Client, stream: str, timeout: float = 30.0) ->
     raise NatsServerError(f"stream {stream} not current within {timeout:.0f} s: {last}")
 
 
-def cluster_size(nc: Client) -> int:
-    """How many servers the connected server's cluster advertises (1 when not clustered).
-
-    The server's INFO names its cluster and lists the client URLs of the cluster's servers
-    (``connect_urls``, itself included); servers announced later join the client's pool as
-    discovered. With ``no_advertise`` the list is absent and this answers 1 — set
-    ``STREAMPROC_STREAM_REPLICAS`` explicitly there.
-    """
-    info: dict[str, Any] = getattr(nc, "_server_info", None) or {}
-    if not info.get("cluster"):
-        return 1
-    urls = set(info.get("connect_urls") or [])
-    urls |= {s.uri.netloc for s in getattr(nc, "_server_pool", []) if getattr(s, "discovered", 0)}
-    return max(1, len(urls))
-
-
 async def serve(
     base_dir: Path, n: int, host: str, ports: tuple[int, int, int], node_id: str
 ) -> int:
     """``streamproc nats --cluster N``: run a local cluster until SIGINT/SIGTERM; it owns
-    ``base_dir`` (:mod:`streamproc.bus.owner`), so one-shot commands find it there."""
+    ``base_dir`` (:mod:`streamproc.natsd.owner`), so one-shot commands find it there."""
     lock = await claim(base_dir, node_id)
     try:
         cluster = NatsCluster(base_dir, n, host=host, ports=ports, pass_fds=(lock.fd,))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from streamproc.bus import owner as o
 from streamproc.bus.connect import connect
-from streamproc.bus.server import EmbeddedNats, find_binary, free_port, server_config
+from streamproc.natsd import owner as o
+from streamproc.natsd.server import EmbeddedNats, find_binary, free_port, server_config
 from tests.helpers import eventually
 
 
@@ -258,7 +258,7 @@ def test_a_pid_that_does_not_hold_the_store_is_never_signalled(tmp_path: Path) -
 STARTER = """
 import sys, threading, time
 from pathlib import Path
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 srv = EmbeddedNats(Path(sys.argv[1]), port=int(sys.argv[2]))
 starter = threading.Thread(target=srv.start)  # a thread that ends right after
 starter.start()

@@ -2,7 +2,7 @@
 
 Used by ``streamproc up`` / ``nats``, by one-shot commands when nobody runs a server on the
 data directory, and by the test fixtures; production points ``--nats-url`` at a cluster
-instead. A server only starts on a store it owns (:mod:`streamproc.bus.owner`), and ends with the
+instead. A server only starts on a store it owns (:mod:`streamproc.natsd.owner`), and ends with the
 process that started it (:func:`spawn`).
 """
 
@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from streamproc.bus import owner
-from streamproc.bus.owner import NatsServerError as NatsServerError
-from streamproc.bus.owner import StoreLock
+from streamproc.natsd import owner
+from streamproc.natsd.owner import NatsServerError as NatsServerError
+from streamproc.natsd.owner import StoreLock
 
 MAX_PAYLOAD = 8 * 1024 * 1024
 """An ``image.indexed`` event with 100,000 purls is several MiB; the default is 1 MiB."""
@@ -134,7 +134,7 @@ class EmbeddedNats:
     ) -> None:
         """``extra_config``: more nats-server configuration (``authorization {...}``,
         ``tls {...}``), appended to the generated file. ``lock``: the store, already taken
-        (:func:`streamproc.bus.owner.resolve`); without it ``start`` takes it or refuses.
+        (:func:`streamproc.natsd.owner.resolve`); without it ``start`` takes it or refuses.
         Either way this server releases it when it stops."""
         self.store_dir = Path(store_dir)
         self.host = host

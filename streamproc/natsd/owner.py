@@ -5,7 +5,7 @@ server on a store first takes an exclusive ``flock`` on ``<store>/owner.lock`` a
 ``<store>/owner.json``: where the server answers, which process started it and when. The
 lock is handed on to the nats-server child, so it lasts while either of them runs, and the
 kernel drops it once both are gone — SIGKILL included. A clean stop removes the file. The
-child stops with its parent (:func:`streamproc.bus.server.spawn`); a server that outlived
+child stops with its parent (:func:`streamproc.natsd.server.spawn`); a server that outlived
 its owner all the same (started by an older build) is stopped by the next ``up`` on its
 store — it holds that store's lock, so it is ours to stop — rather than blocking it.
 

@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 
 from streamproc.bus import streams
-from streamproc.bus.cluster import (
+from streamproc.bus.connect import connect
+from streamproc.bus.fastclient import FastClient
+from streamproc.bus.topology import cluster_size
+from streamproc.config import ConfigError
+from streamproc.natsd.cluster import (
     NatsCluster,
-    cluster_size,
     move_leader,
     stream_cluster,
     stream_leader,
     wait_stream_current,
 )
-from streamproc.bus.connect import connect
-from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import NatsServerError
-from streamproc.config import ConfigError
+from streamproc.natsd.server import NatsServerError
 from tests.helpers import eventually
 
 
@@ -133,7 +133,7 @@ def test_a_port_taken_before_a_node_binds_it_starts_the_cluster_on_others(
     the pick and the node's bind restarts the cluster on fresh ports, not a failure."""
     import socket
 
-    from streamproc.bus import cluster as cluster_mod
+    from streamproc.natsd import cluster as cluster_mod
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -158,7 +158,7 @@ def test_a_port_taken_before_a_node_binds_it_starts_the_cluster_on_others(
 
 
 def test_a_clusters_free_ports_are_all_different() -> None:
-    from streamproc.bus.cluster import free_ports
+    from streamproc.natsd.cluster import free_ports
 
     for _ in range(20):  # picked one at a time, 60 ports repeated one about every 7 tries
         got = free_ports("127.0.0.1", 60)

@@ -1,6 +1,6 @@
 """Running one command against NATS: ``--nats-url`` if given, else the server that owns the
 data directory's store (``streamproc up``, ``nats``), else a temporary embedded server on
-that store — what every one-shot CLI command needs (:mod:`streamproc.bus.owner`)."""
+that store — what every one-shot CLI command needs (:mod:`streamproc.natsd.owner`)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from typing import Any
 
 import uvloop
 
-from streamproc.bus import owner
 from streamproc.bus.connect import NatsAuth, NatsConnectError, connect
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
+from streamproc.natsd import owner
+from streamproc.natsd.server import EmbeddedNats
 
 CLUSTER_DIR = "nats-cluster"
 """Where ``streamproc nats --cluster N`` keeps its nodes' stores, under the data directory."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from streamproc.bus import owner as o
-from streamproc.bus.server import EmbeddedNats
-from streamproc.bus.session import CLUSTER_DIR, nats_session
 from streamproc.config import Settings
+from streamproc.natsd import owner as o
+from streamproc.natsd.server import EmbeddedNats
+from streamproc.natsd.session import CLUSTER_DIR, nats_session
 
 
 def owner_at(url: str, **changes: object) -> o.Owner:
