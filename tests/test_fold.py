@@ -17,11 +17,12 @@ from streamproc.events import payloads as p
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.fold import _payload_annotation, folds, handlers_of, kinds_of, payloads_of
-from streamproc.projection import Folder, Projection, Rejection, Tx
+from streamproc.projection import Folder, Projection, Rejection
 from streamproc.projector import report
 from streamproc.roles import ROLES
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
+from streamproc.state.tx import Tx
 from tests.samples import sample_event
 
 ADAPTERS: set[str] = set()

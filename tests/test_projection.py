@@ -13,12 +13,13 @@ import pytest
 from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
-from streamproc.projection import Folder, Projection, Rejection, StateFormatError, Tx, hosted
+from streamproc.projection import Folder, Projection, Rejection, StateFormatError, hosted
 from streamproc.projections.activity import Activity, read_all
 from streamproc.projector import report
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore
+from streamproc.state.tx import Tx
 
 STREAM = "SCHEDULER"
 EPOCH = "2024-01-01T00:00:00Z"

@@ -33,9 +33,10 @@ from streamproc.impact import keys as K
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.ingest import canonical_key
 from streamproc.names import IMPACT
-from streamproc.projection import Projection, Rejection, Tx, hosted
+from streamproc.projection import Projection, Rejection, hosted
 from streamproc.sbom.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
 from streamproc.state.store import Store
+from streamproc.state.tx import Tx
 
 log = logging.getLogger(__name__)
 

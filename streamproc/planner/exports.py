@@ -34,10 +34,11 @@ from streamproc.planner.changes import (
     uncovered,
     vexer_change,
 )
-from streamproc.projection import Projection, Table, Tx
+from streamproc.projection import Projection
 from streamproc.projections.cursor import advanced
 from streamproc.projections.revision import check_revision
 from streamproc.state.store import Store
+from streamproc.state.tx import Table, Tx
 
 CLAIMS_CF = PL_CLAIMS_CF
 CURSORS_CF = PL_CURSORS_CF

@@ -30,8 +30,9 @@ from streamproc.names import (
     PL_SCHEDULES_CF,
 )
 from streamproc.planner import records as r
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.projection import Projection, Rejection
 from streamproc.state.store import Store
+from streamproc.state.tx import Tx
 
 BACKLOG_CF = PL_BACKLOG_CF
 REPORTS_CF = PL_REPORTS_CF

@@ -16,8 +16,9 @@ from streamproc.events.payloads import Payload
 from streamproc.fold import folds, payloads_of
 from streamproc.hlc import sort_key
 from streamproc.names import ACTIVITY
-from streamproc.projection import Projection, Tx
+from streamproc.projection import Projection
 from streamproc.state.store import Store
+from streamproc.state.tx import Tx
 
 
 class TenantActivity(msgspec.Struct):

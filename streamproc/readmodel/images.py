@@ -16,8 +16,9 @@ from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed, ImageRemoved, payload_digest
 from streamproc.fold import folds
 from streamproc.names import RM_IMAGES
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.projection import Projection, Rejection
 from streamproc.readmodel import keys
+from streamproc.state.tx import Tx
 
 CF = RM_IMAGES
 

@@ -33,9 +33,10 @@ from streamproc.names import (
     RUNNER_SUMMARY_IMAGES_CF,
     RUNNER_VERDICTS_CF,
 )
-from streamproc.projection import Projection, Rejection, Table, Tx
+from streamproc.projection import Projection, Rejection
 from streamproc.runner.delta import FindingKey, new_findings
 from streamproc.state.store import Store
+from streamproc.state.tx import Table, Tx
 
 RUNS_CF = RUNNER_RUNS_CF
 VERDICTS_CF = RUNNER_VERDICTS_CF
