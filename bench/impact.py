@@ -228,7 +228,7 @@ def ingest(
     import msgspec
 
     from streamproc.impact.settings import configured_projection
-    from streamproc.projection import Folder
+    from streamproc.runtime.projection import Folder
     from streamproc.state.keys import Checkpoint
     from streamproc.state.store import RocksStore
 

@@ -61,8 +61,8 @@ from streamproc.planner.plan import plan_run
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.role import PLANNER_PROJECTIONS
 from streamproc.planner.settings import PlannerSettings
-from streamproc.projector import Projector
-from streamproc.reactor import RoleContext
+from streamproc.runtime.projector import Projector
+from streamproc.runtime.reactor import RoleContext
 from streamproc.sbom.image import IndexedImage
 from streamproc.state.store import RocksStore
 
@@ -167,7 +167,7 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
             shared={x.name: x for x in projections},
         )
         reactor = TimedReactor(settings, cfg, source=StaticSource(index))
-        from streamproc.app import react_loop
+        from streamproc.runtime.app import react_loop
 
         tasks = [
             asyncio.create_task(proj.run()),

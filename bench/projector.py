@@ -30,8 +30,8 @@ from streamproc.bus.pull import PullLoop
 from streamproc.events.envelope import encode
 from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.projections.activity import Activity
-from streamproc.projector import Projector
-from streamproc.replay import rebuild
+from streamproc.roles import rebuild
+from streamproc.runtime.projector import Projector
 from streamproc.state.store import RocksStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the sample events: tests/

@@ -13,15 +13,14 @@ from typing import Any
 from prometheus_client import start_http_server
 
 from streamproc import __version__, cliargs, exitcodes, role_cli
-from streamproc.app import run_roles
 from streamproc.audit.cli import register as register_audit
 from streamproc.bus import streams
 from streamproc.cliargs import OPS_PORT_HELP
 from streamproc.client import cli as api_cli
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Settings
 from streamproc.configfile import activate
 from streamproc.configfile import cli as config_cli
-from streamproc.devsetup import refuse_exposed_demo
+from streamproc.devsetup import DevAuth, prepare_dev_auth, refuse_exposed_demo
 from streamproc.events.schemas import render_catalog, write_all
 from streamproc.gateway import tokens_cli
 from streamproc.gateway.auth.replay import default_bucket_definition
@@ -34,12 +33,14 @@ from streamproc.natsd.session import CLUSTER_DIR
 from streamproc.natsd.session import run as _run
 from streamproc.natsd.session import with_nats as _with_nats
 from streamproc.notify import cli as notify_cli
-from streamproc.projection import Projection, describe_rejections
-from streamproc.replay import partial_warning, rebuild, swap_in
-from streamproc.roles import DEMO_ONLY, ROLES
+from streamproc.roles import DEMO_ONLY, ROLES, rebuild, run_roles
 from streamproc.runner import cli as runner_cli
 from streamproc.runner.ratebucket import definition as rate_bucket_definition
+from streamproc.runtime.app import System
+from streamproc.runtime.projection import Projection, describe_rejections
+from streamproc.runtime.replay import partial_warning, swap_in
 from streamproc.scanner import cli as scanner_cli
+from streamproc.scanner.demo import Demo, seed_demo
 from streamproc.signals import install_stop_signals
 from streamproc.state.digest import state_digest
 from streamproc.state.settings import store_sizes
@@ -49,12 +50,34 @@ from streamproc.status import cli as status_cli
 # ---------------------------------------------------------------------- commands
 
 
+class DemoExtra:
+    """``up --demo`` around the running roles: dev auth for the gateway before they start,
+    then the guide and the demo catalog (:func:`streamproc.scanner.demo.seed_demo`)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.dev: DevAuth | None = None
+        self.demo: Demo | None = None
+
+    def prepare(self) -> None:
+        self.dev = prepare_dev_auth(self.settings)
+
+    async def started(self, system: System) -> None:
+        assert self.dev is not None
+        print(self.dev.guide(system.http_url), flush=True)
+        self.demo = await seed_demo(system)
+
+    async def close(self) -> None:
+        if self.demo is not None:
+            await self.demo.close()
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     roles = [r for r in ROLES if args.demo or r not in DEMO_ONLY]
     settings = cliargs.settings(args)
     if args.demo:
         refuse_exposed_demo(settings)
-    return _run(run_roles(settings, roles, demo=args.demo))
+    return _run(run_roles(settings, roles, extra=DemoExtra(settings) if args.demo else None))
 
 
 def cmd_role(args: argparse.Namespace) -> int:

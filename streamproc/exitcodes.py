@@ -30,14 +30,14 @@ BROKEN_PIPE = 141
 
 ERRORS: dict[str, int] = {
     "streamproc.config.ConfigError": USAGE,
-    "streamproc.app.ListenError": USAGE,
+    "streamproc.runtime.app.ListenError": USAGE,
     "streamproc.bus.connect.NatsConnectError": USAGE,
     "streamproc.bus.connect.NatsVersionError": USAGE,
     "streamproc.bus.jsapi.JsApiError": USAGE,
     "streamproc.natsd.owner.NatsServerError": USAGE,
-    "streamproc.lease.LeaseError": USAGE,
-    "streamproc.projection.StateFormatError": USAGE,
-    "streamproc.projector.PositionError": USAGE,
+    "streamproc.runtime.lease.LeaseError": USAGE,
+    "streamproc.runtime.projection.StateFormatError": USAGE,
+    "streamproc.runtime.projector.PositionError": USAGE,
     "streamproc.state.store.StateLocked": USAGE,
     "streamproc.audit.common.UsageError": USAGE,
     "streamproc.notify.consumer.ConsumerConflict": USAGE,

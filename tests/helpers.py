@@ -16,7 +16,7 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.events.envelope import Envelope, encode
-from streamproc.projection import Folder, Projection
+from streamproc.runtime.projection import Folder, Projection
 from streamproc.state.keys import Checkpoint
 from streamproc.state.store import MemoryStore
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from streamproc.app import System
 from streamproc.config import Settings
 from streamproc.natsd.server import EmbeddedNats
-from streamproc.projection import Projection
 from streamproc.projections.activity import Activity
-from streamproc.reactor import RoleContext, RoleSpec
+from streamproc.roles import System
+from streamproc.runtime.projection import Projection
+from streamproc.runtime.reactor import RoleContext, RoleSpec
 
 
 async def test_background_services_start_with_the_role_and_stop_with_the_process(

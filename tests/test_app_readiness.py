@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from streamproc import app
-from streamproc.app import System
 from streamproc.bus import jsapi
 from streamproc.bus.publisher import Publisher
 from streamproc.config import Settings
 from streamproc.natsd.server import EmbeddedNats
+from streamproc.roles import System
+from streamproc.runtime import app
 from tests.helpers import publish_samples
 from tests.samples import sample_event
 

@@ -17,7 +17,7 @@ import msgspec
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.natsd.server import EmbeddedNats, free_port
-from streamproc.replay import rebuild
+from streamproc.roles import rebuild
 from streamproc.state import keys
 from streamproc.state.store import RocksStore
 from tests.helpers import publish_samples

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from streamproc.bus import jsapi
 from streamproc.bus.ack import delivery
-from streamproc.deliveries import removed_from, scan
+from streamproc.runtime.deliveries import removed_from, scan
 
 EPOCH = "2026-01-01T00:00:00Z"
 

@@ -25,14 +25,14 @@ CODES = {
 
 ERRORS = {
     "streamproc.config.ConfigError": 2,
-    "streamproc.app.ListenError": 2,
+    "streamproc.runtime.app.ListenError": 2,
     "streamproc.bus.connect.NatsConnectError": 2,
     "streamproc.bus.connect.NatsVersionError": 2,
     "streamproc.bus.jsapi.JsApiError": 2,
     "streamproc.natsd.owner.NatsServerError": 2,
-    "streamproc.lease.LeaseError": 2,
-    "streamproc.projection.StateFormatError": 2,
-    "streamproc.projector.PositionError": 2,
+    "streamproc.runtime.lease.LeaseError": 2,
+    "streamproc.runtime.projection.StateFormatError": 2,
+    "streamproc.runtime.projector.PositionError": 2,
     "streamproc.state.store.StateLocked": 2,
     "streamproc.audit.common.UsageError": 2,
     "streamproc.notify.consumer.ConsumerConflict": 2,

@@ -16,10 +16,10 @@ from streamproc.audit.log import AuditLog
 from streamproc.events import payloads as p
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, encode, new_event
-from streamproc.fold import _payload_annotation, folds, handlers_of, kinds_of, payloads_of
-from streamproc.projection import Folder, Projection, Rejection
-from streamproc.projector import report
 from streamproc.roles import ROLES
+from streamproc.runtime.fold import _payload_annotation, folds, handlers_of, kinds_of, payloads_of
+from streamproc.runtime.projection import Folder, Projection, Rejection
+from streamproc.runtime.projector import report
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 from streamproc.state.tx import Tx

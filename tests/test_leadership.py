@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from streamproc.app import System
 from streamproc.audit import layout
 from streamproc.audit.signing import build_keyring
 from streamproc.audit.verify import verify_all
@@ -20,6 +19,7 @@ from streamproc.bus.publisher import Publisher
 from streamproc.config import Settings
 from streamproc.ids import export_run_id
 from streamproc.natsd.server import EmbeddedNats
+from streamproc.roles import System
 from streamproc.state.store import RocksStore
 from tests.audit.helpers import chained_events, snapshot_events
 from tests.role_helpers import (

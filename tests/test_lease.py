@@ -15,8 +15,8 @@ from streamproc.bus import jsapi
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError
-from streamproc.lease import Lease, LeaseError, bucket_name, lease_ttl, open_bucket
 from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.runtime.lease import Lease, LeaseError, bucket_name, lease_ttl, open_bucket
 
 TTL = 1.0
 
@@ -115,7 +115,7 @@ async def test_an_existing_bucket_keeps_its_ttl(
 ) -> None:
     await _bucket(nc, prefix, 2.0)
     try:
-        with caplog.at_level(logging.WARNING, logger="streamproc.lease"):
+        with caplog.at_level(logging.WARNING, logger="streamproc.runtime.lease"):
             _, ttl = await open_bucket(nc, prefix, 1.0)
         assert ttl == 2.0
         assert "has a TTL of 2 s" in caplog.text

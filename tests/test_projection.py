@@ -13,9 +13,9 @@ import pytest
 from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
-from streamproc.projection import Folder, Projection, Rejection, StateFormatError, hosted
 from streamproc.projections.activity import Activity, read_all
-from streamproc.projector import report
+from streamproc.runtime.projection import Folder, Projection, Rejection, StateFormatError, hosted
+from streamproc.runtime.projector import report
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore

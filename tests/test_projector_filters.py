@@ -11,21 +11,19 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from streamproc.app import System
 from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.config import Settings
-from streamproc.deliveries import role_filter
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, encode
 from streamproc.names import stream_names as stream_names_of
 from streamproc.natsd.server import EmbeddedNats
-from streamproc.projection import Projection
-from streamproc.projector import PositionError, Projector
-from streamproc.replay import rebuild
-from streamproc.roles import projections_for
+from streamproc.roles import System, projections_for, rebuild
+from streamproc.runtime.deliveries import role_filter
+from streamproc.runtime.projection import Projection
+from streamproc.runtime.projector import PositionError, Projector
 from streamproc.scanner.indexed import IndexedImages
 from streamproc.state import keys
 from streamproc.state.digest import state_digest

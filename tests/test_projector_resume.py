@@ -15,7 +15,7 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.pull import PullLoop
 from streamproc.projections.activity import Activity
-from streamproc.projector import Projector
+from streamproc.runtime.projector import Projector
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import publish_samples

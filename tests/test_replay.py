@@ -18,9 +18,8 @@ from streamproc.bus.publisher import Publisher
 from streamproc.cli import main
 from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.projections.activity import Activity
-from streamproc.projector import PositionError, Projector
-from streamproc.replay import rebuild
-from streamproc.roles import projections_for
+from streamproc.roles import projections_for, rebuild
+from streamproc.runtime.projector import PositionError, Projector
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore

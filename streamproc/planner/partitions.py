@@ -6,7 +6,7 @@ every event again, its subject now carrying its tenant's partition (FNV-1a of th
 token modulo N, :func:`streamproc.ids.partition_of`). Partition k is everything on
 ``<prefix>.plan.<k>.>``.
 
-Every planner process leases partitions in the lease bucket (:mod:`streamproc.lease`, key
+Every planner process leases partitions in the lease bucket (:mod:`streamproc.runtime.lease`, key
 ``planner-p<k>-of-<N>``), at most ceil(N / live planners) of them, where the live planners
 are those whose membership key (``planner-member-…``, rewritten every TTL/3) has not expired.
 For each partition it holds it opens the partition's own state directory, folds the
@@ -43,7 +43,6 @@ from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
 from streamproc.impact.settings import configured_projection
 from streamproc.impact.warming import warm_hosted
-from streamproc.lease import Lease, NatsFailure, entries, holder_id, lease_ttl, open_bucket
 from streamproc.planner.cron import CronReactor
 from streamproc.planner.exports import PlannerExports
 from streamproc.planner.open_runs import PlannerOpenRuns
@@ -51,10 +50,11 @@ from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSched
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.service import start as start_service
 from streamproc.planner.settings import load as load_planner_settings
-from streamproc.projection import Projection
-from streamproc.projector import Projector
 from streamproc.queries import partition_endpoint
-from streamproc.reactor import Reactor, RoleContext
+from streamproc.runtime.lease import Lease, NatsFailure, entries, holder_id, lease_ttl, open_bucket
+from streamproc.runtime.projection import Projection
+from streamproc.runtime.projector import Projector
+from streamproc.runtime.reactor import Reactor, RoleContext
 from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore
 

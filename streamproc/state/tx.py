@@ -2,7 +2,7 @@
 per-event undo log, and the metric tallies counted once the batch commits.
 
 It sits beside the store (:mod:`streamproc.state.store`), below the folds
-(:mod:`streamproc.projection`): a fold reads and writes only through the :class:`Tx` it is
+(:mod:`streamproc.runtime.projection`): a fold reads and writes only through the :class:`Tx` it is
 given, and the runtime commits the ``Tx``'s writes together with the checkpoint.
 """
 

@@ -21,7 +21,7 @@ from streamproc.bus.publisher import Publisher
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.natsd.server import EmbeddedNats
-from streamproc.projector import Projector
+from streamproc.runtime.projector import Projector
 from streamproc.state.store import RocksStore
 from tests.audit.helpers import chained_events, keyring, role_context, signer
 

@@ -1,9 +1,9 @@
 """The nats-py internals streamproc relies on are still there, with the same shape.
 
 ``bus/fastclient.py`` replaces nats-py's parser and its request wait and calls its private
-send/flush methods, and ``lease.py`` builds a ``KeyValue`` by hand. A nats-py release may move
-any of it without notice: these tests fail naming the attribute that changed, instead of a
-client that silently drops or queues messages."""
+send/flush methods, and ``runtime/lease.py`` builds a ``KeyValue`` by hand. A nats-py release
+may move any of it without notice: these tests fail naming the attribute that changed, instead
+of a client that silently drops or queues messages."""
 
 from __future__ import annotations
 

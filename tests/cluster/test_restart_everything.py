@@ -22,7 +22,7 @@ from streamproc.hlc import wall_ms
 from streamproc.ids import derive_id
 from streamproc.natsd.cluster import NatsCluster, stream_leader, wait_stream_current
 from streamproc.natsd.server import free_port
-from streamproc.replay import rebuild
+from streamproc.roles import rebuild
 from streamproc.scanner.demo import DATA, _image_event
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore

@@ -24,9 +24,9 @@ from streamproc.ids import derive_id
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
 from streamproc.natsd.server import find_binary, free_port
-from streamproc.projector import Projector
 from streamproc.readmodel.images import Images
 from streamproc.readmodel.queries import ReadModel
+from streamproc.runtime.projector import Projector
 from streamproc.sbom.publish import payload_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import eventually

@@ -16,7 +16,6 @@ import msgspec
 from nacl.signing import SigningKey
 
 from streamproc import roles
-from streamproc.app import System
 from streamproc.bus import jsapi
 from streamproc.bus.services import Served
 from streamproc.config import Settings
@@ -27,8 +26,9 @@ from streamproc.gateway.settings import GatewaySettings
 from streamproc.names import WEBHOOK_SCOPE
 from streamproc.natsd.server import free_port
 from streamproc.planner.service import PreviewIndex, serve_previews
-from streamproc.reactor import RoleSpec
 from streamproc.readmodel import READ_MODEL
+from streamproc.roles import System
+from streamproc.runtime.reactor import RoleSpec
 
 BASE = "/api/v1/scheduler"
 ISSUER = "https://authority.test"

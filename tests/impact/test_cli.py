@@ -14,7 +14,7 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
 from streamproc.natsd.server import EmbeddedNats
-from streamproc.projector import Projector
+from streamproc.runtime.projector import Projector
 from streamproc.sbom.parse import read_sbom
 from streamproc.sbom.purls import normalize_purl
 from streamproc.state.store import RocksStore

@@ -24,9 +24,9 @@ from streamproc.bus.publisher import Publisher
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.settings import configured_projection
 from streamproc.natsd.server import EmbeddedNats, free_port
-from streamproc.projection import Folder
-from streamproc.reactor import RoleSpec
-from streamproc.replay import rebuild
+from streamproc.roles import rebuild
+from streamproc.runtime.projection import Folder
+from streamproc.runtime.reactor import RoleSpec
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
@@ -37,7 +37,7 @@ from tests.impact.test_projection import check_answers
 # No role folds the index alone (the planner hosts it): the subprocess registers one that
 # does, to test the index by itself.
 _MAIN = (
-    "import sys; from streamproc import roles; from streamproc.reactor import RoleSpec; "
+    "import sys; from streamproc import roles; from streamproc.runtime.reactor import RoleSpec; "
     "from streamproc.impact.settings import configured_projection; "
     "roles.ROLES.setdefault('impact', RoleSpec([configured_projection])); "
     "from streamproc.cli import main; sys.exit(main(sys.argv[1:]))"

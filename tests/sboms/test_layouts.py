@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from streamproc.app import System
 from streamproc.bus import objects
 from streamproc.bus.fastclient import FastClient
 from streamproc.cli import main
@@ -25,6 +24,7 @@ from streamproc.config import Settings
 from streamproc.events.envelope import Envelope
 from streamproc.names import sbom_bucket
 from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
 from streamproc.scanner.demo import DATA
 from tests.planner.harness import events_of
 from tests.role_helpers import wait_for

@@ -11,7 +11,7 @@ import pytest
 from streamproc.config import ConfigError
 from streamproc.events.envelope import encode
 from streamproc.impact.projection import ImpactProjection
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from streamproc.state import keys, malloc
 from streamproc.state.settings import TRIM_ENV, trim_interval_s
 from streamproc.state.store import RocksStore

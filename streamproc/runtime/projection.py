@@ -1,12 +1,12 @@
 """Projections: plain objects with a pure fold per event kind, and the folder that applies a
 batch of events to them.
 
-A projection's folds are typed handlers registered per payload type (:mod:`streamproc.fold`).
-A fold reads and writes only through the :class:`~streamproc.state.tx.Tx` it is given: no
-clock, no randomness, no I/O, no metrics (it tallies them in the ``Tx``; the runtime counts
-them once the batch commits). The runtime folds a whole batch of events into one ``Tx`` and
-commits it together with the checkpoint, so replaying the same events yields byte-identical
-state.
+A projection's folds are typed handlers registered per payload type
+(:mod:`streamproc.runtime.fold`). A fold reads and writes only through the
+:class:`~streamproc.state.tx.Tx` it is given: no clock, no randomness, no I/O, no metrics (it
+tallies them in the ``Tx``; the runtime counts them once the batch commits). The runtime folds a
+whole batch of events into one ``Tx`` and commits it together with the checkpoint, so replaying the
+same events yields byte-identical state.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import msgspec
 
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, EventError, decode
-from streamproc.fold import Handler, handlers_of
+from streamproc.runtime.fold import Handler, handlers_of
 from streamproc.state import keys
 from streamproc.state.malloc import DEFAULT_TRIM_S, Trimmer
 from streamproc.state.store import Store
@@ -43,7 +43,7 @@ class Rejection(Exception):
 class Projection:
     """A named view: its column families and a typed, pure fold per payload type.
 
-    Its handlers are methods marked with :func:`streamproc.fold.folds`; the kinds it reads
+    Its handlers are methods marked with :func:`streamproc.runtime.fold.folds`; the kinds it reads
     (``kinds``) are theirs, set when the class is created. A projection that declares
     ``kinds`` and overrides :meth:`fold` instead is the *untyped adapter*: it dispatches
     itself (its kinds are still checked against the catalog); no role's projection is one,

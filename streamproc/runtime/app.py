@@ -1,7 +1,10 @@
 """Running roles in a process: ``streamproc up`` (every role) or one role on its own.
 
-A role that fails — a fail-closed position error, an I/O error — stops the whole process with
-its message and a non-zero exit, rather than running on with stale or skipped state.
+The runner is generic: its caller gives it each role's spec and what it adds around the
+roles (the status heartbeat, the demo); the registry that names roles is
+:mod:`streamproc.roles`. A role that fails — a fail-closed position error, an I/O error —
+stops the whole process with its message and a non-zero exit, rather than running on with
+stale or skipped state.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import hashlib
 import logging
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 from aiohttp import web
 
@@ -26,44 +30,64 @@ from streamproc.bus.publisher import Publisher
 from streamproc.bus.services import Served
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
-from streamproc.deliveries import role_filter
-from streamproc.devsetup import prepare_dev_auth
 from streamproc.hlc import HybridLogicalClock
-from streamproc.leadership import Leadership
 from streamproc.natsd.owner import StoreLock, claim
 from streamproc.natsd.server import EmbeddedNats
 from streamproc.ops_http import add_ops_routes, ops_app
-from streamproc.projection import Projection
-from streamproc.projector import Projector
-from streamproc.reactor import Reactor, RoleContext, RoleSpec
-from streamproc.roles import spec_for
-from streamproc.scanner.demo import seed_demo
+from streamproc.runtime.deliveries import role_filter
+from streamproc.runtime.leadership import Leadership
+from streamproc.runtime.projection import Projection
+from streamproc.runtime.projector import Projector
+from streamproc.runtime.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.signals import install_stop_signals
 from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore
-from streamproc.status import StatusHeartbeat
 
 log = logging.getLogger(__name__)
 READY_LAG = 10_000
 """A projector with more than this many events of its kinds to apply (its lag) is not ready."""
 
 
+class Heartbeat(Protocol):
+    """What a running system announces itself with (the status bucket's record)."""
+
+    async def start(self) -> object: ...
+
+    async def stop(self) -> None: ...
+
+
+class Extra(Protocol):
+    """What a command adds around the running roles (``up --demo``: dev auth before they
+    start, then the guide and the demo catalog)."""
+
+    def prepare(self) -> None:
+        """Before the system starts."""
+
+    async def started(self, system: System) -> None:
+        """Once it has started and printed where it answers."""
+
+    async def close(self) -> None:
+        """On the way out, before the system closes (also when it failed to start)."""
+
+
 class System:
     def __init__(
         self,
         settings: Settings,
-        roles: Sequence[str],
+        specs: Mapping[str, RoleSpec],
         *,
         http: bool = True,
         store_lock: StoreLock | None = None,
-        specs: Mapping[str, RoleSpec] | None = None,
+        heartbeat: Callable[[System], Heartbeat] | None = None,
     ) -> None:
-        """``store_lock``: the embedded server's store, already taken (``owner.claim``);
-        without it, and without a NATS URL, ``start`` takes it or refuses. ``specs``: roles
-        set up otherwise than the registry's (a role process's command-line options)."""
+        """``specs``: the roles to run, in order, each with its spec. ``store_lock``: the
+        embedded server's store, already taken (``owner.claim``); without it, and without a
+        NATS URL, ``start`` takes it or refuses. ``heartbeat``: makes what announces this
+        system while it runs (none: nothing does)."""
         self.settings = settings
-        self.roles = list(roles)
-        self.specs = {r: (specs or {}).get(r) or spec_for(r) for r in self.roles}
+        self.roles = list(specs)
+        self.specs = dict(specs)
+        self._heartbeat = heartbeat
         self.http = http
         self.store_lock = store_lock
         self.server: EmbeddedNats | None = None
@@ -79,7 +103,7 @@ class System:
         self.publisher: Publisher | None = None
         self.contexts: dict[str, RoleContext] = {}
         self.clock: HybridLogicalClock | None = None
-        self.heartbeat: StatusHeartbeat | None = None
+        self.heartbeat: Heartbeat | None = None
         self.leaders: dict[str, Leadership] = {}
         """The lease of every singleton role here (planner, auditor): active or standby."""
         self.served: dict[str, Served] = {}
@@ -99,7 +123,7 @@ class System:
     async def start(self) -> None:
         s = self.settings
         tracing.configure()  # a bad exporter setting or a missing extra stops us here
-        self.heartbeat = StatusHeartbeat(self, lag_limit=READY_LAG)
+        self.heartbeat = None if self._heartbeat is None else self._heartbeat(self)
         # Lock every state directory first: a second process on a directory in use is
         # refused before it touches NATS, consumers or the HLC file.
         sizes = store_sizes()
@@ -207,7 +231,8 @@ class System:
                 await self.ops_runner.setup()
                 await web.SockSite(self.ops_runner, self._ops_sock).start()
                 self.ops_url = f"http://{_url_host(s.ops_host)}:{self._ops_sock.getsockname()[1]}"
-        await self.heartbeat.start()  # `streamproc status` sees this instance from now on
+        if self.heartbeat is not None:  # `streamproc status` sees this instance from now on
+            await self.heartbeat.start()
 
     async def ready(self) -> tuple[bool, dict[str, object]]:
         detail: dict[str, object] = {}
@@ -399,21 +424,22 @@ async def react_loop(
 
 async def run_roles(
     settings: Settings,
-    roles: Sequence[str],
+    specs: Mapping[str, RoleSpec],
     *,
     http: bool = True,
-    demo: bool = False,
-    specs: Mapping[str, RoleSpec] | None = None,
+    heartbeat: Callable[[System], Heartbeat] | None = None,
+    extra: Extra | None = None,
 ) -> int:
+    """Run the roles of ``specs`` until SIGINT/SIGTERM or until one fails; the exit code."""
+    roles = list(specs)
     # A second `up` on this data directory stops here, before it touches anything.
     lock = None if settings.nats_url else await claim(settings.nats_dir, settings.node_id)
-    system = System(settings, roles, http=http, store_lock=lock, specs=specs)
+    system = System(settings, specs, http=http, store_lock=lock, heartbeat=heartbeat)
     stop = asyncio.Event()
     install_stop_signals(stop)
-    demo_env = None
     try:
-        if demo:
-            dev = prepare_dev_auth(settings)
+        if extra is not None:
+            extra.prepare()
         await system.start()
         print(f"streamproc {' '.join(roles)} running (node {settings.node_id})", flush=True)
         print(f"  NATS         {system.nats_url}", flush=True)
@@ -431,14 +457,13 @@ async def run_roles(
                 print(f"  {path:<12} {url}", flush=True)
             if "gateway" in roles:
                 print(f"  API          {system.http_url}/api/v1/scheduler", flush=True)
-        if demo:
-            print(dev.guide(system.http_url), flush=True)
-            demo_env = await seed_demo(system)
+        if extra is not None:
+            await extra.started(system)
         print("Press Ctrl-C to stop.", flush=True)
         code = await system.wait(stop)
     finally:
-        if demo_env is not None:
-            await demo_env.close()
+        if extra is not None:
+            await extra.close()
         await system.close()
     if code == 0:
         print("streamproc stopped cleanly", flush=True)

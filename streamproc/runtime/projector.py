@@ -19,10 +19,10 @@ from streamproc.bus.ack import delivery
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import REPLY, ConsumerGone, PullLoop, RawMessage
 from streamproc.cancellation import checkpoint
-from streamproc.deliveries import gap_message, passed_over_gap, removed, scan
-from streamproc.fold_report import report
 from streamproc.names import projector_consumer
-from streamproc.projection import Folder, Projection
+from streamproc.runtime.deliveries import gap_message, passed_over_gap, removed, scan
+from streamproc.runtime.fold_report import report
+from streamproc.runtime.projection import Folder, Projection
 from streamproc.state.keys import Checkpoint
 from streamproc.state.settings import trim_interval_s
 from streamproc.state.store import Store

@@ -19,7 +19,7 @@ from streamproc.bus.publisher import Publisher
 from streamproc.bus.services import Served
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
-from streamproc.projection import Projection
+from streamproc.runtime.projection import Projection
 from streamproc.state.store import Store
 
 
@@ -75,7 +75,7 @@ class RoleSpec:
     projections have caught up with the stream head as it was at start."""
     singleton: bool = False
     """Its reactors must act in one process at a time: they run only where the role's lease
-    is held (:mod:`streamproc.leadership`); other instances fold and stand by."""
+    is held (:mod:`streamproc.runtime.leadership`); other instances fold and stand by."""
     background: list[Callable[[RoleContext], Coroutine[Any, Any, None]]] = field(
         default_factory=list
     )

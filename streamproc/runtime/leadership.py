@@ -1,7 +1,7 @@
 """Active/standby for the roles that must act in one place (planner, auditor).
 
 Every instance of such a role folds its projections all the time, so a standby is warm. Only
-the instance holding the role's lease (:mod:`streamproc.lease`, key = the role name) runs
+the instance holding the role's lease (:mod:`streamproc.runtime.lease`, key = the role name) runs
 the role's reactors, and only once its projections have caught up with the stream head as
 it was when the lease was taken. The reactors stop before their next pass as soon as the
 lease is lost or could not be renewed in time; a clean stop releases the lease, so the
@@ -24,8 +24,8 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
-from streamproc.lease import Lease, NatsFailure, holder_id, lease_ttl, open_bucket
-from streamproc.projector import Projector
+from streamproc.runtime.lease import Lease, NatsFailure, holder_id, lease_ttl, open_bucket
+from streamproc.runtime.projector import Projector
 
 log = logging.getLogger(__name__)
 

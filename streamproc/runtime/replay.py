@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,10 @@ from tqdm import tqdm
 from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
-from streamproc.deliveries import role_filter
 from streamproc.names import EVENTS
-from streamproc.projector import SYNC_FAILURES, PositionError, Projector
-from streamproc.roles import projections_for
+from streamproc.runtime.deliveries import role_filter
+from streamproc.runtime.projection import Projection
+from streamproc.runtime.projector import SYNC_FAILURES, PositionError, Projector
 from streamproc.state.digest import state_digest
 from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore
@@ -76,13 +77,15 @@ async def rebuild(
     nc: FastClient,
     stream: str,
     role: str,
+    projections_of: Callable[[], list[Projection]],
     target: Path,
     *,
     batch: int = 2000,
     progress: bool = True,
     allow_partial: bool = False,
 ) -> ReplaySummary:
-    """Fold the whole stream (up to its head at start) into ``target``, which must be new.
+    """Fold the whole stream (up to its head at start) into ``target``, which must be new,
+    with the role's projections as ``projections_of`` makes them.
 
     A stream that no longer starts at sequence 1 is refused (:class:`PositionError`) unless
     ``allow_partial``; then the fold starts at its first sequence and the summary says so."""
@@ -100,7 +103,7 @@ async def rebuild(
     store = RocksStore(target, sizes=store_sizes())
     t0 = time.perf_counter()
     subjects = _subjects(info.config)
-    projections = projections_for(role)
+    projections = projections_of()
     try:
         proj = Projector(
             nc,

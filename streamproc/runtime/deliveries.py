@@ -21,7 +21,7 @@ from streamproc.bus.ack import delivery
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import REPLY, SEQ, RawMessage
 from streamproc.events.filters import filter_subjects
-from streamproc.projection import Projection, folded_kinds
+from streamproc.runtime.projection import Projection, folded_kinds
 
 
 def role_filter(prefix: str, projections: Sequence[Projection]) -> list[str] | None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 
 from streamproc import metrics
-from streamproc.projection import Folded
+from streamproc.runtime.projection import Folded
 
-log = logging.getLogger("streamproc.projector")
+log = logging.getLogger("streamproc.runtime.projector")
 
 
 def report(role: str, folded: Folded, *, log_each: bool = True, tallies: bool = True) -> None:
