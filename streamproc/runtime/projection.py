@@ -47,7 +47,7 @@ class Projection:
     (``kinds``) are theirs, set when the class is created. A projection that declares
     ``kinds`` and overrides :meth:`fold` instead is the *untyped adapter*: it dispatches
     itself (its kinds are still checked against the catalog); no role's projection is one,
-    which ``tests/test_fold.py`` holds them to.
+    which ``tests/runtime/test_fold.py`` holds them to.
 
     Updates never create (docs/conformance.md, "Every message kind handled"). Of the kinds a
     projection folds, only those in ``creates`` may bring a new entity into the view; those
