@@ -33,7 +33,8 @@ _THIRD = itemgetter(2)
 _PK = attrgetter("pk")
 Writes = dict[str, dict[bytes, bytes | None]]
 CLOSE_SLICE = 50_000
-"""Groups whose finished chunk a batch closes (~0.5 µs each, plus the cache resize)."""
+"""Groups whose finished chunk a batch closes: ~5 µs of CPU each here (cache misses, and the
+cache resize), ~0.25 s a batch while a chunk closes, against seconds for the batch."""
 
 
 class Persistence(IndexState):
