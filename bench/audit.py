@@ -41,8 +41,8 @@ from streamproc.audit.snapshots import snapshot_event
 from streamproc.audit.verify import verify_tenant
 from streamproc.events.envelope import Envelope, encode
 from streamproc.hlc import Timestamp
-from streamproc.projection import Folder, Projection
 from streamproc.projections.activity import Activity
+from streamproc.runtime.projection import Folder, Projection
 from streamproc.state.keys import Checkpoint
 from streamproc.state.store import RocksStore
 

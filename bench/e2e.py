@@ -46,13 +46,13 @@ sys.path.insert(0, str(ROOT))
 from streamproc.bus.connect import connect  # noqa: E402
 from streamproc.bus.fastclient import FastClient  # noqa: E402
 from streamproc.bus.publisher import Publisher  # noqa: E402
-from streamproc.bus.server import EmbeddedNats, free_port  # noqa: E402
 from streamproc.client.http import ApiClient  # noqa: E402
 from streamproc.events import payloads as p  # noqa: E402
 from streamproc.events.envelope import new_event  # noqa: E402
 from streamproc.events.payloads import export_ref  # noqa: E402
 from streamproc.gateway.tokens_cli import write_key_file  # noqa: E402
 from streamproc.ids import derive_id, export_run_id  # noqa: E402
+from streamproc.natsd.server import EmbeddedNats, free_port  # noqa: E402
 from streamproc.sbom.parse import read_sbom  # noqa: E402
 from streamproc.sbom.purls import normalize_image_purls  # noqa: E402
 from streamproc.scanner.feedser import post_export, signed_headers  # noqa: E402

@@ -111,13 +111,13 @@ def serve(args: argparse.Namespace) -> int:
     from nacl.signing import SigningKey
 
     from streamproc import roles
-    from streamproc.app import System
     from streamproc.config import Settings
     from streamproc.gateway.auth.jwt import b64url
     from streamproc.gateway.role import make_mount
     from streamproc.gateway.settings import GatewaySettings, Issuer, IssuerKey, WebhookSource
-    from streamproc.reactor import RoleContext, RoleSpec
     from streamproc.readmodel import READ_MODEL
+    from streamproc.roles import System
+    from streamproc.runtime.reactor import RoleContext, RoleSpec
 
     public = b64url(bytes(SigningKey(ISSUER_SEED).verify_key))
     gs = GatewaySettings(
@@ -404,7 +404,7 @@ def webhook_ceiling(url: str, tmp: Path, lua: Path, use_wrk: bool) -> dict[str, 
 
 
 def orchestrate(args: argparse.Namespace) -> int:
-    from streamproc.bus.server import EmbeddedNats, free_port
+    from streamproc.natsd.server import EmbeddedNats, free_port
 
     use_wrk = shutil.which("wrk") is not None and not args.no_wrk
     gen = f"max, {CONNECTIONS} conns ({'wrk' if use_wrk else 'aiohttp'})"

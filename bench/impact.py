@@ -227,8 +227,9 @@ def ingest(
 
     import msgspec
 
+    from streamproc.configfile.loader import environment_only
     from streamproc.impact.settings import configured_projection
-    from streamproc.projection import Folder
+    from streamproc.runtime.projection import Folder
     from streamproc.state.keys import Checkpoint
     from streamproc.state.store import RocksStore
 
@@ -241,7 +242,8 @@ def ingest(
     proc.start()
     sampler = PeakRss().start()
     store = RocksStore(state)
-    proj = configured_projection()  # as the planner hosts it: the configured settings
+    # As the planner hosts it: the settings of this process's environment, read once.
+    proj = configured_projection(environment_only())
     folder = Folder(store, [proj], "impact")
     wall = cpu = 0.0
     seq = 0

@@ -37,8 +37,8 @@ from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.names import stream_names
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_http import CheckpointBody, Feed, epoch_of
 from streamproc.notify.registrations import FeedSettings

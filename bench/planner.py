@@ -45,7 +45,6 @@ from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import decode, encode, new_event
@@ -54,6 +53,7 @@ from streamproc.ids import export_run_id
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.selector import Selector
 from streamproc.names import plan_stream
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.planner.changes import Changes
 from streamproc.planner.emit import plan_events
 from streamproc.planner.model import Cause, StaticSource
@@ -61,8 +61,8 @@ from streamproc.planner.plan import plan_run
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.role import PLANNER_PROJECTIONS
 from streamproc.planner.settings import PlannerSettings
-from streamproc.projector import Projector
-from streamproc.reactor import RoleContext
+from streamproc.runtime.projector import Projector
+from streamproc.runtime.reactor import RoleContext
 from streamproc.sbom.image import IndexedImage
 from streamproc.state.store import RocksStore
 
@@ -167,7 +167,7 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
             shared={x.name: x for x in projections},
         )
         reactor = TimedReactor(settings, cfg, source=StaticSource(index))
-        from streamproc.app import react_loop
+        from streamproc.runtime.app import react_loop
 
         tasks = [
             asyncio.create_task(proj.run()),

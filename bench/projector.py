@@ -27,11 +27,12 @@ from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.pull import PullLoop
-from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.config import Configuration
 from streamproc.events.envelope import encode
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.projections.activity import Activity
-from streamproc.projector import Projector
-from streamproc.replay import rebuild
+from streamproc.roles import rebuild
+from streamproc.runtime.projector import Projector
 from streamproc.state.store import RocksStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the sample events: tests/
@@ -181,7 +182,9 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
             await pub.publish_many(
                 (pub.subject_of(e), encode(e), e.id) for e in more[start : start + 50_000]
             )
-        summary = await rebuild(nc, stream, "activity", work / "replay", progress=False)
+        summary = await rebuild(
+            nc, stream, "activity", work / "replay", progress=False, configuration=Configuration()
+        )
         assert summary.events == args.replay, summary
         await pub.close()
         await nc.close()

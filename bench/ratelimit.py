@@ -42,7 +42,7 @@ import uvloop
 from streamproc import metrics
 from streamproc.bus.connect import connect
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.runner import limiter as limiter_module
 from streamproc.runner.limiter import BucketSpec, Limiter
 from streamproc.runner.ratebucket import RateStore, key_of

@@ -52,8 +52,8 @@ from streamproc.backends.settings import ToolSettings  # noqa: E402
 from streamproc.backends.tools import Tool, argv  # noqa: E402
 from streamproc.bus import objects, streams  # noqa: E402
 from streamproc.bus.connect import connect  # noqa: E402
-from streamproc.bus.server import EmbeddedNats, free_port  # noqa: E402
 from streamproc.names import sbom_bucket  # noqa: E402
+from streamproc.natsd.server import EmbeddedNats, free_port  # noqa: E402
 from streamproc.runner.backend import ToolBackend, settled  # noqa: E402
 
 OUT = ROOT / "bench" / "out"

@@ -48,13 +48,13 @@ import msgspec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from streamproc.bus.cluster import free_ports  # noqa: E402
 from streamproc.bus.connect import connect  # noqa: E402
 from streamproc.client.dpop import DpopKey  # noqa: E402
 from streamproc.client.http import ApiClient, Unreachable  # noqa: E402
 from streamproc.client.tokens import StaticToken  # noqa: E402
 from streamproc.events.envelope import decode  # noqa: E402
 from streamproc.names import API_BASE, replay_bucket, stream_names  # noqa: E402
+from streamproc.natsd.cluster import free_ports  # noqa: E402
 from streamproc.sbom.parse import parse_sbom  # noqa: E402
 from streamproc.sbom.purls import normalize_image_purls  # noqa: E402
 from streamproc.scanner.demo import DATA as DEMO_DATA  # noqa: E402

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from streamproc.bus.cluster import free_ports
+from streamproc.natsd.cluster import free_ports
 
 
 def run_once(nats_port: int, http_port: int, env: dict[str, str]) -> str:

@@ -37,7 +37,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from streamproc.bus.server import free_port
+from streamproc.natsd.server import free_port
 
 STATEMENTS = 10_000
 TRIALS = 5

@@ -13,34 +13,35 @@ from typing import Any
 from prometheus_client import start_http_server
 
 from streamproc import __version__, cliargs, exitcodes, role_cli
-from streamproc.app import run_roles
 from streamproc.audit.cli import register as register_audit
 from streamproc.bus import streams
-from streamproc.bus.cluster import DEPLOY_PORTS, serve
-from streamproc.bus.owner import claim
-from streamproc.bus.server import EmbeddedNats
-from streamproc.bus.session import CLUSTER_DIR
-from streamproc.bus.session import run as _run
-from streamproc.bus.session import with_nats as _with_nats
 from streamproc.cliargs import OPS_PORT_HELP
 from streamproc.client import cli as api_cli
-from streamproc.config import ConfigError, Configuration
+from streamproc.config import ConfigError, Configuration, Settings
 from streamproc.configfile import cli as config_cli
 from streamproc.configfile.loader import activate, environment_only
-from streamproc.devsetup import refuse_exposed_demo
+from streamproc.devsetup import DevAuth, prepare_dev_auth, refuse_exposed_demo
 from streamproc.events.schemas import render_catalog, write_all
 from streamproc.gateway import tokens_cli
 from streamproc.gateway.auth.replay import default_bucket_definition
 from streamproc.impact.cli import register as register_index
 from streamproc.names import DEFAULT_PREFIX, stream_names
+from streamproc.natsd.cluster import DEPLOY_PORTS, serve
+from streamproc.natsd.owner import claim
+from streamproc.natsd.server import EmbeddedNats
+from streamproc.natsd.session import CLUSTER_DIR
+from streamproc.natsd.session import run as _run
+from streamproc.natsd.session import with_nats as _with_nats
 from streamproc.notify import cli as notify_cli
-from streamproc.projection import Projection, describe_rejections
-from streamproc.reactor import build
-from streamproc.replay import partial_warning, rebuild, swap_in
-from streamproc.roles import DEMO_ONLY, ROLES
+from streamproc.roles import DEMO_ONLY, ROLES, rebuild, run_roles
 from streamproc.runner import cli as runner_cli
 from streamproc.runner.ratebucket import definition as rate_bucket_definition
+from streamproc.runtime.app import System
+from streamproc.runtime.projection import Projection, describe_rejections
+from streamproc.runtime.reactor import build
+from streamproc.runtime.replay import partial_warning, swap_in
 from streamproc.scanner import cli as scanner_cli
+from streamproc.scanner.demo import Demo, seed_demo
 from streamproc.signals import install_stop_signals
 from streamproc.state.digest import state_digest
 from streamproc.state.settings import store_sizes
@@ -50,12 +51,35 @@ from streamproc.status import cli as status_cli
 # ---------------------------------------------------------------------- commands
 
 
+class DemoExtra:
+    """``up --demo`` around the running roles: dev auth for the gateway before they start,
+    then the guide and the demo catalog (:func:`streamproc.scanner.demo.seed_demo`)."""
+
+    def __init__(self) -> None:
+        self.dev: DevAuth | None = None
+        self.demo: Demo | None = None
+
+    def prepare(self, settings: Settings) -> Settings:
+        """The settings with the development auth selected: the roles here use it."""
+        self.dev = prepare_dev_auth(settings)
+        return self.dev.settings
+
+    async def started(self, system: System) -> None:
+        assert self.dev is not None
+        print(self.dev.guide(system.http_url), flush=True)
+        self.demo = await seed_demo(system)
+
+    async def close(self) -> None:
+        if self.demo is not None:
+            await self.demo.close()
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     roles = [r for r in ROLES if args.demo or r not in DEMO_ONLY]
     settings = cliargs.settings(args)
     if args.demo:
         refuse_exposed_demo(settings)
-    return _run(run_roles(settings, roles, demo=args.demo))
+    return _run(run_roles(settings, roles, extra=DemoExtra() if args.demo else None))
 
 
 def cmd_role(args: argparse.Namespace) -> int:

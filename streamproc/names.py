@@ -107,7 +107,8 @@ def service_subject(prefix: str, service: str, endpoint: str) -> str:
 
 def projector_consumer(role: str, *where: str) -> str:
     """``proj_<role>[_<node>_<state dir hash>]``: a projector's durable consumer, distinct
-    for every process hosting the role (``app.py``); letters, digits, ``_`` and ``-`` only."""
+    for every process hosting the role (``runtime/app.py``); letters, digits, ``_`` and ``-``
+    only."""
     return re.sub(r"[^A-Za-z0-9_-]", "_", "_".join(["proj", role, *where]))
 
 

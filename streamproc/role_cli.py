@@ -14,19 +14,16 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from streamproc import exitcodes
-from streamproc.app import run_roles
-from streamproc.bus.session import run
 from streamproc.cliargs import OPS_PORT_HELP
 from streamproc.cliargs import settings as cli_settings
 from streamproc.config import ENV, Settings
-
-if TYPE_CHECKING:  # the role machinery is imported when a role runs, not to parse options
-    from streamproc.reactor import RoleSpec
+from streamproc.natsd.session import run
+from streamproc.roles import run_roles
+from streamproc.runtime.reactor import RoleSpec
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 DEFAULT_PORTS = {"gateway": 8480, "planner": 8481, "runner": 8482, "auditor": 8483}

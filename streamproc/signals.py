@@ -1,7 +1,8 @@
 """Stopping a long-running command on SIGINT/SIGTERM.
 
 At the bottom of the layer order (docs/architecture.md) so the embedded cluster
-(``bus/cluster.py``), the role runtime (``app.py``) and the commands share one way to stop.
+(``natsd/cluster.py``), the role runtime (``runtime/app.py``) and the commands share one way
+to stop.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import PORT_TAKEN, EmbeddedNats, NatsServerError, free_port
+from streamproc.natsd.server import PORT_TAKEN, EmbeddedNats, NatsServerError, free_port
 
 # No per-example wall-clock deadline: two test processes share two cores (make test), so an
 # example's time measures the machine's load as much as the code (an HLC property example

@@ -18,12 +18,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from streamproc.app import System
 from streamproc.bus import jsapi
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
 from streamproc.scanner.demo import DATA, Demo, seed_demo
 from tests.helpers import env_configuration
 

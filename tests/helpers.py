@@ -18,7 +18,7 @@ from streamproc.bus.publisher import Publisher
 from streamproc.config import Configuration
 from streamproc.configfile.loader import activate
 from streamproc.events.envelope import Envelope, encode
-from streamproc.projection import Folder, Projection
+from streamproc.runtime.projection import Folder, Projection
 from streamproc.state.keys import Checkpoint
 from streamproc.state.store import MemoryStore
 

@@ -14,13 +14,13 @@ import aiohttp
 from nats.js.errors import KeyWrongLastSequenceError
 
 from streamproc.bus import jsapi
-from streamproc.bus.cluster import free_ports
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import wall_ms
-from streamproc.lease import Lease, bucket_name
+from streamproc.natsd.cluster import free_ports
+from streamproc.runtime.lease import Lease, bucket_name
 from tests.helpers import eventually
 from tests.planner.harness import events_of
 

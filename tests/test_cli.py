@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from streamproc.bus.cluster import free_ports
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.cluster import free_ports
+from streamproc.natsd.server import EmbeddedNats
 from tests.helpers import publish_samples
 from tests.samples import sample_event
 

@@ -16,9 +16,9 @@ import msgspec
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Configuration
-from streamproc.replay import rebuild
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import rebuild
 from streamproc.state import keys
 from streamproc.state.store import RocksStore
 from tests.helpers import publish_samples

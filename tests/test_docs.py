@@ -122,15 +122,15 @@ def test_a_renamed_test_is_caught() -> None:
     """The reference forms the docs use are all read (this is what the docs test relies on)."""
     text = (
         "`tests/test_docs.py::test_a_renamed_test_is_caught`, `::test_gone`; "
-        "see tests/impact/ and `streamproc/fold.py::folds`; (`::test_orphan` after a dir)"
+        "see tests/impact/ and `streamproc/runtime/fold.py::folds`; (`::test_orphan` after a dir)"
         " tests/impact/"
     )
     assert named_paths(text) == [
         ("tests/test_docs.py", "test_a_renamed_test_is_caught"),
         ("tests/test_docs.py", "test_gone"),
         ("tests/impact/", None),
-        ("streamproc/fold.py", "folds"),
-        ("streamproc/fold.py", "test_orphan"),
+        ("streamproc/runtime/fold.py", "folds"),
+        ("streamproc/runtime/fold.py", "test_orphan"),
         ("tests/impact/", None),
     ]
     assert "test_gone" not in _defined(ROOT / "tests/test_docs.py")

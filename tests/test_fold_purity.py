@@ -15,12 +15,12 @@ from pathlib import Path
 
 import grimp
 
-from streamproc.projection import Projection
-from streamproc.reactor import Configured
 from streamproc.roles import ROLES
+from streamproc.runtime.projection import Projection
+from streamproc.runtime.reactor import Configured
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
-RUNTIME = {"streamproc.projection", "streamproc.projections"}
+RUNTIME = {"streamproc.runtime.projection", "streamproc.projections"}
 """The fold runtime itself and the helpers folds share: held to the same rule."""
 
 
@@ -55,7 +55,11 @@ def test_no_fold_module_reaches_the_runtime_even_through_others() -> None:
     its own if the contract's list or its forbidden modules shrink."""
     graph = grimp.build_graph("streamproc")
     forbidden = set(_contract()["forbidden_modules"])
-    assert {"streamproc.bus", "streamproc.reactor", "streamproc.projector"} <= forbidden
+    assert {
+        "streamproc.bus",
+        "streamproc.runtime.reactor",
+        "streamproc.runtime.projector",
+    } <= forbidden
     chains = {
         (m, bad): graph.find_shortest_chain(importer=m, imported=bad, as_packages=True)
         for m in fold_modules()

@@ -17,8 +17,8 @@ from nats.aio.msg import Msg
 
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.status import StatusHeartbeat
 from streamproc.status.record import bucket_name
 

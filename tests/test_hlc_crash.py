@@ -9,16 +9,16 @@ import signal
 from datetime import UTC, datetime
 from pathlib import Path
 
-from streamproc.app import System
 from streamproc.audit.held import held_positions
 from streamproc.audit.layout import tenants
 from streamproc.bus import direct
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Settings
 from streamproc.events.envelope import decode
 from streamproc.hlc import MAX_RESERVE_MS, Timestamp, wall_ms
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
 from tests.role_helpers import (
     log_of,
     publish_export,

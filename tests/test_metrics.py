@@ -13,11 +13,11 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamproc import metrics
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Configuration
-from streamproc.deliveries import role_filter
-from streamproc.projection import folded_kinds
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.roles import projections_for
+from streamproc.runtime.deliveries import role_filter
+from streamproc.runtime.projection import folded_kinds
 from streamproc.scanner.demo import Demo
 from streamproc.scanner.faults import FaultConfig
 from tests.deploy.promql import registered

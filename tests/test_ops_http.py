@@ -14,9 +14,10 @@ import aiohttp
 import pytest
 
 from streamproc import metrics
-from streamproc.app import ListenError, System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import ConfigError, Configuration, Settings, load
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
+from streamproc.runtime.app import ListenError
 from tests.gateway.conftest import drop_streams
 
 

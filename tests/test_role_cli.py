@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from streamproc.bus import jsapi
-from streamproc.bus.cluster import free_ports
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import build_parser
 from streamproc.ids import export_run_id
+from streamproc.natsd.cluster import free_ports
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.role_cli import DEFAULT_NATS_URL, process_settings
 from streamproc.scanner.faults import FaultConfig
 from streamproc.state.digest import state_digest

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from streamproc import status
-from streamproc.app import System
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.cli import main
 from streamproc.config import ConfigError, Settings
+from streamproc.natsd.server import EmbeddedNats
+from streamproc.roles import System
 from streamproc.status.cli import _expected
 from tests.helpers import env_configuration, eventually, publish_samples
 from tests.samples import sample_event

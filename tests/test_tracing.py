@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from streamproc import tracing
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import ConfigError
+from streamproc.natsd.server import EmbeddedNats
 from tests.flows import feedser_run
 
 
@@ -64,7 +64,7 @@ async def test_the_six_spans_of_an_end_to_end_run(
 def test_off_by_default_costs_no_import() -> None:
     code = (
         "import sys\n"
-        "import streamproc.app, streamproc.planner.reactor, streamproc.runner.segment\n"
+        "import streamproc.runtime.app, streamproc.planner.reactor, streamproc.runner.segment\n"
         "from streamproc import tracing\n"
         "assert tracing.configure({}) == 'none' and not tracing.enabled()\n"
         "with tracing.span('plan', run_id='r', tenant=None) as s:\n"

@@ -14,10 +14,10 @@ from streamproc.config import Configuration
 from streamproc.events import payloads as p
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope, encode, new_event
-from streamproc.projection import Folded, Folder, Projection
-from streamproc.reactor import build
 from streamproc.readmodel import retention
 from streamproc.roles import ROLES
+from streamproc.runtime.projection import Folded, Folder, Projection
+from streamproc.runtime.reactor import build
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 from tests.samples import digest, sample_payload

@@ -31,10 +31,10 @@ from streamproc.bus import streams
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import free_port
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import wall_ms
 from streamproc.ids import derive_id
+from streamproc.natsd.server import free_port
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.demo import BASELINE, DATA, _image_event
 from streamproc.scanner.feedser import WEBHOOK_PATH, build_export, signed_headers

@@ -20,9 +20,9 @@ from streamproc.audit.layout import read_head
 from streamproc.audit.signing import load_signer
 from streamproc.bus import jsapi
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.session import run as _run
-from streamproc.bus.session import with_nats as _with_nats
 from streamproc.hlc import HlcError, HybridLogicalClock, Timestamp, wall_ms
+from streamproc.natsd.session import run as _run
+from streamproc.natsd.session import with_nats as _with_nats
 
 
 def cmd_bundle_export(args: argparse.Namespace) -> int:

@@ -38,9 +38,10 @@ from streamproc.audit.layout import (
 )
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.fold import folds, payloads_of
 from streamproc.names import AUDIT
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.runtime.fold import folds, payloads_of
+from streamproc.runtime.projection import Projection, Rejection
+from streamproc.state.tx import Tx
 
 _snapshot_encoder = msgspec.json.Encoder()
 

@@ -32,7 +32,7 @@ from streamproc.bus.publisher import NoStream, PublishError, PublishTimeout
 from streamproc.config import Settings
 from streamproc.hlc import ClockSkewError, wall_ms
 from streamproc.queries import ChainReport
-from streamproc.reactor import Reactor, RoleContext
+from streamproc.runtime.reactor import Reactor, RoleContext
 from streamproc.state.store import RocksStore, Store
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from streamproc.audit.log import AuditLog
 from streamproc.audit.reactor import SnapshotReactor
 from streamproc.audit.service import start as start_service
-from streamproc.reactor import RoleSpec
+from streamproc.runtime.reactor import RoleSpec
 
 AUDITOR = RoleSpec(
     [AuditLog],

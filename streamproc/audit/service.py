@@ -37,7 +37,7 @@ from streamproc.bus import services
 from streamproc.bus.services import Served, ServiceFailure
 from streamproc.cancellation import checkpoint
 from streamproc.queries import AUDITOR, VERIFY, ChainReport, VerifyQuery, read_query
-from streamproc.reactor import RoleContext
+from streamproc.runtime.reactor import RoleContext
 from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore, StoreSizes
 

@@ -1,1 +1,2 @@
-"""NATS JetStream: the embedded server, connections, streams, publishing and consuming."""
+"""NATS JetStream: connections, streams, publishing and consuming (running the server is
+:mod:`streamproc.natsd`)."""

@@ -22,9 +22,9 @@ from nats.aio.subscription import Subscription
 from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
 NATS_PY_MINOR = "2.16"
-"""The nats-py minor version whose private internals this module and ``lease.py`` use (the
-parser, ``_process_msg``, ``_send_command``, the pending buffer): pyproject.toml pins it, and
-tests/bus/test_nats_internals.py names what changed if a new release moves them."""
+"""The nats-py minor version whose private internals this module and ``runtime/lease.py`` use
+(the parser, ``_process_msg``, ``_send_command``, the pending buffer): pyproject.toml pins it,
+and tests/bus/test_nats_internals.py names what changed if a new release moves them."""
 
 RawHandler = Callable[[bytes, bytes, bytes, bytes], None]
 """``handler(subject, reply, data, headers)``; ``headers`` is the raw header block or b""."""

@@ -17,7 +17,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from streamproc.bus import jsapi, objects
-from streamproc.bus.cluster import cluster_size
+from streamproc.bus.topology import cluster_size
 from streamproc.config import ConfigError
 from streamproc.configfile.registry import env_name
 from streamproc.ids import ascii_int

@@ -29,11 +29,11 @@ from streamproc.gateway.auth.dpop import nonce_key
 from streamproc.gateway.auth.tls import server_context
 from streamproc.gateway.auth.webhooks import Source
 from streamproc.gateway.settings import GatewaySettings
-from streamproc.lease import ENV_TTL, lease_ttl
 from streamproc.notify import feed_consumer, registrations
 from streamproc.planner import settings as planner_settings
 from streamproc.readmodel.settings import RETENTION_ENV, retention_days
 from streamproc.runner import settings as runner_settings
+from streamproc.runtime.lease import ENV_TTL, lease_ttl
 from streamproc.status.record import INTERVAL_ENV, interval_s
 
 Env = Mapping[str, str]

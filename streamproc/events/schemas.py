@@ -167,7 +167,7 @@ def _kinds(kinds: frozenset[str]) -> str:
 
 
 class Fold(Protocol):
-    """What the table needs of a projection (:class:`streamproc.projection.Projection`)."""
+    """What the table needs of a projection (:class:`streamproc.runtime.projection.Projection`)."""
 
     @property
     def name(self) -> str: ...

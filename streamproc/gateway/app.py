@@ -21,7 +21,7 @@ from streamproc.gateway.auth.tls import server_context
 from streamproc.gateway.context import GatewayContext
 from streamproc.gateway.settings import GatewaySettings
 from streamproc.problems import ProblemError
-from streamproc.reactor import RoleContext
+from streamproc.runtime.reactor import RoleContext
 
 log = logging.getLogger("streamproc.gateway")
 SHUTDOWN_TIMEOUT = 30.0
@@ -121,9 +121,9 @@ def pass_bodies_through(app: web.Application) -> None:
 
     The gateway decodes gzip/zstd itself, under its own caps and after checking webhook
     signatures over the bytes as sent; aiohttp would otherwise inflate gzip unbounded in its
-    lingering read and refuse zstd before any handler runs. ``streamproc/app.py`` creates its
-    application with ``handler_args={"auto_decompress": False}``; this covers applications
-    built elsewhere (tests, embedding), read by the runner when it starts.
+    lingering read and refuse zstd before any handler runs. ``streamproc/runtime/app.py``
+    creates its application with ``handler_args={"auto_decompress": False}``; this covers
+    applications built elsewhere (tests, embedding), read by the runner when it starts.
     """
     args = dict(getattr(app, "_handler_args", None) or {})
     if args.get("auto_decompress") is not False:

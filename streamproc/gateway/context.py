@@ -26,8 +26,8 @@ from streamproc.notify.feed_http import Feed
 from streamproc.notify.registrations import load_settings as load_feed_settings
 from streamproc.notify.retention import WindowKeeper
 from streamproc.planner import settings as planner_settings
-from streamproc.reactor import RoleContext
 from streamproc.readmodel.queries import ReadModel
+from streamproc.runtime.reactor import RoleContext
 
 R = TypeVar("R", bound=web.StreamResponse)
 

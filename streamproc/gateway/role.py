@@ -13,9 +13,9 @@ from aiohttp import web
 from streamproc.console.routes import mount_console
 from streamproc.gateway.app import mount_gateway
 from streamproc.gateway.settings import GatewaySettings, configured
-from streamproc.reactor import Configured, RoleContext, RoleSpec
 from streamproc.readmodel import READ_MODEL, Runs
 from streamproc.readmodel.settings import runs
+from streamproc.runtime.reactor import Configured, RoleContext, RoleSpec
 
 
 def make_mount(

@@ -44,6 +44,15 @@ class Lru:
         d.update(new)
         self.total += sum(new.values()) - old
 
+    def resize_many(self, keys: list[Hashable], sizes: list[int]) -> None:
+        """New sizes for keys already here, each keeping its place (closing a chunk does not
+        make a group recently used)."""
+        d = self._sizes
+        new = {k: s for k, s in zip(keys, sizes, strict=True) if k in d}
+        old = sum(map(d.__getitem__, new))
+        d.update(new)  # an ordered dict keeps an updated key where it was
+        self.total += sum(new.values()) - old
+
     def drop(self, key: Hashable) -> None:
         size = self._sizes.pop(key, None)
         if size is not None:

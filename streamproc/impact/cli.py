@@ -18,9 +18,6 @@ from typing import Any
 import msgspec
 
 from streamproc.bus.connect import NatsConnectError, NatsVersionError
-from streamproc.bus.server import NatsServerError
-from streamproc.bus.session import run as _run
-from streamproc.bus.session import with_nats as _with_nats
 from streamproc.cliargs import common as _common
 from streamproc.cliargs import configuration as _configuration
 from streamproc.cliargs import settings as _settings
@@ -32,8 +29,11 @@ from streamproc.impact import keys as K
 from streamproc.impact.groups import _OVERHEAD
 from streamproc.impact.settings import cache_bytes, configured_projection
 from streamproc.impact.stats import index_stats
-from streamproc.reactor import Configured
+from streamproc.natsd.server import NatsServerError
+from streamproc.natsd.session import run as _run
+from streamproc.natsd.session import with_nats as _with_nats
 from streamproc.roles import ROLES
+from streamproc.runtime.reactor import Configured
 from streamproc.sbom.publish import UsageError, build_payload, publish_image_event
 from streamproc.state.settings import store_sizes
 from streamproc.state.store import RocksStore, StateLocked

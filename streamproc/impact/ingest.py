@@ -111,6 +111,8 @@ class Ingest(IndexState):
         if iid is None:
             iid = self._next_id()
             chunk = iid >> K.CHUNK_BITS
+            if chunk in self._closing_chunks:
+                self._finish_closing()
             members = self._resolve(purls, pks, chunk, validate=True)
             if iid == len(self._digest_by_id):
                 self._digest_by_id.append(digest)
@@ -121,6 +123,8 @@ class Ingest(IndexState):
             self._dirty_names.add(K.DIGEST + dkey.encode())
         else:
             chunk = iid >> K.CHUNK_BITS
+            if chunk in self._closing_chunks:
+                self._finish_closing()
             old = self._record(iid)
             self._resolve(purls, pks, chunk, validate=True, create=False)
             stripped = self._strip(iid, old, chunk)
@@ -157,6 +161,8 @@ class Ingest(IndexState):
         if iid is None:
             return False
         chunk = iid >> K.CHUNK_BITS
+        if chunk in self._closing_chunks:
+            self._finish_closing()
         gids, owners = self._strip(iid, self._record(iid), chunk)
         self._prune(gids, owners, chunk)
         self._records.pop(iid, None)

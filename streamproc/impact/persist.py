@@ -32,6 +32,9 @@ _AFTER1 = itemgetter(slice(1, None))
 _THIRD = itemgetter(2)
 _PK = attrgetter("pk")
 Writes = dict[str, dict[bytes, bytes | None]]
+CLOSE_SLICE = 50_000
+"""Groups whose finished chunk a batch closes: ~5 µs of CPU each here (cache misses, and the
+cache resize), ~0.25 s a batch while a chunk closes, against seconds for the batch."""
 
 
 class Persistence(IndexState):
@@ -168,7 +171,25 @@ class Persistence(IndexState):
         self._dirty_owners.clear()
         self._dirty_records.clear()
         self._dirty_names.clear()
+        self._close_finished(CLOSE_SLICE)
         self._evict()
+
+    def _close_finished(self, budget: int) -> None:
+        """Close the chunks no new image goes to (below the lowest free id's): their decoded
+        members (most of the fold's memory once a catalog passes 65,536 images) are dropped,
+        their stored bytes stay. The flat maps go at once; the groups are closed
+        ``budget`` a batch, so no batch pays for a whole catalog's chunk at once."""
+        if not self._closing:
+            current = self._next_id() >> K.CHUNK_BITS
+            done = [c for c in self._flat_c.keys() | self._flat_u.keys() if c != current]
+            if not done:
+                return
+            for c in done:
+                self._flat_c.pop(c, None)
+                self._flat_u.pop(c, None)
+            self._closing_chunks.update(done)
+            self._closing = list(self._groups)
+        self._close_slice(budget)
 
     # -- warming ---------------------------------------------------------------------------
     @property

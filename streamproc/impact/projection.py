@@ -28,14 +28,15 @@ from prometheus_client import Gauge
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import Component, FeedserExport, ImageIndexed, ImageRemoved
-from streamproc.fold import folds
 from streamproc.impact import keys as K
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.ingest import canonical_key
 from streamproc.names import IMPACT
-from streamproc.projection import Projection, Rejection, Tx, hosted
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection, hosted
 from streamproc.sbom.purls import MAX_KEYS_PER_QUERY, PurlError, TooManyKeysError
 from streamproc.state.store import Store
+from streamproc.state.tx import Tx
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,10 @@ an open chunk (see :data:`~streamproc.impact.groups.Member`), so the fold resolv
 image's purls with one C-level ``map(dict.get, purls)`` and records it with one C-level
 ``map(list.append, ...)``. On this class of machine a random memory access costs ~1 µs;
 everything per purl beyond those two is settled once per touched product per batch, in
-bulk. Chunks stay open (decoded) until their group is evicted under the memory bound:
-closing and re-decoding them cost more than all the appends.
+bulk. The chunk new images go to stays open (decoded) until its group is evicted under the
+memory bound: closing and re-decoding it cost more than all the appends. A chunk no new
+image goes to any more (below the lowest free id's) is closed after the batch that left it,
+a slice of groups a batch: re-indexing or removing one of its images opens it again.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from streamproc.state.store import Store
 
 _AFTER4 = itemgetter(slice(4, None))
 _CHUNKS = attrgetter("chunks")
+_PK = attrgetter("pk")
 _IS6 = (6).__eq__
 _is_not_none = partial(is_not, None)
 _U16 = partial(int.from_bytes, byteorder="big")
@@ -110,6 +113,12 @@ class IndexState:
         self._dirty_names: set[bytes] = set()
         self._warm_cursor: bytes | None = b""
         self._warm_owners: bytes | None = b""
+        self._closing: list[str] = []
+        """Product keys whose groups may still hold a chunk of ``_closing_chunks`` open:
+        closed a slice per batch (``Persistence._close_finished``)."""
+        self._closing_chunks: set[int] = set()
+        """Chunks no new image goes to any more, their flat maps already dropped: the fold
+        must call ``_finish_closing`` before it touches one of them again."""
 
     # -- images ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -340,6 +349,30 @@ class IndexState:
                 if g is not None and g.gid == gid:
                     self._stale(g)
         self._pending.clear()
+
+    def _close_slice(self, budget: int | None) -> None:
+        """Close ``_closing_chunks`` in the next ``budget`` queued groups (all: None), and
+        resize them in the cache where they keep their place."""
+        queue, chunks, groups = self._closing, self._closing_chunks, self._groups
+        take = queue if budget is None else queue[-budget:]
+        closed: list[Group] = []
+        for g in cast(Iterator[Group], filter(_is_not_none, map(groups.get, take))):
+            for c in chunks:
+                opened = g.open.pop(c, None)
+                if opened is not None:
+                    g.open_members = max(0, g.open_members - sum(map(len, opened)))
+                    closed.append(g)
+        del queue[len(queue) - len(take) :]
+        if not queue:
+            chunks.clear()
+        if self._lru is not None and closed:
+            self._lru.resize_many(list(map(_PK, closed)), list(map(Group.size, closed)))
+
+    def _finish_closing(self) -> None:
+        """The fold is about to touch a closing chunk (an id reused, an old image re-indexed
+        or removed): close it everywhere first, so no group holds members that the flat maps
+        no longer point at."""
+        self._close_slice(None)
 
     # -- owners ----------------------------------------------------------------------------
     def _owner(self, key: bytes) -> BitMap | None:

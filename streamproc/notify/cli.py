@@ -18,7 +18,6 @@ from nats.errors import ConnectionClosedError
 from streamproc import exitcodes
 from streamproc.bus import jsapi
 from streamproc.bus.pull import ConsumerGone
-from streamproc.bus.session import nats_session
 from streamproc.cancellation import checkpoint
 from streamproc.cliargs import configuration
 from streamproc.client.http import ApiClient
@@ -27,6 +26,7 @@ from streamproc.client.tokens import StaticToken
 from streamproc.config import ConfigError, Settings, load
 from streamproc.configfile.registry import env_name
 from streamproc.names import NOTIFY_TAIL, READ_SCOPE, stream_names
+from streamproc.natsd.session import nats_session
 from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
 from streamproc.notify.feed_consumer import (

@@ -34,7 +34,7 @@ from streamproc.planner.projection import PlannerSchedules
 from streamproc.planner.records import ScheduleView
 from streamproc.planner.settings import MissedTicks, PlannerSettings
 from streamproc.planner.settings import load as load_planner_settings
-from streamproc.reactor import Reactor, RoleContext
+from streamproc.runtime.reactor import Reactor, RoleContext
 
 log = logging.getLogger(__name__)
 _SCAN_LIMIT = 1000

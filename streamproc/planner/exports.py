@@ -24,7 +24,6 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.fold import folds
 from streamproc.names import PL_CLAIMS_CF, PL_CURSORS_CF, PL_EXPORTS, PL_EXPORTS_CF, PL_VULNS_CF
 from streamproc.planner import records as r
 from streamproc.planner.changes import (
@@ -34,10 +33,12 @@ from streamproc.planner.changes import (
     uncovered,
     vexer_change,
 )
-from streamproc.projection import Projection, Table, Tx
 from streamproc.projections.cursor import advanced
 from streamproc.projections.revision import check_revision
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection
 from streamproc.state.store import Store
+from streamproc.state.tx import Table, Tx
 
 CLAIMS_CF = PL_CLAIMS_CF
 CURSORS_CF = PL_CURSORS_CF

@@ -20,11 +20,12 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.fold import folds
 from streamproc.names import PL_OPEN, PL_OPEN_CF
 from streamproc.planner import records as r
-from streamproc.projection import Projection, Rejection, Table, Tx
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection
 from streamproc.state.store import Store
+from streamproc.state.tx import Table, Tx
 
 OPEN_CF = PL_OPEN_CF
 

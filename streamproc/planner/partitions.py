@@ -6,7 +6,7 @@ every event again, its subject now carrying its tenant's partition (FNV-1a of th
 token modulo N, :func:`streamproc.ids.partition_of`). Partition k is everything on
 ``<prefix>.plan.<k>.>``.
 
-Every planner process leases partitions in the lease bucket (:mod:`streamproc.lease`, key
+Every planner process leases partitions in the lease bucket (:mod:`streamproc.runtime.lease`, key
 ``planner-p<k>-of-<N>``), at most ceil(N / live planners) of them, where the live planners
 are those whose membership key (``planner-member-…``, rewritten every TTL/3) has not expired.
 For each partition it holds it opens the partition's own state directory, folds the
@@ -37,13 +37,12 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from streamproc import names
-from streamproc.bus import jsapi
+from streamproc.bus import jsapi, streams
 from streamproc.bus.services import Served
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
 from streamproc.impact.settings import configured_projection
 from streamproc.impact.warming import warm_hosted
-from streamproc.lease import Lease, NatsFailure, entries, holder_id, lease_ttl, open_bucket
 from streamproc.planner.cron import CronReactor
 from streamproc.planner.exports import PlannerExports
 from streamproc.planner.open_runs import PlannerOpenRuns
@@ -51,10 +50,11 @@ from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSched
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.service import start as start_service
 from streamproc.planner.settings import load as load_planner_settings
-from streamproc.projection import Projection
-from streamproc.projector import Projector
 from streamproc.queries import partition_endpoint
-from streamproc.reactor import Configured, Reactor, RoleContext, build
+from streamproc.runtime.lease import Lease, NatsFailure, entries, holder_id, lease_ttl, open_bucket
+from streamproc.runtime.projection import Projection
+from streamproc.runtime.projector import Projector
+from streamproc.runtime.reactor import Configured, Reactor, RoleContext, build
 from streamproc.state.settings import store_sizes, trim_interval_s
 from streamproc.state.store import RocksStore
 
@@ -84,34 +84,56 @@ def transform(prefix: str, partitions: int) -> dict[str, str]:
 
 
 def stream_config(
-    prefix: str, events_stream: str, partitions: int, replicas: int
+    prefix: str,
+    events_stream: str,
+    partitions: int,
+    replicas: int,
+    retention: streams.EventsRetention,
 ) -> dict[str, Any]:
-    """``<EVENTS>_PLAN<N>``: sources the event log, each subject mapped to its partition."""
+    """``<EVENTS>_PLAN<N>``: sources the event log, each subject mapped to its partition. It
+    copies the log, so it keeps what the log keeps: the log's age and byte limits."""
     return {
         "name": names.plan_stream(events_stream, partitions),
         "description": f"the event log by tenant partition ({partitions}) for the planners",
         "storage": "file",
         "retention": "limits",
         "num_replicas": replicas,
+        **retention.config(),
         "sources": [{"name": events_stream, "subject_transforms": [transform(prefix, partitions)]}],
     }
 
 
-async def ensure_stream(nc: Any, settings: Settings, partitions: int) -> str:
+LIMITS = ("max_age", "max_bytes", "discard")
+"""What :func:`ensure_stream` brings an existing partitioned stream in line with."""
+
+
+async def ensure_stream(
+    nc: Any, settings: Settings, partitions: int, retention: streams.EventsRetention
+) -> str:
     """Create the partitioned stream if it is missing (every planner may try: the first
-    creates it, the others find it); its name."""
+    creates it, the others find it), or give it the log's limits if they changed; its name."""
     name = names.plan_stream(settings.events_stream, partitions)
     info = await jsapi.with_retries(lambda: jsapi.stream_info(nc, name), 20.0)
+    replicas = await jsapi.stream_replicas(nc, settings.events_stream)
+    config = stream_config(settings.prefix, settings.events_stream, partitions, replicas, retention)
     if info is None:
-        replicas = await jsapi.stream_replicas(nc, settings.events_stream)
-        config = stream_config(settings.prefix, settings.events_stream, partitions, replicas)
         try:
             await jsapi.with_retries(
                 lambda: jsapi.request(nc, f"STREAM.CREATE.{name}", config), 20.0
             )
+            return name
         except jsapi.JsApiError as exc:
             if exc.err_code != jsapi.STREAM_NAME_IN_USE:
                 raise
+            # Another planner has just created it: bring it in line like any stream that exists.
+            info = await jsapi.with_retries(lambda: jsapi.stream_info(nc, name), 20.0)
+            if info is None:
+                raise
+    changed, _ = streams.diff(info.config, {k: config[k] for k in LIMITS})
+    if changed:
+        update = {**info.config, **{k: v for k, (_, v) in changed.items()}}
+        await jsapi.with_retries(lambda: jsapi.request(nc, f"STREAM.UPDATE.{name}", update), 20.0)
+        log.info("%s: limits now %s", name, {k: v for k, (_, v) in changed.items()})
     return name
 
 
@@ -367,7 +389,8 @@ async def run(ctx: RoleContext) -> None:
     """The background service of a partitioned planner role (every instance runs it)."""
     n = ctx.settings.configuration.section(load_planner_settings).partitions
     nc = ctx.publisher.nc
-    stream = await ensure_stream(nc, ctx.settings, n)
+    retention = ctx.settings.configuration.section(streams.configured_events_retention)
+    stream = await ensure_stream(nc, ctx.settings, n, retention)
     replicas = await jsapi.stream_replicas(nc, ctx.settings.events_stream)
     kv, ttl = await open_bucket(
         nc, ctx.settings.prefix, ctx.settings.configuration.section(lease_ttl), replicas=replicas

@@ -17,7 +17,6 @@ from msgspec import UNSET
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.fold import folds
 from streamproc.ids import spill_run_id
 from streamproc.names import (
     PL_BACKLOG_CF,
@@ -30,8 +29,10 @@ from streamproc.names import (
     PL_SCHEDULES_CF,
 )
 from streamproc.planner import records as r
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection
 from streamproc.state.store import Store
+from streamproc.state.tx import Tx
 
 BACKLOG_CF = PL_BACKLOG_CF
 REPORTS_CF = PL_REPORTS_CF

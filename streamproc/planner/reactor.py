@@ -47,7 +47,7 @@ from streamproc.planner.recovery import RestartCheck, requeue_lost
 from streamproc.planner.select import select_images, targets_for
 from streamproc.planner.settings import PlannerSettings
 from streamproc.planner.settings import load as load_planner_settings
-from streamproc.reactor import Reactor, RoleContext
+from streamproc.runtime.reactor import Reactor, RoleContext
 
 log = logging.getLogger(__name__)
 RECOVERY_PROBLEM = "recovery"

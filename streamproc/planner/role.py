@@ -20,8 +20,8 @@ from streamproc.planner.partitions import run as run_partitions
 from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSchedules
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.service import start as start_service
-from streamproc.projection import Projection
-from streamproc.reactor import Configured, Reactor, RoleSpec
+from streamproc.runtime.projection import Projection
+from streamproc.runtime.reactor import Configured, Reactor, RoleSpec
 from streamproc.sboms.refs import SbomRefs
 from streamproc.sboms.retention import SbomRetention
 

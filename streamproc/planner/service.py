@@ -34,7 +34,6 @@ from streamproc.planner.exports import PlannerExports
 from streamproc.planner.model import ImpactSource
 from streamproc.planner.projection import LastReports
 from streamproc.planner.settings import load as load_planner_settings
-from streamproc.projection import hosted
 from streamproc.queries import (
     PLANNER,
     PREVIEW,
@@ -44,7 +43,8 @@ from streamproc.queries import (
     PreviewResult,
     read_query,
 )
-from streamproc.reactor import RoleContext
+from streamproc.runtime.projection import hosted
+from streamproc.runtime.reactor import RoleContext
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,12 @@ import msgspec
 from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import Payload
-from streamproc.fold import folds, payloads_of
 from streamproc.hlc import sort_key
 from streamproc.names import ACTIVITY
-from streamproc.projection import Projection, Tx
+from streamproc.runtime.fold import folds, payloads_of
+from streamproc.runtime.projection import Projection
 from streamproc.state.store import Store
+from streamproc.state.tx import Tx
 
 
 class TenantActivity(msgspec.Struct):

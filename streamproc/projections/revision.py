@@ -4,7 +4,7 @@ export; a later one needs it (updates never create) and must be past the latest 
 
 from __future__ import annotations
 
-from streamproc.projection import Rejection
+from streamproc.runtime.projection import Rejection
 
 
 def check_revision(kind: str, ref: str, revision: int, latest: int | None) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from streamproc.projection import Projection
 from streamproc.readmodel.exports import Exports
 from streamproc.readmodel.images import Images
 from streamproc.readmodel.runs import Runs
 from streamproc.readmodel.schedules import Schedules
 from streamproc.readmodel.vex import VexDocuments
+from streamproc.runtime.projection import Projection
 
 READ_MODEL: list[Callable[[], Projection]] = [Schedules, Runs, Exports, Images, VexDocuments]
 """Projection factories, in the form ``RoleSpec.projections`` takes."""

@@ -13,13 +13,14 @@ from typing import ClassVar, Literal
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import FeedserExport, VexerExport, export_body
 from streamproc.events.payloads import payload_digest as payload_digest
-from streamproc.fold import folds
 from streamproc.names import RM_EXPORTS
-from streamproc.projection import Projection, Tx
 from streamproc.projections.revision import check_revision
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ExportRecord, decode_export, encode
 from streamproc.readmodel.schedules import physical_ms
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection
+from streamproc.state.tx import Tx
 
 CF = RM_EXPORTS
 

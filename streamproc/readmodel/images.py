@@ -14,10 +14,11 @@ import msgspec
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed, ImageRemoved, payload_digest
-from streamproc.fold import folds
 from streamproc.names import RM_IMAGES
-from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection
+from streamproc.state.tx import Tx
 
 CF = RM_IMAGES
 

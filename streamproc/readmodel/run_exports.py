@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from streamproc.events import payloads as p
 from streamproc.names import RM_CURSORS_CF, RM_RUN_EXPORTS_CF
-from streamproc.projection import Tx
 from streamproc.projections.cursor import Source, advanced
 from streamproc.readmodel import keys
 from streamproc.readmodel.exports import CF as EXPORTS_CF
@@ -24,6 +23,7 @@ from streamproc.readmodel.records import (
     encode,
     sort_key,
 )
+from streamproc.state.tx import Tx
 
 ITEMS_CF = RM_RUN_EXPORTS_CF
 CURSORS_CF = RM_CURSORS_CF

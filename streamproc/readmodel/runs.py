@@ -21,10 +21,8 @@ import msgspec
 from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.fold import folds
 from streamproc.ids import spill_run_id
 from streamproc.names import RM_BACKLOG_CF, RM_RUN_DELTAS_CF, RM_RUNS, RM_RUNS_BY_TIME_CF
-from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys, retention, run_exports
 from streamproc.readmodel.exports import Exports
 from streamproc.readmodel.records import (
@@ -40,7 +38,10 @@ from streamproc.readmodel.records import (
 )
 from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX, expiry_key
 from streamproc.readmodel.schedules import Schedules, physical_ms
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection
 from streamproc.state.store import Store
+from streamproc.state.tx import Tx
 
 DELTAS_CF = RM_RUN_DELTAS_CF
 BACKLOG_CF = RM_BACKLOG_CF

@@ -14,11 +14,12 @@ from msgspec import UNSET
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.fold import folds
 from streamproc.names import RM_SCHEDULES
-from streamproc.projection import Projection, Rejection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.records import ScheduleRecord, decode_schedule, encode
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection
+from streamproc.state.tx import Tx
 
 CF = RM_SCHEDULES
 

@@ -14,13 +14,14 @@ import msgspec
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import VexerExport
-from streamproc.fold import folds
 from streamproc.names import RM_VEX
-from streamproc.projection import Projection, Tx
 from streamproc.readmodel import keys
 from streamproc.readmodel.queries import Page
 from streamproc.readmodel.schedules import physical_ms
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection
 from streamproc.state.store import Store
+from streamproc.state.tx import Tx
 from streamproc.vex.claims import Key
 from streamproc.vex.model import Claim, Status
 

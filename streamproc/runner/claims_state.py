@@ -23,11 +23,12 @@ import msgspec
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.fold import folds
 from streamproc.names import RUNNER_VEX
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection
 from streamproc.sbom.purls import PurlError, normalize_purl
 from streamproc.state.store import Store
+from streamproc.state.tx import Tx
 
 CF = RUNNER_VEX
 SEP = b"\x00"

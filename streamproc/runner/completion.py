@@ -16,9 +16,9 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
-from streamproc.reactor import RoleContext
 from streamproc.runner.delta import RANK
 from streamproc.runner.state import Reader, RunRec, VulnAgg
+from streamproc.runtime.reactor import RoleContext
 
 log = logging.getLogger(__name__)
 RETRY_S = 10.0

@@ -36,7 +36,6 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import EventError, decode, new_event
 from streamproc.ids import derive_id
 from streamproc.names import sbom_bucket, stream_names
-from streamproc.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.runner.backend import Backend, StellaBackend, ToolBackend, settings_policy
 from streamproc.runner.claims_state import VexClaims
 from streamproc.runner.completion import Completer
@@ -48,6 +47,7 @@ from streamproc.runner.segment import SegmentRunner
 from streamproc.runner.settings import RunnerSettings
 from streamproc.runner.settings import load as load_runner_settings
 from streamproc.runner.state import RunnerState
+from streamproc.runtime.reactor import Reactor, RoleContext, RoleSpec
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,11 @@ from typing import ClassVar
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed, ImageRemoved
-from streamproc.fold import folds
 from streamproc.names import RUNNER_SBOMS_CF
-from streamproc.projection import Projection, Rejection, Tx
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection
 from streamproc.state.store import Store
+from streamproc.state.tx import Tx
 
 CF = RUNNER_SBOMS_CF
 

@@ -36,7 +36,6 @@ from streamproc.events.envelope import Envelope, EventError, decode, encode, new
 from streamproc.hlc import ClockSkewError, Timestamp
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
-from streamproc.reactor import RoleContext
 from streamproc.runner.backend import Backend, settled
 from streamproc.runner.claims import ClaimView
 from streamproc.runner.claims_state import ClaimsReader
@@ -49,6 +48,7 @@ from streamproc.runner.scanner_client import ImageFailed, ScannerUnavailable
 from streamproc.runner.settings import RunnerSettings
 from streamproc.runner.state import Reader, RunRec
 from streamproc.runner.verdict import Decision, ImageJob, decide, decide_failed, scan_key
+from streamproc.runtime.reactor import RoleContext
 
 log = logging.getLogger(__name__)
 

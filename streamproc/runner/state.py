@@ -19,7 +19,6 @@ from msgspec import UNSET, UnsetType
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
-from streamproc.fold import folds
 from streamproc.hlc import sort_key
 from streamproc.ids import export_run_id
 from streamproc.names import (
@@ -33,9 +32,11 @@ from streamproc.names import (
     RUNNER_SUMMARY_IMAGES_CF,
     RUNNER_VERDICTS_CF,
 )
-from streamproc.projection import Projection, Rejection, Table, Tx
 from streamproc.runner.delta import FindingKey, new_findings
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection
 from streamproc.state.store import Store
+from streamproc.state.tx import Table, Tx
 
 RUNS_CF = RUNNER_RUNS_CF
 VERDICTS_CF = RUNNER_VERDICTS_CF

@@ -27,11 +27,12 @@ import msgspec
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed, ImageRemoved, SbomDeleted
-from streamproc.fold import folds
 from streamproc.hlc import Timestamp
 from streamproc.names import SBOM_REFS_CF
-from streamproc.projection import Projection, Rejection, Table, Tx
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection
 from streamproc.state.store import Store
+from streamproc.state.tx import Table, Tx
 
 CF = SBOM_REFS_CF
 

@@ -38,9 +38,9 @@ from streamproc.events.envelope import new_event
 from streamproc.events.payloads import SbomDeleted
 from streamproc.hlc import wall_ms
 from streamproc.ids import derive_id
-from streamproc.lease import NatsFailure
 from streamproc.names import sbom_bucket
-from streamproc.reactor import Reactor, RoleContext
+from streamproc.runtime.lease import NatsFailure
+from streamproc.runtime.reactor import Reactor, RoleContext
 from streamproc.sboms.refs import known, released_before
 
 log = logging.getLogger(__name__)

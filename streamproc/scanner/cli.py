@@ -19,7 +19,6 @@ import msgspec
 import uvloop
 
 from streamproc import exitcodes
-from streamproc.app import System
 from streamproc.cliargs import add_config_flag, configuration
 from streamproc.cliargs import settings as _settings
 from streamproc.client.http import Unreachable
@@ -27,6 +26,7 @@ from streamproc.client.tokens import TokenRefused, TokenUnavailable
 from streamproc.config import ConfigError, load
 from streamproc.gateway.tokens_cli import KeyFileError
 from streamproc.role_cli import DEFAULT_NATS_URL
+from streamproc.roles import System
 from streamproc.scanner import vexer
 from streamproc.scanner.advisories import AdvisoryDb, AdvisoryError
 from streamproc.scanner.faults import FaultConfig

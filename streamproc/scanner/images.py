@@ -25,9 +25,10 @@ import msgspec
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import ImageIndexed, ImageRemoved
-from streamproc.fold import folds
 from streamproc.names import SCANNER_IMAGES
-from streamproc.projection import Projection, Rejection, Table, Tx
+from streamproc.runtime.fold import folds
+from streamproc.runtime.projection import Projection, Rejection
+from streamproc.state.tx import Table, Tx
 
 CF = SCANNER_IMAGES
 

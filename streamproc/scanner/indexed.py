@@ -31,7 +31,7 @@ class IndexedImages:
 
     @classmethod
     def of(cls, system: Any, role: str = "scanner") -> IndexedImages:
-        """The catalog of a :class:`~streamproc.app.System` that hosts the scanner role."""
+        """The catalog of a :class:`~streamproc.runtime.app.System` that hosts the scanner role."""
         proj = system.projectors[role]
         store = system.stores[system.roles.index(role)]
         stream = system.settings.events_stream

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamproc.reactor import RoleSpec
+from streamproc.runtime.reactor import RoleSpec
 from streamproc.scanner.images import ScannerImages
 
 SCANNER = RoleSpec([ScannerImages])

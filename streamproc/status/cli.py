@@ -7,9 +7,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from streamproc.bus.session import nats_session, run
 from streamproc.cliargs import configuration
 from streamproc.config import ConfigError, load
+from streamproc.natsd.session import nats_session, run
 from streamproc.planner.settings import load as load_planner_settings
 from streamproc.roles import ROLES
 from streamproc.status.record import bucket_name

@@ -1,4 +1,4 @@
-"""The writer side: a task of every running :class:`streamproc.app.System` that puts one
+"""The writer side: a task of every running :class:`streamproc.runtime.app.System` that puts one
 record per role into the status bucket every interval."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class Observed(Protocol):
-    """What the heartbeat reads of a running :class:`streamproc.app.System`."""
+    """What the heartbeat reads of a running :class:`streamproc.runtime.app.System`."""
 
     # Read-only members, so a System's concrete dict and list types satisfy them.
     @property

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from streamproc.bus.fastclient import FastClient
-from streamproc.lease import entries
+from streamproc.runtime.lease import entries
 
 _KEY = re.compile(r"planner-p(\d+)-of-(\d+)")
 

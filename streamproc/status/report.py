@@ -15,7 +15,7 @@ from streamproc import exitcodes
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import Settings
-from streamproc.projection import describe_rejections
+from streamproc.runtime.projection import describe_rejections
 from streamproc.status.partitions import partition_owners
 from streamproc.status.partitions import render as render_partitions
 from streamproc.status.record import (

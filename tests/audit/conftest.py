@@ -18,10 +18,10 @@ from streamproc.audit.settings import AuditSettings
 from streamproc.bus import streams
 from streamproc.bus.connect import connect
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
-from streamproc.projector import Projector
+from streamproc.natsd.server import EmbeddedNats
+from streamproc.runtime.projector import Projector
 from streamproc.state.store import RocksStore
 from tests.audit.helpers import chained_events, keyring, role_context, signer
 

@@ -16,8 +16,8 @@ from streamproc.bus.publisher import Publisher
 from streamproc.config import Settings
 from streamproc.events.envelope import Envelope, decode
 from streamproc.hlc import HybridLogicalClock
-from streamproc.projector import Projector
-from streamproc.reactor import RoleContext
+from streamproc.runtime.projector import Projector
+from streamproc.runtime.reactor import RoleContext
 from streamproc.state.store import RocksStore, Store
 from tests.samples import BASE_MS, sample_event
 

@@ -16,7 +16,7 @@ import msgspec
 from streamproc.audit import layout
 from streamproc.bus import streams
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.state.store import RocksStore
 from tests.audit.conftest import Pristine
 from tests.audit.helpers import KEY_ID, SEED, fold, signer

@@ -13,7 +13,7 @@ from streamproc.audit.snapshots import snapshot_event
 from streamproc.audit.verify import verify_tenant
 from streamproc.events.envelope import Envelope, encode
 from streamproc.hlc import Timestamp
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore, RocksStore, Store

@@ -24,10 +24,10 @@ from streamproc.audit.verify import verify_all
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import Configuration, Settings
 from streamproc.hlc import HybridLogicalClock
-from streamproc.replay import rebuild
+from streamproc.natsd.server import EmbeddedNats
+from streamproc.roles import rebuild
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
 from tests.audit.conftest import Pristine
@@ -263,7 +263,7 @@ async def test_auditor_role_end_to_end_and_replay_is_byte_identical(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from streamproc.app import System
+    from streamproc.roles import System
 
     monkeypatch.setitem(roles.ROLES, "auditor", AUDITOR)
     for var in ("STREAMPROC_AUDIT_SIGNING_KEY", "STREAMPROC_AUDIT_TRUSTED_KEYS"):

@@ -15,19 +15,19 @@ import aiohttp
 import pytest
 
 from streamproc import metrics
-from streamproc.app import System
 from streamproc.audit.dsse import Keyring
 from streamproc.audit.service import Verifications, serve_verification
 from streamproc.bus import services
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.bus.services import ServiceFailure
 from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.gateway.remote import Remote
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.problems import ProblemError
 from streamproc.queries import AUDITOR, VERIFY, ChainReport
+from streamproc.roles import System
 from tests.bus.test_services import discover
 from tests.cluster.processes import gateway_config
 from tests.gateway.harness import token

@@ -30,7 +30,7 @@ from streamproc.audit.verify import verify_tenant
 from streamproc.config import ConfigError, Settings
 from streamproc.events.envelope import encode
 from streamproc.hlc import Timestamp
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 from tests.audit.helpers import chained_events, signer

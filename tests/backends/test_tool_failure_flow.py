@@ -16,11 +16,11 @@ from prometheus_client import REGISTRY
 from streamproc import status
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.cli import main
 from streamproc.configfile.loader import environ
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.runner.settings import load as load_runner
 from streamproc.scanner.demo import DATA as DEMO
 from tests.backends.conftest import DATA, install_standins

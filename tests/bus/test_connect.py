@@ -13,8 +13,8 @@ import pytest
 
 from streamproc.bus import jsapi
 from streamproc.bus.connect import NatsAuth, NatsConnectError, connect
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import ConfigError
+from streamproc.natsd.server import EmbeddedNats, free_port
 from tests.gateway.auth.test_mtls import make_pki
 
 FAST = {"max_reconnect_attempts": 1, "reconnect_time_wait": 0.05, "connect_timeout": 1}

@@ -13,7 +13,7 @@ from nats import errors
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import msg_header
-from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.natsd.server import EmbeddedNats, free_port
 from tests.helpers import eventually
 
 HEADER = msg_header("guard-1")

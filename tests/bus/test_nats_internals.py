@@ -1,9 +1,9 @@
 """The nats-py internals streamproc relies on are still there, with the same shape.
 
 ``bus/fastclient.py`` replaces nats-py's parser and its request wait and calls its private
-send/flush methods, and ``lease.py`` builds a ``KeyValue`` by hand. A nats-py release may move
-any of it without notice: these tests fail naming the attribute that changed, instead of a
-client that silently drops or queues messages."""
+send/flush methods, and ``runtime/lease.py`` builds a ``KeyValue`` by hand. A nats-py release
+may move any of it without notice: these tests fail naming the attribute that changed, instead
+of a client that silently drops or queues messages."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from nats.protocol import parser
 
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import NATS_PY_MINOR, FastClient, FastParser
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from streamproc.bus import jsapi, streams, ttlkv
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.ttlkv import BucketFull, KeyTaken, TtlBucket
+from streamproc.natsd.server import EmbeddedNats
 from tests.helpers import eventually
 
 

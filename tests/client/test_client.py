@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.client import cli as api_cli_module
 from streamproc.client.dpop import KEY_FILE, DpopKey, KeyFileError
 from streamproc.client.http import ApiClient, Unreachable
@@ -25,6 +24,7 @@ from streamproc.client.tokens import ClientCredentials, StaticToken, TokenRefuse
 from streamproc.config import ConfigError
 from streamproc.gateway.auth import jwt
 from streamproc.gateway.auth.dpop import normalize_htu
+from streamproc.natsd.server import EmbeddedNats, free_port
 from tests.client.authority import Authority, Client, running
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamproc.bus.cluster import NatsCluster
+from streamproc.natsd.cluster import NatsCluster
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import msgspec
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import PullLoop
-from streamproc.bus.server import free_port
 from streamproc.events.envelope import Envelope, decode
+from streamproc.natsd.server import free_port
 from streamproc.state import keys
 from streamproc.state.store import RocksStore
 from tests.cluster.processes import RoleProcess

@@ -13,8 +13,8 @@ import pytest
 
 from streamproc import roles
 from streamproc.bus import jsapi
-from streamproc.bus.cluster import NatsCluster, move_leader, stream_leader, wait_stream_current
 from streamproc.ids import derive_id
+from streamproc.natsd.cluster import NatsCluster, move_leader, stream_leader, wait_stream_current
 from streamproc.readmodel.exports import CF as EXPORTS_CF
 from tests.cluster.system import export_counts
 from tests.cluster.webhooks import REF, Delivery, Sender, summary

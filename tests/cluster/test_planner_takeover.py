@@ -15,15 +15,15 @@ import msgspec
 import pytest
 
 from streamproc.bus import streams
-from streamproc.bus.cluster import NatsCluster
 from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import free_port
 from streamproc.events import payloads as p
 from streamproc.events.envelope import decode, new_event
 from streamproc.hlc import wall_ms
 from streamproc.ids import derive_id
+from streamproc.natsd.cluster import NatsCluster
+from streamproc.natsd.server import free_port
 from streamproc.scanner.demo import DATA
 from tests.cluster.processes import RoleProcess, clean_env, wait_ready
 from tests.cluster.system import Installation, read_events, wait_for

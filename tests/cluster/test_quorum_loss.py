@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from streamproc import roles
-from streamproc.bus.cluster import NatsCluster
+from streamproc.natsd.cluster import NatsCluster
 from tests.cluster.system import export_counts
 from tests.cluster.webhooks import FEEDSER, REF, export_body
 from tests.gateway.harness import BASE, default_settings, signed_headers, start, stop, token

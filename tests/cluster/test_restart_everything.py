@@ -15,15 +15,15 @@ import aiohttp
 import pytest
 
 from streamproc.bus import streams
-from streamproc.bus.cluster import NatsCluster, stream_leader, wait_stream_current
 from streamproc.bus.connect import connect
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import free_port
 from streamproc.config import Configuration
 from streamproc.events.envelope import new_event
 from streamproc.hlc import wall_ms
 from streamproc.ids import derive_id
-from streamproc.replay import rebuild
+from streamproc.natsd.cluster import NatsCluster, stream_leader, wait_stream_current
+from streamproc.natsd.server import free_port
+from streamproc.roles import rebuild
 from streamproc.scanner.demo import DATA, _image_event
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamproc.bus.cluster import NatsCluster
+from streamproc.natsd.cluster import NatsCluster
 from tests.topology import make_run_flow, split_layout
 
 pytestmark = pytest.mark.cluster

@@ -10,8 +10,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from streamproc.bus.cluster import NatsCluster
-from streamproc.bus.server import free_port
+from streamproc.natsd.cluster import NatsCluster
+from streamproc.natsd.server import free_port
 from tests.cluster.processes import RoleProcess, clean_env, gateway_config, wait_ready
 from tests.gateway.harness import BASE, token
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
+from streamproc.natsd.server import EmbeddedNats, free_port
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -25,8 +25,6 @@ import aiohttp
 import pytest
 
 from streamproc import roles
-from streamproc.app import System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.client.http import ApiClient
 from streamproc.client.settings import dpop_key
 from streamproc.client.tokens import StaticToken
@@ -35,7 +33,9 @@ from streamproc.console.routes import mount_console
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.readmodel.records import RUN_STATES
+from streamproc.roles import System
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.demo import BASELINE, DATA, seed_demo
 from streamproc.scanner.feedser import WEBHOOK_PATH, build_export, signed_headers

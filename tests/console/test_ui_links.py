@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from streamproc.bus.server import EmbeddedNats
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
+from streamproc.natsd.server import EmbeddedNats
 from tests.console.test_ui import (  # noqa: F401 (fixtures)
     artifacts,
     browser,

@@ -22,7 +22,7 @@ SUFFIXES = {
 def registered() -> dict[str, MetricWrapperBase]:
     """Every metric the code defines, by name (after importing every module that has one)."""
     # Importing the app imports every role, so every module that defines a metric.
-    import streamproc.app  # noqa: F401
+    import streamproc.runtime.app  # noqa: F401
 
     return {
         c._name: c

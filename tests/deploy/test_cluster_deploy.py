@@ -17,11 +17,12 @@ import pytest
 import yaml
 
 from streamproc.bus import streams
-from streamproc.bus.cluster import DEPLOY_PORTS, NodePorts, cluster_size, free_ports, node_config
 from streamproc.bus.connect import connect
-from streamproc.bus.server import find_binary
+from streamproc.bus.topology import cluster_size
 from streamproc.cli import build_parser
 from streamproc.configfile.registry import known_env
+from streamproc.natsd.cluster import DEPLOY_PORTS, NodePorts, free_ports, node_config
+from streamproc.natsd.server import find_binary
 from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,16 +17,16 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from streamproc.bus import objects
 from streamproc.bus.connect import NatsAuth, connect
-from streamproc.bus.server import find_binary, free_port
 from streamproc.events import payloads as p
 from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import encode, new_event
 from streamproc.ids import derive_id
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
-from streamproc.projector import Projector
+from streamproc.natsd.server import find_binary, free_port
 from streamproc.readmodel.images import Images
 from streamproc.readmodel.queries import ReadModel
+from streamproc.runtime.projector import Projector
 from streamproc.sbom.publish import payload_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import eventually

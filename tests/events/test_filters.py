@@ -7,9 +7,9 @@ import pytest
 from streamproc.config import Configuration
 from streamproc.events.catalog import KINDS, subject_for
 from streamproc.events.filters import aggregates_of, filter_subjects
-from streamproc.projection import folded_kinds
-from streamproc.reactor import build
 from streamproc.roles import ROLES
+from streamproc.runtime.projection import folded_kinds
+from streamproc.runtime.reactor import build
 from tests.samples import sample_event
 
 EVERY_AGGREGATE = sorted({s.aggregate for s in KINDS.values()})

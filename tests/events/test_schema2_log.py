@@ -23,8 +23,7 @@ from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import decode, encode
 from streamproc.readmodel.queries import ReadModel
 from streamproc.readmodel.records import RUN_STATES
-from streamproc.replay import rebuild
-from streamproc.roles import projections_for
+from streamproc.roles import projections_for, rebuild
 from streamproc.state.digest import state_digest
 from streamproc.state.keys import Checkpoint
 from streamproc.state.store import MemoryStore

@@ -11,9 +11,9 @@ import pytest
 from streamproc import roles
 from streamproc.bus import jsapi, streams
 from streamproc.bus.connect import connect
-from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.ttlkv import stream_name
 from streamproc.gateway.auth.replay import bucket_name
+from streamproc.natsd.server import EmbeddedNats
 from tests.gateway.harness import Harness, default_settings, start, stop
 
 

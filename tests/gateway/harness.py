@@ -16,9 +16,7 @@ import msgspec
 from nacl.signing import SigningKey
 
 from streamproc import roles
-from streamproc.app import System
 from streamproc.bus import jsapi
-from streamproc.bus.server import free_port
 from streamproc.bus.services import Served
 from streamproc.config import Settings
 from streamproc.gateway.auth import jwt
@@ -26,9 +24,11 @@ from streamproc.gateway.auth.dpop import access_token_hash
 from streamproc.gateway.role import make_mount
 from streamproc.gateway.settings import GatewaySettings
 from streamproc.names import WEBHOOK_SCOPE
+from streamproc.natsd.server import free_port
 from streamproc.planner.service import PreviewIndex, serve_previews
-from streamproc.reactor import RoleSpec
 from streamproc.readmodel import READ_MODEL
+from streamproc.roles import System
+from streamproc.runtime.reactor import RoleSpec
 from tests.helpers import env_configuration
 
 BASE = "/api/v1/scheduler"

@@ -19,8 +19,8 @@ import pytest
 
 from streamproc.bus import jsapi
 from streamproc.bus.connect import connect
-from streamproc.bus.server import EmbeddedNats
 from streamproc.events.envelope import decode
+from streamproc.natsd.server import EmbeddedNats
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import BASE, default_settings, signed_headers, start, token
 

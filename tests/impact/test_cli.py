@@ -11,10 +11,10 @@ from pathlib import Path
 
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import EmbeddedNats
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
-from streamproc.projector import Projector
+from streamproc.natsd.server import EmbeddedNats
+from streamproc.runtime.projector import Projector
 from streamproc.sbom.parse import read_sbom
 from streamproc.sbom.purls import normalize_purl
 from streamproc.state.store import RocksStore

@@ -14,7 +14,7 @@ from streamproc.impact.groups import stored_sizes
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from streamproc.state.store import RocksStore
 from tests.impact.helpers import Model, purl, random_events
 from tests.impact.test_projection import fold, impact_digest

@@ -14,7 +14,7 @@ from streamproc.impact.groups import Group, bulk_union
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
 from streamproc.impact.stats import logical_bitmaps
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from streamproc.state.store import MemoryStore
 from tests.impact.helpers import Model, indexed, removed
 from tests.impact.test_projection import fold, impact_digest

@@ -19,6 +19,7 @@ from hypothesis.stateful import (
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
+from streamproc.impact import persist
 from streamproc.impact.index import ImpactIndex, _union_within
 from streamproc.impact.selector import Selector, SelectorError
 from streamproc.impact.stats import logical_bitmaps
@@ -265,6 +266,24 @@ IndexMachine.TestCase.settings = settings(
 TestIndexModel = IndexMachine.TestCase
 
 
+class SmallChunkMachine(IndexMachine):
+    """The same model with 4-id chunks and one group closed per batch: images land in
+    chunks that finish (no new id goes there) and are closed while removals free their ids
+    and re-indexing touches them again, mid-closing included."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._saved = K.CHUNK_BITS, persist.CLOSE_SLICE
+        K.CHUNK_BITS, persist.CLOSE_SLICE = 2, 1
+
+    def teardown(self) -> None:
+        K.CHUNK_BITS, persist.CLOSE_SLICE = self._saved
+
+
+SmallChunkMachine.TestCase.settings = IndexMachine.TestCase.settings
+TestIndexModelSmallChunks = SmallChunkMachine.TestCase
+
+
 # -- hand-written edges --------------------------------------------------------------------
 def sel(tenant: str = "t1", **kw: list[str]) -> Selector:
     return Selector(tenant=tenant, **kw)
@@ -438,6 +457,57 @@ def test_bounded_store_evicts_and_reloads() -> None:
     assert kv.reads > reads
     with pytest.raises(ValueError, match="source"):
         ImpactIndex(max_bytes=10)
+
+
+def test_finished_chunks_are_closed_and_reopened_when_touched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once no new id goes to a chunk, its decoded members are dropped a slice of groups a
+    batch; an id freed there (a removal) or an image of it re-indexed closes the rest first,
+    and every answer stays what a fresh index of the same images gives."""
+    monkeypatch.setattr(K, "CHUNK_BITS", 1)  # two ids a chunk
+    monkeypatch.setattr(persist, "CLOSE_SLICE", 1)  # one group a batch
+    kv = MemoryStore()
+    kv.ensure_families(K.FAMILIES)
+    ix = ImpactIndex(source=kv)
+    ix.restore()
+    recs = [image("t1", d, [(p, True) for p in RAW_PURLS[: 3 + i]]) for i, d in enumerate(DIGESTS)]
+    for rec in recs[:5]:
+        ix.index_image(rec)
+        flush_into(ix, kv)
+    # ids 4, 5 (chunk 2) take the next images; the chunks before close one group a batch,
+    # their flat maps dropped at once
+    assert ix._closing_chunks == {1} and ix._closing  # chunk 0 had two groups: done
+    assert 2 in ix._flat_c and 1 not in ix._flat_c and 0 not in ix._flat_c
+    assert any(1 in g.open for g in ix._groups.values())
+    assert ix.remove_image("t1", DIGESTS[3])  # frees id 3 (chunk 1): closes the rest first
+    assert not ix._closing and not ix._closing_chunks
+    assert all(set(g.open) <= {1, 2} for g in ix._groups.values())
+    flush_into(ix, kv)
+    ix.index_image(recs[5])  # takes id 3, in chunk 1 again
+    ix.index_image(image("t1", DIGESTS[1], [(RAW_PURLS[7], False)]))  # re-index, chunk 0
+    flush_into(ix, kv)
+    for _ in range(2 * len(ix._groups) + 2):  # a batch per group: chunks 0 and 1 closed
+        flush_into(ix, kv)
+    assert all(set(g.open) <= {2} for g in ix._groups.values()) and set(ix._flat_c) <= {2}
+    model = {r.digest: r for r in recs if r.digest != DIGESTS[3]}
+    model[DIGESTS[1]] = image("t1", DIGESTS[1], [(RAW_PURLS[7], False)])
+    fresh = ImpactIndex()
+    for r in model.values():
+        fresh.index_image(r)
+    for ix2 in (ix, restored(kv)):
+        for key in QUERY_KEYS:
+            got = ix2.resolve_by_purls([key], usage_only=True, selector=sel())
+            want = fresh.resolve_by_purls([key], usage_only=True, selector=sel())
+            assert sorted(got.digests()) == sorted(want.digests()), key
+    by_digest = lambda x: {k: set(map(x._digest_of, bm)) for k, bm in x.iter_bitmaps()}  # noqa: E731
+    assert by_digest(ix) == by_digest(fresh)
+
+
+def restored(kv: MemoryStore) -> ImpactIndex:
+    ix = ImpactIndex(source=kv)
+    ix.restore()
+    return ix
 
 
 def test_restart_answers_from_the_store_then_warms() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from streamproc.events.envelope import Envelope, encode
 from streamproc.impact.projection import ImpactProjection
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from streamproc.state import keys
 from streamproc.state.store import RocksStore
 from tests.impact.helpers import indexed, purl

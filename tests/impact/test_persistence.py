@@ -21,13 +21,13 @@ import pytest
 from streamproc import roles
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Configuration
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.settings import configured_projection
-from streamproc.projection import Folder
-from streamproc.reactor import Configured, RoleSpec
-from streamproc.replay import rebuild
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import rebuild
+from streamproc.runtime.projection import Folder
+from streamproc.runtime.reactor import Configured, RoleSpec
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
@@ -39,7 +39,7 @@ from tests.impact.test_projection import check_answers
 # does, to test the index by itself.
 _MAIN = (
     "import sys; from streamproc import roles; "
-    "from streamproc.reactor import Configured, RoleSpec; "
+    "from streamproc.runtime.reactor import Configured, RoleSpec; "
     "from streamproc.impact.settings import configured_projection; "
     "roles.ROLES.setdefault('impact', RoleSpec([Configured(configured_projection)])); "
     "from streamproc.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -20,7 +20,7 @@ from streamproc.impact.selector import Selector
 from streamproc.impact.warming import start_warming
 from streamproc.names import IMPACT
 from streamproc.planner.role import PLANNER
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from streamproc.sbom.purls import PurlError, TooManyKeysError
 from streamproc.state import keys
 from streamproc.state.digest import state_digest

@@ -14,11 +14,11 @@ import pytest
 from streamproc.bus import jsapi
 from streamproc.bus.connect import connect
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.client.dpop import DpopKey
 from streamproc.client.http import ApiClient, Reply
 from streamproc.client.tokens import StaticToken
 from streamproc.names import NOTIFY_WINDOW, feed_bucket, feed_hold_consumer, stream_names
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.notify import messages as nm
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import Harness, default_settings, start, stop, token

@@ -16,7 +16,7 @@ import pytest
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.notify import messages as nm
 from streamproc.notify.consumer import ConsumerConflict, NotifyConsumer, default_durable, render
 from streamproc.notify.schemas import TYPES
@@ -149,7 +149,7 @@ def test_committed_schemas_match_the_code_and_validate_messages() -> None:
 async def test_notify_tail_says_so_when_the_server_goes_away(tmp_path: Path) -> None:
     from streamproc.bus import streams
     from streamproc.bus.connect import connect
-    from streamproc.bus.server import free_port
+    from streamproc.natsd.server import free_port
 
     server = EmbeddedNats(tmp_path / "nats", port=free_port()).start()
     try:

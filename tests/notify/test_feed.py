@@ -14,8 +14,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from streamproc.bus import jsapi
-from streamproc.bus.server import EmbeddedNats
 from streamproc.names import PAGE_BYTES
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_http import epoch_of
 from streamproc.problems import PROBLEM_TYPE

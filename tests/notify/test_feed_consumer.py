@@ -17,11 +17,11 @@ import pytest
 
 from streamproc import exitcodes
 from streamproc.bus import jsapi, streams
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.client.dpop import DpopKey
 from streamproc.client.http import ApiClient, Reply
 from streamproc.client.tokens import ClientCredentials
 from streamproc.config import ConfigError
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_consumer import (
     ConsumerSettings,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from streamproc.bus import jsapi
-from streamproc.bus.server import EmbeddedNats
 from streamproc.client.settings import dpop_key
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.notify.feed_state import FeedState
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import Harness, default_settings, start, stop, token

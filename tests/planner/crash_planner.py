@@ -27,8 +27,8 @@ from streamproc.planner.model import StaticSource
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.role import PLANNER_PROJECTIONS
 from streamproc.planner.settings import PlannerSettings
-from streamproc.projector import Projector
-from streamproc.reactor import RoleContext
+from streamproc.runtime.projector import Projector
+from streamproc.runtime.reactor import RoleContext
 from streamproc.state.store import RocksStore
 from tests.planner.util import add_images
 

@@ -9,7 +9,6 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
-from streamproc.app import react_loop
 from streamproc.bus import jsapi, streams
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
@@ -21,8 +20,9 @@ from streamproc.planner.model import ImpactSource
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.role import PLANNER, PLANNER_PROJECTIONS
 from streamproc.planner.settings import PlannerSettings
-from streamproc.projector import Projector
-from streamproc.reactor import Reactor, RoleContext, build
+from streamproc.runtime.app import react_loop
+from streamproc.runtime.projector import Projector
+from streamproc.runtime.reactor import Reactor, RoleContext, build
 from streamproc.state.store import RocksStore
 from tests.helpers import eventually
 

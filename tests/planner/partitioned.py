@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import free_port
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import wall_ms
 from streamproc.ids import partition_of
+from streamproc.natsd.server import free_port
 from streamproc.status.partitions import partition_owners
 from tests.cluster.processes import RoleProcess, clean_env
 from tests.planner.util import digest, lib

@@ -15,11 +15,11 @@ import pytest
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.hlc import wall_ms
 from streamproc.ids import export_run_id
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.planner.cron import CronReactor, tick_id
 from streamproc.planner.model import StaticSource, segment_id
 from streamproc.planner.settings import PlannerSettings

@@ -23,7 +23,7 @@ from streamproc.events.envelope import new_event
 from streamproc.hlc import wall_ms
 from streamproc.ids import export_run_id
 from streamproc.planner.settings import PlannerSettings
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from tests.planner.harness import PlannerProcess, wait_until
 from tests.planner.util import created, lib
 

@@ -10,7 +10,7 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode
 from streamproc.planner.open_runs import PlannerOpenRuns, open_runs
 from streamproc.planner.recovery import MAX_ATTEMPTS, RestartCheck
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore

@@ -15,7 +15,7 @@ from pathlib import Path
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
+from streamproc.bus.streams import DAY, EventsRetention
 from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
@@ -23,6 +23,7 @@ from streamproc.gateway.remote import Remote
 from streamproc.hlc import wall_ms
 from streamproc.ids import export_run_id, partition_of
 from streamproc.names import plan_stream
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.planner.partitions import ensure_stream
 from streamproc.planner.role import PARTITIONED_PLANNER, PLANNER, planner_spec
 from streamproc.problems import ProblemError
@@ -43,7 +44,7 @@ async def test_our_partition_function_is_the_servers_subject_mapping(
     settings = Settings(prefix=prefix)
     tenants = [f"t{i}" for i in range(60)] + ["acme", "demo", "a", "tenant-with-dashes"]
     for n in (2, 3, 4, 7):
-        name = await ensure_stream(nc, settings, n)
+        name = await ensure_stream(nc, settings, n, EventsRetention())
         assert name == plan_stream(events, n)
     created = p.ScheduleCreated(schedule_id="s", name="s", cron="0 2 * * *", timezone="UTC")
     await publisher.publish_events(
@@ -63,6 +64,37 @@ async def test_our_partition_function_is_the_servers_subject_mapping(
             assert plan == "plan"
             assert int(k) == partition_of(tenant, n), (tenant, n)
         await jsapi.request(nc, f"STREAM.DELETE.{stream}")
+
+
+async def test_the_partitioned_stream_keeps_what_the_log_keeps(
+    nc: FastClient, prefix: str, stream_names: tuple[str, str, str]
+) -> None:
+    """The partitioned stream copies the log, so the log's age and byte limits are its own,
+    from creation on and after the operator changes them."""
+    settings = Settings(prefix=prefix)
+    name = await ensure_stream(nc, settings, 2, EventsRetention())
+    info = await jsapi.stream_info(nc, name)
+    assert info is not None
+    assert (info.config["max_age"], info.config["max_bytes"], info.config["discard"]) == (
+        0,
+        -1,
+        "new",
+    )
+    limited = EventsRetention(max_age_days=30, max_bytes=64 * 2**20)
+    assert await ensure_stream(nc, settings, 2, limited) == name
+    info = await jsapi.stream_info(nc, name)
+    assert info is not None
+    assert (info.config["max_age"], info.config["max_bytes"], info.config["discard"]) == (
+        30 * DAY,
+        64 * 2**20,
+        "old",
+    )
+    assert info.config["sources"][0]["name"] == stream_names[0]  # the update kept the source
+    await jsapi.request(nc, f"STREAM.DELETE.{name}")
+    created = await ensure_stream(nc, settings, 2, limited)  # created with them, too
+    info = await jsapi.stream_info(nc, created)
+    assert info is not None and info.config["max_age"] == 30 * DAY
+    await jsapi.request(nc, f"STREAM.DELETE.{created}")
 
 
 def test_one_partition_is_the_unpartitioned_planner() -> None:

@@ -14,10 +14,10 @@ from streamproc.ids import derive_id
 from streamproc.planner.emit import planned_event_id, work_subject
 from streamproc.planner.open_runs import PlannerOpenRuns
 from streamproc.planner.recovery import requeue_lost
-from streamproc.projection import Folder
 from streamproc.readmodel.runs import Runs
 from streamproc.runner.completion import final_stats
 from streamproc.runner.state import Reader, RunnerState
+from streamproc.runtime.projection import Folder
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 from tests.planner.harness import events_of, read_stream

@@ -17,15 +17,15 @@ import pytest
 from prometheus_client import REGISTRY
 
 from streamproc import status
-from streamproc.app import System
 from streamproc.bus import jsapi
-from streamproc.bus.cluster import free_ports
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Settings
 from streamproc.events.envelope import new_event
 from streamproc.ids import export_run_id
+from streamproc.natsd.cluster import free_ports
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
 from streamproc.runner.settings import RunnerSettings
 from tests.helpers import env_configuration
 from tests.planner.harness import count, events_of, read_stream

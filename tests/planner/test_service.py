@@ -12,13 +12,13 @@ import aiohttp
 import pytest
 from msgspec.json import Decoder
 
-from streamproc.app import System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.bus.services import ServiceFailure
 from streamproc.config import Settings
 from streamproc.impact.index import ImpactIndex
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.planner.service import preview
 from streamproc.queries import PreviewQuery, PreviewRequest, read_query
+from streamproc.roles import System
 from tests.cluster.processes import gateway_config
 from tests.gateway.harness import token
 from tests.helpers import env_configuration, eventually

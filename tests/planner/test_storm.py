@@ -14,11 +14,11 @@ import msgspec
 from streamproc import roles
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.events.envelope import new_event
 from streamproc.hlc import wall_ms
 from streamproc.ids import export_run_id
 from streamproc.impact.index import ImpactIndex
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.planner.model import StaticSource
 from streamproc.planner.settings import PlannerSettings
 from tests.gateway.harness import BASE, default_settings, signed_headers, start, stop, token

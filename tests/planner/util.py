@@ -13,7 +13,7 @@ from streamproc.planner.exports import PlannerExports
 from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSchedules
 from streamproc.planner.reactor import PlannerState
 from streamproc.planner.records import ScheduleView
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from streamproc.sbom.image import build_image
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore

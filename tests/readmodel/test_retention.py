@@ -11,14 +11,14 @@ from prometheus_client import REGISTRY
 from streamproc.config import ConfigError
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode
-from streamproc.projection import Folder
-from streamproc.projector import report
 from streamproc.readmodel import Exports, Runs, Schedules
 from streamproc.readmodel.queries import ReadModel
 from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX
 from streamproc.readmodel.runs import BY_TIME_CF, CF, DELTAS_CF
 from streamproc.readmodel.settings import retention_days
 from streamproc.roles import projections_for
+from streamproc.runtime.projection import Folder
+from streamproc.runtime.projector import report
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import MemoryStore

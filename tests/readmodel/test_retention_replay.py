@@ -8,10 +8,10 @@ from pathlib import Path
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.config import Configuration
-from streamproc.projector import Projector
 from streamproc.readmodel import READ_MODEL
 from streamproc.readmodel.queries import ReadModel
-from streamproc.replay import rebuild
+from streamproc.roles import rebuild
+from streamproc.runtime.projector import Projector
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
 from tests.helpers import publish_samples

@@ -7,9 +7,9 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import encode
 from streamproc.planner.exports import PlannerExports
 from streamproc.planner.records import Cursor
-from streamproc.projection import Folder
 from streamproc.readmodel.records import CursorRecord
 from streamproc.readmodel.run_exports import EXPORTS_SHOWN
+from streamproc.runtime.projection import Folder
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 from tests.readmodel.util import Log

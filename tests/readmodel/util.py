@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
-from streamproc.projection import Folder
 from streamproc.readmodel import READ_MODEL
 from streamproc.readmodel.queries import ReadModel
+from streamproc.runtime.projection import Folder
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 

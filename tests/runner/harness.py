@@ -16,7 +16,6 @@ from typing import Any
 
 import msgspec
 
-from streamproc.app import System
 from streamproc.bus import jsapi
 from streamproc.bus.publisher import Publisher
 from streamproc.config import Settings
@@ -25,6 +24,7 @@ from streamproc.events.envelope import Envelope, decode, encode, new_event
 from streamproc.hlc import wall_ms
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
+from streamproc.roles import System
 from streamproc.runner.role import make_runner
 from streamproc.runner.settings import RunnerSettings
 from streamproc.scanner.faults import FaultConfig

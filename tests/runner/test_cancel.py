@@ -8,8 +8,8 @@ from pathlib import Path
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.hlc import Timestamp, wall_ms
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.runner.settings import RunnerSettings
 from streamproc.scanner.faults import FaultConfig
 from tests.runner.harness import (

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.runner.settings import RunnerSettings
 from streamproc.scanner.faults import FaultConfig
 from tests.runner.harness import (

@@ -11,10 +11,10 @@ from streamproc.config import Settings
 from streamproc.events import payloads as p
 from streamproc.events.envelope import encode, new_event
 from streamproc.hlc import HybridLogicalClock
-from streamproc.projection import Folder
-from streamproc.reactor import RoleContext
 from streamproc.runner.completion import Completer
 from streamproc.runner.state import Reader, RunnerState
+from streamproc.runtime.projection import Folder
+from streamproc.runtime.reactor import RoleContext
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore
 from tests.runner.harness import events

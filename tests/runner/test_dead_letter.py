@@ -9,8 +9,8 @@ from pathlib import Path
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.events.envelope import encode, new_event
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.runner.settings import RunnerSettings
 from tests.runner.harness import Planner, digest_of, events, hlc, start_runner, wait_until
 

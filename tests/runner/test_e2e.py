@@ -9,8 +9,8 @@ from pathlib import Path
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats
 from streamproc.events import payloads as p
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.notify import messages as nm
 from streamproc.runner.settings import RunnerSettings
 from tests.runner.harness import (

@@ -18,7 +18,7 @@ from streamproc import metrics
 from streamproc.bus import jsapi
 from streamproc.bus.connect import connect
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.runner.limiter import BucketSpec, Limiter, Stopped
 from streamproc.runner.ratebucket import (
     SYNC_EVERY_NS,

@@ -18,9 +18,9 @@ from streamproc.backends.model import ToolError
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.events import payloads as p
 from streamproc.events.envelope import decode, encode, new_event
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.runner.backend import ToolBackend
 from streamproc.runner.limiter import BucketSpec, Limiter
 from streamproc.runner.pacing import registry_buckets, report_buckets

@@ -30,11 +30,11 @@ from aiohttp import web
 from streamproc.bus import direct, streams
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.events import payloads as p
 from streamproc.events.catalog import aggregate_subject
 from streamproc.events.envelope import Envelope, decode, new_event
 from streamproc.hlc import wall_ms
+from streamproc.natsd.server import EmbeddedNats, free_port
 from tests.cluster.processes import clean_env, wait_ready
 from tests.cluster.system import Installation, read_events
 from tests.helpers import eventually, most_in_a_window

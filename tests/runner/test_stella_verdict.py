@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 
 from streamproc.backends.findings import KevCatalog, Policy
-from streamproc.bus.server import free_port
 from streamproc.events import payloads as p
 from streamproc.hlc import Timestamp
+from streamproc.natsd.server import free_port
 from streamproc.runner.backend import StellaBackend, settled
 from streamproc.runner.scanner_client import ScannerClient
 from streamproc.runner.verdict import ImageJob, decide

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from streamproc.app import System
 from streamproc.bus import objects
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
 from streamproc.config import Settings
 from streamproc.events.envelope import Envelope
 from streamproc.names import sbom_bucket
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
 from streamproc.scanner.demo import DATA
 from tests.helpers import env_configuration
 from tests.planner.harness import events_of

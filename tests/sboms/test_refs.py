@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import encode, new_event
-from streamproc.projection import Folded, Folder
+from streamproc.runtime.projection import Folded, Folder
 from streamproc.sboms.refs import SbomRefs, known, released_before, users
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore

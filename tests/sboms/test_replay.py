@@ -13,14 +13,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from streamproc.app import System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
 from streamproc.config import Configuration, Settings
 from streamproc.devsetup import prepare_dev_auth
-from streamproc.projection import Folder, StateFormatError
-from streamproc.roles import projections_for
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System, projections_for
 from streamproc.runner.sboms import sbom_reader
+from streamproc.runtime.projection import Folder, StateFormatError
 from streamproc.sboms.refs import users
 from streamproc.scanner.demo import DATA
 from streamproc.state.store import RocksStore

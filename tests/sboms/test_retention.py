@@ -20,8 +20,8 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.hlc import HybridLogicalClock
 from streamproc.names import sbom_bucket
-from streamproc.projector import Projector
-from streamproc.reactor import RoleContext
+from streamproc.runtime.projector import Projector
+from streamproc.runtime.reactor import RoleContext
 from streamproc.sbom.publish import store_sbom
 from streamproc.sboms.refs import SbomRefs, released_before
 from streamproc.sboms.retention import SbomRetention, load_retention

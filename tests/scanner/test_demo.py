@@ -7,13 +7,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from streamproc.app import System
 from streamproc.bus import objects
 from streamproc.bus.fastclient import FastClient
-from streamproc.bus.server import EmbeddedNats
 from streamproc.config import ConfigError, Settings
 from streamproc.configfile.loader import environ
 from streamproc.names import sbom_bucket
+from streamproc.natsd.server import EmbeddedNats
+from streamproc.roles import System
 from streamproc.scanner.demo import DATA, load_scanner_port, seed_demo
 from tests.helpers import env_configuration, eventually
 from tests.runner.harness import events

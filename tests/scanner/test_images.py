@@ -15,11 +15,11 @@ import msgspec
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.events.payloads import Component, ImageIndexed, ImageRemoved
-from streamproc.projection import Folder
+from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.runner.settings import RunnerSettings
+from streamproc.runtime.projection import Folder
 from streamproc.scanner.images import CF, ScannerImages, sbom_key
 from streamproc.scanner.indexed import IndexedImages
 from streamproc.state import keys

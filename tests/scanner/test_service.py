@@ -9,9 +9,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from streamproc.bus.server import EmbeddedNats
 from streamproc.client.http import ApiClient
 from streamproc.gateway.tokens_cli import write_key_file
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.runner.scanner_client import ImageFailed, ScannerClient, ScannerUnavailable
 from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.scanner.faults import FaultConfig

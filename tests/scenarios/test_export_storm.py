@@ -14,14 +14,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from streamproc.app import System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, new_event
 from streamproc.gateway.api.query import PAGE_BYTES
 from streamproc.ids import derive_id
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
 from tests.helpers import env_configuration, mint_token
 
 STORM = 3_000

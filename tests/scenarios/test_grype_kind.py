@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from streamproc.app import System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.events import payloads as p
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
 from streamproc.scanner.demo import DATA
 from tests.backends.conftest import DATA as RECORDED
 from tests.backends.conftest import install_standins

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 from tests.flows import EXPECTED_DELTAS, feedser_run
 
 

@@ -11,8 +11,8 @@ import aiohttp
 import msgspec
 import pytest
 
-from streamproc.bus.server import EmbeddedNats
 from streamproc.configfile.registry import BY_PATH
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.scanner import demo
 from streamproc.scanner.demo import Demo
 from streamproc.scanner.faults import FaultConfig

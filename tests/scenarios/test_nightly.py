@@ -16,12 +16,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from streamproc.app import System
 from streamproc.bus import jsapi, streams
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.gateway.tokens_cli import load_key_file, mint_token
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
 from streamproc.scanner.demo import seed_demo
 from tests.helpers import env_configuration
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from streamproc.bus import jsapi
-from streamproc.bus import owner as o
 from streamproc.bus.connect import connect
-from streamproc.bus.server import free_port
 from streamproc.events.envelope import decode
+from streamproc.natsd import owner as o
+from streamproc.natsd.server import free_port
 from tests.helpers import eventually
 
 SBOM = Path(__file__).resolve().parents[1] / "data" / "sboms" / "debian-base.cdx15.json"

@@ -29,7 +29,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from streamproc.bus.server import free_port
+from streamproc.natsd.server import free_port
 from streamproc.scanner.demo import DATA
 from tests.scenarios.sboms import generated_sbom, has_usage_data, purls
 

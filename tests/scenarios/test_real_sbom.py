@@ -16,11 +16,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from streamproc.app import System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.cli import main
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
 from streamproc.scanner.demo import DATA, seed_demo
 from tests.flows import stream_messages
 from tests.helpers import env_configuration

@@ -19,10 +19,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from streamproc.app import System
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
+from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.roles import System
 from streamproc.scanner.demo import DATA, Demo, seed_demo
 from streamproc.scanner.feedser import WEBHOOK_PATH, signed_headers
 from tests.flows import NEW_ADVISORIES

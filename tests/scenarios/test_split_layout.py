@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 from tests.topology import make_run_flow, split_layout
 
 

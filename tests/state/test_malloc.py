@@ -12,7 +12,7 @@ from streamproc.config import ConfigError
 from streamproc.configfile.loader import environ
 from streamproc.events.envelope import encode
 from streamproc.impact.projection import ImpactProjection
-from streamproc.projection import Folder
+from streamproc.runtime.projection import Folder
 from streamproc.state import keys, malloc
 from streamproc.state.settings import TRIM_ENV, trim_interval_s
 from streamproc.state.store import RocksStore

@@ -13,9 +13,9 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamproc.bus.server import EmbeddedNats
 from streamproc.gateway.api.openapi import document
 from streamproc.gateway.api.routes import OPERATIONS
+from streamproc.natsd.server import EmbeddedNats
 from tests.gateway.api.test_preview import INDEX, FakeIndex
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (

@@ -17,8 +17,8 @@ import msgspec
 import zstandard
 
 from streamproc.bus import jsapi
-from streamproc.bus.server import EmbeddedNats
 from streamproc.events.envelope import decode
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.sbom.parse import parse_sbom
 from streamproc.sbom.publish import payload_digest
 from streamproc.sbom.purls import normalize_purl

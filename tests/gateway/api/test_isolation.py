@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 from tests.gateway.api.test_preview import INDEX, FakeIndex
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (

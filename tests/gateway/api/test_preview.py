@@ -7,8 +7,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamproc.bus.server import EmbeddedNats
 from streamproc.impact.selector import Selector
+from streamproc.natsd.server import EmbeddedNats
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import BASE, Harness, default_settings, start, stop, token
 

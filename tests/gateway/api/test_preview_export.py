@@ -12,10 +12,10 @@ import msgspec
 import pytest
 
 from streamproc import roles
-from streamproc.bus.server import EmbeddedNats
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.hlc import wall_ms
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.sbom.purls import normalize_image_purls
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from tests.gateway.harness import BASE, Harness, token
+from tests.helpers import eventually
 
 D1 = "sha256:" + "c" * 64
 
@@ -129,10 +134,25 @@ async def test_cancel_is_best_effort_and_409_once_finished(gw: Harness) -> None:
     assert await gw.last_seq() == seq
 
 
-async def test_a_run_in_the_log_is_found_though_the_read_model_lags(gw: Harness) -> None:
+async def test_a_run_in_the_log_is_found_though_the_read_model_lags(
+    gw: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A client of the specification reads a run right after its 202 (or through another
-    gateway): the read finds it once the read model applied what the log held, not 404."""
+    gateway): the read finds it once the read model applied what the log held, not 404.
+
+    The read model's projector is held while the backlog is published (on a slow machine it
+    would otherwise fold it all before the read, and the case would not arise), and let go
+    once the read waits for it."""
     assert gw.system.publisher is not None and gw.system.clock is not None
+    projector = gw.system.projectors["gateway-test"]
+    go = asyncio.Event()
+    step = projector.step
+
+    async def held(timeout: float = 1.0) -> int:
+        await go.wait()
+        return await step(timeout)
+
+    monkeypatch.setattr(projector, "step", held)
     now = gw.system.clock.now()
     backlog = [
         new_event("run.requested", "acme", p.RunRequested(run_id=f"lag-{i}", trigger="manual"), now)
@@ -143,7 +163,10 @@ async def test_a_run_in_the_log_is_found_though_the_read_model_lags(gw: Harness)
     )
     acks = await gw.system.publisher.publish_events([*backlog, target])
     assert gw.system.contexts["gateway-test"].applied() < acks[-1].seq  # it lags: the case
-    status, run, _ = await gw.call("GET", f"{BASE}/runs/last", tok=token())
+    read = asyncio.ensure_future(gw.call("GET", f"{BASE}/runs/last", tok=token()))
+    await eventually(lambda: projector._waiters, 10, "the read waits for the read model")
+    go.set()
+    status, run, _ = await read
     assert status == 200 and run["id"] == "last", run
     status, doc, _ = await gw.call("GET", f"{BASE}/runs/never-requested", tok=token())
     assert status == 404, doc

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 
 from streamproc import roles
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (
     BASE,

@@ -13,9 +13,9 @@ import aiohttp
 import msgspec
 import pytest
 
-from streamproc.bus.server import EmbeddedNats, free_port
 from streamproc.gateway.auth.tls import x5t_s256
 from streamproc.gateway.settings import SourceMtls, Tls, WebhookSource
+from streamproc.natsd.server import EmbeddedNats, free_port
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import BASE, default_settings, start, stop, token
 

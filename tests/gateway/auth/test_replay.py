@@ -15,9 +15,9 @@ import pytest
 from nacl.signing import SigningKey
 
 from streamproc.bus import jsapi
-from streamproc.bus.server import EmbeddedNats
 from streamproc.bus.ttlkv import stream_name
 from streamproc.gateway.auth.replay import ClientShare, bucket_name
+from streamproc.natsd.server import EmbeddedNats
 from streamproc.problems import ProblemError
 from tests.gateway.auth.test_webhooks import FEEDSER, VEXER, export, post
 from tests.gateway.conftest import drop_streams

@@ -15,7 +15,7 @@ import pytest
 from nacl.signing import SigningKey
 
 from streamproc import roles
-from streamproc.bus.server import EmbeddedNats
+from streamproc.natsd.server import EmbeddedNats
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (
     BASE,

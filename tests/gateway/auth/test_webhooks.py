@@ -18,13 +18,13 @@ import pytest
 import zstandard
 from nacl.signing import SigningKey, VerifyKey
 
-from streamproc.bus.server import EmbeddedNats
 from streamproc.events import payloads as p
 from streamproc.events.envelope import decode, encode, new_event
 from streamproc.gateway import accesslog
 from streamproc.gateway.auth import webhooks
 from streamproc.ids import derive_id, shard_token
 from streamproc.names import EXPORT_SHARDS
+from streamproc.natsd.server import EmbeddedNats
 from tests.gateway.conftest import drop_streams
 from tests.gateway.harness import (
     BASE,
