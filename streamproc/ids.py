@@ -41,12 +41,12 @@ def ascii_int(text: str, max_digits: int = 19) -> int | None:
 
 def derive_id(*parts: str | int) -> str:
     """Id derived from its cause: ``sha256`` over the parts, unambiguous about boundaries."""
-    h = hashlib.sha256()
+    framed = []
     for p in parts:
         b = str(p).encode()
-        h.update(len(b).to_bytes(4, "big"))
-        h.update(b)
-    return h.hexdigest()[:40]
+        framed.append(len(b).to_bytes(4, "big"))
+        framed.append(b)
+    return hashlib.sha256(b"".join(framed)).hexdigest()[:40]
 
 
 def spill_run_id(root_run_id: str, offset: int) -> str:

@@ -161,9 +161,15 @@ def summary_id(run_id: str) -> str:
     return derive_id(run_id, "summary")
 
 
+_iso_second: list[tuple[int, str]] = [(0, "1970-01-01T00:00:00")]
+"""The last second formatted (a run stamps thousands of messages within one)."""
+
+
 def iso(ms: int) -> str:
-    return (
-        datetime.fromtimestamp(ms / 1000, UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
+    """``2026-12-06T21:28:01.123Z``: UTC, milliseconds."""
+    second, milli = divmod(ms, 1000)
+    last, text = _iso_second[0]
+    if second != last:
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _iso_second[0] = (second, text)
+    return "%s.%03dZ" % (text, milli)

@@ -83,6 +83,42 @@ class _Waiter:
 
 NONE = -1
 """A token refused to an impatient waiter: none conforms now."""
+STOPPED = -2
+"""What a waiter whose stop event was set is answered instead of a token."""
+
+
+class _StopWatch:
+    """The waiters of one stop event: one task awaits the event for all of them (not one
+    per wait), and answers :data:`STOPPED` to those still waiting when it is set. It ends
+    once its last waiter is answered, so a segment's event leaves no task behind."""
+
+    __slots__ = ("futs", "stop", "task", "watches")
+
+    def __init__(self, stop: asyncio.Event, watches: dict[asyncio.Event, _StopWatch]) -> None:
+        self.futs: set[asyncio.Future[int]] = set()
+        self.stop = stop
+        self.watches = watches
+        self.task = asyncio.ensure_future(stop.wait())
+        self.task.add_done_callback(self._stopped)
+        watches[stop] = self
+
+    def add(self, fut: asyncio.Future[int]) -> None:
+        self.futs.add(fut)
+        fut.add_done_callback(self._forget)
+
+    def _stopped(self, task: asyncio.Future[bool]) -> None:
+        if task.cancelled():
+            return
+        for fut in self.futs:
+            if not fut.done():
+                fut.set_result(STOPPED)
+
+    def _forget(self, fut: asyncio.Future[int]) -> None:
+        self.futs.discard(fut)
+        if not self.futs:
+            self.task.cancel()
+            if self.watches.get(self.stop) is self:
+                del self.watches[self.stop]
 
 
 class _Bucket:
@@ -168,6 +204,8 @@ class Limiter:
         self._swept = 0
         self._warned = False
         self._clock: asyncio.Task[None] | None = None
+        self._stops: dict[asyncio.Event, _StopWatch] = {}
+        """The stop events some caller waits with (:class:`_StopWatch`)."""
 
     def start(self) -> None:
         """Measure the server's clock every sync period in the background, so a call never
@@ -216,6 +254,8 @@ class Limiter:
         if self._clock is not None:
             tasks.append(self._clock)
             self._clock = None
+        tasks += [w.task for w in self._stops.values()]
+        self._stops.clear()
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -255,23 +295,20 @@ class Limiter:
         b.waiters.append(waiter)
         if b.task is None:
             b.task = asyncio.create_task(self._serve(b), name=f"rate-{b.spec.key}")
+        if stop is not None:
+            watch = self._stops.get(stop)
+            if watch is None or watch.task.done():
+                watch = _StopWatch(stop, self._stops)
+            watch.add(fut)
         try:
-            if stop is None:
-                expiry = await fut
-            else:
-                stopper = asyncio.ensure_future(stop.wait())
-                try:
-                    await asyncio.wait((fut, stopper), return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    stopper.cancel()
-                if not fut.done():
-                    raise Stopped(b.spec.key)
-                expiry = fut.result()
+            expiry = await fut
         except BaseException:
-            if fut.done() and not fut.cancelled() and fut.result() != NONE:
+            if fut.done() and not fut.cancelled() and fut.result() > 0:
                 b.give(fut.result())  # handed to us as we stopped: the next caller's
             fut.cancel()
             raise
+        if expiry == STOPPED:
+            raise Stopped(b.spec.key)
         if waiter.limited:
             metrics.RATE_LIMITED.labels(b.spec.reason).inc()
         if waiter.unavailable:
