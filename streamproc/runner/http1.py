@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from typing import cast
 from urllib.parse import urlsplit
 
 
@@ -29,16 +30,152 @@ class _NoAnswer(HttpError):
     """The connection ended before any byte of an answer (an idle one the server closed)."""
 
 
-class _Conn:
-    __slots__ = ("reader", "writer")
+MAX_HEAD = 64 * 1024
+"""Most bytes of an answer's status line and headers."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+
+class _Conn(asyncio.Protocol):
+    """One connection: the answer is parsed from what arrives, as it arrives, and handed
+    over whole (no stream reader: one wake-up per answer, not one per read)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.ended = False
+        """The server closed its side (or the connection is gone)."""
+        self.lost: BaseException | None = None
+        self.waiter: asyncio.Future[tuple[int, dict[str, str], bytes, bool]] | None = None
+        self.method = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._check()
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        self._check()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        self.lost = exc
+        self._check()
+
+    def at_eof(self) -> bool:
+        return self.ended
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                self.transport.close()
+
+    async def exchange(
+        self, method: str, request: bytes
+    ) -> tuple[int, dict[str, str], bytes, bool]:
+        assert self.transport is not None
+        self.method = method
+        self.waiter = asyncio.get_running_loop().create_future()
+        if self.ended:
+            raise _NoAnswer("connection closed before an answer")
+        self.transport.write(request)
+        try:
+            return await self.waiter
+        finally:
+            self.waiter = None
+
+    def _check(self) -> None:
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        try:
+            answer = self._parse()
+        except HttpError as exc:
+            waiter.set_exception(exc)
+            return
+        if answer is not None:
+            waiter.set_result(answer)
+
+    def _parse(self) -> tuple[int, dict[str, str], bytes, bool] | None:
+        """The whole answer in the buffer (taken out of it), None until it is there."""
+        buf = self.buf
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > MAX_HEAD:
+                raise HttpError(f"answer head too large: over {MAX_HEAD} bytes")
+            if not self.ended:
+                return None
+            if not buf:
+                why = f": {self.lost}" if self.lost is not None else ""
+                raise _NoAnswer(f"connection closed before an answer{why}")
+            raise HttpError(f"connection closed in an answer's head: {bytes(buf[:80])!r}")
+        status_line, *rest = bytes(buf[:end]).split(b"\r\n")
+        parts = status_line.split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise HttpError(f"not an HTTP/1.1 answer: {status_line[:80]!r}")
+        head: dict[str, str] = {}
+        for line in rest:
+            name, _, value = line.partition(b":")
+            head[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+        status = int(parts[1])
+        keep = head.get("connection", "").lower() != "close" and parts[0] != b"HTTP/1.0"
+        start = end + 4
+        if head.get("transfer-encoding", "").lower() == "chunked":
+            got = self._chunked(start)
+            if got is None:
+                return None
+            data, used = got
+        elif "content-length" in head:
+            try:
+                n = int(head["content-length"])
+            except ValueError as exc:
+                raise HttpError(f"truncated answer: {exc}") from None
+            if len(buf) < start + n:
+                if self.ended:
+                    raise HttpError(
+                        f"truncated answer: {len(buf) - start} of {n} bytes before the end"
+                    )
+                return None
+            data, used = bytes(buf[start : start + n]), start + n
+        elif status in (204, 304) or status < 200 or self.method == "HEAD":
+            data, used = b"", start
+        else:  # no length given: the body ends with the connection
+            if not self.ended:
+                return None
+            data, used, keep = bytes(buf[start:]), len(buf), False
+        del buf[:used]
+        return status, head, data, keep
+
+    def _chunked(self, pos: int) -> tuple[bytes, int] | None:
+        buf = self.buf
+        out = bytearray()
+        while True:
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                self._short()
+                return None
+            try:
+                size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
+            except ValueError as exc:
+                raise HttpError(f"truncated answer: {exc}") from None
+            if size == 0:
+                last = buf.find(b"\r\n", eol + 2)
+                if last < 0:
+                    self._short()
+                    return None
+                return bytes(out), last + 2
+            if len(buf) < eol + 2 + size + 2:
+                self._short()
+                return None
+            out += buf[eol + 2 : eol + 2 + size]
+            pos = eol + 2 + size + 2
+
+    def _short(self) -> None:
+        """A chunked body not all here yet: wait for more, unless no more will come."""
+        if self.ended:
+            raise HttpError("truncated answer: the connection ended in a chunked body")
 
 
 class Http1Pool:
@@ -58,13 +195,13 @@ class Http1Pool:
     async def _get(self, fresh: bool = False) -> _Conn:
         while self._idle and not fresh:
             conn = self._idle.pop()
-            if not conn.reader.at_eof():
+            if not conn.at_eof():
                 return conn
             conn.close()
             self._open -= 1
-        reader, writer = await asyncio.open_connection(self.host, self.port)
+        _, conn = await asyncio.get_running_loop().create_connection(_Conn, self.host, self.port)
         self._open += 1
-        return _Conn(reader, writer)
+        return conn
 
     async def request(
         self, method: str, path: str, headers: dict[str, str], body: bytes = b""
@@ -107,51 +244,7 @@ class Http1Pool:
             lines.append(f"{k}: {v}\r\n".encode())
         lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
         lines.append(body)
-        conn.writer.write(b"".join(lines))
-        try:
-            raw = await conn.reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial:
-                raise _NoAnswer("connection closed before an answer") from None
-            raise HttpError(f"connection closed in an answer's head: {exc}") from None
-        except asyncio.LimitOverrunError as exc:
-            raise HttpError(f"answer head too large: {exc}") from None
-        except ConnectionError as exc:
-            raise _NoAnswer(f"connection lost before an answer: {exc}") from None
-        status_line, *rest = raw[:-4].split(b"\r\n")
-        parts = status_line.split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise HttpError(f"not an HTTP/1.1 answer: {status_line[:80]!r}")
-        head: dict[str, str] = {}
-        for line in rest:
-            name, _, value = line.partition(b":")
-            head[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
-        status = int(parts[1])
-        keep = head.get("connection", "").lower() != "close" and parts[0] != b"HTTP/1.0"
-        try:
-            if head.get("transfer-encoding", "").lower() == "chunked":
-                data = await self._chunked(conn.reader)
-            elif "content-length" in head:
-                data = await conn.reader.readexactly(int(head["content-length"]))
-            elif status in (204, 304) or status < 200 or method == "HEAD":
-                data = b""
-            else:  # no length given: the body ends with the connection
-                data = await conn.reader.read()
-                keep = False
-        except (asyncio.IncompleteReadError, ValueError) as exc:
-            raise HttpError(f"truncated answer: {exc}") from None
-        return status, head, data, keep
-
-    @staticmethod
-    async def _chunked(reader: asyncio.StreamReader) -> bytes:
-        out = bytearray()
-        while True:
-            size = int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")
-                return bytes(out)
-            out += await reader.readexactly(size)
-            await reader.readexactly(2)
+        return await conn.exchange(method, b"".join(lines))
 
     async def close(self) -> None:
         """Close the idle connections (those in use close when their request ends)."""
