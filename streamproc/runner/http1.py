@@ -81,6 +81,8 @@ class _Conn(asyncio.Protocol):
         if self.ended:
             raise _NoAnswer("connection closed before an answer")
         self.transport.write(request)
+        if self.buf:  # bytes the server sent unasked (as a stream reader would hand over)
+            self._check()
         try:
             return await self.waiter
         finally:
