@@ -172,4 +172,4 @@ def iso(ms: int) -> str:
     if second != last:
         text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
         _iso_second[0] = (second, text)
-    return "%s.%03dZ" % (text, milli)
+    return f"{text}.{milli:03d}Z"

@@ -40,6 +40,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from streamproc import metrics
 from streamproc.runner import gcra
@@ -106,7 +107,7 @@ class _StopWatch:
         self.futs.add(fut)
         fut.add_done_callback(self._forget)
 
-    def _stopped(self, task: asyncio.Future[bool]) -> None:
+    def _stopped(self, task: asyncio.Future[Any]) -> None:
         if task.cancelled():
             return
         for fut in self.futs:
@@ -250,7 +251,9 @@ class Limiter:
             line = short or stale[0]
 
     async def close(self) -> None:
-        tasks = [b.task for b in self._buckets.values() if b.task is not None]
+        tasks: list[asyncio.Future[Any]] = [
+            b.task for b in self._buckets.values() if b.task is not None
+        ]
         if self._clock is not None:
             tasks.append(self._clock)
             self._clock = None
