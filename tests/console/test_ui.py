@@ -174,6 +174,7 @@ async def dev_gateway(
     """The gateway role alone with the development auth of ``up --demo``; its issuer key."""
     for name in ("STREAMPROC_GATEWAY_CONFIG", "STREAMPROC_FEEDSER_SECRET"):
         monkeypatch.delenv(name, raising=False)
+    dpop_only(monkeypatch)  # before the configuration is read: it is read once
     settings = Settings(
         configuration=env_configuration(),
         data_dir=tmp_path / "data",
@@ -184,7 +185,6 @@ async def dev_gateway(
     dev = prepare_dev_auth(settings)
     settings = dev.settings
     assert dev.issuer_key is not None
-    dpop_only(monkeypatch)
     system = System(settings, ["gateway"])
     await system.start()
     try:
@@ -228,6 +228,7 @@ async def test_console_end_to_end(
     # an hour away: the export's run spills one, and the backlog banner shows it.
     monkeypatch.setenv("STREAMPROC_PLANNER_MAX_JOBS_PER_RUN", "3")
     monkeypatch.setenv("STREAMPROC_PLANNER_SPILL_DELAY_S", "3600")
+    dpop_only(monkeypatch)  # before the configuration is read: it is read once
     port = free_port()
     settings = Settings(
         configuration=env_configuration(),
@@ -240,7 +241,6 @@ async def test_console_end_to_end(
     settings = dev.settings
     assert dev.issuer_key is not None
     secret = os.environ["STREAMPROC_FEEDSER_SECRET"]
-    dpop_only(monkeypatch)
     system = System(settings, ["gateway", "planner", "runner", "auditor", "scanner"])
     await system.start()
     monkeypatch.delenv("STREAMPROC_SCANNER_URL")  # the runner has it; seed_demo starts it
