@@ -122,6 +122,16 @@ class FastClient(Client):
         super().__init__()
         self._ps = FastParser(self)
         self._raw_handlers: dict[int, RawHandler] = {}
+        self.announced_urls: frozenset[str] | None = None
+        """The client URLs of the connected server's cluster as its latest INFO listed them.
+        nats-py keeps only the first INFO, and marks a server "discovered" only when it was
+        not in the pool already: with every node in ``NATS_URL`` (as a cluster is given), a
+        node whose route formed after we connected would never be counted."""
+
+    async def _process_info(self, info: dict[str, Any], initial_connection: bool = False) -> None:
+        if "connect_urls" in info:
+            self.announced_urls = frozenset(info["connect_urls"] or ())
+        await super()._process_info(info, initial_connection)
 
     async def subscribe_raw(self, subject: str, handler: RawHandler) -> Subscription:
         sub = await self.subscribe(subject)

@@ -32,6 +32,25 @@ def cluster(tmp_path: Path) -> Iterator[NatsCluster]:
     c.stop()
 
 
+async def test_a_node_whose_route_forms_after_we_connect_is_counted(tmp_path: Path) -> None:
+    """``NATS_URL`` names every node, so the pool holds them all from the start: the third
+    node's route, formed after we connected, must still count (the latest INFO's list), or
+    streams made then would get one replica on a three-node cluster."""
+    c = NatsCluster(tmp_path / "c", 3)
+    try:
+        c.start_node("n1")
+        c.start_node("n2")
+        nc = await connect(c.node("n1").url + "," + c.node("n2").url + "," + c.node("n3").url)
+        try:
+            await eventually(lambda: cluster_size(nc) == 2, what="the two nodes announced")
+            c.start_node("n3")
+            await eventually(lambda: cluster_size(nc) == 3, what="the third node counted")
+        finally:
+            await nc.close()
+    finally:
+        c.stop()
+
+
 async def replicas_of(nc: FastClient, stream: str) -> int:
     info = await stream_cluster(nc, stream)
     return 1 + len(info.get("replicas") or [])
