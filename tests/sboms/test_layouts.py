@@ -58,6 +58,8 @@ async def _gone(nc: FastClient, prefix: str, sbom: Path) -> bool:
         await objects.get(nc, sbom_bucket(prefix), objects.key_of(sbom.read_bytes()))
     except objects.Missing:
         return True
+    except objects.ObjectError:
+        return False  # its chunks were purged while we read them: the deletion is under way
     return False
 
 

@@ -73,6 +73,8 @@ class Planner:
             return await objects.get(self.nc, self.bucket, objects.key_of(sbom)) == sbom
         except objects.Missing:
             return False
+        except objects.ObjectError:
+            return False  # its chunks were purged while we read them: a deletion under way
 
     async def stored_at(self, sbom: bytes) -> int:
         meta = await objects.meta(self.nc, self.bucket, objects.key_of(sbom))
