@@ -41,7 +41,7 @@ S = TypeVar("S")
 @dataclass(frozen=True)
 class Configuration:
     """Every setting of this process, read once at start (by
-    :func:`streamproc.configfile.decode`): the config file's values with the environment's
+    :func:`streamproc.configfile.loader.activate`): the config file's values with the environment's
     over them, under their environment names, and the file's structured tables. Each section
     is decoded into its typed object the first time a role asks for it (:meth:`section`), and
     that object is kept: nothing reads the environment or the file after start."""

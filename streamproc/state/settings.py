@@ -17,33 +17,31 @@ BLOCK_CACHE_ENV = env_name("projector.block_cache_mb")
 TRIM_ENV = env_name("projector.malloc_trim_s")
 
 
-def write_buffer_bytes(env: Mapping[str, str]) -> int:
-    """``STREAMPROC_WRITE_BUFFER_MB`` (``projector.write_buffer_mb``), validated, in bytes:
-    default 8 MB (chosen by the soak, docs/operations.md "Memory"), 0: RocksDB's own defaults."""
-    raw = (env.get(WRITE_BUFFER_ENV) or "").strip()
+def _megabytes(env: Mapping[str, str], name: str, default_mb: int, least: int, rule: str) -> int:
+    """A size setting in whole MB, validated, in bytes (``rule`` says what it allows)."""
+    raw = (env.get(name) or "").strip()
     if not raw:
-        return DEFAULT_WRITE_BUFFER_MB << 20
+        return default_mb << 20
     try:
         mb = int(raw)
     except ValueError:
-        raise ConfigError(f"{WRITE_BUFFER_ENV}={raw!r}: not a whole number of MB") from None
-    if mb < 0:
-        raise ConfigError(f"{WRITE_BUFFER_ENV}={raw}: MB, 0 or more (0: RocksDB's defaults)")
+        raise ConfigError(f"{name}={raw!r}: not a whole number of MB") from None
+    if mb < least:
+        raise ConfigError(f"{name}={raw}: MB, {rule}")
     return mb << 20
+
+
+def write_buffer_bytes(env: Mapping[str, str]) -> int:
+    """``STREAMPROC_WRITE_BUFFER_MB`` (``projector.write_buffer_mb``), validated, in bytes:
+    default 8 MB (chosen by the soak, docs/operations.md "Memory"), 0: RocksDB's own defaults."""
+    return _megabytes(
+        env, WRITE_BUFFER_ENV, DEFAULT_WRITE_BUFFER_MB, 0, "0 or more (0: RocksDB's defaults)"
+    )
 
 
 def block_cache_bytes(env: Mapping[str, str]) -> int:
     """``STREAMPROC_BLOCK_CACHE_MB`` (``projector.block_cache_mb``), validated, in bytes."""
-    raw = (env.get(BLOCK_CACHE_ENV) or "").strip()
-    if not raw:
-        return DEFAULT_BLOCK_CACHE_MB << 20
-    try:
-        mb = int(raw)
-    except ValueError:
-        raise ConfigError(f"{BLOCK_CACHE_ENV}={raw!r}: not a whole number of MB") from None
-    if mb < 1:
-        raise ConfigError(f"{BLOCK_CACHE_ENV}={raw}: MB, at least 1")
-    return mb << 20
+    return _megabytes(env, BLOCK_CACHE_ENV, DEFAULT_BLOCK_CACHE_MB, 1, "at least 1")
 
 
 def store_sizes(env: Mapping[str, str]) -> StoreSizes:
