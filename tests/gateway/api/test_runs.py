@@ -8,6 +8,7 @@ import pytest
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
+from streamproc.gateway.api import writes
 from tests.gateway.harness import BASE, Harness, token
 from tests.helpers import eventually
 
@@ -170,3 +171,44 @@ async def test_a_run_in_the_log_is_found_though_the_read_model_lags(
     assert status == 200 and run["id"] == "last", run
     status, doc, _ = await gw.call("GET", f"{BASE}/runs/never-requested", tok=token())
     assert status == 404, doc
+
+
+async def test_a_run_applied_while_the_gateway_asks_for_the_log_head_is_found(
+    gw: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read model may apply the run between the first lookup and the answer about the
+    log's head: the gateway reads again rather than answer 404."""
+    assert gw.system.publisher is not None and gw.system.clock is not None
+    projector = gw.system.projectors["gateway-test"]
+    go = asyncio.Event()
+    step = projector.step
+
+    async def held(timeout: float = 1.0) -> int:
+        await go.wait()
+        return await step(timeout)
+
+    monkeypatch.setattr(projector, "step", held)
+    # A step already under way is not held: one event it applies, and the next step waits.
+    first = new_event(
+        "run.requested", "acme", p.RunRequested(run_id="before", trigger="manual"),
+        gw.system.clock.now(),
+    )  # fmt: skip
+    (before,) = await gw.system.publisher.publish_events([first])
+    await projector.wait_for(before.seq, 10)
+    run = new_event(
+        "run.requested", "acme", p.RunRequested(run_id="raced", trigger="manual"),
+        gw.system.clock.now(),
+    )  # fmt: skip
+    (ack,) = await gw.system.publisher.publish_events([run])
+    assert gw.gateway.rm.run("acme", "raced") is None  # held: the first lookup misses it
+    real = writes.jsapi.stream_info
+
+    async def applied_meanwhile(nc: object, stream: str) -> object:
+        monkeypatch.setattr(writes.jsapi, "stream_info", real)  # once: the gateway's ask
+        go.set()  # the fold applies the run while the gateway asks for the head
+        await projector.wait_for(ack.seq, 10)
+        return await real(nc, stream)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writes.jsapi, "stream_info", applied_meanwhile)
+    status, got, _ = await gw.call("GET", f"{BASE}/runs/raced", tok=token())
+    assert status == 200 and got["id"] == "raced", got
