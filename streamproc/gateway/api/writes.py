@@ -105,10 +105,10 @@ def wants_wait(request: web.Request) -> bool:
 
 
 async def caught_up(gw: GatewayContext) -> bool:
-    """Before answering ``404``: whether the read model had events to apply that were already
-    in the log, and applied them (within the wait timeout). A run created by a ``202`` a moment
-    ago, or through another gateway, is then found by the next read, as a client written from
-    the specification expects."""
+    """Before answering ``404``: whether the read model now holds what the log held (it had
+    it, applied it meanwhile, or applied it within the wait timeout), so a second read is
+    worth making. A run created by a ``202`` a moment ago, or through another gateway, is
+    then found by that read, as a client written from the specification expects."""
     info = await jsapi.stream_info(gw.ctx.publisher.nc, gw.ctx.settings.events_stream)
     if info is None:
         return False
