@@ -9,6 +9,7 @@ import msgspec
 from aiohttp import web
 
 from streamproc import names
+from streamproc.config import flag
 from streamproc.ids import ascii_int
 from streamproc.problems import ProblemError
 from streamproc.readmodel.keys import CursorError
@@ -51,17 +52,17 @@ def paged(request: web.Request, listing: Callable[..., T], *args: Any, **filters
 
 
 def bool_param(request: web.Request, name: str) -> bool | None:
+    """A boolean query parameter: ``None`` when absent, 400 for a word that is neither true
+    nor false (the words of a true/false setting, :func:`streamproc.config.flag`)."""
     raw = request.query.get(name)
     if raw is None:
         return None
-    low = raw.lower()
-    if low in ("true", "1", "yes"):
-        return True
-    if low in ("false", "0", "no"):
-        return False
-    raise ProblemError(
-        400, "invalid-parameter", f"{name} must be true or false", field=f"query.{name}"
-    )
+    value = flag(raw)
+    if value is None:
+        raise ProblemError(
+            400, "invalid-parameter", f"{name} must be true or false", field=f"query.{name}"
+        )
+    return value
 
 
 def set_param(request: web.Request, name: str, allowed: frozenset[str]) -> frozenset[str]:
