@@ -43,8 +43,6 @@ ENV_TTL = env_name("lease.ttl_s")
 DEFAULT_TTL_S = 5.0
 MIN_TTL_S = 0.5
 MAX_TTL_S = 300.0
-STREAM_EXISTS = 10058
-"""``stream name already in use with a different configuration``."""
 
 NatsFailure = (nats.errors.Error, TimeoutError, OSError)
 """What a lease call can fail with while NATS is slow or unreachable."""
@@ -124,7 +122,7 @@ async def open_bucket(
                     )
                 )
             except nats.js.errors.BadRequestError as exc:
-                if exc.err_code != STREAM_EXISTS:  # else: another contender created it
+                if exc.err_code != jsapi.STREAM_NAME_IN_USE:  # else: another contender created it
                     raise
             info = await jsapi.with_retries(lambda: jsapi.stream_info(nc, stream), 20.0)
         if info is None:
