@@ -10,6 +10,7 @@ from aiohttp import web
 
 from streamproc import names
 from streamproc.config import flag
+from streamproc.events.payloads import Digest
 from streamproc.ids import ascii_int
 from streamproc.problems import ProblemError
 from streamproc.readmodel.keys import CursorError
@@ -39,6 +40,20 @@ def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -
             400, "invalid-parameter", f"{name} must be an integer {lo}..{hi}", field=f"query.{name}"
         )
     return value
+
+
+def digest_param(request: web.Request) -> str:
+    """The ``{digest}`` of the path, checked as the events check an image digest."""
+    raw = request.match_info["digest"]
+    try:
+        return msgspec.convert(raw, Digest)
+    except msgspec.ValidationError:
+        raise ProblemError(
+            400,
+            "invalid-parameter",
+            f"{raw[:200]!r} is not an image digest (algorithm:hex, e.g. sha256:<64 hex>)",
+            field="path.digest",
+        ) from None
 
 
 def paged(request: web.Request, listing: Callable[..., T], *args: Any, **filters: Any) -> T:
