@@ -4,8 +4,8 @@ with a note and a ticket, folded from ``delta.acknowledged``.
 One record per (tenant, run, digest), replaced by a later acknowledgement of the same delta.
 The delta must exist in the run's deltas (the ``Runs`` projection's ``rm_run_deltas``, read
 as of the event): an acknowledgement of anything else is rejected with ``unknown_delta``.
-When the read model's retention drops a run, its acknowledgements stay (one small record per
-human action); the routes answer ``404`` for a run that is gone, so they are no longer shown.
+When the read model's retention drops a run, its acknowledgements go with it, in the same
+batch (``Runs.removes``: the keys are laid out as the run's delta keys are).
 """
 
 from __future__ import annotations

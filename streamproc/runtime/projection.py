@@ -71,6 +71,11 @@ class Projection:
     reads: ClassVar[tuple[str, ...]] = ()
     """Families of another projection of the same role that this one reads (never writes):
     as of the events before the one folded, the batch's pending writes included."""
+    removes: ClassVar[tuple[str, ...]] = ()
+    """Families of another projection of the same role whose keys start with this one's
+    entity keys: when this one removes an entity (retention), it deletes that entity's keys
+    there too, in the same batch, and writes nothing else there (a run leaving takes its
+    deltas' acknowledgements with it)."""
     creates: ClassVar[frozenset[str]] = frozenset()
     """Kinds that may be the first this view sees of an entity: they need no other entity
     to exist (``run.requested`` for the read model, ``run.planned`` for the open-run list)."""
@@ -246,7 +251,11 @@ class Folder:
         store.ensure_families(
             [
                 keys.META_CF,
-                *(cf for p in self.projections for cf in (*p.column_families(), *p.reads)),
+                *(
+                    cf
+                    for p in self.projections
+                    for cf in (*p.column_families(), *p.reads, *p.removes)
+                ),
             ]
         )
         self._check_format()
