@@ -24,7 +24,7 @@ from streamproc.audit.entry import Entry
 from streamproc.audit.held import held_positions
 from streamproc.audit.layout import HEADS_CF, Readable, head_decoder, iter_entries
 from streamproc.audit.settings import AuditSettings
-from streamproc.audit.settings import load as load_audit_settings
+from streamproc.audit.settings import from_sections as audit_from_sections
 from streamproc.audit.signing import build_keyring, load_signer, public_key_line
 from streamproc.audit.snapshots import max_hlc, snapshot_event
 from streamproc.audit.verify import verify_all
@@ -56,7 +56,7 @@ class SnapshotReactor(Reactor):
         min_gap_s: float = 0.2,
     ) -> None:
         self.settings = settings
-        self.audit = audit or load_audit_settings(settings, settings.configuration.values)
+        self.audit = audit or audit_from_sections(settings, settings.configuration.sections)
         self.signer = signer or load_signer(
             settings.data_dir, env=settings.configuration.values, generate=True
         )

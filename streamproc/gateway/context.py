@@ -58,9 +58,9 @@ class GatewayContext:
             prefix,
             preview_timeout_s=settings.preview_timeout_s,
             verify_timeout_s=settings.verify_timeout_s,
-            partitions=conf.section(planner_settings.load).partitions,
+            partitions=conf.built(planner_settings.from_sections).partitions,
         )
-        self.max_jobs_per_run = conf.section(planner_settings.load).max_jobs_per_run
+        self.max_jobs_per_run = conf.built(planner_settings.from_sections).max_jobs_per_run
         """The planner's ceiling on ``limits.maxJobs``: a schedule asking more is refused."""
         process_cap = ctx.settings.http_max_body
         self.body_cap = min(settings.max_body or process_cap, process_cap)

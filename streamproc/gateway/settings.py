@@ -18,8 +18,9 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from streamproc.config import Configuration, flag
+from streamproc.config import Configuration
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.typed import flag
 from streamproc.events.payloads import VEX_DOCUMENT_SOURCE
 from streamproc.ids import TENANT_RE
 from streamproc.names import AUDIENCE

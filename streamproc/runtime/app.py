@@ -40,7 +40,7 @@ from streamproc.runtime.projection import Projection
 from streamproc.runtime.projector import Projector
 from streamproc.runtime.reactor import Reactor, RoleContext, RoleSpec, build
 from streamproc.signals import install_stop_signals
-from streamproc.state.settings import store_sizes, trim_interval_s
+from streamproc.state.settings import sizes_from, trim_from
 from streamproc.state.store import RocksStore
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class System:
         self.heartbeat = None if self._heartbeat is None else self._heartbeat(self)
         # Lock every state directory first: a second process on a directory in use is
         # refused before it touches NATS, consumers or the HLC file.
-        sizes = conf.section(store_sizes)
+        sizes = conf.built(sizes_from)
         for role in self.roles:
             self.stores.append(RocksStore(s.state_dir(role), sizes=sizes))
         if self.http:  # a taken port is refused now, before NATS, consumers and leases
@@ -179,7 +179,7 @@ class System:
                 consumer=projector_consumer(role, s.node_id, store.path),
                 subjects=s.events_subjects,
                 filter_subjects=role_filter(s.prefix, projections),
-                trim_interval_s=conf.section(trim_interval_s),
+                trim_interval_s=conf.built(trim_from),
             )
             await proj.start()
             if spec.on_open is not None:

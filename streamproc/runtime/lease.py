@@ -33,6 +33,7 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.cancellation import checkpoint
 from streamproc.config import ConfigError
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Sections
 from streamproc.names import lease_bucket
 
 bucket_name = lease_bucket
@@ -65,6 +66,11 @@ def lease_ttl(env: Mapping[str, str]) -> float:
     if not MIN_TTL_S <= ttl <= MAX_TTL_S:
         raise ConfigError(f"{ENV_TTL}={raw}: between {MIN_TTL_S:g} and {MAX_TTL_S:g} seconds")
     return ttl
+
+
+def ttl_from(sections: Sections) -> float:
+    """:func:`lease_ttl` from the typed ``[lease]`` section (bounds checked at start)."""
+    return sections.lease.ttl_s
 
 
 def holder_id(node_id: str) -> str:

@@ -9,7 +9,7 @@ import msgspec
 from aiohttp import web
 
 from streamproc import names
-from streamproc.config import flag
+from streamproc.configfile.typed import flag
 from streamproc.events.payloads import Digest
 from streamproc.ids import ascii_int
 from streamproc.problems import ProblemError
@@ -68,7 +68,7 @@ def paged(request: web.Request, listing: Callable[..., T], *args: Any, **filters
 
 def bool_param(request: web.Request, name: str) -> bool | None:
     """A boolean query parameter: ``None`` when absent, 400 for a word that is neither true
-    nor false (the words of a true/false setting, :func:`streamproc.config.flag`)."""
+    nor false (the words of a true/false setting, :func:`streamproc.configfile.typed.flag`)."""
     raw = request.query.get(name)
     if raw is None:
         return None
