@@ -14,6 +14,7 @@ every fold at once, and each batch then deletes it with its deltas and index key
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import msgspec
@@ -46,7 +47,7 @@ from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX, expiry_ke
 from streamproc.readmodel.schedules import Schedules, physical_ms
 from streamproc.runtime.fold import folds
 from streamproc.runtime.projection import Projection, Rejection
-from streamproc.state.store import Store
+from streamproc.state.store import BULK, Reads, Store
 from streamproc.state.tx import Tx
 
 DELTAS_CF = RM_RUN_DELTAS_CF
@@ -125,6 +126,9 @@ class Runs(Projection):
         run_exports.CURSORS_CF,
         BACKLOG_CF,
     )
+    family_reads: ClassVar[Mapping[str, Reads]] = {EXPIRY_CF: BULK}
+    """The finish-time index is only swept (its clock key, written every batch, is read from
+    the memtable): a retention sweep's blocks are not kept."""
     reads: ClassVar[tuple[str, ...]] = (Exports.name,)
     """Each export a run names, as recorded: its id as sent and its time (the run's order,
     its first exports, the cursor it moves)."""
