@@ -40,6 +40,17 @@ from typing import Annotated, Literal
 
 import msgspec
 
+
+def _masked(struct: msgspec.Struct, secrets: tuple[str, ...]) -> str:
+    """A section's repr with its secrets' values left out, so that logging or printing the
+    settings never shows a password, a key or a token."""
+    shown = (
+        f"{f}=<set>" if f in secrets and getattr(struct, f) is not None
+        else f"{f}={getattr(struct, f)!r}"
+        for f in struct.__struct_fields__
+    )  # fmt: skip
+    return f"{type(struct).__name__}({', '.join(shown)})"
+
 '''
 
 
@@ -93,6 +104,11 @@ def render() -> str:
             for line in textwrap.wrap(comment, 92, break_on_hyphens=False):
                 out.append(f"    # {line}")
             out.append(f"    {key.name}: {annotation(key)} = {default(key)}")
+        secrets = [k.name for k in KEYS if k.section == section and k.secret]
+        if secrets:
+            names = ", ".join(json.dumps(n) for n in secrets) + ("," if len(secrets) == 1 else "")
+            out.append("\n    def __repr__(self) -> str:")
+            out.append(f"        return _masked(self, ({names}))")
         out.append("\n")
     out.append("\nclass Sections(msgspec.Struct, frozen=True, kw_only=True):")
     out.append('    """Every section of the registry, typed."""\n')

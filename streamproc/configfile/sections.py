@@ -13,6 +13,17 @@ from typing import Annotated, Literal
 import msgspec
 
 
+def _masked(struct: msgspec.Struct, secrets: tuple[str, ...]) -> str:
+    """A section's repr with its secrets' values left out, so that logging or printing the
+    settings never shows a password, a key or a token."""
+    shown = (
+        f"{f}=<set>" if f in secrets and getattr(struct, f) is not None
+        else f"{f}={getattr(struct, f)!r}"
+        for f in struct.__struct_fields__
+    )  # fmt: skip
+    return f"{type(struct).__name__}({', '.join(shown)})"
+
+
 class Node(msgspec.Struct, frozen=True, kw_only=True):
     """[node]: this process."""
 
@@ -52,6 +63,9 @@ class Nats(msgspec.Struct, frozen=True, kw_only=True):
     tls_cert: str | None = None
     # STREAMPROC_NATS_TLS_KEY: private key (PEM) of `nats.tls_cert`
     tls_key: str | None = None
+
+    def __repr__(self) -> str:
+        return _masked(self, ("password", "token"))
 
 
 class Http(msgspec.Struct, frozen=True, kw_only=True):
@@ -326,6 +340,9 @@ class Audit(msgspec.Struct, frozen=True, kw_only=True):
     # rotated out
     trusted_keys: tuple[str, ...] | None = None
 
+    def __repr__(self) -> str:
+        return _masked(self, ("signing_key",))
+
 
 class Impact(msgspec.Struct, frozen=True, kw_only=True):
     """[impact]: the impact index."""
@@ -416,6 +433,9 @@ class GatewayDpop(msgspec.Struct, frozen=True, kw_only=True):
     # STREAMPROC_GATEWAY_DPOP_IAT_WINDOW_S: proof `iat` further off is refused
     iat_window_s: Annotated[int, msgspec.Meta(ge=5, le=600)] = 60
 
+    def __repr__(self) -> str:
+        return _masked(self, ("nonce_secret",))
+
 
 class Feedser(msgspec.Struct, frozen=True, kw_only=True):
     """[feedser]: the `streamproc feedser export` client."""
@@ -432,6 +452,9 @@ class Feedser(msgspec.Struct, frozen=True, kw_only=True):
     # delivery and token each (minted or client-credentials tokens)
     tenants: tuple[str, ...] | None = None
 
+    def __repr__(self) -> str:
+        return _masked(self, ("secret", "token"))
+
 
 class Vexer(msgspec.Struct, frozen=True, kw_only=True):
     """[vexer]: the `streamproc vexer export` client."""
@@ -447,6 +470,9 @@ class Vexer(msgspec.Struct, frozen=True, kw_only=True):
     # STREAMPROC_VEXER_TENANTS: tenants `streamproc vexer export` delivers each export to, one
     # delivery and token each (minted or client-credentials tokens)
     tenants: tuple[str, ...] | None = None
+
+    def __repr__(self) -> str:
+        return _masked(self, ("secret", "token"))
 
 
 class Client(msgspec.Struct, frozen=True, kw_only=True):
@@ -468,6 +494,9 @@ class Client(msgspec.Struct, frozen=True, kw_only=True):
     client_secret: str | None = None
     # STREAMPROC_CLIENT_SCOPES: scopes asked of `client.token_url`
     scopes: tuple[str, ...] | None = None
+
+    def __repr__(self) -> str:
+        return _masked(self, ("token", "client_secret"))
 
 
 class Notify(msgspec.Struct, frozen=True, kw_only=True):
@@ -505,6 +534,9 @@ class Notify(msgspec.Struct, frozen=True, kw_only=True):
     # STREAMPROC_NOTIFY_LEASE_TTL_S: `notify tail --http`: a partition's processing lease, renewed
     # while its events are handled (another consumer on the same state waits it out)
     lease_ttl_s: Annotated[float, msgspec.Meta(ge=3.0)] = 120.0
+
+    def __repr__(self) -> str:
+        return _masked(self, ("token",))
 
 
 class Sections(msgspec.Struct, frozen=True, kw_only=True):

@@ -106,3 +106,13 @@ def test_a_gateway_with_a_bad_planner_value_does_not_start(tmp_path: Path) -> No
         "planner.segment_size (env STREAMPROC_PLANNER_SEGMENT_SIZE): 0 is below the minimum 1"
         in proc.stderr
     )
+
+
+def test_no_secret_shows_in_the_settings_repr() -> None:
+    """Logging or printing the settings must not leak a password, key or token."""
+    values = {k.env: f"s3cret-{i:02d}" for i, k in enumerate(KEYS) if k.secret and k.type == "str"}
+    assert len(values) >= 8
+    shown = repr(decode(values))
+    assert "s3cret" not in shown, shown
+    assert "password=<set>" in shown and "signing_key=<set>" in shown
+    assert "token=None" in repr(Sections()), "an unset secret shows as unset"
