@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import compress, repeat
-from operator import is_, itemgetter
+from operator import attrgetter, is_, itemgetter
 from sys import intern
 
 from pyroaring import BitMap
@@ -35,6 +35,8 @@ from streamproc.sbom.purls import (
 _append = list.append
 _gid_of = itemgetter(0)
 _is_none = partial(is_, None)
+_DN = attrgetter("dn")
+_PLUS1 = (1).__add__
 
 
 def _new_member(gid: int) -> Member:
@@ -148,7 +150,7 @@ class Ingest(IndexState):
             self._owner_add(key, iid)
         if stripped is not None:
             self._prune(stripped[0], stripped[1], chunk)
-        self._count_delta(gids, chunk)
+        self._count_delta(gids, chunk, K.delta_limit(iid))
         rec = ImageRecord(
             tenant, digest, registry, repo, namespace, tag_list, label_map, list(gids), known
         )
@@ -258,17 +260,21 @@ class Ingest(IndexState):
             found[j] = m
         return found  # type: ignore[return-value]  # every None slot was filled in the loop
 
-    def _count_delta(self, gids: BitMap, chunk: int) -> None:
+    def _count_delta(self, gids: BitMap, chunk: int, limit: int) -> None:
         """The image is in the delta of each of these groups: merge the deltas that reach
-        ``K.DELTA`` images (a point fixed by the events, whatever the batches)."""
+        ``limit`` images (``K.delta_limit``: a point fixed by the events, whatever the
+        batches)."""
         delta = 2 * chunk + 1
         groups, by_gid = self._groups, self._pk_by_gid
-        for g in map(groups.__getitem__, map(by_gid.__getitem__, gids)):  # type: ignore[arg-type]  # the image's gids are live
-            dn = g.dn
-            assert dn is not None
-            n = dn[delta] = dn[delta] + 1
-            if n >= K.DELTA:
-                self._merge_delta(g, chunk)
+        # C-level maps: an image touches a few hundred groups
+        gs: list[Group] = list(map(groups.__getitem__, map(by_gid.__getitem__, gids)))  # type: ignore[arg-type]  # the image's gids are live
+        dns = list(map(_DN, gs))
+        ns = list(map(_PLUS1, map(dict.__getitem__, dns, repeat(delta))))
+        consume(map(dict.__setitem__, dns, repeat(delta), ns))
+        if max(ns, default=0) >= limit:
+            for g, n in zip(gs, ns, strict=True):
+                if n >= limit:
+                    self._merge_delta(g, chunk)
 
     # -- stripping and pruning (re-index, removal) -----------------------------------------
     def _strip(self, iid: int, old: ImageRecord, chunk: int) -> tuple[list[int], list[bytes]]:

@@ -59,12 +59,22 @@ FAMILIES = (GROUPS_CF, OWNERS_CF, IMAGES_CF, NAMES_CF)
 
 CHUNK_BITS = 16
 CHUNK_IDS = 1 << CHUNK_BITS
-DELTA = 16
-"""A product's images of the current chunk go to the chunk's *delta* part; the fold of the
-event that brings the delta to this many images merges it into the chunk's *base* part.
-Set by the events alone (never by batch cuts or the cache), it keeps a touched product's
-per-batch work to its delta (at most this many images) instead of its whole chunk, and its
-delta members small lists (at most ``BIG`` ids)."""
+DELTA = 64
+DELTA_SHIFT = 4
+"""A product's images of a chunk go to the chunk's *delta* part; the fold of the event
+that brings the delta to ``max(DELTA, offset >> DELTA_SHIFT)`` images (offset: the image
+id's place in its chunk) merges it into the chunk's *base* part. Set by the events alone
+(never by batch cuts or the cache), it keeps a touched product's per-batch work to its
+delta, at most ~1/16 of the chunk's images so far, instead of its whole chunk, and the
+merges to O(1) per image and purl: a product in a fraction f of the images merges every
+T / f images, at a cost ~ its base (f * offset)."""
+
+
+def delta_limit(iid: int) -> int:
+    """Images a delta of ``iid``'s chunk holds before the event that adds ``iid`` merges it."""
+    return max(DELTA, (iid & ((1 << CHUNK_BITS) - 1)) >> DELTA_SHIFT)
+
+
 BIG = 16
 """Id sets up to this size are kept and stored as plain sorted lists (appended to in place
 by the fold, encoded by msgspec in bulk); larger ones as roaring bitmaps. The trade: a cold
