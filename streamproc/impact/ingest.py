@@ -289,6 +289,8 @@ class Ingest(IndexState):
         for gid in old.gids:
             g = groups[by_gid[gid]]  # type: ignore[index]  # as above
             self._stale(g)
+            if delta - 1 not in g.open:
+                self._based.append(g)
             for part in (delta - 1, delta):
                 for members in self._open(g, part):
                     for m in members.values():

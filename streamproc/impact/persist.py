@@ -171,6 +171,7 @@ class Persistence(IndexState):
         self._dirty_owners.clear()
         self._dirty_records.clear()
         self._dirty_names.clear()
+        self._close_bases()
         self._close_finished(CLOSE_SLICE)
         self._evict()
 

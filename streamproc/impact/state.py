@@ -119,6 +119,9 @@ class IndexState:
         self._closing_chunks: set[int] = set()
         """Chunks no new image goes to any more, their flat maps already dropped: the fold
         must call ``_finish_closing`` before it touches one of them again."""
+        self._based: list[Group] = []
+        """Groups whose base parts the batch decoded (a merge, a strip): closed once the
+        batch is written, so the fold holds decoded only deltas between batches."""
 
     # -- images ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -349,7 +352,9 @@ class IndexState:
         """Move the group's delta of ``chunk`` into the chunk's base part: the delta's key
         is deleted and the base rewritten by the next flush."""
         base = 2 * chunk
-        self._open(g, base)
+        if base not in g.open:
+            self._open(g, base)
+            self._based.append(g)
         g.merge_delta(chunk)
         self._close(g, base + 1)
         g.open[base + 1] = [{}, {}, {}, {}]
@@ -394,6 +399,21 @@ class IndexState:
             chunks.clear()
         if self._lru is not None and closed:
             self._lru.resize_many(list(map(_PK, closed)), list(map(Group.size, closed)))
+
+    def _close_bases(self) -> None:
+        """Close the base parts the batch decoded (after it is written): the next merge
+        decodes a base again, once per its delta's worth of images."""
+        resized: list[Group] = []
+        for g in self._based:
+            if self._groups.get(g.pk) is not g:
+                continue  # evicted or deleted since
+            for part in [p for p in g.open if not p & 1]:
+                opened = g.open.pop(part)
+                g.open_members = max(0, g.open_members - sum(map(len, opened)))
+                resized.append(g)
+        self._based.clear()
+        if self._lru is not None and resized:
+            self._lru.resize_many(list(map(_PK, resized)), list(map(Group.size, resized)))
 
     def _finish_closing(self) -> None:
         """The fold is about to touch a closing chunk (an id reused, an old image re-indexed
