@@ -356,7 +356,11 @@ def member_ids(m: Member) -> list[int]:
 
 def delta_images(opened: Opened) -> int:
     """How many images an open delta part holds (every image is on its contains side)."""
-    return len(K.bitmap(chain.from_iterable(map(member_ids, chain(opened[0].values(), opened[1].values())))))
+    return len(
+        K.bitmap(
+            chain.from_iterable(map(member_ids, chain(opened[0].values(), opened[1].values())))
+        )
+    )
 
 
 def bulk_union(groups: Iterable[Group], side: int) -> BitMap:

@@ -479,6 +479,7 @@ def test_finished_chunks_are_closed_and_reopened_when_touched(
     # their flat maps dropped at once
     assert ix._closing_chunks == {1} and ix._closing  # chunk 0 had two groups: done
     assert 2 in ix._flat_c and 1 not in ix._flat_c and 0 not in ix._flat_c
+
     def parts(*chunks: int) -> set[int]:  # a chunk's base and delta parts
         return {K.part(c, d) for c in chunks for d in (False, True)}
 
