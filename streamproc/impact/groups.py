@@ -103,7 +103,6 @@ class Group:
         "chunk_set_changed",
         "chunks",
         "cp",
-        "dn",
         "gid",
         "open",
         "open_members",
@@ -120,10 +119,7 @@ class Group:
         """Product bitmaps over all chunks; None until built, or once a change made them
         stale (each is built on its own: a product query needs only one of them)."""
         self.chunks: dict[int, bytes] = {}
-        """Stored parts by part number (``K.part``: a chunk's base and its delta)."""
         self.open: dict[int, Opened] = {}
-        self.dn: dict[int, int] | None = None
-        """Per open delta part, how many images it holds (what triggers its merge)."""
         self.raw_bytes = 0
         self.open_members = 0
 
@@ -132,7 +128,6 @@ class Group:
         """A group from its stored chunks; the product bitmaps are built when asked for."""
         g = cls.__new__(cls)
         g.gid, g.pk, g.cp, g.up, g.open, g.open_members = gid, pk, None, None, {}, 0
-        g.dn = None
         g.chunks = dict(items)
         g.raw_bytes = sum(map(len, g.chunks.values()))
         return g
@@ -142,7 +137,6 @@ class Group:
         """``load`` for the common one-chunk group (a cold query builds thousands)."""
         g = cls.__new__(cls)
         g.gid, g.pk, g.cp, g.up, g.open, g.open_members = gid, pk, None, None, {}, 0
-        g.dn = None
         g.chunks = {chunk: raw}
         g.raw_bytes = len(raw)
         return g
@@ -224,29 +218,7 @@ class Group:
             ]
         self.open[chunk] = opened
         self.open_members += sum(map(len, opened))
-        if chunk & 1:
-            if self.dn is None:
-                self.dn = {}
-            self.dn[chunk] = delta_images(opened)
         return opened, True
-
-    def merge_delta(self, chunk: int) -> None:
-        """Add the open delta part of ``chunk`` to its base part (open too); the delta is
-        left as it was (the caller closes it)."""
-        delta, base = self.open[2 * chunk + 1], self.open[2 * chunk]
-        gid = self.gid
-        for side in (0, 1):
-            small, big = base[2 * side], base[2 * side + 1]
-            for s, m in chain(delta[2 * side].items(), delta[2 * side + 1].items()):
-                ids = member_ids(m)
-                b = small.get(s) or big.get(s)
-                if b is None:  # more than BIG ids is promoted by the next encode
-                    small[s] = [gid, *sorted(set(ids))]
-                    self.open_members += 1
-                elif len(b) > 1 and type(b[1]) is BitMap:
-                    b.extend(ids)  # pending ids, folded in by the next encode
-                else:
-                    b[1:] = sorted({*b[1:], *ids})
 
     def encode_chunk(self, chunk: int) -> bytes | None:
         """Stored form of an open chunk (None once empty); normalises members in place.
@@ -283,17 +255,7 @@ class Group:
         return sorted(self.chunks.keys() | self.open.keys())
 
     def chunk_members(self, chunk: int) -> tuple[dict[str, BitMap], dict[str, BitMap]]:
-        """Read-only view of one chunk, its base and delta parts together: suffix -> ids."""
-        base = self.part_members(2 * chunk)
-        delta = self.part_members(2 * chunk + 1)
-        for into, more in zip(base, delta, strict=True):
-            for s, bm in more.items():
-                got = into.get(s)
-                into[s] = bm if got is None else got | bm
-        return base
-
-    def part_members(self, chunk: int) -> tuple[dict[str, BitMap], dict[str, BitMap]]:
-        """Read-only view of one part (open or stored): suffix -> ids."""
+        """Read-only view of one chunk (open or stored): suffix -> ids."""
         got = self.open.get(chunk)
         if got is not None:
             return tuple(  # type: ignore[return-value]  # the open chunk holds four maps of this shape
@@ -334,7 +296,7 @@ class Group:
         """Every exact purl suffix with its contains and used bitmaps (diagnostics)."""
         acc: dict[str, list[list[BitMap]]] = {}
         for chunk in self.chunk_numbers():
-            for side, m in enumerate(self.part_members(chunk)):
+            for side, m in enumerate(self.chunk_members(chunk)):
                 for suffix, bm in m.items():
                     acc.setdefault(suffix, [[], []])[side].append(bm)
         for suffix in sorted(acc):
@@ -345,22 +307,6 @@ class Group:
         """Estimated resident bytes, O(1): the stored chunks, about as much again for the
         product bitmaps rebuilt from them, and the decoded members of open chunks."""
         return _OVERHEAD + 2 * self.raw_bytes + _PER_OPEN_MEMBER * self.open_members
-
-
-def member_ids(m: Member) -> list[int]:
-    """A member's ids (a big member's bitmap and pending ids included)."""
-    if len(m) > 1 and type(m[1]) is BitMap:
-        return [*m[1], *m[2:]]
-    return m[1:]
-
-
-def delta_images(opened: Opened) -> int:
-    """How many images an open delta part holds (every image is on its contains side)."""
-    return len(
-        K.bitmap(
-            chain.from_iterable(map(member_ids, chain(opened[0].values(), opened[1].values())))
-        )
-    )
 
 
 def bulk_union(groups: Iterable[Group], side: int) -> BitMap:

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import compress, repeat
-from operator import attrgetter, is_, itemgetter
+from operator import is_, itemgetter
 from sys import intern
 
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
-from streamproc.impact.groups import Group, Member, delta_images, member_empty
+from streamproc.impact.groups import Group, Member, member_empty
 from streamproc.impact.records import ImageRecord, encode_record
 from streamproc.impact.state import IndexState, consume
 from streamproc.sbom.image import ImageError, IndexedImage
@@ -35,8 +35,6 @@ from streamproc.sbom.purls import (
 _append = list.append
 _gid_of = itemgetter(0)
 _is_none = partial(is_, None)
-_DN = attrgetter("dn")
-_PLUS1 = (1).__add__
 
 
 def _new_member(gid: int) -> Member:
@@ -140,8 +138,7 @@ class Ingest(IndexState):
                 if type(m[1]) is not BitMap:
                     m[1:] = sorted(set(m[1:]))
         gids = K.bitmap(list(map(_gid_of, members)))
-        delta = 2 * chunk + 1
-        _merge(self._dirty_chunks, delta, gids)
+        _merge(self._dirty_chunks, chunk, gids)
         _merge(self._pending, chunk, gids)
         tag_list = sorted(set(tags))
         label_map = dict(labels or {})
@@ -150,7 +147,6 @@ class Ingest(IndexState):
             self._owner_add(key, iid)
         if stripped is not None:
             self._prune(stripped[0], stripped[1], chunk)
-        self._count_delta(gids, chunk, K.delta_limit(iid))
         rec = ImageRecord(
             tenant, digest, registry, repo, namespace, tag_list, label_map, list(gids), known
         )
@@ -192,7 +188,6 @@ class Ingest(IndexState):
         fc = self._flat_c.get(chunk)
         if fc is None:
             fc = self._flat_c[chunk] = {}
-        delta = 2 * chunk + 1
         found: list[Member | None] = list(map(fc.get, purls))
         if None not in found:
             return found  # type: ignore[return-value]  # no None in found (checked above)
@@ -209,8 +204,8 @@ class Ingest(IndexState):
         for i, pk in zip(missing, mpks, strict=True):
             if pk not in seen:  # open the chunk of every known product involved
                 g = seen[pk] = groups.get(pk)
-                if g is not None and delta not in g.open:
-                    self._open(g, delta)
+                if g is not None and chunk not in g.open:
+                    self._open(g, chunk)
             m = fc.get(purls[i])
             if m is None:
                 new.append((i, pk))
@@ -229,7 +224,7 @@ class Ingest(IndexState):
                 got = made.get(pk)
                 if got is None:
                     g = seen[pk] or self._new_group(pk)
-                    got = made[pk] = (g, self._open(g, delta)[0])
+                    got = made[pk] = (g, self._open(g, chunk)[0])
                 # suffixes ("@1.2.3", "@1.0?arch=amd64") repeat across products: one copy
                 m = got[1][intern(purl[len(pk) :])] = fc[purl] = _new_member(got[0].gid)
                 got[0].open_members += 1
@@ -254,27 +249,11 @@ class Ingest(IndexState):
             if m is None:
                 gid = umembers[j][0]
                 g = self._groups[self._pk_by_gid[gid]]  # type: ignore[index]  # a member's gid is live, so its product key is not None
-                m = self._open(g, 2 * chunk + 1)[2][intern(purl[len(g.pk) :])] = _new_member(gid)
+                m = self._open(g, chunk)[2][intern(purl[len(g.pk) :])] = _new_member(gid)
                 g.open_members += 1
                 fu[purl] = m
             found[j] = m
         return found  # type: ignore[return-value]  # every None slot was filled in the loop
-
-    def _count_delta(self, gids: BitMap, chunk: int, limit: int) -> None:
-        """The image is in the delta of each of these groups: merge the deltas that reach
-        ``limit`` images (``K.delta_limit``: a point fixed by the events, whatever the
-        batches)."""
-        delta = 2 * chunk + 1
-        groups, by_gid = self._groups, self._pk_by_gid
-        # C-level maps: an image touches a few hundred groups
-        gs: list[Group] = list(map(groups.__getitem__, map(by_gid.__getitem__, gids)))  # type: ignore[arg-type]  # the image's gids are live
-        dns = list(map(_DN, gs))
-        ns = list(map(_PLUS1, map(dict.__getitem__, dns, repeat(delta))))
-        consume(map(dict.__setitem__, dns, repeat(delta), ns))
-        if max(ns, default=0) >= limit:
-            for g, n in zip(gs, ns, strict=True):
-                if n >= limit:
-                    self._merge_delta(g, chunk)
 
     # -- stripping and pruning (re-index, removal) -----------------------------------------
     def _strip(self, iid: int, old: ImageRecord, chunk: int) -> tuple[list[int], list[bytes]]:
@@ -285,20 +264,13 @@ class Ingest(IndexState):
             cold = [pk for gid in old.gids if (pk := by_gid[gid]) not in groups]
             if cold:
                 self._load_groups(cold)  # type: ignore[arg-type]  # an indexed image's gids are live, so their product keys are not None
-        delta = 2 * chunk + 1
         for gid in old.gids:
             g = groups[by_gid[gid]]  # type: ignore[index]  # as above
             self._stale(g)
-            if delta - 1 not in g.open:
-                self._based.append(g)
-            for part in (delta - 1, delta):
-                for members in self._open(g, part):
-                    for m in members.values():
-                        _discard(m, iid)
-            assert g.dn is not None
-            g.dn[delta] = delta_images(g.open[delta])
-        _merge(self._dirty_chunks, delta - 1, K.bitmap(old.gids))
-        _merge(self._dirty_chunks, delta, K.bitmap(old.gids))
+            for members in self._open(g, chunk):
+                for m in members.values():
+                    _discard(m, iid)
+        _merge(self._dirty_chunks, chunk, K.bitmap(old.gids))
         owners = K.owner_keys(
             old.tenant, old.registry, old.repo, old.namespace, old.tags, old.labels, old.usage_known
         )
@@ -323,14 +295,12 @@ class Ingest(IndexState):
             if not self._product(g, 0):
                 self._delete_group(g)
                 continue
-            for part in (2 * chunk, 2 * chunk + 1):
-                flats = (fc, fc, fu, fu) if part & 1 else ({}, {}, {}, {})
-                for members, flat in zip(g.open[part], flats, strict=True):
-                    empty = [s for s, m in members.items() if member_empty(m)]
-                    for s in empty:
-                        del members[s]
-                        flat.pop(pk + s, None)
-                    g.open_members -= len(empty)
+            for members, flat in zip(g.open[chunk], (fc, fc, fu, fu), strict=True):
+                empty = [s for s, m in members.items() if member_empty(m)]
+                for s in empty:
+                    del members[s]
+                    flat.pop(pk + s, None)
+                g.open_members -= len(empty)
         for key in owners:
             bm = self._owners.get(key)
             if bm is not None and not bm:

@@ -12,16 +12,15 @@ images; 8,192-id chunks made the first query after a restart 6x slower for 50,00
 
 Column families and values::
 
-    impact_groups  <gid u32><part u24>    msgpack [csmall, cbig, usmall, ubig]: exact-purl
+    impact_groups  <gid u32><chunk u16>   msgpack [csmall, cbig, usmall, ubig]: exact-purl
                                           suffix -> ids; "small" maps hold [gid, id...]
                                           (sorted) for at most BIG ids, "big" maps the
                                           roaring bytes of larger sets; c = contains,
-                                          u = used by the entrypoint; part = 2 * chunk
-                                          for the chunk's base, + 1 for its delta
+                                          u = used by the entrypoint
     impact_owners  <kind><tenant>[\\0<v>]  roaring bytes; kind t=tenant n=namespace r=repo
                                           l=label "k=v" g=tag u=usage known (no value)
     impact_images  <image id u32>         msgpack ImageRecord (owners + sorted gids)
-    impact_names   p<product key>         gid u32 + its part numbers, u24 each (resident:
+    impact_names   p<product key>         gid u32 + its chunk numbers, u16 each (resident:
                                           the product directory; a cold load is plain gets)
                    d<tenant>\\0<digest>    image id u32    (resident)
                    t<tenant>              msgpack [tag, ...] (resident: glob targets)
@@ -59,22 +58,6 @@ FAMILIES = (GROUPS_CF, OWNERS_CF, IMAGES_CF, NAMES_CF)
 
 CHUNK_BITS = 16
 CHUNK_IDS = 1 << CHUNK_BITS
-DELTA = 64
-DELTA_SHIFT = 4
-"""A product's images of a chunk go to the chunk's *delta* part; the fold of the event
-that brings the delta to ``max(DELTA, offset >> DELTA_SHIFT)`` images (offset: the image
-id's place in its chunk) merges it into the chunk's *base* part. Set by the events alone
-(never by batch cuts or the cache), it keeps a touched product's per-batch work to its
-delta, at most ~1/16 of the chunk's images so far, instead of its whole chunk, and the
-merges to O(1) per image and purl: a product in a fraction f of the images merges every
-T / f images, at a cost ~ its base (f * offset)."""
-
-
-def delta_limit(iid: int) -> int:
-    """Images a delta of ``iid``'s chunk holds before the event that adds ``iid`` merges it."""
-    return max(DELTA, (iid & ((1 << CHUNK_BITS) - 1)) >> DELTA_SHIFT)
-
-
 BIG = 16
 """Id sets up to this size are kept and stored as plain sorted lists (appended to in place
 by the fold, encoded by msgspec in bulk); larger ones as roaring bitmaps. The trade: a cold
@@ -123,20 +106,15 @@ def u32(n: int) -> bytes:
     return n.to_bytes(4, "big")
 
 
-def part(chunk: int, delta: bool) -> int:
-    """A chunk's part number: ``2 * chunk`` its base, ``2 * chunk + 1`` its delta."""
-    return chunk << 1 | delta
+def group_key(gid: int, chunk: int) -> bytes:
+    return gid.to_bytes(4, "big") + chunk.to_bytes(2, "big")
 
 
-def group_key(gid: int, part: int) -> bytes:
-    return gid.to_bytes(4, "big") + part.to_bytes(3, "big")
-
-
-def pack_parts(parts: Collection[int]) -> bytes:
-    if len(parts) == 1:
-        (p,) = parts
-        return p.to_bytes(3, "big")
-    return b"".join(p.to_bytes(3, "big") for p in sorted(parts))
+def pack_chunks(chunks: Collection[int]) -> bytes:
+    if len(chunks) == 1:
+        (c,) = chunks
+        return c.to_bytes(2, "big")
+    return b"".join(c.to_bytes(2, "big") for c in sorted(chunks))
 
 
 def scoped(tenant: str, value: str) -> str:

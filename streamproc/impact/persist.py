@@ -97,16 +97,16 @@ class Persistence(IndexState):
         names: dict[bytes, bytes | None] = {}
         by_gid, groups, gdir = self._pk_by_gid, self._groups, self._gdir
         resized: list[Group] = []
-        for part, gids in self._dirty_chunks.items():
-            suffix = part.to_bytes(3, "big")
+        for chunk, gids in self._dirty_chunks.items():
+            suffix = chunk.to_bytes(2, "big")
             for gid in gids:
                 g = groups.get(by_gid[gid])  # type: ignore[arg-type]  # a dirty gid is live, so its product key is not None
-                if g is None or g.gid != gid or part not in g.open:
-                    continue  # deleted (its parts are in _dead), or not changed after all
+                if g is None or g.gid != gid or chunk not in g.open:
+                    continue  # deleted (its chunks are in _dead), or not changed after all
                 gid4 = gid.to_bytes(4, "big")
-                groups_cf[gid4 + suffix] = g.store_chunk(part)
+                groups_cf[gid4 + suffix] = g.store_chunk(chunk)
                 if g.chunk_set_changed:  # the product directory entry changes
-                    value = gdir[gid] = gid4 + K.pack_parts(g.chunks)
+                    value = gdir[gid] = gid4 + K.pack_chunks(g.chunks)
                     names[K.PRODUCT + g.pk.encode()] = value
                 resized.append(g)
         if self._lru is not None and resized:
@@ -148,8 +148,8 @@ class Persistence(IndexState):
         """What ``dirty_writes`` would write (without encoding anything)."""
         out = {(K.GROUPS_CF, k) for k in self._dead}
         out.update(
-            (K.GROUPS_CF, K.group_key(gid, part))
-            for part, gids in self._dirty_chunks.items()
+            (K.GROUPS_CF, K.group_key(gid, chunk))
+            for chunk, gids in self._dirty_chunks.items()
             for gid in gids
         )
         out.update((K.OWNERS_CF, k) for k in self._dirty_owners)
@@ -171,7 +171,6 @@ class Persistence(IndexState):
         self._dirty_owners.clear()
         self._dirty_records.clear()
         self._dirty_names.clear()
-        self._close_bases()
         self._close_finished(CLOSE_SLICE)
         self._evict()
 
@@ -225,7 +224,7 @@ class Persistence(IndexState):
             if gid not in groups and len(groups) == budget:
                 last = key[:4]
                 break
-            groups.setdefault(gid, []).append((int.from_bytes(key[4:7], "big"), raw))
+            groups.setdefault(gid, []).append((int.from_bytes(key[4:6], "big"), raw))
         for gid, items in groups.items():
             pk = self._pk_by_gid[gid] if gid < len(self._pk_by_gid) else None
             if pk is not None and pk not in self._groups:

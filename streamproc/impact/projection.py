@@ -88,12 +88,11 @@ class ImpactProjection(Projection):
     trims_malloc: ClassVar[bool] = True
     """A batch frees its writes (tens of MB of chunk values) and RocksDB its flushed
     memtables into glibc's heap, whose holes stay in the RSS until trimmed."""
-    version: ClassVar[int] = 5
-    """5: each 65,536-id chunk of a product in two parts, a base and a delta of its latest
-    images (``K.delta_limit``), keyed by part number; 4: image records say whether usage is
-    known, with a usage-known owner bitmap per tenant; 3: small members as lists, big ones as
-    roaring, never run-optimised; 2: 65,536-id chunks, 8-id lists; 1: 8,192-id chunks. Older
-    state directories must be replayed."""
+    version: ClassVar[int] = 4
+    """4: image records say whether usage is known, with a usage-known owner bitmap per
+    tenant (3: small members as lists, big ones as roaring, never run-optimised; 2:
+    65,536-id chunks, 8-id lists; 1: 8,192-id chunks); older state directories must be
+    replayed."""
 
     def __init__(
         self, *, max_bytes: int | None = DEFAULT_CACHE_MB << 20, warm_on_start: bool = True

@@ -39,9 +39,9 @@ from streamproc.state.store import Store
 _AFTER4 = itemgetter(slice(4, None))
 _CHUNKS = attrgetter("chunks")
 _PK = attrgetter("pk")
-_IS7 = (7).__eq__
+_IS6 = (6).__eq__
 _is_not_none = partial(is_not, None)
-_UINT = partial(int.from_bytes, byteorder="big")
+_U16 = partial(int.from_bytes, byteorder="big")
 
 
 def consume(it: Iterable[object]) -> None:
@@ -119,9 +119,6 @@ class IndexState:
         self._closing_chunks: set[int] = set()
         """Chunks no new image goes to any more, their flat maps already dropped: the fold
         must call ``_finish_closing`` before it touches one of them again."""
-        self._based: list[Group] = []
-        """Groups whose base parts the batch decoded (a merge, a strip): closed once the
-        batch is written, so the fold holds decoded only deltas between batches."""
 
     # -- images ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -182,19 +179,19 @@ class IndexState:
         gids = sorted(gids)
         pks: list[str] = list(map(self._pk_by_gid.__getitem__, gids))  # type: ignore[arg-type]  # a known product's gid maps back to its key
         dirs = list(map(self._gdir.__getitem__, gids))
-        if all(map(_IS7, map(len, dirs))):  # one part each: the common case
+        if all(map(_IS6, map(len, dirs))):  # one chunk each: the common case
             vals = self._get_chunks(dirs)
-            got = list(map(Group.single, gids, pks, map(_UINT, map(_AFTER4, dirs)), vals))
+            got = list(map(Group.single, gids, pks, map(_U16, map(_AFTER4, dirs)), vals))
         else:
             keys: list[bytes] = []
             spans: list[int] = []
             for d in dirs:
                 spans.append(len(keys))
-                keys.extend(d[:4] + d[i : i + 3] for i in range(4, len(d), 3))
+                keys.extend(d[:4] + d[i : i + 2] for i in range(4, len(d), 2))
             vals = self._get_chunks(keys)
             ends = [*spans[1:], len(keys)]
             got = [
-                Group.load(gid, pk, [(_UINT(keys[n][4:]), vals[n]) for n in range(lo, hi)])
+                Group.load(gid, pk, [(_U16(keys[n][4:]), vals[n]) for n in range(lo, hi)])
                 for gid, pk, lo, hi in zip(gids, pks, spans, ends, strict=True)
             ]
         self._groups.update(zip(pks, got, strict=True))
@@ -211,7 +208,7 @@ class IndexState:
         if not hit:
             return []
         gids = list(map(self._gids.__getitem__, hit))
-        chunks = map(_UINT, map(_AFTER4, map(self._gdir.__getitem__, gids)))
+        chunks = map(_U16, map(_AFTER4, map(self._gdir.__getitem__, gids)))
         out = list(map(Group.single, gids, hit, chunks, map(stored.pop, hit)))
         self._groups.update(zip(hit, out, strict=True))
         return out
@@ -233,7 +230,7 @@ class IndexState:
         assert self.source is not None
         gids = sorted(gids)
         dirs = list(map(self._gdir.__getitem__, gids))
-        single = list(map(_IS7, map(len, dirs)))
+        single = list(map(_IS6, map(len, dirs)))
         extra: list[bytes] = []
         if not all(single):
             several = self._read_groups(list(compress(gids, map(not_, single))))
@@ -314,12 +311,9 @@ class IndexState:
         self._cp.pop(g.pk, None)
         self._up.pop(g.pk, None)
 
-    def _open(self, g: Group, part: int) -> Opened:
-        """Decode one part of the group; a delta part's members (where new ids go) enter
-        the flat maps, a base part's (opened to merge into, strip or prune) do not."""
-        opened, new = g.open_chunk(part)
-        if new and part & 1:
-            chunk = part >> 1
+    def _open(self, g: Group, chunk: int) -> Opened:
+        opened, new = g.open_chunk(chunk)
+        if new:
             add = g.pk.__add__
             fc = self._flat_c.setdefault(chunk, {})
             for members in opened[:2]:
@@ -330,16 +324,11 @@ class IndexState:
                     fu.update(zip(map(add, members), members.values(), strict=True))
         return opened
 
-    def _close(self, g: Group, part: int) -> None:
-        opened = g.open.pop(part, None)
+    def _close(self, g: Group, chunk: int) -> None:
+        opened = g.open.pop(chunk, None)
         if opened is None:
             return
         g.open_members = max(0, g.open_members - sum(map(len, opened)))
-        if g.dn is not None:
-            g.dn.pop(part, None)
-        if not part & 1:
-            return
-        chunk = part >> 1
         pk = g.pk
         for flat, members in ((self._flat_c, opened[:2]), (self._flat_u, opened[2:])):
             fm = flat.get(chunk)
@@ -347,24 +336,6 @@ class IndexState:
                 continue
             for s in chain(*members):
                 fm.pop(pk + s, None)
-
-    def _merge_delta(self, g: Group, chunk: int) -> None:
-        """Move the group's delta of ``chunk`` into the chunk's base part: the delta's key
-        is deleted and the base rewritten by the next flush."""
-        base = 2 * chunk
-        if base not in g.open:
-            self._open(g, base)
-            self._based.append(g)
-        g.merge_delta(chunk)
-        self._close(g, base + 1)
-        g.open[base + 1] = [{}, {}, {}, {}]
-        assert g.dn is not None
-        g.dn[base + 1] = 0
-        got = self._dirty_chunks.get(base)
-        if got is None:
-            self._dirty_chunks[base] = K.bitmap([g.gid])
-        else:
-            got.add(g.gid)
 
     def _settle(self) -> None:
         """Mark the product bitmaps of groups changed since the last call as stale (they
@@ -387,33 +358,15 @@ class IndexState:
         closed: list[Group] = []
         for g in cast(Iterator[Group], filter(_is_not_none, map(groups.get, take))):
             for c in chunks:
-                for part in (2 * c, 2 * c + 1):
-                    opened = g.open.pop(part, None)
-                    if opened is not None:
-                        g.open_members = max(0, g.open_members - sum(map(len, opened)))
-                        if g.dn is not None:
-                            g.dn.pop(part, None)
-                        closed.append(g)
+                opened = g.open.pop(c, None)
+                if opened is not None:
+                    g.open_members = max(0, g.open_members - sum(map(len, opened)))
+                    closed.append(g)
         del queue[len(queue) - len(take) :]
         if not queue:
             chunks.clear()
         if self._lru is not None and closed:
             self._lru.resize_many(list(map(_PK, closed)), list(map(Group.size, closed)))
-
-    def _close_bases(self) -> None:
-        """Close the base parts the batch decoded (after it is written): the next merge
-        decodes a base again, once per its delta's worth of images."""
-        resized: list[Group] = []
-        for g in self._based:
-            if self._groups.get(g.pk) is not g:
-                continue  # evicted or deleted since
-            for part in [p for p in g.open if not p & 1]:
-                opened = g.open.pop(part)
-                g.open_members = max(0, g.open_members - sum(map(len, opened)))
-                resized.append(g)
-        self._based.clear()
-        if self._lru is not None and resized:
-            self._lru.resize_many(list(map(_PK, resized)), list(map(Group.size, resized)))
 
     def _finish_closing(self) -> None:
         """The fold is about to touch a closing chunk (an id reused, an old image re-indexed

@@ -76,11 +76,8 @@ def test_a_cold_query_keeps_chunks_and_the_next_one_builds_groups_without_reads(
         first = ix.resolve_by_purls(KEYS, False, sel)
         assert set(first.digests()) == want
         known = ix.product_count()
-        parts = sum((len(d) - 4) // 3 for d in ix._gdir)
-        one_part = sum(len(d) == 7 for d in ix._gdir)
-        # products stored as one part are kept as its bytes, the others built into groups
-        assert len(ix._stored) == one_part > 20 and len(ix._groups) == known - one_part > 0
-        assert store.chunk_reads == parts  # one multi-get, each part once
+        assert not ix._groups and len(ix._stored) == known > 40
+        assert store.chunk_reads == known  # one multi-get, each chunk once
         assert ix.warm_progress == (known, known)
         assert ix._lru is not None
         total = ix._lru.total
@@ -88,7 +85,7 @@ def test_a_cold_query_keeps_chunks_and_the_next_one_builds_groups_without_reads(
 
         second = ix.resolve_by_purls(KEYS, False, sel)  # as after a cold query before:
         assert set(second.digests()) == want  # every key's bitmap built from its group
-        assert store.chunk_reads == parts  # ... with no read
+        assert store.chunk_reads == known  # ... with no read
         assert not ix._stored and len(ix._groups) == known
         assert ix._lru.total == total  # a built group is charged what its chunk was
         found, _ = ix._lookup(sorted(ix._gids), False)
@@ -99,7 +96,7 @@ def test_a_cold_query_keeps_chunks_and_the_next_one_builds_groups_without_reads(
             == [k for k in KEYS if not model.resolve([k], False, sel)]
         )
         answers(ix, model)
-        assert store.chunk_reads == parts
+        assert store.chunk_reads == known
     finally:
         store.close()
 
@@ -171,8 +168,8 @@ def test_warming_builds_the_kept_chunks_into_groups_with_their_bitmaps(tmp_path:
     store, ix = reopened(state)
     try:
         ix.resolve_by_purls(KEYS[::2], False, Selector(tenant="t0"))
-        kept = len(ix._stored) + len(ix._groups)  # one-part products kept as bytes
-        assert len(ix._stored) > 1 and ix.warm_progress == (kept, ix.product_count())
+        kept = len(ix._stored)
+        assert kept > 1 and ix.warm_progress == (kept, ix.product_count())
         while not ix.warm_step(7):
             assert ix.warm_progress[0] >= kept
         assert not ix._stored and ix.warm_progress == (ix.product_count(),) * 2
@@ -203,10 +200,7 @@ def test_products_over_several_chunks_beside_kept_ones(tmp_path: Path) -> None:
     names: dict[bytes, bytes | None] = {}
     groups: dict[bytes, bytes | None] = {}
     for gid, (pk, chunks) in enumerate(ids.items()):
-        # chunk 0 stored as a base part, chunk 1 as a delta part: both are read alike
-        names[K.PRODUCT + pk.encode()] = K.u32(gid) + K.pack_parts(
-            [K.part(c, c == 1) for c in chunks]
-        )
+        names[K.PRODUCT + pk.encode()] = K.u32(gid) + K.pack_chunks(chunks)
         for chunk, members in chunks.items():
             cs: dict[str, list[int]] = {}
             cb: dict[str, bytes] = {}
@@ -218,7 +212,7 @@ def test_products_over_several_chunks_beside_kept_ones(tmp_path: Path) -> None:
                     cs[s] = [gid, *c]
                 if u:
                     us[s] = [gid, *u]
-            groups[K.group_key(gid, K.part(chunk, chunk == 1))] = K.encode_chunk(cs, cb, us, {})
+            groups[K.group_key(gid, chunk)] = K.encode_chunk(cs, cb, us, {})
     for i in live:
         names[K.DIGEST + K.scoped("t", f"d{i}").encode()] = K.u32(i)
     every = K.bitmap(live).serialize()  # the tenant's images, all with usage data

@@ -97,35 +97,6 @@ def test_batch_boundaries_never_change_the_state(seed: int) -> None:
     assert state_digest(one) == state_digest(many) == state_digest(bounded)
 
 
-@pytest.mark.parametrize("seed", [4, 5])
-def test_deltas_merged_at_any_batching_store_the_same_state_and_answer_exactly(
-    seed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Deltas of 3 images in 16-id chunks: merges, removals and re-indexes interleave in
-    every chunk; the stored state (bases and deltas both present) is the same for any batch
-    cuts and cache bound, and every answer is a brute-force scan's."""
-    monkeypatch.setattr(K, "CHUNK_BITS", 4)
-    monkeypatch.setattr(K, "DELTA", 3)
-    monkeypatch.setattr(K, "DELTA_SHIFT", 16)
-    events = random_events(seed, 700)
-    model = Model()
-    for e in events:
-        model.apply(e)
-    stores = [MemoryStore() for _ in range(3)]
-    fold(stores[0], events)
-    fold(stores[1], events, sizes=[1, 7, 50, 3, 200])
-    bounded = fold(
-        stores[2], events, sizes=[13], proj=ImpactProjection(max_bytes=4096, warm_on_start=False)
-    )
-    assert len({state_digest(s) for s in stores}) == 1
-    kinds = {k[-1] & 1 for k, _ in stores[0].scan(K.GROUPS_CF)}
-    assert kinds == {0, 1}  # base parts (merged deltas) and delta parts
-    check_answers(bounded, model, seed)
-    cold = ImpactProjection(max_bytes=2048, warm_on_start=False)
-    Folder(stores[2], [cold], "impact")
-    check_answers(cold, model, seed)
-
-
 def test_answers_match_a_brute_force_scan_hot_and_after_reopening() -> None:
     events = random_events(3, 900)
     model = Model()
