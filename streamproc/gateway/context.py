@@ -13,7 +13,7 @@ import msgspec
 from aiohttp import web
 
 from streamproc.bus import jsapi
-from streamproc.bus.streams import configured_notify_retention
+from streamproc.bus.streams import notify_retention_from
 from streamproc.bus.ttlkv import TtlBucket
 from streamproc.gateway.auth.callers import Authenticator, Principal
 from streamproc.gateway.auth.replay import ReplayGuard, bucket_definition, bucket_name
@@ -66,9 +66,7 @@ class GatewayContext:
         self.body_cap = min(settings.max_body or process_cap, process_cap)
         self.inflated_cap = settings.max_decompressed_body or self.body_cap
         self.feed = Feed(ctx.publisher.nc, prefix, conf.section(load_feed_settings))
-        self.window = WindowKeeper(
-            self.feed.holds, conf.section(configured_notify_retention).max_age_s
-        )
+        self.window = WindowKeeper(self.feed.holds, conf.built(notify_retention_from).max_age_s)
         """Moves the Notify stream's delivery window along; ``app.py`` runs it."""
 
     async def json_body(

@@ -149,9 +149,9 @@ class System:
         self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}", auth=auth)
         defs = streams.definitions(
             s.prefix,
-            conf.section(streams.configured_replicas),
-            conf.section(streams.configured_events_retention),
-            conf.section(streams.configured_notify_retention),
+            conf.built(streams.replicas_from),
+            conf.built(streams.events_retention_from),
+            conf.built(streams.notify_retention_from),
         )
         for r in await streams.apply(self.nc, defs):
             if r.action == "drift":
