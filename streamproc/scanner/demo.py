@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamproc.backends.settings import load as load_scanner_settings
+from streamproc.backends.settings import from_sections as scanner_from_sections
 from streamproc.bus import objects
 from streamproc.bus.publisher import WrongExpectedSequence
 from streamproc.config import Configuration
@@ -110,7 +110,7 @@ async def seed_demo(
             shutil.copy(DATA / "osv" / f"{name}.json", target)
     shutil.copy(DATA / "osv" / "debian-sources.json", osv_dir.parent / "debian-sources.json")
     url = scanner_url or conf.get(env_name("scanner.url"))
-    scanner = conf.section(load_scanner_settings)
+    scanner = conf.built(scanner_from_sections)
     tool = scanner.tool
     svc: ScannerService | None = None
     if tool is not None:
