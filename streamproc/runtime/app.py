@@ -143,9 +143,7 @@ class System:
                 lock=self.store_lock,
             )
             await asyncio.to_thread(self.server.start)
-        auth = (
-            conf.section(NatsAuth.from_env) if s.nats_url else None
-        )  # the embedded server has none
+        auth = NatsAuth.configured(conf) if s.nats_url else None  # the embedded server has none
         self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}", auth=auth)
         defs = streams.definitions(
             s.prefix,
