@@ -33,7 +33,9 @@ from streamproc.notify.feed_consumer import (
     ConsumerSettings,
     FeedClosed,
     FeedConsumer,
-    load_settings,
+)
+from streamproc.notify.feed_consumer import (
+    from_section as consumer_settings,
 )
 from streamproc.notify.feed_http import epoch_of
 from streamproc.notify.feed_state import Checkpoint, FeedState
@@ -145,8 +147,10 @@ def _tail_http(
         key, token=static, token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,), env=env
     )
     own = tokens.tenant if isinstance(tokens, StaticToken) else None
-    cs = load_settings(base_url=args.http, tenants=args.tenant, kinds=args.kind or [],
-                       token_tenant=own, env=env)  # fmt: skip
+    cs = consumer_settings(
+        settings.configuration.sections.notify, base_url=args.http, tenants=args.tenant,
+        kinds=args.kind or [], token_tenant=own,
+    )  # fmt: skip
     if isinstance(tokens, StaticToken) and own is not None and cs.tenants != (own,):
         raise ConfigError(
             f"a static token serves its own tenant ({own}), not {', '.join(cs.tenants)}: use "
