@@ -21,7 +21,7 @@ from streamproc.bus.pull import ConsumerGone
 from streamproc.cancellation import checkpoint
 from streamproc.cliargs import configuration
 from streamproc.client.http import ApiClient
-from streamproc.client.settings import dpop_key, token_source
+from streamproc.client.settings import client_of, dpop_key, token_source
 from streamproc.client.tokens import StaticToken
 from streamproc.config import ConfigError, Settings, load
 from streamproc.configfile.registry import env_name
@@ -141,10 +141,11 @@ def _tail_http(
     settings: Settings, args: argparse.Namespace, show: Callable[[nm.AnyMessage, int], None]
 ) -> int:
     env = settings.configuration.values
-    key = dpop_key(settings.data_dir, env)
+    client = client_of(settings.configuration)
+    key = dpop_key(settings.data_dir, client)
     static = args.token or env.get(TOKEN_ENV)
     tokens = token_source(
-        key, token=static, token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,), env=env
+        key, token=static, token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,), client=client
     )
     own = tokens.tenant if isinstance(tokens, StaticToken) else None
     cs = consumer_settings(
