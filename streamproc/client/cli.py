@@ -97,8 +97,8 @@ def _write_all(data: bytes) -> None:
 
 def cmd_api(args: argparse.Namespace) -> int:
     settings = load({"data_dir": args.data_dir}, configuration(args))
-    env = settings.configuration.values
-    base = args.url or env.get(URL_ENV) or f"http://{settings.http_host}:{settings.http_port}"
+    conf = settings.configuration
+    base = args.url or conf.get(URL_ENV) or f"http://{settings.http_host}:{settings.http_port}"
     base = absolute_http_url("--url", base.rstrip("/"))
     path = args.path if args.path.startswith(("/api/", "/openapi.json")) else API_BASE + (
         args.path if args.path.startswith("/") else "/" + args.path)  # fmt: skip
@@ -106,7 +106,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     key = dpop_key(settings.data_dir, client)
     scopes = (READ_SCOPE,) if args.method == "GET" else (ADMIN_SCOPE,)
     tokens = token_source(
-        key, token=args.token or env.get(TOKEN_ENV), token_flag=f"--token / {TOKEN_ENV}",
+        key, token=args.token or conf.get(TOKEN_ENV), token_flag=f"--token / {TOKEN_ENV}",
         scopes=scopes, client=client,
     )  # fmt: skip
     body = _body(args.data)

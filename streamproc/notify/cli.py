@@ -140,10 +140,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def _tail_http(
     settings: Settings, args: argparse.Namespace, show: Callable[[nm.AnyMessage, int], None]
 ) -> int:
-    env = settings.configuration.values
     client = client_of(settings.configuration)
     key = dpop_key(settings.data_dir, client)
-    static = args.token or env.get(TOKEN_ENV)
+    static = args.token or settings.configuration.get(TOKEN_ENV)  # as given: a secret
     tokens = token_source(
         key, token=static, token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,), client=client
     )
