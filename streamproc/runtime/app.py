@@ -123,7 +123,7 @@ class System:
     async def start(self) -> None:
         s = self.settings
         conf = s.configuration
-        tracing.configure(conf.values)  # a bad exporter setting or a missing extra stops us here
+        tracing.configure_from(conf.sections.otel)  # a bad endpoint or a missing extra stops us
         self.heartbeat = None if self._heartbeat is None else self._heartbeat(self)
         # Lock every state directory first: a second process on a directory in use is
         # refused before it touches NATS, consumers or the HLC file.
