@@ -12,9 +12,9 @@ from typing import TypeVar
 
 import msgspec
 
-from streamproc.configfile.registry import env_names
+from streamproc.configfile.registry import BY_ENV, env_names
 from streamproc.configfile.sections import Sections
-from streamproc.configfile.typed import SectionProblems, decode
+from streamproc.configfile.typed import SectionProblems, decode, field_name
 from streamproc.hlc import validate_node
 from streamproc.names import DEFAULT_PREFIX, events_subjects, stream_names
 
@@ -186,14 +186,17 @@ ENV = env_names(
 def load(
     overrides: dict[str, object] | None = None, configuration: Configuration | None = None
 ) -> Settings:
-    """Settings from ``configuration`` (``None``: the defaults alone), then ``overrides``
-    (flags that were given); the result carries ``configuration`` to the roles."""
+    """Settings from ``configuration``'s typed sections (``None``: the defaults alone), then
+    ``overrides`` (flags that were given); the result carries ``configuration`` to the roles."""
     configuration = Configuration() if configuration is None else configuration
-    env = configuration.values
     raw: dict[str, object] = {}
     for name, var in ENV.items():
-        if env.get(var):
-            raw[name] = env[var]
+        key = BY_ENV[var]
+        value = getattr(getattr(configuration.sections, field_name(key.section)), key.name)
+        if isinstance(value, tuple):  # nats.url: the servers as given (``connect`` splits them)
+            value = configuration.get(var)
+        if value is not None:
+            raw[name] = value
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         settings = msgspec.convert(raw, Settings, strict=False, dec_hook=_dec_hook)
