@@ -36,9 +36,11 @@ class Configuration:
     over them, under their environment names, the file's structured tables, and every key of
     every section decoded from them into one typed object (:attr:`sections`; ``activate``
     decodes it at start, so a bad value of any section stops every process). A role builds its
-    settings from its section (:meth:`built`) or, for readers not yet moved to it, from the
-    text (:meth:`section`); either is kept: nothing reads the environment or the file after
-    start."""
+    settings from its section (:meth:`built`, kept): nothing reads the environment or the file
+    after start. The text (:attr:`values`) is still read as given where typing would change
+    it (secrets keep their spaces, ``env:NAME`` references, whether a key was given at all),
+    by ``config check``'s per-key attribution, and for the audit signing and trusted keys
+    (their ``@file`` and JSON forms)."""
 
     values: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Environment name → the effective text (an empty variable counts as unset). Not in the
