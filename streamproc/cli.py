@@ -119,13 +119,11 @@ def cmd_nats(args: argparse.Namespace) -> int:
 def cmd_streams_apply(args: argparse.Namespace) -> int:
     s = cliargs.settings(args)
     conf = s.configuration
-    retention = conf.section(streams.configured_events_retention)  # fails before connecting
-    notify = conf.section(streams.configured_notify_retention)
+    retention = conf.built(streams.events_retention_from)  # fails before connecting
+    notify = conf.built(streams.notify_retention_from)
 
     async def apply(nc: Any) -> int:
-        replicas = (
-            conf.section(streams.configured_replicas) if args.replicas is None else args.replicas
-        )
+        replicas = conf.built(streams.replicas_from) if args.replicas is None else args.replicas
         defs = streams.definitions(s.prefix, replicas, retention, notify)
         results = await streams.apply(nc, defs)
         for r in results:

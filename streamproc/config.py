@@ -12,9 +12,9 @@ from typing import TypeVar
 
 import msgspec
 
-from streamproc.configfile.registry import env_names
+from streamproc.configfile.registry import BY_ENV, env_names
 from streamproc.configfile.sections import Sections
-from streamproc.configfile.typed import SectionProblems, decode
+from streamproc.configfile.typed import SectionProblems, decode, field_name
 from streamproc.hlc import validate_node
 from streamproc.names import DEFAULT_PREFIX, events_subjects, stream_names
 
@@ -36,9 +36,11 @@ class Configuration:
     over them, under their environment names, the file's structured tables, and every key of
     every section decoded from them into one typed object (:attr:`sections`; ``activate``
     decodes it at start, so a bad value of any section stops every process). A role builds its
-    settings from its section (:meth:`built`) or, for readers not yet moved to it, from the
-    text (:meth:`section`); either is kept: nothing reads the environment or the file after
-    start."""
+    settings from its section (:meth:`built`, kept): nothing reads the environment or the file
+    after start. The text (:attr:`values`) is still read as given where typing would change
+    it (secrets keep their spaces, ``env:NAME`` references, whether a key was given at all),
+    by ``config check``'s per-key attribution, and for the audit signing and trusted keys
+    (their ``@file`` and JSON forms)."""
 
     values: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Environment name → the effective text (an empty variable counts as unset). Not in the
@@ -186,14 +188,17 @@ ENV = env_names(
 def load(
     overrides: dict[str, object] | None = None, configuration: Configuration | None = None
 ) -> Settings:
-    """Settings from ``configuration`` (``None``: the defaults alone), then ``overrides``
-    (flags that were given); the result carries ``configuration`` to the roles."""
+    """Settings from ``configuration``'s typed sections (``None``: the defaults alone), then
+    ``overrides`` (flags that were given); the result carries ``configuration`` to the roles."""
     configuration = Configuration() if configuration is None else configuration
-    env = configuration.values
     raw: dict[str, object] = {}
     for name, var in ENV.items():
-        if env.get(var):
-            raw[name] = env[var]
+        key = BY_ENV[var]
+        value = getattr(getattr(configuration.sections, field_name(key.section)), key.name)
+        if isinstance(value, tuple):  # nats.url: the servers as given (``connect`` splits them)
+            value = configuration.get(var)
+        if value is not None:
+            raw[name] = value
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         settings = msgspec.convert(raw, Settings, strict=False, dec_hook=_dec_hook)

@@ -389,7 +389,7 @@ async def run(ctx: RoleContext) -> None:
     """The background service of a partitioned planner role (every instance runs it)."""
     n = ctx.settings.configuration.built(planner_from_sections).partitions
     nc = ctx.publisher.nc
-    retention = ctx.settings.configuration.section(streams.configured_events_retention)
+    retention = ctx.settings.configuration.built(streams.events_retention_from)
     stream = await ensure_stream(nc, ctx.settings, n, retention)
     replicas = await jsapi.stream_replicas(nc, ctx.settings.events_stream)
     kv, ttl = await open_bucket(

@@ -123,7 +123,7 @@ class System:
     async def start(self) -> None:
         s = self.settings
         conf = s.configuration
-        tracing.configure(conf.values)  # a bad exporter setting or a missing extra stops us here
+        tracing.configure_from(conf.sections.otel)  # a bad endpoint or a missing extra stops us
         self.heartbeat = None if self._heartbeat is None else self._heartbeat(self)
         # Lock every state directory first: a second process on a directory in use is
         # refused before it touches NATS, consumers or the HLC file.
@@ -143,15 +143,13 @@ class System:
                 lock=self.store_lock,
             )
             await asyncio.to_thread(self.server.start)
-        auth = (
-            conf.section(NatsAuth.from_env) if s.nats_url else None
-        )  # the embedded server has none
+        auth = NatsAuth.configured(conf) if s.nats_url else None  # the embedded server has none
         self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}", auth=auth)
         defs = streams.definitions(
             s.prefix,
-            conf.section(streams.configured_replicas),
-            conf.section(streams.configured_events_retention),
-            conf.section(streams.configured_notify_retention),
+            conf.built(streams.replicas_from),
+            conf.built(streams.events_retention_from),
+            conf.built(streams.notify_retention_from),
         )
         for r in await streams.apply(self.nc, defs):
             if r.action == "drift":
