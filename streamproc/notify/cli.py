@@ -98,6 +98,10 @@ def cmd_schemas(args: argparse.Namespace) -> int:
     return 0
 
 
+TAIL_RECONNECTS = 20
+"""Reconnects (0.5 s apart) ``notify tail`` makes before it says NATS went away: ~10 s."""
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     settings = load(
         {
@@ -206,6 +210,9 @@ async def _tail_nats(
     tenant = args.tenant[0] if args.tenant else None
     durable = args.durable or default_durable(tenant, kinds)
     async with nats_session(settings, name="streamproc-notify-tail") as nc:
+        # A server that is gone without a word (killed, crashed) ends the tail as a stopped
+        # one does, once these reconnects have failed, instead of leaving it silent.
+        nc.options["max_reconnect_attempts"] = TAIL_RECONNECTS
         if args.reset:
             await jsapi.delete_consumer(nc, stream_names(prefix)[2], durable)
         async with NotifyConsumer(
@@ -219,6 +226,8 @@ async def _follow(
 ) -> int:
     while True:
         checkpoint()
+        if feed.nc.is_closed:  # the reconnects gave up
+            raise ConnectionClosedError
         batch = await feed.fetch(timeout=1.0)
         if not batch and once:
             return 0

@@ -146,7 +146,11 @@ def test_committed_schemas_match_the_code_and_validate_messages() -> None:
     assert " error evaluated=1/4 failed=3 deltas=0: no new findings" in render(failed)
 
 
-async def test_notify_tail_says_so_when_the_server_goes_away(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["stopped", "killed"])
+async def test_notify_tail_says_so_when_the_server_goes_away(tmp_path: Path, how: str) -> None:
+    """Stopped (``make run`` ended: the server says so) or killed without a word (``kill -9``,
+    a crash: the tail's reconnects give up after ~10 s): either way the tail exits 1 and
+    says so, never waits in silence."""
     from streamproc.bus import streams
     from streamproc.bus.connect import connect
     from streamproc.natsd.server import free_port
@@ -167,7 +171,10 @@ async def test_notify_tail_says_so_when_the_server_goes_away(tmp_path: Path) -> 
         await eventually(following, 30, "the tail follows the Notify stream")
         await nc.close()
     finally:
+        if how == "killed" and server.proc is not None:
+            server.proc.kill()
+            server.proc.wait()
         server.stop()  # what stopping `make run` does to a tail beside it
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Traceback" not in err, err
     assert "NATS went away" in err and "resumes after the last message it printed" in err
