@@ -83,13 +83,6 @@ class Configuration:
             self._decoded[build] = build(self.sections)
         return self._decoded[build]  # type: ignore[return-value]  # stored by this build
 
-    def section(self, decode: Callable[[Mapping[str, str]], S]) -> S:
-        """``decode(values)``, once: a section's typed settings (its :class:`ConfigError`
-        names the bad key, as at start)."""
-        if decode not in self._decoded:
-            self._decoded[decode] = decode(self.values)
-        return self._decoded[decode]  # type: ignore[return-value]  # stored by this decode
-
 
 def default_node_id() -> str:
     name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:32].strip("-")

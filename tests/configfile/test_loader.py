@@ -52,9 +52,9 @@ retry_backoff_s = [0.5, 2]
     assert (s.node_id, s.data_dir, s.prefix) == ("node-a", Path("/srv/streamproc"), "sched")
     assert s.nats_url == "nats://a:4222,nats://b:4222"
     assert s.configuration is conf  # what the roles started with these settings read
-    p = conf.section(planner.load)
+    p = conf.built(planner.from_sections)
     assert (p.debounce_s, p.default_parallelism, p.usage_only) == (5.0, 16, False)
-    assert conf.section(planner.load) is p  # decoded once
+    assert conf.built(planner.from_sections) is p  # built once
     assert runner.load(conf.values).retry_backoff_s == [0.5, 2.0]
     assert config.load({"prefix": "flag"}, conf).prefix == "flag"  # flags over both
     # Read once: a variable set afterwards changes nothing for this process.
