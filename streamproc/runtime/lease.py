@@ -256,8 +256,19 @@ class Lease:
             return
         try:
             await self.kv.delete(self.key, last=revision)
+            return
         except NatsFailure as exc:
-            log.debug("lease %s: release failed (it expires by itself): %s", self.key, exc)
+            failure: Exception = exc
+        # A renewal the server stored though we never saw its answer (cancelled by the stop
+        # itself, or timed out) moved the revision on: the lease is still ours if it names us.
+        try:
+            entry = await self.kv.get(self.key)
+            if entry.value == self.holder.encode() and entry.revision is not None:
+                await self.kv.delete(self.key, last=entry.revision)
+                return
+        except (nats.js.errors.KeyNotFoundError, *NatsFailure) as exc:
+            failure = exc
+        log.debug("lease %s: release failed (it expires by itself): %s", self.key, failure)
 
     async def current_holder(self) -> str | None:
         """Who holds the lease now (as the bucket says), or None."""

@@ -91,6 +91,30 @@ async def test_a_write_that_timed_out_but_was_stored_stays_ours(
         await _drop(nc, prefix)
 
 
+async def test_a_release_after_a_renewal_it_never_saw_still_frees_the_lease(
+    nc: FastClient, prefix: str
+) -> None:
+    """A stop that cancels a renewal after the server stored it (a planner's partitions, a
+    clean stop mid-step) must still hand the lease on at once, not leave it for the TTL."""
+    kv = await _bucket(nc, prefix, ttl=30.0)
+    try:
+        a = Lease(kv, "planner", "node-a/1/aa", 30.0)
+        assert await a.acquire() and a.revision is not None
+        await kv.update("planner", b"node-a/1/aa", last=a.revision)  # stored, answer unseen
+        await a.release()
+        assert await a.current_holder() is None
+        b = Lease(kv, "planner", "node-b/2/bb", 30.0)
+        assert await b.acquire(), "free at once, not after the 30 s TTL"
+        await b.release()
+        c = Lease(kv, "planner", "node-c/3/cc", 30.0)
+        assert await c.acquire() and c.revision is not None
+        await kv.update("planner", b"node-d/4/dd", last=c.revision)  # taken over meanwhile
+        await c.release()
+        assert await c.current_holder() == "node-d/4/dd", "another holder's lease stays theirs"
+    finally:
+        await _drop(nc, prefix)
+
+
 async def test_nats_unreachable_past_the_ttl_drops_the_lease(tmp_path: Path) -> None:
     server = EmbeddedNats(tmp_path / "nats", port=free_port()).start()
     client = await connect(server.url)
