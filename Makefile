@@ -44,6 +44,7 @@ format: $(STAMP)
 schemas: $(STAMP)
 	$(BIN)/streamproc schemas --out schemas --catalog docs/events.md
 	$(BIN)/streamproc config reference --out docs/configuration.md
+	$(BIN)/python -m streamproc.configfile.generate --out streamproc/configfile/sections.py
 	$(BIN)/python -m streamproc.gateway.api.openapi --out schemas/openapi.json
 	$(BIN)/python -m streamproc.notify.schemas --out schemas/notify
 	$(BIN)/streamproc streams export --out deploy/nats/streams

@@ -44,7 +44,7 @@ from streamproc.scanner import cli as scanner_cli
 from streamproc.scanner.demo import Demo, seed_demo
 from streamproc.signals import install_stop_signals
 from streamproc.state.digest import state_digest
-from streamproc.state.settings import store_sizes
+from streamproc.state.settings import sizes_from
 from streamproc.state.store import RocksStore, StateLocked
 from streamproc.status import cli as status_cli
 
@@ -119,13 +119,11 @@ def cmd_nats(args: argparse.Namespace) -> int:
 def cmd_streams_apply(args: argparse.Namespace) -> int:
     s = cliargs.settings(args)
     conf = s.configuration
-    retention = conf.section(streams.configured_events_retention)  # fails before connecting
-    notify = conf.section(streams.configured_notify_retention)
+    retention = conf.built(streams.events_retention_from)  # fails before connecting
+    notify = conf.built(streams.notify_retention_from)
 
     async def apply(nc: Any) -> int:
-        replicas = (
-            conf.section(streams.configured_replicas) if args.replicas is None else args.replicas
-        )
+        replicas = conf.built(streams.replicas_from) if args.replicas is None else args.replicas
         defs = streams.definitions(s.prefix, replicas, retention, notify)
         results = await streams.apply(nc, defs)
         for r in results:
@@ -169,7 +167,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     busy = f"; stop the {args.role} role and run replay again"
     try:  # the role must be stopped: said now, not after the whole replay
         if live.exists():
-            RocksStore(live, sizes=s.configuration.section(store_sizes)).close()
+            RocksStore(live, sizes=s.configuration.built(sizes_from)).close()
     except StateLocked as exc:
         print(f"streamproc: {exc}{busy}", file=sys.stderr)
         return exitcodes.USAGE
@@ -198,7 +196,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         try:
-            swap_in(fresh, live, s.configuration.section(store_sizes))
+            swap_in(fresh, live, s.configuration.built(sizes_from))
         except StateLocked as exc:  # started meanwhile
             print(f"streamproc: {exc}{busy}", file=sys.stderr)
             return exitcodes.USAGE
@@ -222,7 +220,7 @@ def cmd_state_digest(args: argparse.Namespace) -> int:
         print(f"streamproc: {path} is not a state directory", file=sys.stderr)
         return exitcodes.USAGE
     # also works beside a running role
-    sizes = cliargs.configuration(args).section(store_sizes)
+    sizes = cliargs.configuration(args).built(sizes_from)
     store = RocksStore(path, read_only=True, sizes=sizes)
     try:
         print(state_digest(store))
@@ -367,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     def command(args: argparse.Namespace) -> int:
         # Every setting is read here, once; commands that run or connect read the file too.
         args.configuration = (
-            activate(args.config) if hasattr(args, "config") else environment_only()
+            activate(args.config, typed=getattr(args, "typed_settings", True))
+            if hasattr(args, "config")
+            else environment_only()
         )
         return int(args.fn(args))
 

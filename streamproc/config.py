@@ -12,7 +12,9 @@ from typing import TypeVar
 
 import msgspec
 
-from streamproc.configfile.registry import env_names
+from streamproc.configfile.registry import BY_ENV, env_names
+from streamproc.configfile.sections import Sections
+from streamproc.configfile.typed import SectionProblems, decode, field_name
 from streamproc.hlc import validate_node
 from streamproc.names import DEFAULT_PREFIX, events_subjects, stream_names
 
@@ -23,34 +25,31 @@ class ConfigError(ValueError):
     pass
 
 
-TRUE = frozenset({"1", "true", "yes", "on"})
-FALSE = frozenset({"0", "false", "no", "off"})
-"""The words of a true/false setting, for every reader (``config check`` included)."""
-
-
-def flag(text: str) -> bool | None:
-    """A true/false setting's value; None for a word that is neither (the caller says how
-    it refuses that)."""
-    word = text.strip().lower()
-    return True if word in TRUE else False if word in FALSE else None
-
-
 S = TypeVar("S")
+_SECTIONS = "sections"
 
 
 @dataclass(frozen=True)
 class Configuration:
     """Every setting of this process, read once at start (by
     :func:`streamproc.configfile.loader.activate`): the config file's values with the environment's
-    over them, under their environment names, and the file's structured tables. Each section
-    is decoded into its typed object the first time a role asks for it (:meth:`section`), and
-    that object is kept: nothing reads the environment or the file after start."""
+    over them, under their environment names, the file's structured tables, and every key of
+    every section decoded from them into one typed object (:attr:`sections`; ``activate``
+    decodes it at start, so a bad value of any section stops every process). A role builds its
+    settings from its section (:meth:`built`, kept): nothing reads the environment or the file
+    after start. The text (:attr:`values`) is still read as given where typing would change
+    it (secrets keep their spaces, ``env:NAME`` references, whether a key was given at all),
+    by ``config check``'s per-key attribution, and for the audit signing and trusted keys
+    (their ``@file`` and JSON forms)."""
 
     values: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Environment name → the effective text (an empty variable counts as unset). Not in the
     ``repr``: it holds secrets (a settings object printed in a log must not show them)."""
     documents: Mapping[str, Mapping[str, object]] = field(default_factory=dict, repr=False)
     """Section → structured keys of the config file (``gateway`` issuers, webhooks, TLS)."""
+    decoded: Sections | None = field(default=None, repr=False, compare=False)
+    """:attr:`sections`, when the loader has decoded them already (``None``: on first use).
+    Not in the ``repr``: it holds secrets too."""
     _decoded: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, name: str, default: str | None = None) -> str | None:
@@ -64,6 +63,25 @@ class Configuration:
     def with_values(self, values: Mapping[str, str]) -> Configuration:
         """This configuration with ``values`` over its own (what ``up --demo`` selects)."""
         return Configuration(values={**self.values, **values}, documents=self.documents)
+
+    @property
+    def sections(self) -> Sections:
+        """Every key of every section, typed: :attr:`values` decoded once (a
+        :class:`ConfigError` names each key that does not fit, with its variable)."""
+        if self.decoded is not None:
+            return self.decoded
+        if _SECTIONS not in self._decoded:
+            try:
+                self._decoded[_SECTIONS] = decode(self.values)
+            except SectionProblems as exc:
+                raise ConfigError(f"settings: {exc}") from None
+        return self._decoded[_SECTIONS]  # type: ignore[return-value]  # stored just above
+
+    def built(self, build: Callable[[Sections], S]) -> S:
+        """``build(sections)``, once: a role's settings built from its typed section."""
+        if build not in self._decoded:
+            self._decoded[build] = build(self.sections)
+        return self._decoded[build]  # type: ignore[return-value]  # stored by this build
 
     def section(self, decode: Callable[[Mapping[str, str]], S]) -> S:
         """``decode(values)``, once: a section's typed settings (its :class:`ConfigError`
@@ -170,14 +188,17 @@ ENV = env_names(
 def load(
     overrides: dict[str, object] | None = None, configuration: Configuration | None = None
 ) -> Settings:
-    """Settings from ``configuration`` (``None``: the defaults alone), then ``overrides``
-    (flags that were given); the result carries ``configuration`` to the roles."""
+    """Settings from ``configuration``'s typed sections (``None``: the defaults alone), then
+    ``overrides`` (flags that were given); the result carries ``configuration`` to the roles."""
     configuration = Configuration() if configuration is None else configuration
-    env = configuration.values
     raw: dict[str, object] = {}
     for name, var in ENV.items():
-        if env.get(var):
-            raw[name] = env[var]
+        key = BY_ENV[var]
+        value = getattr(getattr(configuration.sections, field_name(key.section)), key.name)
+        if isinstance(value, tuple):  # nats.url: the servers as given (``connect`` splits them)
+            value = configuration.get(var)
+        if value is not None:
+            raw[name] = value
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         settings = msgspec.convert(raw, Settings, strict=False, dec_hook=_dec_hook)

@@ -24,7 +24,7 @@ from pathlib import Path
 import msgspec
 from nacl.signing import SigningKey
 
-from streamproc.client.settings import dpop_key
+from streamproc.client.settings import client_of, dpop_key
 from streamproc.config import ConfigError, Settings
 from streamproc.configfile.registry import env_name
 from streamproc.gateway.tokens_cli import write_key_file
@@ -156,7 +156,7 @@ def prepare_dev_auth(settings: Settings) -> DevAuth:
         ],
     }
     _write_private(config, json.dumps(gateway, indent=2) + "\n")
-    client = dpop_key(settings.data_dir, conf.values).path
+    client = dpop_key(settings.data_dir, client_of(conf)).path
     chosen = {env_name("gateway.config"): str(config)}
     if not conf.get(env_name("feedser.secret")):
         chosen[env_name("feedser.secret")] = secret_file.read_text().strip()

@@ -16,7 +16,7 @@ from streamproc.config import Configuration, Settings
 from streamproc.gateway.role import GATEWAY
 from streamproc.natsd.owner import StoreLock
 from streamproc.planner.role import PLANNER, planner_spec
-from streamproc.planner.settings import load as load_planner_settings
+from streamproc.planner.settings import from_sections as planner_from_sections
 from streamproc.projections.activity import Activity
 from streamproc.runner.role import RUNNER
 from streamproc.runtime import app, replay
@@ -45,7 +45,7 @@ def heartbeat(system: app.System) -> StatusHeartbeat:
 def spec_for(role: str, configuration: Configuration) -> RoleSpec:
     """The role's spec; the planner's depends on ``planner.partitions``."""
     if role == "planner":
-        return planner_spec(configuration.section(load_planner_settings).partitions)
+        return planner_spec(configuration.built(planner_from_sections).partitions)
     try:
         return ROLES[role]
     except KeyError:

@@ -16,8 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from streamproc import __version__
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Otel
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +79,22 @@ def traces_url(endpoint: str) -> str:
 
 
 def configure(env: Mapping[str, str]) -> str:
-    """Set up the exporter the settings name, once per process; returns its kind.
+    """:func:`configure_from` the text of ``env``, decoded as at start (tests)."""
+    return configure_from(Configuration(values=env).sections.otel)
 
-    Raises :class:`ConfigError` for an unknown exporter, a bad endpoint, or an exporter
-    configured without the ``otel`` extra installed."""
+
+def configure_from(otel: Otel) -> str:
+    """Set up the exporter the typed ``[otel]`` section names, once per process; returns its
+    kind.
+
+    Raises :class:`ConfigError` for a bad endpoint, or an exporter configured without the
+    ``otel`` extra installed (an unknown exporter is refused by the start's decode)."""
     global _configured, _provider
 
-    kind = exporter_kind(env)
+    kind = otel.exporter
     if kind == "none" or _configured == kind:
         return kind
-    endpoint = (env.get(ENDPOINT_ENV) or "").strip()
+    endpoint = otel.endpoint
     url = traces_url(endpoint) if endpoint else None
     try:  # deferred: the optional, heavy OpenTelemetry SDK, only when tracing is configured
         from opentelemetry.sdk.resources import Resource

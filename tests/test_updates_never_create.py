@@ -72,6 +72,7 @@ def payload(kind: str, run: str = RUN, segment: str = SEGMENT) -> p.Payload:
         "verdict.recorded": lambda: p.VerdictRecorded(
             run_id=run, segment_id=segment, digest=digest(1)
         ),
+        "delta.acknowledged": lambda: p.DeltaAcknowledged(run_id=run, digest=digest(1)),
         "audit.snapshot": lambda: sample_payload("audit.snapshot", 0),  # on no entry
     }[kind]()
 
@@ -102,6 +103,7 @@ UNKNOWN_REASON = {
     "image.removed": "image_not_indexed",
     "sbom.deleted": "sbom_not_released",
     "audit.snapshot": "snapshot_beyond_head",
+    "delta.acknowledged": "unknown_delta",
 }
 """The reason an update of an unknown entity is rejected with, by kind."""
 OVERRIDES = {("pl_schedules", "run.requested"): "unknown_schedule"}

@@ -31,7 +31,7 @@ from streamproc.audit.entry import entry_encoder
 from streamproc.audit.held import held_view
 from streamproc.audit.layout import entry_at, iter_entries, log_view, read_head, tenants
 from streamproc.audit.proofs import ProofError, decode_proof, encode_proof, prove, verify_proof
-from streamproc.audit.settings import load as audit_settings
+from streamproc.audit.settings import from_sections as audit_settings
 from streamproc.audit.verify import UnknownTenant, verify_tenant
 from streamproc.cliargs import common as _common
 from streamproc.configfile.loader import activate
@@ -148,7 +148,7 @@ def cmd_verify_proof(args: argparse.Namespace) -> int:
 
 def cmd_held(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    skew = audit_settings(settings, settings.configuration.values).max_clock_skew_ms
+    skew = audit_settings(settings, settings.configuration.sections).max_clock_skew_ms
     now = wall_ms()
     with open_state(state_dir(args, settings), settings) as store:
         names = [args.tenant] if args.tenant else tenants(store)

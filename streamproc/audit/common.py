@@ -12,7 +12,7 @@ from streamproc.audit.layout import HEADS_CF
 from streamproc.audit.signing import build_keyring
 from streamproc.cliargs import configuration
 from streamproc.config import Settings, load
-from streamproc.state.settings import store_sizes
+from streamproc.state.settings import sizes_from
 from streamproc.state.store import RocksStore
 
 AUDITOR_ROLE = "auditor"
@@ -45,7 +45,7 @@ def open_state(path: Path, settings: Settings) -> Iterator[RocksStore]:
         raise UsageError(
             f"no auditor state in {path}: run the auditor role first, or pass --state-dir"
         )
-    store = RocksStore(path, read_only=True, sizes=settings.configuration.section(store_sizes))
+    store = RocksStore(path, read_only=True, sizes=settings.configuration.built(sizes_from))
     try:
         if HEADS_CF not in store.families():
             raise UsageError(f"{path} holds no audit log (is it the auditor's state?)")

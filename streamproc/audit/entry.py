@@ -50,6 +50,7 @@ CONTROL_PLANE: Final[frozenset[str]] = frozenset(
         "schedule.deleted",
         "run.cancel_requested",
         "run.cancelled",
+        "delta.acknowledged",
     }
 )
 """Control-plane kinds: their action is the event kind itself."""

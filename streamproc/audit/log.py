@@ -9,6 +9,7 @@ configuration, not log — but a snapshot must fit the chain exactly to be recor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import msgspec
@@ -41,6 +42,7 @@ from streamproc.events.envelope import Envelope
 from streamproc.names import AUDIT
 from streamproc.runtime.fold import folds, payloads_of
 from streamproc.runtime.projection import Projection, Rejection
+from streamproc.state.store import BULK, Reads
 from streamproc.state.tx import Tx
 
 _snapshot_encoder = msgspec.json.Encoder()
@@ -52,6 +54,9 @@ class AuditLog(Projection):
     """Every chained event is a new entry of its tenant's chain (an attempt on an unknown
     run is audited too); a snapshot must fit entries that exist."""
     families: ClassVar[tuple[str, ...]] = FAMILIES
+    family_reads: ClassVar[Mapping[str, Reads]] = {SNAPSHOTS_CF: BULK}
+    """Snapshots are only ever listed, a tenant's all at once; the chain, the log index and
+    the heads are point-read by the folds and the log view."""
     version: ClassVar[int] = 1
 
     def __init__(self) -> None:

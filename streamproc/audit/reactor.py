@@ -24,7 +24,7 @@ from streamproc.audit.entry import Entry
 from streamproc.audit.held import held_positions
 from streamproc.audit.layout import HEADS_CF, Readable, head_decoder, iter_entries
 from streamproc.audit.settings import AuditSettings
-from streamproc.audit.settings import load as load_audit_settings
+from streamproc.audit.settings import from_sections as audit_from_sections
 from streamproc.audit.signing import build_keyring, load_signer, public_key_line
 from streamproc.audit.snapshots import max_hlc, snapshot_event
 from streamproc.audit.verify import verify_all
@@ -54,9 +54,10 @@ class SnapshotReactor(Reactor):
         keyring: Keyring | None = None,
         wall: Callable[[], int] = wall_ms,
         min_gap_s: float = 0.2,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
-        self.audit = audit or load_audit_settings(settings, settings.configuration.values)
+        self.audit = audit or audit_from_sections(settings, settings.configuration.sections)
         self.signer = signer or load_signer(
             settings.data_dir, env=settings.configuration.values, generate=True
         )
@@ -66,6 +67,8 @@ class SnapshotReactor(Reactor):
         if self.signer.key_id not in self.keyring:
             self.keyring.add(self.signer.key_id, self.signer.signing_key.verify_key)
         self.wall = wall
+        self.monotonic = monotonic
+        """The clock of the verification period and the batch timers (a test drives it)."""
         self.min_gap_s = min_gap_s
         self.broken: dict[str, str] = {}
         """Tenants whose last verification failed: nothing more is signed for them."""
@@ -78,7 +81,7 @@ class SnapshotReactor(Reactor):
         log.info("auditor signs snapshots as %s", public_key_line(self.signer))
 
     async def react(self, ctx: RoleContext) -> None:
-        now = time.monotonic()
+        now = self.monotonic()
         if self._verified_at is None:
             self._verified_at = now
             if self.audit.verify_on_start:
@@ -195,7 +198,7 @@ class SnapshotReactor(Reactor):
 
     async def snapshot(self, ctx: RoleContext) -> int:
         """Sign and publish every due batch; returns how many were newly stored."""
-        mono = time.monotonic()
+        mono = self.monotonic()
         stored = 0
         skip: set[str] = set()
         for tenant, batch in self.plan(ctx.store, self.wall(), mono):

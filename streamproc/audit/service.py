@@ -38,7 +38,7 @@ from streamproc.bus.services import Served, ServiceFailure
 from streamproc.cancellation import checkpoint
 from streamproc.queries import AUDITOR, VERIFY, ChainReport, VerifyQuery, read_query
 from streamproc.runtime.reactor import RoleContext
-from streamproc.state.settings import store_sizes
+from streamproc.state.settings import sizes_from
 from streamproc.state.store import RocksStore, StoreSizes
 
 log = logging.getLogger(__name__)
@@ -236,5 +236,5 @@ async def start(ctx: RoleContext) -> Served:
         s.state_dir(ctx.role),
         lambda: build_keyring(s.data_dir, env=s.configuration.values),
         node=s.node_id,
-        sizes=s.configuration.section(store_sizes),
+        sizes=s.configuration.built(sizes_from),
     )

@@ -1,5 +1,5 @@
-"""Auditor settings, decoded from the process's configuration (the config file and the
-environment, read once at start) with defaults (the shared Settings stay lean).
+"""Auditor settings, built from the process's typed ``[audit]`` section (the config file and
+the environment, decoded once at start) with their checks (the shared Settings stay lean).
 
 - ``STREAMPROC_AUDIT_BATCH_SIZE`` (1000): entries per signed batch snapshot.
 - ``STREAMPROC_AUDIT_BATCH_INTERVAL_S`` (300): snapshot at least this often while entries wait.
@@ -19,6 +19,8 @@ import msgspec
 
 from streamproc.config import ConfigError, Settings
 from streamproc.configfile.registry import env_names
+from streamproc.configfile.sections import Sections
+from streamproc.configfile.typed import SectionProblems, decode
 
 
 class AuditSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,17 +45,26 @@ ENV = env_names("audit", AuditSettings.__struct_fields__)
 """Field → environment name (the registry's ``audit.<field>`` keys)."""
 
 
-def load(settings: Settings | None, env: Mapping[str, str]) -> AuditSettings:
-    """Audit settings from ``env`` (the process's configuration); the skew defaults to the
+def from_sections(settings: Settings | None, sections: Sections) -> AuditSettings:
+    """Audit settings from the typed ``[audit]`` section; the skew, unset there, is the
     process-wide ``max_clock_skew_ms``."""
-    raw: dict[str, object] = {}
-    if settings is not None:
-        raw["max_clock_skew_ms"] = settings.max_clock_skew_ms
-    for field, var in ENV.items():
-        value = env.get(var, "").strip()
-        if value:
-            raw[field] = value
+    audit = sections.audit
+    raw: dict[str, object] = {f: getattr(audit, f) for f in AuditSettings.__struct_fields__}
+    if audit.max_clock_skew_ms is None:
+        if settings is None:
+            del raw["max_clock_skew_ms"]  # AuditSettings' default, the process-wide one's
+        else:
+            raw["max_clock_skew_ms"] = settings.max_clock_skew_ms
     try:
-        return msgspec.convert(raw, AuditSettings, strict=False)
+        return msgspec.convert(raw, AuditSettings)
     except msgspec.ValidationError as exc:
+        raise ConfigError(f"audit settings: {exc}") from None
+
+
+def load(settings: Settings | None, env: Mapping[str, str]) -> AuditSettings:
+    """Audit settings from the text of ``env`` (environment names; ``config check`` and
+    tests), decoded as at start."""
+    try:
+        return from_sections(settings, decode(env))
+    except SectionProblems as exc:
         raise ConfigError(f"audit settings: {exc}") from None

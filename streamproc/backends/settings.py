@@ -9,8 +9,10 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Sections
+from streamproc.configfile.typed import field_name
 
 Kind = Literal["stella", "trivy", "grype", "osv-scanner"]
 KINDS: tuple[str, ...] = ("stella", "trivy", "grype", "osv-scanner")
@@ -43,30 +45,34 @@ class ScannerSettings(msgspec.Struct, kw_only=True):
     fail_on: Literal["low", "medium", "high", "critical"] = "high"
 
 
-def load(env: Mapping[str, str]) -> ScannerSettings:
-    """``scanner.*`` from ``env`` (the process's configuration)."""
-    kind = (env.get(KIND_ENV) or "stella").strip()
-    if kind not in KINDS:
-        raise ConfigError(f"{KIND_ENV}={kind!r}: one of {', '.join(KINDS)}")
-    raw: dict[str, object] = {"kind": kind}
-    if env.get(env_name("scanner.kev_catalog")):
-        raw["kev_catalog"] = env[env_name("scanner.kev_catalog")]
-    if env.get(env_name("scanner.fail_on")):
-        raw["fail_on"] = env[env_name("scanner.fail_on")].strip()
+def from_sections(sections: Sections) -> ScannerSettings:
+    """``scanner.*`` from the typed ``[scanner]`` section and its kind's table (decoded at
+    start); the tool's extra arguments are split here, as a POSIX shell splits words."""
+    scanner = sections.scanner
+    kind = scanner.kind
+    raw: dict[str, object] = {
+        "kind": kind, "kev_catalog": scanner.kev_catalog, "fail_on": scanner.fail_on,
+    }  # fmt: skip
     if kind != "stella":
-        tool: dict[str, object] = {"path": env.get(env_of(kind, "path")) or kind}
-        for field in ("timeout_s", "concurrency"):
-            if env.get(env_of(kind, field)):
-                tool[field] = env[env_of(kind, field)]
-        if env.get(env_of(kind, "args")):
+        table = getattr(sections, field_name(f"scanner.{kind}"))
+        tool: dict[str, object] = {
+            "path": table.path or kind, "timeout_s": table.timeout_s,
+            "concurrency": table.concurrency,
+        }  # fmt: skip
+        if table.args:
             try:
-                tool["args"] = shlex.split(env[env_of(kind, "args")])
+                tool["args"] = shlex.split(table.args)
             except ValueError as exc:
                 raise ConfigError(f"{env_of(kind, 'args')}: {exc}") from None
-        if kind == "trivy" and env.get(env_of(kind, "server")):
-            tool["server"] = env[env_of(kind, "server")]
+        if kind == "trivy":
+            tool["server"] = table.server
         raw["tool"] = tool
     try:
         return msgspec.convert(raw, ScannerSettings, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"scanner settings: {exc}") from None
+
+
+def load(env: Mapping[str, str]) -> ScannerSettings:
+    """:func:`from_sections` the text of ``env``, decoded as at start (tests)."""
+    return from_sections(Configuration(values=env).sections)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from streamproc.bus.fastclient import FastClient
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.registry import env_name
 
 MIN_SERVER = (2, 14)
@@ -51,16 +51,24 @@ class NatsAuth:
     tls_key: str = ""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> NatsAuth:
-        """From ``env`` (the process's configuration); :class:`ConfigError` naming each bad
-        variable."""
-        env = env
-        values = {f: env.get(var, "") for f, var in AUTH_ENV.items()}
-        auth = cls(**{f: v if f in ("password", "token") else v.strip() for f, v in values.items()})
+    def configured(cls, configuration: Configuration) -> NatsAuth:
+        """From the typed ``[nats]`` section; the password and token as given (the decode
+        strips what it types, and a secret keeps its spaces). :class:`ConfigError` names each
+        bad variable."""
+        nats = configuration.sections.nats
+        values = {f: getattr(nats, f) or "" for f in AUTH_ENV}
+        for secret in ("password", "token"):
+            values[secret] = configuration.get(AUTH_ENV[secret]) or ""
+        auth = cls(**values)
         problems = auth.problems()
         if problems:
             raise ConfigError("; ".join(f"{AUTH_ENV[f]}: {reason}" for f, reason in problems))
         return auth
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> NatsAuth:
+        """:meth:`configured` from the text of ``env``, decoded as at start (tests)."""
+        return cls.configured(Configuration(values=env))
 
     def problems(self) -> list[tuple[str, str]]:
         """Each unusable setting as ``(field, reason)``."""

@@ -18,9 +18,9 @@ from nats.aio.client import Client
 
 from streamproc.bus import jsapi, objects
 from streamproc.bus.topology import cluster_size
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.registry import env_name
-from streamproc.ids import ascii_int
+from streamproc.configfile.sections import Sections
 from streamproc.names import (
     DEFAULT_PREFIX,
     EVENTS,
@@ -67,19 +67,27 @@ class EventsRetention:
         }
 
 
-def configured_events_retention(env: Mapping[str, str]) -> EventsRetention:
-    """``STREAMPROC_EVENTS_MAX_AGE_DAYS`` and ``STREAMPROC_EVENTS_MAX_BYTES`` (0: no limit)."""
+def events_retention_from(sections: Sections) -> EventsRetention:
+    """The event log's limits from the typed ``[streams]`` section (0: no limit); a byte
+    limit below the largest event is refused here."""
+    s = sections.streams
     values = []
-    for var, low, high, want in (
-        (EVENTS_MAX_AGE_ENV, 1, 100 * 366, "a whole number of days up to 36600"),
-        (EVENTS_MAX_BYTES_ENV, MAX_MSG_SIZE, 2**63 - 1, "a whole number of bytes >= 8388608"),
-    ):
-        raw = (env.get(var) or "0").strip()
-        value = ascii_int(raw)
-        if value is None or not (value == 0 or low <= value <= high):
-            raise ConfigError(f"{var}={raw!r}: 0 (no limit) or {want}")
+    for var, value, low, high, want in (
+        (EVENTS_MAX_AGE_ENV, s.events_max_age_days, 1, 100 * 366,
+         "a whole number of days up to 36600"),
+        (EVENTS_MAX_BYTES_ENV, s.events_max_bytes, MAX_MSG_SIZE, 2**63 - 1,
+         "a whole number of bytes >= 8388608"),
+    ):  # fmt: skip
+        if not (value == 0 or low <= value <= high):
+            raise ConfigError(f"{var}='{value}': 0 (no limit) or {want}")
         values.append(value)
     return EventsRetention(*values)
+
+
+def configured_events_retention(env: Mapping[str, str]) -> EventsRetention:
+    """``STREAMPROC_EVENTS_MAX_AGE_DAYS`` and ``STREAMPROC_EVENTS_MAX_BYTES`` from their text,
+    decoded as at start (``config check`` and tests)."""
+    return events_retention_from(Configuration(values=env).sections)
 
 
 NOTIFY_MAX_AGE_ENV = env_name("notify.max_age_s")
@@ -112,20 +120,15 @@ class NotifyRetention:
             )
 
 
-def configured_notify_retention(env: Mapping[str, str]) -> NotifyRetention:
-    """``STREAMPROC_NOTIFY_MAX_AGE_S`` and ``STREAMPROC_NOTIFY_MAX_RETENTION_S``."""
+def notify_retention_from(sections: Sections) -> NotifyRetention:
+    """The Notify stream's retention from the typed ``[notify]`` section."""
+    return NotifyRetention(sections.notify.max_age_s, sections.notify.max_retention_s)
 
-    values = []
-    for var, default in (
-        (NOTIFY_MAX_AGE_ENV, NotifyRetention.max_age_s),
-        (NOTIFY_MAX_RETENTION_ENV, NotifyRetention.max_retention_s),
-    ):
-        raw = (env.get(var) or str(default)).strip()
-        value = ascii_int(raw)
-        if value is None:
-            raise ConfigError(f"{var}={raw!r}: a whole number of seconds")
-        values.append(value)
-    return NotifyRetention(*values)
+
+def configured_notify_retention(env: Mapping[str, str]) -> NotifyRetention:
+    """``STREAMPROC_NOTIFY_MAX_AGE_S`` and ``STREAMPROC_NOTIFY_MAX_RETENTION_S`` from their
+    text, decoded as at start (``config check`` and tests)."""
+    return notify_retention_from(Configuration(values=env).sections)
 
 
 def window_consumer() -> dict[str, Any]:
@@ -247,13 +250,15 @@ REPLICAS_ENV = env_name("streams.replicas")
 AUTO = 0
 
 
+def replicas_from(sections: Sections) -> int:
+    """``streams.replicas`` (``STREAMPROC_STREAM_REPLICAS``): 0 = auto, else 1..5 (bounds
+    checked at start)."""
+    return sections.streams.replicas
+
+
 def configured_replicas(env: Mapping[str, str]) -> int:
-    """``STREAMPROC_STREAM_REPLICAS`` (``streams.replicas``): 0 = auto, else 1..5."""
-    raw = (env.get(REPLICAS_ENV) or "0").strip()
-    value = ascii_int(raw)
-    if value is None or value > 5:
-        raise ConfigError(f"{REPLICAS_ENV}={raw!r}: 0 (auto: 3 on a cluster of 3+) or 1..5")
-    return value
+    """:func:`replicas_from` the text of ``env``, decoded as at start (tests)."""
+    return replicas_from(Configuration(values=env).sections)
 
 
 async def detected_replicas(nc: Client, wait: float = 2.0) -> int:

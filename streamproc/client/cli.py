@@ -18,7 +18,7 @@ import uvloop
 from streamproc import exitcodes
 from streamproc.cliargs import add_config_flag, configuration
 from streamproc.client.http import ApiClient, Reply
-from streamproc.client.settings import absolute_http_url, dpop_key, token_source
+from streamproc.client.settings import absolute_http_url, client_of, dpop_key, token_source
 from streamproc.config import ConfigError, load
 from streamproc.configfile.registry import env_name
 from streamproc.names import ADMIN_SCOPE, API_BASE, READ_SCOPE
@@ -97,16 +97,17 @@ def _write_all(data: bytes) -> None:
 
 def cmd_api(args: argparse.Namespace) -> int:
     settings = load({"data_dir": args.data_dir}, configuration(args))
-    env = settings.configuration.values
-    base = args.url or env.get(URL_ENV) or f"http://{settings.http_host}:{settings.http_port}"
+    conf = settings.configuration
+    base = args.url or conf.get(URL_ENV) or f"http://{settings.http_host}:{settings.http_port}"
     base = absolute_http_url("--url", base.rstrip("/"))
     path = args.path if args.path.startswith(("/api/", "/openapi.json")) else API_BASE + (
         args.path if args.path.startswith("/") else "/" + args.path)  # fmt: skip
-    key = dpop_key(settings.data_dir, env)
+    client = client_of(settings.configuration)
+    key = dpop_key(settings.data_dir, client)
     scopes = (READ_SCOPE,) if args.method == "GET" else (ADMIN_SCOPE,)
     tokens = token_source(
-        key, token=args.token or env.get(TOKEN_ENV), token_flag=f"--token / {TOKEN_ENV}",
-        scopes=scopes, env=env,
+        key, token=args.token or conf.get(TOKEN_ENV), token_flag=f"--token / {TOKEN_ENV}",
+        scopes=scopes, client=client,
     )  # fmt: skip
     body = _body(args.data)
     headers = _headers(args.header, body)

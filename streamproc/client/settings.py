@@ -6,15 +6,16 @@ client credentials. Neither configured is a usage error, never an anonymous requ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
+import msgspec
 from yarl import URL
 
 from streamproc.client.dpop import KEY_FILE, DpopKey
 from streamproc.client.tokens import ClientCredentials, StaticToken, TokenSource
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Client
 
 DPOP_KEY_ENV = env_name("client.dpop_key")
 TOKEN_URL_ENV = env_name("client.token_url")
@@ -23,14 +24,23 @@ CLIENT_SECRET_ENV = env_name("client.client_secret")
 SCOPES_ENV = env_name("client.scopes")
 
 
-def key_path(data_dir: Path, env: Mapping[str, str]) -> Path:
+def client_of(configuration: Configuration) -> Client:
+    """The process's typed ``[client]`` section, its secret as given (the decode
+    strips what it types; a secret keeps its spaces)."""
+    return msgspec.structs.replace(
+        configuration.sections.client,
+        client_secret=configuration.get(CLIENT_SECRET_ENV),
+    )
 
-    return Path(env.get(DPOP_KEY_ENV) or data_dir / KEY_FILE)
+
+def key_path(data_dir: Path, client: Client) -> Path:
+    """Where this data directory's client key lives (``client.dpop_key`` overrides it)."""
+    return Path(client.dpop_key or data_dir / KEY_FILE)
 
 
-def dpop_key(data_dir: Path, env: Mapping[str, str]) -> DpopKey:
+def dpop_key(data_dir: Path, client: Client) -> DpopKey:
     """This data directory's client key (``client.dpop_key`` overrides where it lives)."""
-    return DpopKey.load_or_create(key_path(data_dir, env))
+    return DpopKey.load_or_create(key_path(data_dir, client))
 
 
 def absolute_http_url(name: str, value: str) -> str:
@@ -59,18 +69,16 @@ def token_source(
     token: str | None,
     token_flag: str,
     scopes: tuple[str, ...],
-    env: Mapping[str, str],
+    client: Client,
 ) -> TokenSource:
     """A static ``token`` if given (``token_flag`` names where it came from), else client
     credentials from the ``client`` settings; :class:`ConfigError` when there is neither."""
 
     if token:
         return StaticToken(token, key, where=f"the token of {token_flag}")
-    url = env.get(TOKEN_URL_ENV)
-    client_id = env.get(CLIENT_ID_ENV)
-    secret = env.get(CLIENT_SECRET_ENV)
+    url, client_id, secret = client.token_url, client.client_id, client.client_secret
     if url and client_id and secret:
-        wanted = tuple(s for s in (env.get(SCOPES_ENV) or "").replace(",", " ").split() if s)
+        wanted = tuple(w for s in client.scopes or () for w in s.split())
         return ClientCredentials(
             absolute_http_url(TOKEN_URL_ENV, url), client_id, secret, key, scopes=wanted or scopes
         )

@@ -22,7 +22,7 @@ from streamproc.bus.connect import AUTH_ENV, NatsAuth
 from streamproc.client import settings as client_settings
 from streamproc.configfile.loader import Problem
 from streamproc.configfile.registry import BY_ENV, BY_PATH, KEYS
-from streamproc.configfile.values import ValueProblem, from_env
+from streamproc.configfile.typed import problems
 from streamproc.gateway import settings as gw
 from streamproc.gateway.auth.callers import issuer_keys
 from streamproc.gateway.auth.dpop import nonce_key
@@ -43,15 +43,9 @@ ValueErrors; unreadable files are OSErrors)."""
 
 
 def typed_problems(env: Env) -> list[Problem]:
-    """Each set variable parsed by its key's type, choices and bounds."""
-    out = []
-    for key in KEYS:
-        if env.get(key.env):
-            try:
-                from_env(key, env[key.env])
-            except ValueProblem as exc:
-                out.append(Problem(key.path, str(exc)))
-    return out
+    """Each set variable parsed by its key's type, choices and bounds: the decode every
+    process makes at start (:func:`streamproc.configfile.typed.problems`)."""
+    return [Problem(key.path, why) for key, why in problems(env)]
 
 
 def attribute(

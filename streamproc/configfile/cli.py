@@ -28,8 +28,9 @@ from streamproc.configfile.loader import (
     load,
 )
 from streamproc.configfile.reference import render_reference
-from streamproc.configfile.registry import BY_PATH, CONFIG_ENV, KEYS, SECTIONS, Key, known_env
-from streamproc.configfile.values import ValueProblem, display, from_env
+from streamproc.configfile.registry import CONFIG_ENV, KEYS, SECTIONS, Key, known_env
+from streamproc.configfile.typed import ValueProblem, from_env
+from streamproc.configfile.values import display
 from streamproc.gateway.settings import ENV_FILE, GatewayConfigError
 from streamproc.gateway.settings import load as load_gateway
 
@@ -48,7 +49,7 @@ def register(
     p.set_defaults(fn=cmd_check)
     p = csub.add_parser("show", help="every effective setting and where it came from")
     add_config_flag(p)
-    p.set_defaults(fn=cmd_show)
+    p.set_defaults(fn=cmd_show, typed_settings=False)  # shows a bad value, not refuses it
     p = csub.add_parser("reference", help="write the Markdown reference of every key")
     p.add_argument("--out", help="write here (default: standard output)")
     p.set_defaults(fn=cmd_reference)
@@ -70,7 +71,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         problems += check_all(_merged(loaded), loaded.file.documents)
     _warn_unknown_env()
     if problems:
-        err = ConfigFileError(path, [_label(p, loaded) for p in _unique(problems)])
+        err = ConfigFileError(path, [loaded.label(p) for p in _unique(problems)])
         print(f"streamproc: {err}", file=sys.stderr)
         return exitcodes.USAGE
     print(f"ok: {path}")
@@ -134,18 +135,6 @@ def _merged(loaded: Loaded) -> dict[str, str]:
 
 def _unique(problems: list[Problem]) -> list[Problem]:
     return list(dict.fromkeys(problems))
-
-
-def _label(problem: Problem, loaded: Loaded) -> Problem:
-    """Say when a key's bad value came from the environment, not the file."""
-    key = BY_PATH.get(problem.key)
-    if key is None:
-        return problem
-    source = loaded.source(key)
-    if source.startswith("env"):
-        name = key.env if source == "env" else key.file_env
-        return Problem(f"{problem.key} (env {name})", problem.reason)
-    return problem
 
 
 def _effective(key: Key, env: Mapping[str, str]) -> object:

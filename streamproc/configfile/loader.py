@@ -27,7 +27,8 @@ from streamproc.configfile.registry import (
     Key,
     all_paths,
 )
-from streamproc.configfile.values import ValueProblem, from_toml
+from streamproc.configfile.typed import SectionProblems, ValueProblem, decode
+from streamproc.configfile.values import from_toml
 from streamproc.gateway.settings import Issuer, Tls, WebhookSource
 
 
@@ -216,6 +217,17 @@ class Loaded:
             return f"file ({key.name}_file)" if key.env in self.file.secret_files else "file"
         return "default"
 
+    def label(self, problem: Problem) -> Problem:
+        """Say when a key's bad value came from the environment, not the file."""
+        key = BY_PATH.get(problem.key)
+        if key is None:
+            return problem
+        source = self.source(key)
+        if source.startswith("env"):
+            name = key.env if source == "env" else key.file_env
+            return Problem(f"{problem.key} (env {name})", problem.reason)
+        return problem
+
 
 def load(path: str | Path | None, environ: Mapping[str, str] | None = None) -> Loaded:
     """The file (``None``: none) and the secrets the environment names by file."""
@@ -243,15 +255,25 @@ def configuration(loaded: Loaded, environ: Mapping[str, str]) -> Configuration:
     )
 
 
-def activate(given: str | Path | None = None) -> Configuration:
+def activate(given: str | Path | None = None, *, typed: bool = True) -> Configuration:
     """Read the config file (``--config`` or ``STREAMPROC_CONFIG``), the environment's secret
-    files and the environment, once, into the process's :class:`Configuration`;
-    :class:`ConfigFileError` lists every problem."""
+    files and the environment, once, into the process's :class:`Configuration`, and decode
+    every section of it (``typed``; ``config show`` shows what does not decode instead):
+    :class:`ConfigFileError` lists every problem, each bad value named as ``config check``
+    names it, so a bad value of any section stops every process at start."""
     path = config_path(given)
     loaded = load(path)
     if loaded.problems:
         raise ConfigFileError(path or "environment", loaded.problems)
-    return configuration(loaded, environ())
+    conf = configuration(loaded, environ())
+    if not typed:
+        return conf
+    try:
+        sections = decode(conf.values)
+    except SectionProblems as exc:
+        found = [loaded.label(Problem(key.path, why)) for key, why in exc.problems]
+        raise ConfigFileError(path or "environment", found) from None
+    return Configuration(values=conf.values, documents=conf.documents, decoded=sections)
 
 
 def environment_only() -> Configuration:

@@ -17,8 +17,11 @@ command-line flag (`--data-dir`, `--nats-url`, `--prefix`, `--node-id`, ...).
 
 - The file: `--config FILE` on every command that runs roles or connects, else
   `{CONFIG_ENV}`. `deploy/streamproc.example.toml` is a complete, commented example.
-- Each process reads the file, the secret files and the environment once, when it starts;
-  a change takes effect at its next start.
+- Each process reads the file, the secret files and the environment once, when it starts,
+  and decodes every key of every section then (its type, choices and bounds, the same decode
+  `streamproc config check` runs): a bad value of any section stops every process at start,
+  the problems named as `config check` names them, not only the process whose role uses it.
+  A change takes effect at its next start.
 - `streamproc config check FILE` validates a file together with the environment: each bad key
   is named with the reason (unknown keys with the nearest known ones), and every capability's
   own checks run (planner limits, runner settings, audit signing and trusted keys, gateway

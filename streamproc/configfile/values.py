@@ -1,6 +1,6 @@
 """Typing the values of registry keys: TOML values into the strings the readers parse (the
-environment's form), environment strings into typed values, and typed values back into TOML
-for display. Each failure is a reason naming what was expected and what was found."""
+environment's form; :mod:`streamproc.configfile.typed` types those), and typed values back
+into TOML for display. Each failure is a reason naming what was expected and what was found."""
 
 from __future__ import annotations
 
@@ -9,14 +9,10 @@ import math
 import re
 from typing import Any
 
-from streamproc.config import flag
 from streamproc.configfile.registry import Key
+from streamproc.configfile.typed import EXPECTED, ValueProblem, check
 
 REDACTED = "<redacted>"
-
-
-class ValueProblem(ValueError):
-    """A value does not fit its key; the message is the reason."""
 
 
 def _toml_kind(value: object) -> str:
@@ -35,18 +31,8 @@ def _toml_kind(value: object) -> str:
     return f"a {type(value).__name__}"  # dates and times
 
 
-_EXPECTED = {
-    "str": "a string",
-    "int": "an integer",
-    "float": "a number",
-    "bool": "true or false",
-    "list[str]": "an array of strings (or one comma-separated string)",
-    "list[float]": "an array of numbers",
-}
-
-
 def _wrong(key: Key, value: object) -> ValueProblem:
-    return ValueProblem(f"expected {_EXPECTED[key.type]}, got {_toml_kind(value)} {value!r}")
+    return ValueProblem(f"expected {EXPECTED[key.type]}, got {_toml_kind(value)} {value!r}")
 
 
 def _is_number(value: object) -> bool:
@@ -93,52 +79,6 @@ def to_env(key: Key, typed: object) -> str:
     if isinstance(typed, list):
         return ",".join(str(i) for i in typed)
     return str(typed)
-
-
-def from_env(key: Key, text: str) -> object:
-    """An environment string as the key's typed value."""
-    text = text.strip()
-    typed: Any
-    try:
-        if key.type == "int":
-            typed = int(text)
-        elif key.type == "float":
-            typed = float(text)
-            if not math.isfinite(typed):
-                raise ValueError
-        elif key.type == "bool":
-            typed = flag(text)
-            if typed is None:
-                raise ValueError
-        elif key.type == "list[str]":
-            typed = [i.strip() for i in text.split(",") if i.strip()]
-        elif key.type == "list[float]":
-            typed = [float(i) for i in text.split(",") if i.strip()]
-        else:
-            typed = text
-    except ValueError:
-        extra = " (1/0, true/false, yes/no, on/off)" if key.type == "bool" else ""
-        raise ValueProblem(f"expected {_EXPECTED[key.type]}{extra}, got {text!r}") from None
-    check(key, typed)
-    return typed
-
-
-def check(key: Key, typed: object) -> None:
-    """The key's choices and bounds."""
-    items = typed if isinstance(typed, list) else [typed]
-    for item in items:
-        if key.choices and str(item) not in key.choices:
-            raise ValueProblem(f"{item!r} is not one of {', '.join(key.choices)}")
-        if isinstance(item, bool) or not isinstance(item, int | float):
-            continue
-        if key.minimum is not None and item < key.minimum:
-            raise ValueProblem(f"{item} is below the minimum {_num(key.minimum)}")
-        if key.maximum is not None and item > key.maximum:
-            raise ValueProblem(f"{item} is above the maximum {_num(key.maximum)}")
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 _USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@,]*):[^@/,]*@", re.I)

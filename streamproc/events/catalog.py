@@ -294,6 +294,13 @@ KINDS: dict[str, KindSpec] = {
             ),
         ),
         KindSpec(
+            "delta.acknowledged",
+            p.DeltaAcknowledged,
+            "delta",
+            "run_id",
+            emitted_by="gateway (PUT /runs/{id}/deltas/{digest}/acknowledgement)",
+        ),
+        KindSpec(
             "audit.snapshot",
             p.AuditSnapshot,
             "chain",

@@ -589,6 +589,18 @@ class VerdictRecorded(Payload, kw_only=True):
     """The VEX documents whose claims matched a finding of the report (any status)."""
 
 
+class DeltaAcknowledged(Payload, kw_only=True):
+    """Someone took charge of an image's delta in a run (triage): who, with what note and
+    ticket. A later acknowledgement of the same delta replaces the earlier one."""
+
+    run_id: Str
+    digest: Digest
+    by: Str | None = None
+    note: Annotated[str, Meta(max_length=1000)] | None = None
+    ticket: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    """The issue or ticket that tracks the work (``SEC-1234``, a URL)."""
+
+
 # ---------------------------------------------------------------- audit
 
 

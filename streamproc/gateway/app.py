@@ -15,6 +15,7 @@ from aiohttp import web
 from streamproc.gateway import accesslog
 from streamproc.gateway.api.openapi import openapi_handler
 from streamproc.gateway.api.operations import BASE, Operation
+from streamproc.gateway.api.query import bool_param
 from streamproc.gateway.api.routes import OPERATIONS
 from streamproc.gateway.auth.callers import Principal
 from streamproc.gateway.auth.tls import server_context
@@ -44,6 +45,9 @@ class Mount:
         handler = op.handler
         gw = self.gw
         auth = gw.auth
+        booleans = tuple(
+            p.name for p in op.params if p.where == "query" and p.schema.get("type") == "boolean"
+        )
 
         async def route(request: web.Request) -> web.StreamResponse:
             if self.draining:
@@ -57,6 +61,8 @@ class Mount:
             if scope is not None:
                 who = await auth.authenticate(request, scope)
                 request[accesslog.TENANT] = who.tenant
+            for name in booleans:  # refused before the handler writes anything
+                bool_param(request, name)
             return gw.with_nonce(await handler(gw, request, who), who)
 
         return route

@@ -13,7 +13,7 @@ import msgspec
 from aiohttp import web
 
 from streamproc.bus import jsapi
-from streamproc.bus.streams import configured_notify_retention
+from streamproc.bus.streams import notify_retention_from
 from streamproc.bus.ttlkv import TtlBucket
 from streamproc.gateway.auth.callers import Authenticator, Principal
 from streamproc.gateway.auth.replay import ReplayGuard, bucket_definition, bucket_name
@@ -23,7 +23,7 @@ from streamproc.gateway.hardening import decode_json, read_body, require_json
 from streamproc.gateway.remote import Remote
 from streamproc.gateway.settings import GatewaySettings
 from streamproc.notify.feed_http import Feed
-from streamproc.notify.registrations import load_settings as load_feed_settings
+from streamproc.notify.registrations import from_sections as feed_settings_from
 from streamproc.notify.retention import WindowKeeper
 from streamproc.planner import settings as planner_settings
 from streamproc.readmodel.queries import ReadModel
@@ -58,17 +58,15 @@ class GatewayContext:
             prefix,
             preview_timeout_s=settings.preview_timeout_s,
             verify_timeout_s=settings.verify_timeout_s,
-            partitions=conf.section(planner_settings.load).partitions,
+            partitions=conf.built(planner_settings.from_sections).partitions,
         )
-        self.max_jobs_per_run = conf.section(planner_settings.load).max_jobs_per_run
+        self.max_jobs_per_run = conf.built(planner_settings.from_sections).max_jobs_per_run
         """The planner's ceiling on ``limits.maxJobs``: a schedule asking more is refused."""
         process_cap = ctx.settings.http_max_body
         self.body_cap = min(settings.max_body or process_cap, process_cap)
         self.inflated_cap = settings.max_decompressed_body or self.body_cap
-        self.feed = Feed(ctx.publisher.nc, prefix, conf.section(load_feed_settings))
-        self.window = WindowKeeper(
-            self.feed.holds, conf.section(configured_notify_retention).max_age_s
-        )
+        self.feed = Feed(ctx.publisher.nc, prefix, conf.built(feed_settings_from))
+        self.window = WindowKeeper(self.feed.holds, conf.built(notify_retention_from).max_age_s)
         """Moves the Notify stream's delivery window along; ``app.py`` runs it."""
 
     async def json_body(

@@ -11,15 +11,17 @@ or as ``env:NAME``, so no secret has to sit in the config file itself.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
-from streamproc.config import Configuration, flag
+from streamproc.config import Configuration
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Sections
+from streamproc.configfile.typed import flag
 from streamproc.events.payloads import VEX_DOCUMENT_SOURCE
 from streamproc.ids import TENANT_RE
 from streamproc.names import AUDIENCE
@@ -223,13 +225,81 @@ _DPOP_SCALARS = {
 }
 
 
+class _Given(msgspec.Struct, kw_only=True):
+    """What the settings give over the gateway's files: the file to read, and the scalar
+    keys that were set (a key left at its default does not replace a file's value)."""
+
+    file: str | None = None
+    scalars: dict[str, object] = {}
+    dpop: dict[str, object] = {}
+    issuer: dict[str, object] | None = None
+
+
 def load(env: Mapping[str, str], document: Mapping[str, object] | None = None) -> GatewaySettings:
     """``document`` (the config file's ``gateway`` tables), the file named by
-    ``STREAMPROC_GATEWAY_CONFIG`` over it, then scalar overrides from ``env``; raises
-    GatewayConfigError."""
+    ``STREAMPROC_GATEWAY_CONFIG`` over it, then scalar overrides from the text of ``env``;
+    raises GatewayConfigError. ``config check`` reads the text this way: each bad value is
+    refused in the gateway's own words, attributed to its key (a process builds from its
+    typed sections, :func:`configured`)."""
+    given = _Given(file=env.get(ENV_FILE) or None)
+    for suffix, field in _SCALARS.items():
+        if env.get(ENV_PREFIX + suffix):
+            given.scalars[field] = env[ENV_PREFIX + suffix]
+    for suffix, field in (("REQUIRED_MODES", "required_modes"), ("TOKEN_TYPES", "token_types")):
+        if env.get(ENV_PREFIX + suffix):
+            given.scalars[field] = _listed(env[ENV_PREFIX + suffix])
+    for suffix, field in _DPOP_SCALARS.items():
+        if env.get(ENV_PREFIX + suffix):
+            given.dpop[field] = env[ENV_PREFIX + suffix]
+    if env.get(ENV_PREFIX + "DPOP_REQUIRE_NONCE"):
+        given.dpop["require_nonce"] = flag(env[ENV_PREFIX + "DPOP_REQUIRE_NONCE"]) is True
+    if env.get(ENV_PREFIX + "ISSUER") and env.get(ENV_PREFIX + "ISSUER_KEY"):
+        tenants = env.get(ENV_PREFIX + "ISSUER_TENANTS")
+        given.issuer = _issuer(
+            env[ENV_PREFIX + "ISSUER"], env[ENV_PREFIX + "ISSUER_KEY"],
+            _listed(tenants) if tenants else None,
+        )  # fmt: skip
+    return _merged(document, given)
+
+
+def from_sections(
+    sections: Sections, document: Mapping[str, object] | None, *, given: Collection[str]
+) -> GatewaySettings:
+    """:func:`load` from the typed ``[gateway]`` and ``[gateway.dpop]`` sections: the keys
+    whose environment names are in ``given`` override the files'."""
+    gateway, typed_dpop = sections.gateway, sections.gateway_dpop
+    out = _Given(file=gateway.config)
+    for suffix, field in _SCALARS.items():
+        if ENV_PREFIX + suffix in given:
+            out.scalars[field] = getattr(gateway, field)
+    for suffix, field in (("REQUIRED_MODES", "required_modes"), ("TOKEN_TYPES", "token_types")):
+        if ENV_PREFIX + suffix in given:
+            out.scalars[field] = list(getattr(gateway, field))
+    for suffix, field in _DPOP_SCALARS.items():
+        if ENV_PREFIX + suffix in given:
+            out.dpop[field] = getattr(typed_dpop, field)
+    if ENV_PREFIX + "DPOP_REQUIRE_NONCE" in given:
+        out.dpop["require_nonce"] = typed_dpop.require_nonce
+    if gateway.issuer and gateway.issuer_key:
+        tenants = list(gateway.issuer_tenants) if gateway.issuer_tenants else None
+        out.issuer = _issuer(gateway.issuer, gateway.issuer_key, tenants)
+    return _merged(document, out)
+
+
+def _issuer(issuer: str, kid_key: str, tenants: list[str] | None) -> dict[str, object]:
+    """The issuer the scalar keys name: ``issuer_key`` is ``KID=KEY``."""
+    kid, _, key = kid_key.partition("=")
+    out: dict[str, object] = {"issuer": issuer, "keys": [{"kid": kid, "public_key": key}]}
+    if tenants:
+        out["tenants"] = tenants
+    return out
+
+
+def _merged(document: Mapping[str, object] | None, given: _Given) -> GatewaySettings:
+    """The tables, the gateway file over them, then what ``given`` sets."""
     base = dict(document or {})
     raw: dict[str, object] = {}
-    path = env.get(ENV_FILE)
+    path = given.file
     if path:
         try:
             text = Path(path).read_bytes()
@@ -245,31 +315,10 @@ def load(env: Mapping[str, str], document: Mapping[str, object] | None = None) -
             raise GatewayConfigError(f"{path}: {exc}") from None
         if not isinstance(raw, dict):
             raise GatewayConfigError(f"{path}: the top level must be an object")
-    raw = {**base, **raw}
-    for suffix, field in _SCALARS.items():
-        if env.get(ENV_PREFIX + suffix):
-            raw[field] = env[ENV_PREFIX + suffix]
-    for suffix, field in (("REQUIRED_MODES", "required_modes"), ("TOKEN_TYPES", "token_types")):
-        if env.get(ENV_PREFIX + suffix):
-            raw[field] = _listed(env[ENV_PREFIX + suffix])
-    dpop = dict(raw.get("dpop") or {})  # type: ignore[call-overload]  # raw is the config mapping (object values); dpop is a table there
-    for suffix, field in _DPOP_SCALARS.items():
-        if env.get(ENV_PREFIX + suffix):
-            dpop[field] = env[ENV_PREFIX + suffix]
-    if env.get(ENV_PREFIX + "DPOP_REQUIRE_NONCE"):
-        dpop["require_nonce"] = flag(env[ENV_PREFIX + "DPOP_REQUIRE_NONCE"]) is True
-    raw["dpop"] = dpop
-    if env.get(ENV_PREFIX + "ISSUER") and env.get(ENV_PREFIX + "ISSUER_KEY"):
-        kid, _, key = env[ENV_PREFIX + "ISSUER_KEY"].partition("=")
-        issuers = list(raw.get("issuers") or [])  # type: ignore[call-overload]  # raw is the config mapping (object values); issuers is a list there
-        issuer: dict[str, object] = {
-            "issuer": env[ENV_PREFIX + "ISSUER"],
-            "keys": [{"kid": kid, "public_key": key}],
-        }
-        if env.get(ENV_PREFIX + "ISSUER_TENANTS"):
-            issuer["tenants"] = _listed(env[ENV_PREFIX + "ISSUER_TENANTS"])
-        issuers.append(issuer)
-        raw["issuers"] = issuers
+    raw = {**base, **raw, **given.scalars}
+    raw["dpop"] = {**dict(raw.get("dpop") or {}), **given.dpop}  # type: ignore[call-overload]  # raw is the config mapping (object values); dpop is a table there
+    if given.issuer is not None:
+        raw["issuers"] = [*list(raw.get("issuers") or []), given.issuer]  # type: ignore[call-overload]  # raw is the config mapping (object values); issuers is a list there
     try:
         return msgspec.convert(raw, GatewaySettings, strict=False)
     except msgspec.ValidationError as exc:
@@ -277,8 +326,10 @@ def load(env: Mapping[str, str], document: Mapping[str, object] | None = None) -
 
 
 def configured(configuration: Configuration) -> GatewaySettings:
-    """The gateway's settings in the process's configuration: its file tables and values."""
-    return load(configuration.values, configuration.document("gateway"))
+    """The gateway's settings in the process's configuration: its file tables and typed
+    sections (which keys were given is read off the text, not parsed again)."""
+    given = {k for k, v in configuration.values.items() if v and k.startswith(ENV_PREFIX)}
+    return from_sections(configuration.sections, configuration.document("gateway"), given=given)
 
 
 def _listed(text: str) -> list[str]:

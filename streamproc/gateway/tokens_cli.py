@@ -17,7 +17,7 @@ from nacl.signing import SigningKey
 
 from streamproc import exitcodes
 from streamproc.cliargs import add_config_flag, configuration
-from streamproc.client.settings import dpop_key
+from streamproc.client.settings import client_of, dpop_key
 from streamproc.config import load
 from streamproc.gateway.auth import jwt
 from streamproc.gateway.auth.dpop import access_token_hash
@@ -179,7 +179,7 @@ def cmd_client_key(args: argparse.Namespace) -> int:
     """This data directory's DPoP client key: created on first use, its thumbprint printed
     (what ``token issue --jkt`` binds a token to)."""
     settings = load({"data_dir": args.data_dir}, configuration(args))
-    key = dpop_key(settings.data_dir, settings.configuration.values)
+    key = dpop_key(settings.data_dir, client_of(settings.configuration))
     print(key.jkt)
     print(f"{key.path} (private; every command on this data directory signs with it)",
           file=sys.stderr)  # fmt: skip

@@ -27,7 +27,7 @@ from streamproc.events.payloads import ImageRemoved
 from streamproc.ids import InvalidTenant, validate_tenant
 from streamproc.impact import keys as K
 from streamproc.impact.groups import _OVERHEAD
-from streamproc.impact.settings import cache_bytes, configured_projection
+from streamproc.impact.settings import cache_bytes_from, configured_projection
 from streamproc.impact.stats import index_stats
 from streamproc.natsd.server import NatsServerError
 from streamproc.natsd.session import run as _run
@@ -35,7 +35,7 @@ from streamproc.natsd.session import with_nats as _with_nats
 from streamproc.roles import ROLES
 from streamproc.runtime.reactor import Configured
 from streamproc.sbom.publish import UsageError, build_payload, publish_image_event
-from streamproc.state.settings import store_sizes
+from streamproc.state.settings import sizes_from
 from streamproc.state.store import RocksStore, StateLocked
 
 EXIT_OK = 0
@@ -119,7 +119,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if not (path / "CURRENT").exists():
         raise UsageError(f"no impact state in {path}: run the role that hosts it, or --state-dir")
     # a point-in-time view beside a running role
-    store = RocksStore(path, read_only=True, sizes=_configuration(args).section(store_sizes))
+    store = RocksStore(path, read_only=True, sizes=_configuration(args).built(sizes_from))
     try:
         if K.GROUPS_CF not in store.families():
             raise UsageError(
@@ -129,7 +129,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         s = index_stats(store)
     finally:
         store.close()
-    bound = _configuration(args).section(cache_bytes)
+    bound = _configuration(args).built(cache_bytes_from)
     warm_bytes = _OVERHEAD * s.product_keys + 2 * s.group_bytes + s.owner_bytes
     doc = {
         "stateDir": str(path),

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from streamproc.config import Configuration, flag
+from streamproc.config import Configuration
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Sections
+from streamproc.configfile.typed import flag
 from streamproc.impact.projection import DEFAULT_CACHE_MB, ImpactProjection
 
 CACHE_ENV = env_name("impact.cache_mb")
@@ -32,10 +34,16 @@ def warm_on_start(env: Mapping[str, str]) -> bool:
     return value
 
 
+def cache_bytes_from(sections: Sections) -> int | None:
+    """:func:`cache_bytes` from the typed ``[impact]`` section."""
+    mb = sections.impact.cache_mb
+    return None if mb <= 0 else mb * 1024 * 1024
+
+
 def configured_projection(configuration: Configuration) -> ImpactProjection:
-    """The impact index as a role hosts it: with the configured cache bound and warming (the
-    form ``Configured`` projection factories take)."""
+    """The impact index as a role hosts it: with the cache bound and warming of the typed
+    ``[impact]`` section (the form ``Configured`` projection factories take)."""
     return ImpactProjection(
-        max_bytes=configuration.section(cache_bytes),
-        warm_on_start=configuration.section(warm_on_start),
+        max_bytes=configuration.built(cache_bytes_from),
+        warm_on_start=configuration.sections.impact.warm_on_start,
     )

@@ -37,7 +37,7 @@ async def with_nats(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -> 
 async def nats_session(settings: Settings, name: str = "streamproc") -> AsyncIterator[FastClient]:
     if settings.nats_url:
         nc = await connect(
-            settings.nats_url, name=name, auth=settings.configuration.section(NatsAuth.from_env)
+            settings.nats_url, name=name, auth=NatsAuth.configured(settings.configuration)
         )
         try:
             yield nc

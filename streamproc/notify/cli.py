@@ -21,7 +21,7 @@ from streamproc.bus.pull import ConsumerGone
 from streamproc.cancellation import checkpoint
 from streamproc.cliargs import configuration
 from streamproc.client.http import ApiClient
-from streamproc.client.settings import dpop_key, token_source
+from streamproc.client.settings import client_of, dpop_key, token_source
 from streamproc.client.tokens import StaticToken
 from streamproc.config import ConfigError, Settings, load
 from streamproc.configfile.registry import env_name
@@ -33,7 +33,9 @@ from streamproc.notify.feed_consumer import (
     ConsumerSettings,
     FeedClosed,
     FeedConsumer,
-    load_settings,
+)
+from streamproc.notify.feed_consumer import (
+    from_section as consumer_settings,
 )
 from streamproc.notify.feed_http import epoch_of
 from streamproc.notify.feed_state import Checkpoint, FeedState
@@ -138,15 +140,17 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def _tail_http(
     settings: Settings, args: argparse.Namespace, show: Callable[[nm.AnyMessage, int], None]
 ) -> int:
-    env = settings.configuration.values
-    key = dpop_key(settings.data_dir, env)
-    static = args.token or env.get(TOKEN_ENV)
+    client = client_of(settings.configuration)
+    key = dpop_key(settings.data_dir, client)
+    static = args.token or settings.configuration.get(TOKEN_ENV)  # as given: a secret
     tokens = token_source(
-        key, token=static, token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,), env=env
+        key, token=static, token_flag=f"--token / {TOKEN_ENV}", scopes=(READ_SCOPE,), client=client
     )
     own = tokens.tenant if isinstance(tokens, StaticToken) else None
-    cs = load_settings(base_url=args.http, tenants=args.tenant, kinds=args.kind or [],
-                       token_tenant=own, env=env)  # fmt: skip
+    cs = consumer_settings(
+        settings.configuration.sections.notify, base_url=args.http, tenants=args.tenant,
+        kinds=args.kind or [], token_tenant=own,
+    )  # fmt: skip
     if isinstance(tokens, StaticToken) and own is not None and cs.tenants != (own,):
         raise ConfigError(
             f"a static token serves its own tenant ({own}), not {', '.join(cs.tenants)}: use "

@@ -35,8 +35,9 @@ from streamproc import exitcodes
 from streamproc.client.http import ApiClient, Reply, Unreachable
 from streamproc.client.settings import absolute_http_url
 from streamproc.client.tokens import TokenRefused, TokenUnavailable
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Notify as NotifySection
 from streamproc.names import API_BASE
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_state import Checkpoint, FeedState, Lease, LeaseLost
@@ -81,16 +82,6 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True):
     lease_ttl_s: float = 120.0
 
 
-def _number(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = (env.get(ENV[name]) or "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(f"{ENV[name]}={raw!r}: a number") from None
-
-
 def normalize_tenants(values: list[str]) -> tuple[str, ...]:
     """The allowlist: ASCII letters, digits, ``-`` and ``_``, up to 128 characters, lowered;
     nonempty and distinct."""
@@ -112,27 +103,26 @@ def normalize_tenants(values: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def load_settings(
+def from_section(
+    notify: NotifySection,
     *,
     base_url: str | None,
     tenants: list[str],
     kinds: list[str],
     token_tenant: str | None = None,
-    env: Mapping[str, str],
 ) -> ConsumerSettings:
-    """The consumer's settings: flags over ``notify.*`` (docs/configuration.md). With a
-    static token and no tenant given, its tenant is the one partition."""
+    """The consumer's settings: flags over the typed ``[notify]`` section
+    (docs/configuration.md). With a static token and no tenant given, its tenant is the one
+    partition."""
 
-    url = base_url or env.get(ENV["base_url"])
+    url = base_url or notify.base_url
     if not url:
         raise ConfigError(f"no feed URL: --http URL or {ENV['base_url']}")
-    listed = tenants or [t for t in (env.get(ENV["tenants"]) or "").split(",") if t.strip()]
+    listed = tenants or [t for t in notify.tenants or () if t.strip()]
     if not listed and token_tenant:
         listed = [token_tenant]
-    poll = _number(env, "poll_interval_s", 15.0)
-    timeout = _number(env, "http_timeout_s", 30.0)
-    ttl = _number(env, "lease_ttl_s", 120.0)
-    batch = _number(env, "batch_size", 50)
+    poll, timeout = notify.poll_interval_s, notify.http_timeout_s
+    ttl, batch = notify.lease_ttl_s, notify.batch_size
     if poll <= 0:
         raise ConfigError(f"{ENV['poll_interval_s']}={poll:g}: positive seconds")
     if timeout <= 0:
@@ -149,6 +139,22 @@ def load_settings(
         tenants=normalize_tenants(listed),
         kinds=tuple(dict.fromkeys(kinds or ["rescan.delta"])),
         poll_interval_s=poll, batch_size=int(batch), http_timeout_s=timeout, lease_ttl_s=ttl,
+    )  # fmt: skip
+
+
+def load_settings(
+    *,
+    base_url: str | None,
+    tenants: list[str],
+    kinds: list[str],
+    token_tenant: str | None = None,
+    env: Mapping[str, str],
+) -> ConsumerSettings:
+    """:func:`from_section` with the text of ``env``, decoded as at start (``config check``
+    and tests)."""
+    return from_section(
+        Configuration(values=env).sections.notify,
+        base_url=base_url, tenants=tenants, kinds=kinds, token_tenant=token_tenant,
     )  # fmt: skip
 
 

@@ -26,8 +26,9 @@ from nats.js.kv import KeyValue
 
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Sections
 from streamproc.names import feed_bucket
 
 bucket_name = feed_bucket
@@ -46,24 +47,21 @@ class FeedSettings(msgspec.Struct, frozen=True, kw_only=True):
     consumer_client_ids: tuple[str, ...] = DEFAULT_CONSUMERS
 
 
-def load_settings(env: Mapping[str, str]) -> FeedSettings:
-    """``STREAMPROC_FEED_LEASE_S`` and ``STREAMPROC_NOTIFY_CONSUMER_CLIENT_IDS``
-    (comma-separated)."""
+def from_sections(sections: Sections) -> FeedSettings:
+    """``notify.feed_lease_s`` (at least 3 s, checked at start; at most a year, here) and
+    ``notify.consumer_client_ids`` from the typed ``[notify]`` section."""
+    notify = sections.notify
+    lease = notify.feed_lease_s
+    if not MIN_LEASE_S <= lease <= 366 * 86_400:
+        shown = int(lease) if lease.is_integer() else lease
+        raise ConfigError(f"{LEASE_ENV}='{shown}': seconds, at least {MIN_LEASE_S:g}")
+    return FeedSettings(lease_s=lease, consumer_client_ids=tuple(notify.consumer_client_ids))
 
-    raw = (env.get(LEASE_ENV) or "").strip()
-    lease = DEFAULT_LEASE_S
-    if raw:
-        try:
-            lease = float(raw)
-        except ValueError:
-            lease = -1.0
-        if not MIN_LEASE_S <= lease <= 366 * 86_400:
-            raise ConfigError(f"{LEASE_ENV}={raw!r}: seconds, at least {MIN_LEASE_S:g}")
-    names = env.get(CONSUMERS_ENV)
-    consumers: tuple[str, ...] = DEFAULT_CONSUMERS
-    if names is not None and names.strip():
-        consumers = tuple(n.strip() for n in names.split(",") if n.strip())
-    return FeedSettings(lease_s=lease, consumer_client_ids=consumers)
+
+def load_settings(env: Mapping[str, str]) -> FeedSettings:
+    """:func:`from_sections` with the text of ``env``, decoded as at start (``config check``
+    and tests)."""
+    return from_sections(Configuration(values=env).sections)
 
 
 class Registration(msgspec.Struct, kw_only=True):

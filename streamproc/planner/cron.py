@@ -33,7 +33,7 @@ from streamproc.ids import derive_id
 from streamproc.planner.projection import PlannerSchedules
 from streamproc.planner.records import ScheduleView
 from streamproc.planner.settings import MissedTicks, PlannerSettings
-from streamproc.planner.settings import load as load_planner_settings
+from streamproc.planner.settings import from_sections as planner_from_sections
 from streamproc.runtime.reactor import Reactor, RoleContext
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class CronReactor(Reactor):
         wall: Callable[[], int] = wall_ms,
     ) -> None:
         self.settings = settings
-        self.cfg = planner or settings.configuration.section(load_planner_settings)
+        self.cfg = planner or settings.configuration.built(planner_from_sections)
         self.wall = wall
         self._next: dict[tuple[str, str], tuple[tuple[int, str, str], int | None]] = {}
         self._fired: dict[tuple[str, str], int] = {}

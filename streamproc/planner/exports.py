@@ -17,7 +17,7 @@ claimed, so a replan derives the same plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 import msgspec
@@ -37,7 +37,7 @@ from streamproc.projections.cursor import advanced
 from streamproc.projections.revision import check_revision
 from streamproc.runtime.fold import folds
 from streamproc.runtime.projection import Projection
-from streamproc.state.store import Store
+from streamproc.state.store import BULK, Reads, Store
 from streamproc.state.tx import Table, Tx
 
 CLAIMS_CF = PL_CLAIMS_CF
@@ -74,6 +74,8 @@ class PlannerExports(Projection):
     observes: ClassVar[frozenset[str]] = frozenset({"run.planned", "run.cancel_requested"})
     """They act on the run's claim, which most runs (manual, cron) never make."""
     families: ClassVar[tuple[str, ...]] = (EXPORTS_CF, CLAIMS_CF, CURSORS_CF, VULNS_CF)
+    family_reads: ClassVar[Mapping[str, Reads]] = {CURSORS_CF: BULK}
+    """The cursors are read whole at :meth:`open` (then kept in memory); the rest by key."""
     version: ClassVar[int] = 4
     """2: cursors hold when each source's latest coalescing window opened. 3: revisions.
     4: a Vexer export's keys are its claims' packages (version-less), the EPSS of the

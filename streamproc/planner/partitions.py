@@ -49,13 +49,13 @@ from streamproc.planner.open_runs import PlannerOpenRuns
 from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSchedules
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.service import start as start_service
-from streamproc.planner.settings import load as load_planner_settings
+from streamproc.planner.settings import from_sections as planner_from_sections
 from streamproc.queries import partition_endpoint
-from streamproc.runtime.lease import Lease, NatsFailure, entries, holder_id, lease_ttl, open_bucket
+from streamproc.runtime.lease import Lease, NatsFailure, entries, holder_id, open_bucket, ttl_from
 from streamproc.runtime.projection import Projection
 from streamproc.runtime.projector import Projector
 from streamproc.runtime.reactor import Configured, Reactor, RoleContext, build
-from streamproc.state.settings import store_sizes, trim_interval_s
+from streamproc.state.settings import sizes_from, trim_from
 from streamproc.state.store import RocksStore
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ class Partition:
         nc = self.base.publisher.nc
         path = s.state_dir(names.partition_state(self.k, self.n))
         conf = s.configuration
-        self.store = RocksStore(path, sizes=conf.section(store_sizes))
+        self.store = RocksStore(path, sizes=conf.built(sizes_from))
         projections = [build(make, conf) for make in PROJECTIONS]
         where = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
         proj = Projector(
@@ -195,7 +195,7 @@ class Partition:
             consumer=names.projector_consumer("planner", f"p{self.k}of{self.n}", s.node_id, where),
             subjects=names.plan_subjects(s.prefix, self.k),
             filter_subjects=[filter_subject(s.prefix, self.k)],
-            trim_interval_s=conf.section(trim_interval_s),
+            trim_interval_s=conf.built(trim_from),
         )
         self.proj = proj
         await proj.start()
@@ -387,13 +387,13 @@ class PartitionSet:
 
 async def run(ctx: RoleContext) -> None:
     """The background service of a partitioned planner role (every instance runs it)."""
-    n = ctx.settings.configuration.section(load_planner_settings).partitions
+    n = ctx.settings.configuration.built(planner_from_sections).partitions
     nc = ctx.publisher.nc
-    retention = ctx.settings.configuration.section(streams.configured_events_retention)
+    retention = ctx.settings.configuration.built(streams.events_retention_from)
     stream = await ensure_stream(nc, ctx.settings, n, retention)
     replicas = await jsapi.stream_replicas(nc, ctx.settings.events_stream)
     kv, ttl = await open_bucket(
-        nc, ctx.settings.prefix, ctx.settings.configuration.section(lease_ttl), replicas=replicas
+        nc, ctx.settings.prefix, ctx.settings.configuration.built(ttl_from), replicas=replicas
     )
     parts = PartitionSet(ctx, kv, ttl, stream, n, holder_id(ctx.settings.node_id))
     try:

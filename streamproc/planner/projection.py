@@ -31,7 +31,7 @@ from streamproc.names import (
 from streamproc.planner import records as r
 from streamproc.runtime.fold import folds
 from streamproc.runtime.projection import Projection, Rejection
-from streamproc.state.store import Store
+from streamproc.state.store import BULK, Reads, Store
 from streamproc.state.tx import Tx
 
 BACKLOG_CF = PL_BACKLOG_CF
@@ -62,6 +62,8 @@ class PlannerSchedules(Projection):
     name: ClassVar[str] = PL_SCHEDULES
     creates: ClassVar[frozenset[str]] = frozenset({"schedule.created"})
     families: ClassVar[tuple[str, ...]] = (SCHEDULES_CF,)
+    family_reads: ClassVar[Mapping[str, Reads]] = {SCHEDULES_CF: BULK}
+    """Read whole at :meth:`open`, then only written: its blocks are not worth caching."""
 
     def __init__(self) -> None:
         self.by_tenant: dict[str, dict[str, r.ScheduleView]] = {}
@@ -179,6 +181,8 @@ class PlannerRuns(Projection):
     name: ClassVar[str] = PL_RUNS
     creates: ClassVar[frozenset[str]] = frozenset({"run.requested"})
     families: ClassVar[tuple[str, ...]] = (RUNS_CF, BACKLOG_CF)
+    family_reads: ClassVar[Mapping[str, Reads]] = {BACKLOG_CF: BULK}
+    """The backlog is read whole at :meth:`open` (then kept in memory); runs are point-read."""
 
     def __init__(self) -> None:
         self.pending: dict[tuple[str, str], r.RunRecord] = {}
@@ -320,6 +324,8 @@ class LastReports(Projection):
     creates: ClassVar[frozenset[str]] = frozenset({"verdict.recorded"})
     """An image's first report creates its entry (reports are about images, not runs)."""
     families: ClassVar[tuple[str, ...]] = (REPORTS_CF, FINDINGS_CF)
+    family_reads: ClassVar[Mapping[str, Reads]] = {REPORTS_CF: BULK}
+    """Reports are read whole at :meth:`open` (then kept in memory); findings on demand."""
     version: ClassVar[int] = 2
     """2: each image's last findings (``pl_findings``)."""
 

@@ -46,7 +46,7 @@ from streamproc.planner.records import Backlog, RunRecord
 from streamproc.planner.recovery import RestartCheck, requeue_lost
 from streamproc.planner.select import select_images, targets_for
 from streamproc.planner.settings import PlannerSettings
-from streamproc.planner.settings import load as load_planner_settings
+from streamproc.planner.settings import from_sections as planner_from_sections
 from streamproc.runtime.reactor import Reactor, RoleContext
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class PlannerReactor(Reactor):
         wall: Callable[[], int] = wall_ms,
     ) -> None:
         self.settings = settings
-        self.cfg = planner or settings.configuration.section(load_planner_settings)
+        self.cfg = planner or settings.configuration.built(planner_from_sections)
         self.source = source
         self.wall = wall
         self.inflight: dict[tuple[str, str], float] = {}

@@ -33,7 +33,7 @@ from streamproc.planner.estimate import feedser_threats, project, vexer_threats
 from streamproc.planner.exports import PlannerExports
 from streamproc.planner.model import ImpactSource
 from streamproc.planner.projection import LastReports
-from streamproc.planner.settings import load as load_planner_settings
+from streamproc.planner.settings import from_sections as planner_from_sections
 from streamproc.queries import (
     PLANNER,
     PREVIEW,
@@ -257,7 +257,7 @@ async def start(ctx: RoleContext, endpoint: str = PREVIEW) -> Served:
         hosted(ctx.shared, PlannerExports),
         nc,
         ctx.settings.events_stream,
-        epss_high=ctx.settings.configuration.section(load_planner_settings).epss_high_percentile,
+        epss_high=ctx.settings.configuration.built(planner_from_sections).epss_high_percentile,
     )
     return await serve_previews(
         nc,

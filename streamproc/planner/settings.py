@@ -1,5 +1,6 @@
-"""Planner settings, decoded from the process's configuration (the config file and the
-environment, read once at start) with defaults (the shared Settings stay lean).
+"""Planner settings, built from the process's typed ``[planner]`` section (the config file
+and the environment, decoded once at start: :attr:`streamproc.config.Configuration.sections`),
+with the derived fields (``debounce_ms``) and checks (the shared Settings stay lean).
 
 Every knob, its variable and default (also in ``docs/planning.md``):
 
@@ -40,8 +41,10 @@ from typing import Literal
 
 import msgspec
 
-from streamproc.config import ConfigError, flag
-from streamproc.configfile.registry import RENAMED_ENV, env_names
+from streamproc.config import ConfigError
+from streamproc.configfile.registry import env_names
+from streamproc.configfile.sections import Sections
+from streamproc.configfile.typed import SectionProblems, decode
 
 MissedTicks = Literal["latest", "none", "all-capped"]
 
@@ -113,28 +116,22 @@ ENV = env_names("planner", PlannerSettings.__struct_fields__)
 """Field → environment name (the registry's ``planner.<field>`` keys)."""
 
 
-def load(env: Mapping[str, str], **overrides: object) -> PlannerSettings:
-    """Planner settings from ``env`` (the process's configuration), then ``overrides``."""
-
-    for old, new in RENAMED_ENV.items():
-        if env.get(old, "").strip():
-            raise ConfigError(
-                f"{old} is now {new}: a ceiling no schedule's limits.maxJobs exceeds "
-                f"(docs/configuration.md); set that instead"
-            )
-    raw: dict[str, object] = {}
-    for field, var in ENV.items():
-        value = env.get(var, "").strip()
-        if not value:
-            continue
-        if field == "usage_only":
-            raw[field] = flag(value)
-            if raw[field] is None:
-                raise ConfigError(f"{var}={value!r}: use 1/0, true/false, yes/no or on/off")
-        else:
-            raw[field] = value
+def from_sections(sections: Sections, **overrides: object) -> PlannerSettings:
+    """Planner settings from the process's typed ``[planner]`` section (decoded once at start,
+    bounds checked there), then ``overrides``; the checks of ``__post_init__`` run again."""
+    raw = msgspec.structs.asdict(sections.planner)
     raw.update(overrides)
     try:
         return msgspec.convert(raw, PlannerSettings, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"planner settings: {exc}") from None
+
+
+def load(env: Mapping[str, str], **overrides: object) -> PlannerSettings:
+    """Planner settings from the text of ``env`` (environment names; ``config check`` and
+    tests), decoded as at start, then ``overrides``."""
+    try:
+        sections = decode(env)
+    except SectionProblems as exc:
+        raise ConfigError(f"planner settings: {exc}") from None
+    return from_sections(sections, **overrides)

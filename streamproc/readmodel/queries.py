@@ -13,6 +13,8 @@ from typing import Generic, TypeVar
 import msgspec
 
 from streamproc.readmodel import keys, run_exports
+from streamproc.readmodel.acks import CF as ACKS_CF
+from streamproc.readmodel.acks import AckRecord, ack_key, decode_ack
 from streamproc.readmodel.exports import CF as EXPORTS_CF
 from streamproc.readmodel.exports import export_key
 from streamproc.readmodel.images import CF as IMAGES_CF
@@ -140,6 +142,15 @@ class ReadModel:
             lambda _k, v: decode_delta(v),
             lambda _r: True,
         )
+
+    def delta(self, tenant: str, run_id: str, digest: str) -> DeltaRecord | None:
+        raw = self.store.get(DELTAS_CF, delta_prefix(tenant, run_id) + digest.encode())
+        return decode_delta(raw) if raw is not None else None
+
+    def acknowledgement(self, tenant: str, run_id: str, digest: str) -> AckRecord | None:
+        """Who took charge of the image's delta in the run (None: nobody yet)."""
+        raw = self.store.get(ACKS_CF, ack_key(tenant, run_id, digest))
+        return decode_ack(raw) if raw is not None else None
 
     def backlog(self, tenant: str) -> list[BacklogRecord]:
         """Work spilled to the next window and not yet requested as a continuation."""

@@ -14,6 +14,7 @@ every fold at once, and each batch then deletes it with its deltas and index key
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import msgspec
@@ -22,7 +23,13 @@ from streamproc import metrics
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.ids import spill_run_id
-from streamproc.names import RM_BACKLOG_CF, RM_RUN_DELTAS_CF, RM_RUNS, RM_RUNS_BY_TIME_CF
+from streamproc.names import (
+    RM_BACKLOG_CF,
+    RM_DELTA_ACKS,
+    RM_RUN_DELTAS_CF,
+    RM_RUNS,
+    RM_RUNS_BY_TIME_CF,
+)
 from streamproc.readmodel import keys, retention, run_exports
 from streamproc.readmodel.exports import Exports
 from streamproc.readmodel.records import (
@@ -40,7 +47,7 @@ from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX, expiry_ke
 from streamproc.readmodel.schedules import Schedules, physical_ms
 from streamproc.runtime.fold import folds
 from streamproc.runtime.projection import Projection, Rejection
-from streamproc.state.store import Store
+from streamproc.state.store import BULK, Reads, Store
 from streamproc.state.tx import Tx
 
 DELTAS_CF = RM_RUN_DELTAS_CF
@@ -119,9 +126,15 @@ class Runs(Projection):
         run_exports.CURSORS_CF,
         BACKLOG_CF,
     )
+    family_reads: ClassVar[Mapping[str, Reads]] = {EXPIRY_CF: BULK}
+    """The finish-time index is only swept (its clock key, written every batch, is read from
+    the memtable): a retention sweep's blocks are not kept."""
     reads: ClassVar[tuple[str, ...]] = (Exports.name,)
     """Each export a run names, as recorded: its id as sent and its time (the run's order,
     its first exports, the cursor it moves)."""
+    removes: ClassVar[tuple[str, ...]] = (RM_DELTA_ACKS,)
+    """A pruned run's deltas' acknowledgements (:mod:`streamproc.readmodel.acks`, keyed as
+    its deltas are) leave with it."""
 
     def __init__(self, retention_days: int = retention.DEFAULT_DAYS) -> None:
         """``retention_days``: ``readmodel.retention_days``, as the gateway passes it
@@ -456,12 +469,14 @@ class Runs(Projection):
         return first_kept
 
     def _purge(self, tx: Tx, tenant: str, run_id: str, requested_seq: int, finished: int) -> None:
-        """Remove one run with everything keyed by it: record, listing key, deltas, index."""
+        """Remove one run with everything keyed by it: record, listing key, deltas and their
+        acknowledgements, index."""
         tx.table(EXPIRY_CF).delete(expiry_key(finished, tenant, run_id))
         tx.table(CF).delete(run_key(tenant, run_id))
         tx.table(BY_TIME_CF).delete(time_key(tenant, requested_seq, run_id))
         run_exports.delete_exports(tx, tenant, run_id)
-        deltas = tx.table(DELTAS_CF)
-        for dk in [k for k, _ in deltas.scan(delta_prefix(tenant, run_id))]:
-            deltas.delete(dk)
+        for cf in (DELTAS_CF, RM_DELTA_ACKS):
+            table = tx.table(cf)
+            for dk in [k for k, _ in table.scan(delta_prefix(tenant, run_id))]:
+                table.delete(dk)
         tx.count(metrics.RUNS_PRUNED, tenant)

@@ -29,6 +29,6 @@ def retention_days(env: Mapping[str, str]) -> int:
 
 
 def runs(configuration: Configuration) -> Runs:
-    """The runs of the read model as the gateway folds them: with the configured retention
-    (the form ``Configured`` projection factories take)."""
-    return Runs(retention_days=configuration.section(retention_days))
+    """The runs of the read model as the gateway folds them: with the retention of the typed
+    ``[readmodel]`` section (the form ``Configured`` projection factories take)."""
+    return Runs(retention_days=configuration.sections.readmodel.retention_days)

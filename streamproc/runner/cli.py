@@ -14,7 +14,7 @@ from streamproc.cliargs import common as _common
 from streamproc.configfile.loader import activate
 from streamproc.role_cli import add_process_options, process_settings, serve
 from streamproc.runner.role import make_runner
-from streamproc.runner.settings import load as load_runner
+from streamproc.runner.settings import configured as configured_runner
 
 
 def register(
@@ -33,8 +33,8 @@ def register(
 
 def cmd_runner(args: argparse.Namespace) -> int:
     settings = process_settings(args, "runner")
-    runner = load_runner(
-        settings.configuration.values,
+    runner = configured_runner(
+        settings.configuration,
         {"scanner_url": args.scanner_url, "workers": args.workers, "inflight": args.inflight},
     )
     # ``python -m streamproc.runner`` keeps its old contract: HTTP only with --http-port.

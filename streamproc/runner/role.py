@@ -45,7 +45,7 @@ from streamproc.runner.sboms import RunnerSboms, sbom_reader
 from streamproc.runner.scanner_client import ScannerClient, ScannerUnavailable
 from streamproc.runner.segment import SegmentRunner
 from streamproc.runner.settings import RunnerSettings
-from streamproc.runner.settings import load as load_runner_settings
+from streamproc.runner.settings import configured as configured_runner
 from streamproc.runner.state import RunnerState
 from streamproc.runtime.reactor import Reactor, RoleContext, RoleSpec
 
@@ -213,7 +213,7 @@ def make_runner(runner: RunnerSettings | None = None) -> RoleSpec:
     benches); without, the environment's, read when the role starts."""
 
     def workers(ctx: RoleContext) -> Coroutine[Any, Any, None]:
-        return Workers(ctx, runner or load_runner_settings(ctx.settings.configuration.values)).run()
+        return Workers(ctx, runner or configured_runner(ctx.settings.configuration)).run()
 
     return RoleSpec(
         [RunnerState, RunnerSboms, VexClaims], [lambda _s: RunnerReactor()], background=[workers]

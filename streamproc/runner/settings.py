@@ -10,9 +10,10 @@ import msgspec
 from msgspec import Meta
 
 from streamproc.backends.settings import ScannerSettings
-from streamproc.backends.settings import load as load_scanner
-from streamproc.config import ConfigError
+from streamproc.backends.settings import from_sections as scanner_from_sections
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.registry import env_names
+from streamproc.configfile.sections import Sections
 
 Positive = Annotated[float, Meta(gt=0)]
 
@@ -55,21 +56,39 @@ ENV = env_names(
     },
 )
 """Field → environment name (the registry's keys)."""
-_MORE = env_names("runner", {"port": "scanner.port", "backoff": "runner.retry_backoff_s"})
-PORT_ENV, BACKOFF_ENV = _MORE["port"], _MORE["backoff"]
+URL_ENV, PORT_ENV = ENV["scanner_url"], env_names("runner", {"port": "scanner.port"})["port"]
 
 
-def load(env: Mapping[str, str], overrides: dict[str, object] | None = None) -> RunnerSettings:
-    """Runner settings from ``env`` (the process's configuration), then ``overrides``."""
-    raw: dict[str, object] = {k: env[v] for k, v in ENV.items() if env.get(v)}
-    if "scanner_url" not in raw and env.get(PORT_ENV):
-        raw["scanner_url"] = f"http://127.0.0.1:{env[PORT_ENV]}"  # up --demo's
-    if env.get(BACKOFF_ENV):
-        raw["retry_backoff_s"] = env[BACKOFF_ENV].split(",")
+def from_sections(
+    sections: Sections, *, url_set: bool, overrides: dict[str, object] | None = None
+) -> RunnerSettings:
+    """Runner settings from the typed ``[runner]`` and ``[scanner]`` sections, then
+    ``overrides``. ``url_set``: whether ``scanner.url`` was given; without it the runners
+    call the reference scanner ``up --demo`` starts on ``scanner.port`` (the typed section
+    cannot tell an unset URL from its default)."""
+    raw: dict[str, object] = msgspec.structs.asdict(sections.runner)
+    scanner = sections.scanner
+    raw["scanner_url"] = scanner.url if url_set else f"http://127.0.0.1:{scanner.port}"
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         out = msgspec.convert(raw, RunnerSettings, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"runner settings: {exc}") from None
-    out.scanner = load_scanner(env)
+    out.scanner = scanner_from_sections(sections)
     return out
+
+
+def configured(
+    configuration: Configuration, overrides: dict[str, object] | None = None
+) -> RunnerSettings:
+    """The process's runner settings (its typed sections; whether the URL was given is read
+    off its text, which is not parsed again)."""
+    return from_sections(
+        configuration.sections, url_set=bool(configuration.get(URL_ENV)), overrides=overrides
+    )
+
+
+def load(env: Mapping[str, str], overrides: dict[str, object] | None = None) -> RunnerSettings:
+    """Runner settings from the text of ``env``, decoded as at start (``config check`` and
+    tests), then ``overrides``."""
+    return configured(Configuration(values=env), overrides)

@@ -40,7 +40,7 @@ from streamproc.runtime.projection import Projection
 from streamproc.runtime.projector import Projector
 from streamproc.runtime.reactor import Reactor, RoleContext, RoleSpec, build
 from streamproc.signals import install_stop_signals
-from streamproc.state.settings import store_sizes, trim_interval_s
+from streamproc.state.settings import sizes_from, trim_from
 from streamproc.state.store import RocksStore
 
 log = logging.getLogger(__name__)
@@ -123,11 +123,11 @@ class System:
     async def start(self) -> None:
         s = self.settings
         conf = s.configuration
-        tracing.configure(conf.values)  # a bad exporter setting or a missing extra stops us here
+        tracing.configure_from(conf.sections.otel)  # a bad endpoint or a missing extra stops us
         self.heartbeat = None if self._heartbeat is None else self._heartbeat(self)
         # Lock every state directory first: a second process on a directory in use is
         # refused before it touches NATS, consumers or the HLC file.
-        sizes = conf.section(store_sizes)
+        sizes = conf.built(sizes_from)
         for role in self.roles:
             self.stores.append(RocksStore(s.state_dir(role), sizes=sizes))
         if self.http:  # a taken port is refused now, before NATS, consumers and leases
@@ -143,15 +143,13 @@ class System:
                 lock=self.store_lock,
             )
             await asyncio.to_thread(self.server.start)
-        auth = (
-            conf.section(NatsAuth.from_env) if s.nats_url else None
-        )  # the embedded server has none
+        auth = NatsAuth.configured(conf) if s.nats_url else None  # the embedded server has none
         self.nc = await connect(self.nats_url, name=f"streamproc-{s.node_id}", auth=auth)
         defs = streams.definitions(
             s.prefix,
-            conf.section(streams.configured_replicas),
-            conf.section(streams.configured_events_retention),
-            conf.section(streams.configured_notify_retention),
+            conf.built(streams.replicas_from),
+            conf.built(streams.events_retention_from),
+            conf.built(streams.notify_retention_from),
         )
         for r in await streams.apply(self.nc, defs):
             if r.action == "drift":
@@ -179,7 +177,7 @@ class System:
                 consumer=projector_consumer(role, s.node_id, store.path),
                 subjects=s.events_subjects,
                 filter_subjects=role_filter(s.prefix, projections),
-                trim_interval_s=conf.section(trim_interval_s),
+                trim_interval_s=conf.built(trim_from),
             )
             await proj.start()
             if spec.on_open is not None:

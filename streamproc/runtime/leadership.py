@@ -24,7 +24,7 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
-from streamproc.runtime.lease import Lease, NatsFailure, holder_id, lease_ttl, open_bucket
+from streamproc.runtime.lease import Lease, NatsFailure, holder_id, open_bucket, ttl_from
 from streamproc.runtime.projector import Projector
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class Leadership:
         first attempt at the lease, so a lone instance is active right after start."""
         replicas = await jsapi.stream_replicas(nc, settings.events_stream)
         kv, ttl = await open_bucket(
-            nc, settings.prefix, settings.configuration.section(lease_ttl), replicas=replicas
+            nc, settings.prefix, settings.configuration.built(ttl_from), replicas=replicas
         )
         lease = Lease(kv, role, holder_id(settings.node_id), ttl)
         self = cls(nc, role, settings.events_stream, proj, lease)

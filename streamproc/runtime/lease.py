@@ -33,6 +33,7 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.cancellation import checkpoint
 from streamproc.config import ConfigError
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Sections
 from streamproc.names import lease_bucket
 
 bucket_name = lease_bucket
@@ -43,8 +44,6 @@ ENV_TTL = env_name("lease.ttl_s")
 DEFAULT_TTL_S = 5.0
 MIN_TTL_S = 0.5
 MAX_TTL_S = 300.0
-STREAM_EXISTS = 10058
-"""``stream name already in use with a different configuration``."""
 
 NatsFailure = (nats.errors.Error, TimeoutError, OSError)
 """What a lease call can fail with while NATS is slow or unreachable."""
@@ -67,6 +66,11 @@ def lease_ttl(env: Mapping[str, str]) -> float:
     if not MIN_TTL_S <= ttl <= MAX_TTL_S:
         raise ConfigError(f"{ENV_TTL}={raw}: between {MIN_TTL_S:g} and {MAX_TTL_S:g} seconds")
     return ttl
+
+
+def ttl_from(sections: Sections) -> float:
+    """:func:`lease_ttl` from the typed ``[lease]`` section (bounds checked at start)."""
+    return sections.lease.ttl_s
 
 
 def holder_id(node_id: str) -> str:
@@ -124,7 +128,7 @@ async def open_bucket(
                     )
                 )
             except nats.js.errors.BadRequestError as exc:
-                if exc.err_code != STREAM_EXISTS:  # else: another contender created it
+                if exc.err_code != jsapi.STREAM_NAME_IN_USE:  # else: another contender created it
                     raise
             info = await jsapi.with_retries(lambda: jsapi.stream_info(nc, stream), 20.0)
         if info is None:

@@ -23,7 +23,7 @@ from streamproc.events.envelope import Envelope, EventError, decode
 from streamproc.runtime.fold import Handler, handlers_of
 from streamproc.state import keys
 from streamproc.state.malloc import DEFAULT_TRIM_S, Trimmer
-from streamproc.state.store import Store
+from streamproc.state.store import Reads, Store
 from streamproc.state.tx import Tally, Tx
 
 
@@ -68,9 +68,21 @@ class Projection:
     (rate-limited, :mod:`streamproc.state.malloc`): for views whose batches free tens of MB
     of chunk values and memtables into glibc's heap."""
     families: ClassVar[tuple[str, ...]] = ()
+    family_reads: ClassVar[Mapping[str, Reads]] = {}
+    """How the reads of some of its own families use the block cache, chosen from what those
+    reads do (:class:`streamproc.state.store.Reads`): ``BULK`` for a family read only in bulk
+    (loaded whole at :meth:`open`, swept by retention), so that a start or a sweep does not
+    evict the blocks the point reads keep hot. Every other family: ``POINT``. Every read of
+    the family through the store, a batch's :class:`~streamproc.state.tx.Table` included,
+    uses them."""
     reads: ClassVar[tuple[str, ...]] = ()
     """Families of another projection of the same role that this one reads (never writes):
     as of the events before the one folded, the batch's pending writes included."""
+    removes: ClassVar[tuple[str, ...]] = ()
+    """Families of another projection of the same role whose keys start with this one's
+    entity keys: when this one removes an entity (retention), it deletes that entity's keys
+    there too, in the same batch, and writes nothing else there (a run leaving takes its
+    deltas' acknowledgements with it)."""
     creates: ClassVar[frozenset[str]] = frozenset()
     """Kinds that may be the first this view sees of an entity: they need no other entity
     to exist (``run.requested`` for the read model, ``run.planned`` for the open-run list)."""
@@ -246,9 +258,18 @@ class Folder:
         store.ensure_families(
             [
                 keys.META_CF,
-                *(cf for p in self.projections for cf in (*p.column_families(), *p.reads)),
+                *(
+                    cf
+                    for p in self.projections
+                    for cf in (*p.column_families(), *p.reads, *p.removes)
+                ),
             ]
         )
+        for p in self.projections:
+            foreign = set(p.family_reads) - set(p.column_families())
+            if foreign:
+                raise ValueError(f"{p.name}: read options for families it does not own {foreign}")
+            store.set_reads(p.family_reads)
         self._check_format()
         for p in self.projections:
             p.open(store)

@@ -30,7 +30,7 @@ from streamproc.runtime.deliveries import role_filter
 from streamproc.runtime.projection import Projection
 from streamproc.runtime.projector import SYNC_FAILURES, PositionError, Projector
 from streamproc.state.digest import state_digest
-from streamproc.state.settings import store_sizes
+from streamproc.state.settings import sizes_from
 from streamproc.state.store import RocksStore, StoreSizes
 
 
@@ -103,7 +103,7 @@ async def rebuild(
             f"{partial_warning(stream, info.state.first_seq)}; restore the stream, or pass "
             f"--allow-partial to rebuild from what is left"
         )
-    store = RocksStore(target, sizes=configuration.section(store_sizes))
+    store = RocksStore(target, sizes=configuration.built(sizes_from))
     t0 = time.perf_counter()
     subjects = _subjects(info.config)
     projections = projections_of()

@@ -32,8 +32,8 @@ from typing import ClassVar
 from streamproc import metrics
 from streamproc.bus import objects
 from streamproc.bus.jsapi import JsApiError
-from streamproc.config import ConfigError, Settings
-from streamproc.configfile.registry import env_name
+from streamproc.config import Configuration, Settings
+from streamproc.configfile.sections import Sections
 from streamproc.events.envelope import new_event
 from streamproc.events.payloads import SbomDeleted
 from streamproc.hlc import wall_ms
@@ -45,8 +45,6 @@ from streamproc.sboms.refs import known, released_before
 
 log = logging.getLogger(__name__)
 
-RETENTION_ENV = env_name("sboms.retention_s")
-DEFAULT_RETENTION_S = 86400.0
 SWEEP_S = 3600.0
 """Seconds between sweeps for objects no folded event names."""
 MIN_PASS_MS = 1000
@@ -55,19 +53,15 @@ PROBLEM = "sbom_retention"
 """The role problem a failing pass sets (``streamproc status``, ``/readyz``)."""
 
 
-def load_retention(env: Mapping[str, str]) -> float:
-    """``sboms.retention_s``: seconds an SBOM no image uses is kept."""
+def retention_from(sections: Sections) -> float:
+    """``sboms.retention_s``: seconds an SBOM no image uses is kept (at least 1, checked at
+    start)."""
+    return sections.sboms.retention_s
 
-    raw = (env.get(RETENTION_ENV) or "").strip()
-    if not raw:
-        return DEFAULT_RETENTION_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 1:  # also refuses nan
-        raise ConfigError(f"{RETENTION_ENV}={raw!r}: a number of seconds, at least 1")
-    return value
+
+def load_retention(env: Mapping[str, str]) -> float:
+    """:func:`retention_from` the text of ``env``, decoded as at start (tests)."""
+    return retention_from(Configuration(values=env).sections)
 
 
 def _ms(t: datetime) -> int:
@@ -87,7 +81,7 @@ class SbomRetention(Reactor):
     ) -> None:
         self.settings = settings
         if retention_s is None:
-            retention_s = settings.configuration.section(load_retention)
+            retention_s = settings.configuration.built(retention_from)
         self.retention_ms = int(retention_s * 1000)
         self.wall = wall
         self.sweep_s = sweep_s

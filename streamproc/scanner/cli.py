@@ -172,9 +172,9 @@ def _send(
     """Sign ``body`` and deliver it with a DPoP-bound token per tenant (``pending`` saved
     first, so a retry sends the same export): ``OK`` when the gateway accepted every
     delivery; otherwise the exit code, and a message that says what to do."""
-    env = configuration(args).values
+    conf = configuration(args)
     var = f"STREAMPROC_{kind.upper()}_SECRET"
-    secret = args.secret or env.get(var)
+    secret = args.secret or conf.get(var)
     seed = args.ed25519_seed_file.read_bytes()[:32] if args.ed25519_seed_file else None
     if not secret and not seed:
         print(f"streamproc: nothing to sign the export with: pass --secret (or set {var}; "
@@ -183,7 +183,7 @@ def _send(
     try:
         creds = credentials(
             data_dir,
-            env,
+            conf,
             token=args.token,
             tenants=args.tenant,
             source=args.source,

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamproc.backends.settings import load as load_scanner_settings
+from streamproc.backends.settings import from_sections as scanner_from_sections
 from streamproc.bus import objects
 from streamproc.bus.publisher import WrongExpectedSequence
-from streamproc.config import ConfigError, Configuration
+from streamproc.config import Configuration
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Sections
 from streamproc.devsetup import cli_command
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
@@ -74,11 +75,14 @@ def _image_event(tenant: str, name: str, raw: bytes) -> tuple[str, Any]:
     return digest, payload
 
 
+def scanner_port_from(sections: Sections) -> int:
+    """``scanner.port``: the demo's reference scanner's port (1..65535, checked at start)."""
+    return sections.scanner.port
+
+
 def load_scanner_port(env: Mapping[str, str]) -> int:
-    raw = env.get(env_name("scanner.port")) or "8490"
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ConfigError(f"STREAMPROC_SCANNER_PORT: {raw!r} is not a port number")
-    return int(raw)
+    """:func:`scanner_port_from` the text of ``env``, decoded as at start (tests)."""
+    return scanner_port_from(Configuration(values=env).sections)
 
 
 async def seed_demo(
@@ -106,7 +110,7 @@ async def seed_demo(
             shutil.copy(DATA / "osv" / f"{name}.json", target)
     shutil.copy(DATA / "osv" / "debian-sources.json", osv_dir.parent / "debian-sources.json")
     url = scanner_url or conf.get(env_name("scanner.url"))
-    scanner = conf.section(load_scanner_settings)
+    scanner = conf.built(scanner_from_sections)
     tool = scanner.tool
     svc: ScannerService | None = None
     if tool is not None:
@@ -115,7 +119,7 @@ async def seed_demo(
         if "scanner" not in system.roles:
             raise ValueError("the demo's scanner reads images from the 'scanner' role: host it")
         if scanner_port is None:
-            scanner_port = conf.section(load_scanner_port)
+            scanner_port = conf.built(scanner_port_from)
         svc = await start_scanner(
             port=scanner_port, osv_dir=osv_dir, kev_file=DATA / "kev.json",
             sources=osv_dir.parent / "debian-sources.json", images=IndexedImages.of(system),

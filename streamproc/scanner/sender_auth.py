@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -30,8 +30,9 @@ from typing import Literal
 import aiohttp
 
 from streamproc.client.dpop import DpopKey
-from streamproc.client.settings import CLIENT_ID_ENV, TOKEN_URL_ENV, dpop_key, token_source
+from streamproc.client.settings import client_of, dpop_key, token_source
 from streamproc.client.tokens import TokenRefused, TokenSource
+from streamproc.config import Configuration
 from streamproc.gateway.tokens_cli import load_key_file, mint_token
 from streamproc.names import WEBHOOK_SCOPE
 
@@ -115,7 +116,7 @@ def dev_tenants(data_dir: Path, source: str | None, kind: SenderKind = "feedser"
 
 def credentials(
     data_dir: Path,
-    env: Mapping[str, str],
+    configuration: Configuration,
     *,
     token: str | None = None,
     tenants: Sequence[str] = (),
@@ -126,19 +127,21 @@ def credentials(
     docstring for the order). Raises :class:`~streamproc.config.ConfigError` for credentials
     that cannot work."""
     token_env, tenants_env = _env(kind, "token"), _env(kind, "tenants")
-    named = list(tenants) or [t.strip() for t in env.get(tenants_env, "").split(",") if t.strip()]
-    token = token or env.get(token_env)
-    if token or (env.get(TOKEN_URL_ENV) and env.get(CLIENT_ID_ENV)):
-        key = dpop_key(data_dir, env)
+    sender = getattr(configuration.sections, kind)
+    client = client_of(configuration)
+    named = list(tenants) or list(sender.tenants or ())
+    token = token or configuration.get(token_env)  # as given: a secret keeps its spaces
+    if token or (client.token_url and client.client_id):
+        key = dpop_key(data_dir, client)
         tokens = token_source(
             key, token=token, token_flag=f"--token / {token_env}", scopes=(WEBHOOK_SCOPE,),
-            env=env,
+            client=client,
         )  # fmt: skip
         if token:
             return Credentials(key, tokens, [None], "the configured token")
         chosen: list[str | None] = list(named) or [None]
-        return Credentials(key, tokens, chosen, f"client credentials at {env[TOKEN_URL_ENV]}")
-    issuer = env.get(_env(kind, "issuer_key"))
+        return Credentials(key, tokens, chosen, f"client credentials at {client.token_url}")
+    issuer = sender.issuer_key
     issuer_key = Path(issuer) if issuer else data_dir / DEV_ISSUER_KEY
     if not issuer and not issuer_key.exists():
         return Credentials(None, None, [None], "no token")
@@ -148,6 +151,6 @@ def credentials(
             f"tokens are minted from {issuer_key}, but for which tenants? Name them "
             f"(--tenant, or {kind}.tenants / {tenants_env})"
         )
-    key = dpop_key(data_dir, env)
+    key = dpop_key(data_dir, client)
     minted = MintedTokens(issuer_key, key, sub=kind)
     return Credentials(key, minted, list(wanted), f"DPoP-bound tokens minted from {issuer_key}")

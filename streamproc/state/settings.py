@@ -1,6 +1,8 @@
-"""The storage settings, decoded from the process's configuration by the code that opens a
-role's stores and projector, and handed to them as constructor arguments: the stores and the
-folds themselves read no setting."""
+"""The storage settings, built from the process's typed ``[projector]`` section by the code
+that opens a role's stores and projector (:func:`sizes_from`, :func:`trim_from`), and handed
+to them as constructor arguments: the stores and the folds themselves read no setting. The
+text readers (:func:`store_sizes`, :func:`trim_interval_s`) take environment names, for
+``config check`` and tests."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Mapping
 
 from streamproc.config import ConfigError
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Sections
 from streamproc.state.malloc import DEFAULT_TRIM_S
 from streamproc.state.store import DEFAULT_BLOCK_CACHE_MB, DEFAULT_WRITE_BUFFER_MB, StoreSizes
 
@@ -62,3 +65,14 @@ def trim_interval_s(env: Mapping[str, str]) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise ConfigError(f"{TRIM_ENV}={raw}: seconds, 0 or more (0: never trim)")
     return value
+
+
+def sizes_from(sections: Sections) -> StoreSizes:
+    """:func:`store_sizes` from the typed ``[projector]`` section (bounds checked at start)."""
+    p = sections.projector
+    return StoreSizes(p.write_buffer_mb << 20, p.block_cache_mb << 20)
+
+
+def trim_from(sections: Sections) -> float:
+    """:func:`trim_interval_s` from the typed ``[projector]`` section."""
+    return sections.projector.malloc_trim_s

@@ -38,6 +38,23 @@ Writes = Mapping[str, Mapping[bytes, bytes | None]]
 """Per column family: key → value, or ``None`` to delete."""
 
 
+@dataclass(frozen=True)
+class Reads:
+    """How the reads of one column family use the block cache, as its projection declares
+    them (``Projection.family_reads``). ``fill_cache=False``: the blocks a read brings in are
+    not kept (RocksDB's ``ReadOptions.fill_cache``), for a family read only in bulk — loaded
+    whole at open, swept by retention — so a sweep or a start does not evict the blocks the
+    point reads of the other families keep hot."""
+
+    fill_cache: bool = True
+
+
+POINT = Reads()
+"""Every family's reads unless its projection says otherwise: blocks read are cached."""
+BULK = Reads(fill_cache=False)
+"""A family read only in bulk: its blocks are read past the cache."""
+
+
 class StateLocked(RuntimeError):
     """Another process holds this state directory."""
 
@@ -48,6 +65,10 @@ class Store(ABC):
 
     @abstractmethod
     def ensure_families(self, names: Iterable[str]) -> None: ...
+
+    @abstractmethod
+    def set_reads(self, reads: Mapping[str, Reads]) -> None:
+        """Read these families with these options from now on (the others: :data:`POINT`)."""
 
     @abstractmethod
     def get(self, cf: str, key: bytes) -> bytes | None: ...
@@ -82,6 +103,9 @@ class MemoryStore(Store):
     def ensure_families(self, names: Iterable[str]) -> None:
         for n in names:
             self._data.setdefault(n, {})
+
+    def set_reads(self, reads: Mapping[str, Reads]) -> None:
+        """Nothing to choose: the memory store has no block cache."""
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self._data[cf].get(key)
@@ -243,6 +267,8 @@ class RocksStore(Store):
             )
         self._handles = {n: self._db.get_column_family_handle(n) for n in cfs}
         self._cfs = {n: self._db.get_column_family(n) for n in cfs}
+        self._no_fill: set[str] = set()
+        """Families whose reads keep no block in the cache (:meth:`set_reads`)."""
         _open_stores.add(self)
 
     def memtable_bytes(self) -> int:
@@ -268,6 +294,15 @@ class RocksStore(Store):
                 )
                 self._handles[n] = self._db.get_column_family_handle(n)
 
+    def set_reads(self, reads: Mapping[str, Reads]) -> None:
+        for cf, r in reads.items():
+            if r.fill_cache == (cf not in self._no_fill):
+                continue
+            opt = ReadOptions()
+            opt.fill_cache(r.fill_cache)  # type: ignore[call-arg]  # the stub omits the flag it takes
+            self._cfs[cf].set_read_options(opt)  # gets and multi-gets of this family
+            (self._no_fill.discard if r.fill_cache else self._no_fill.add)(cf)
+
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self._cfs[cf].get(key)
 
@@ -285,6 +320,8 @@ class RocksStore(Store):
         # rocksdict's own item iterator runs in Rust (stepping a raw iterator from Python
         # took four calls per item); the upper bound ends a prefix scan inside RocksDB.
         opt = ReadOptions()
+        if cf in self._no_fill:
+            opt.fill_cache(False)  # type: ignore[call-arg]  # the stub omits the flag it takes
         end = _prefix_end(prefix)
         if end is not None:
             opt.set_iterate_upper_bound(end)

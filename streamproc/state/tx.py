@@ -23,7 +23,9 @@ Tally = tuple["Counter", tuple[str, ...]]
 
 
 class Table:
-    """One column family as seen by a batch: reads see the batch's own pending writes.
+    """One column family as seen by a batch: reads see the batch's own pending writes, and
+    read the store with the options the family's projection declared (its ``family_reads``:
+    a ``BULK`` family's scans keep no block in the cache).
 
     It holds the batch's undo log, not the batch: a reference back to the ``Tx`` would make
     a cycle, and a batch's writes (tens of MB) would then wait for a full collection of the

@@ -10,7 +10,7 @@ from typing import Any
 from streamproc.cliargs import configuration
 from streamproc.config import ConfigError, load
 from streamproc.natsd.session import nats_session, run
-from streamproc.planner.settings import load as load_planner_settings
+from streamproc.planner.settings import from_sections as planner_from_sections
 from streamproc.roles import ROLES
 from streamproc.status.record import bucket_name
 from streamproc.status.report import EXIT_UNHEALTHY, as_json, gather, render
@@ -46,7 +46,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with nats_session(settings, name="streamproc-status") as nc:
-            partitions = settings.configuration.section(load_planner_settings).partitions
+            partitions = settings.configuration.built(planner_from_sections).partitions
             report = await gather(nc, settings, expected, partitions)
         if report is None:
             msg = f"no status bucket {bucket_name(settings.prefix)} at {where}: no role has run "

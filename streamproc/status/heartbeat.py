@@ -19,7 +19,7 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
-from streamproc.status.record import Heartbeat, encode, interval_s, open_bucket
+from streamproc.status.record import Heartbeat, encode, interval_from, open_bucket
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class StatusHeartbeat:
     ) -> None:
         self.system = system
         self.interval = (
-            system.settings.configuration.section(interval_s) if interval is None else interval
+            system.settings.configuration.built(interval_from) if interval is None else interval
         )
         self.lag_limit = lag_limit
         self.started = datetime.now(UTC).isoformat(timespec="seconds")

@@ -12,6 +12,7 @@ from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import ConfigError, Settings
 from streamproc.configfile.registry import env_name
+from streamproc.configfile.sections import Sections
 from streamproc.names import status_bucket
 
 bucket_name = status_bucket
@@ -36,6 +37,11 @@ def interval_s(env: Mapping[str, str]) -> float:
     if not 0.1 <= value <= 300:
         raise ConfigError(f"{INTERVAL_ENV}={raw!r}: seconds between 0.1 and 300")
     return value
+
+
+def interval_from(sections: Sections) -> float:
+    """:func:`interval_s` from the typed ``[status]`` section (bounds checked at start)."""
+    return sections.status.interval_s
 
 
 class Heartbeat(msgspec.Struct, kw_only=True):

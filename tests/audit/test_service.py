@@ -78,9 +78,11 @@ async def audit_something(system: System, tenant: str = "acme") -> None:
     await system.projectors["auditor"].wait_for(ack.seq, 10)
 
 
-async def get(url: str, tenant: str | None, query: str = "acme") -> tuple[int, dict, dict]:
+async def get(
+    url: str, tenant: str | None, query: str = "acme", **more: str
+) -> tuple[int, dict, dict]:
     headers = {"Authorization": f"Bearer {token(tenant, 'scheduler.read')}"} if tenant else {}
-    params = {"tenantId": query}
+    params = {"tenantId": query, **more}
     async with aiohttp.ClientSession() as http, http.get(url + PATH, params=params,
                                                          headers=headers) as r:  # fmt: skip
         json_body = "json" in r.headers.get("Content-Type", "")
@@ -102,6 +104,10 @@ async def test_chain_verify_through_a_gateway_of_its_own(
     assert (await get(gateway.http_url, None))[0] == 401
     status, body, _ = await get(gateway.http_url, "acme", query="not a tenant!")
     assert status == 400 and body["type"].endswith("invalid-tenant")
+    status, body, _ = await get(gateway.http_url, "acme", logView="maybe")
+    assert status == 400 and body["field"] == "query.logView", body
+    status, body, _ = await get(gateway.http_url, "acme", logView="on")
+    assert status == 200 and body["verified"] is True, body
     # The auditor's own port has ops endpoints only: no chain route, never a 500.
     assert (await get(auditor.http_url, "acme"))[0] == 404
     assert gateway.nc is not None

@@ -119,3 +119,10 @@ def test_settings_problems_name_the_variable(tmp_path: Path) -> None:
         assert str(exc.value).startswith(message), str(exc.value)
     assert not NatsAuth.from_env({})
     assert "s3cr3t" not in repr(NatsAuth(user="u", password="s3cr3t"))
+
+
+def test_the_password_and_token_are_taken_as_given_the_paths_stripped() -> None:
+    env = {"STREAMPROC_NATS_USER": " u ", "STREAMPROC_NATS_PASSWORD": " p w "}
+    auth = NatsAuth.from_env(env)
+    assert (auth.user, auth.password) == ("u", " p w ")
+    assert NatsAuth.from_env({"STREAMPROC_NATS_TOKEN": " t "}).token == " t "

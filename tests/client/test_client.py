@@ -19,9 +19,10 @@ import pytest
 from streamproc.client import cli as api_cli_module
 from streamproc.client.dpop import KEY_FILE, DpopKey, KeyFileError
 from streamproc.client.http import ApiClient, Unreachable
-from streamproc.client.settings import dpop_key, token_source
+from streamproc.client.settings import client_of, dpop_key, token_source
 from streamproc.client.tokens import ClientCredentials, StaticToken, TokenRefused, TokenUnavailable
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
+from streamproc.configfile.sections import Client as ClientSection
 from streamproc.gateway.auth import jwt
 from streamproc.gateway.auth.dpop import normalize_htu
 from streamproc.natsd.server import EmbeddedNats, free_port
@@ -60,22 +61,22 @@ def test_the_key_is_made_once_in_the_data_directory_readable_by_its_owner_only(
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    key = dpop_key(data, {})
+    key = dpop_key(data, ClientSection())
     path = data / KEY_FILE
     assert key.path == path and path.exists()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    assert dpop_key(data, {}).jkt == key.jkt  # the same key next time
+    assert dpop_key(data, ClientSection()).jkt == key.jkt  # the same key next time
     doc = json.loads(path.read_text())
     assert doc["kty"] == "OKP" and doc["crv"] == "Ed25519" and "d" in doc
     assert jwt.jwk_thumbprint(doc) == key.jkt
     os.chmod(path, 0o644)
     with pytest.raises(KeyFileError, match="chmod 600"):
-        dpop_key(data, {})
+        dpop_key(data, ClientSection())
     os.chmod(path, 0o600)
     path.write_text("{}")
     with pytest.raises(KeyFileError, match="DPoP key"):
-        dpop_key(data, {})
+        dpop_key(data, ClientSection())
 
 
 async def test_commands_started_together_share_one_key(tmp_path: Path) -> None:
@@ -88,7 +89,7 @@ async def test_commands_started_together_share_one_key(tmp_path: Path) -> None:
 
 
 def test_proofs_carry_what_the_gateway_checks(tmp_path: Path) -> None:
-    key = dpop_key(tmp_path, {})
+    key = dpop_key(tmp_path, ClientSection())
     proof = jwt.parse(key.proof("get", "http://h:80/a/b?x=1#f", access_token="T", nonce="N"))
     claims = json.loads(proof.payload)
     assert proof.header.typ == "dpop+jwt" and proof.header.jwk == key.jwk
@@ -100,21 +101,33 @@ def test_proofs_carry_what_the_gateway_checks(tmp_path: Path) -> None:
 
 
 def test_no_credentials_is_refused_before_any_request(tmp_path: Path) -> None:
-    key = dpop_key(tmp_path, {})
+    key = dpop_key(tmp_path, ClientSection())
     with pytest.raises(ConfigError, match="never sent without a token") as e:
-        token_source(key, token=None, token_flag="--token", scopes=(), env={})
+        token_source(key, token=None, token_flag="--token", scopes=(), client=ClientSection())
     assert key.jkt in str(e.value)
     url, cid, secret = (f"STREAMPROC_CLIENT_{n}" for n in ("TOKEN_URL", "ID", "SECRET"))
     with pytest.raises(ConfigError, match=secret):
         env = {url: "http://127.0.0.1:1/t", cid: "c"}
-        token_source(key, token=None, token_flag="--token", scopes=(), env=env)
+        token_source(
+            key,
+            token=None,
+            token_flag="--token",
+            scopes=(),
+            client=client_of(Configuration(values=env)),
+        )
     with pytest.raises(ConfigError, match="absolute http"):
         env = {url: "http://u:p@127.0.0.1/t", cid: "c", secret: "s"}
-        token_source(key, token=None, token_flag="--token", scopes=(), env=env)
+        token_source(
+            key,
+            token=None,
+            token_flag="--token",
+            scopes=(),
+            client=client_of(Configuration(values=env)),
+        )
 
 
 def test_a_static_token_must_be_bound_to_this_clients_key(tmp_path: Path) -> None:
-    key = dpop_key(tmp_path, {})
+    key = dpop_key(tmp_path, ClientSection())
     with pytest.raises(TokenRefused, match="not DPoP-bound"):
         StaticToken(token(), key)
     with pytest.raises(TokenRefused, match=f"not to this client's key {key.jkt}"):
@@ -125,7 +138,7 @@ def test_a_static_token_must_be_bound_to_this_clients_key(tmp_path: Path) -> Non
 async def test_a_static_token_through_the_nonce_challenge_on_a_dpop_only_gateway(
     dpop_gw: Harness, tmp_path: Path
 ) -> None:
-    key = dpop_key(tmp_path / "data", {})
+    key = dpop_key(tmp_path / "data", ClientSection())
     tok = token(scopes="scheduler.read", cnf={"jkt": key.jkt})
     async with ApiClient(key, StaticToken(tok, key)) as api:
         first = await api.request("GET", dpop_gw.url + LIST, params={"limit": "5"})
@@ -156,7 +169,7 @@ async def test_a_static_token_through_the_nonce_challenge_on_a_dpop_only_gateway
 async def test_client_credentials_get_a_bound_token_per_tenant(
     dpop_gw: Harness, tmp_path: Path
 ) -> None:
-    key = dpop_key(tmp_path / "data", {})
+    key = dpop_key(tmp_path / "data", ClientSection())
     authority = Authority(
         ISSUER, ISSUER_KEY, "k1",
         {"notify": Client("s3cret", ("acme", "globex"))},
@@ -199,7 +212,7 @@ async def test_client_credentials_get_a_bound_token_per_tenant(
 
 
 async def test_an_unreachable_gateway_is_unreachable_not_a_crash(tmp_path: Path) -> None:
-    key = dpop_key(tmp_path, {})
+    key = dpop_key(tmp_path, ClientSection())
     async with ApiClient(key, StaticToken(token(cnf={"jkt": key.jkt}), key), timeout_s=5) as api:
         with pytest.raises(Unreachable, match="not reachable"):
             await api.request("GET", f"http://127.0.0.1:{free_port()}{LIST}")
@@ -221,7 +234,7 @@ async def test_streamproc_api_is_curl_for_a_dpop_only_gateway(
     data = tmp_path / "cli"
     refused = await api_cli(data, "GET", "/schedules", "--url", dpop_gw.url)
     assert refused.returncode == 2 and "never sent without a token" in refused.stderr
-    key = dpop_key(data, {})
+    key = dpop_key(data, ClientSection())
     tok = token(scopes="scheduler.admin", cnf={"jkt": key.jkt})
     body = json.dumps(
         {"id": "nightly", "name": "Nightly", "whenCron": "0 2 * * *", "timezone": "UTC"}
@@ -297,7 +310,7 @@ async def test_streamproc_api_delivers_a_signed_webhook_to_a_dpop_only_gateway(
     """docs/roles.md's delivery: the body's bytes go as given (the signature covers them),
     the nonce challenge does not use up the delivery id, and the same delivery again is 409."""
     data = tmp_path / "cli"
-    tok = token(scopes="scheduler.admin", cnf={"jkt": dpop_key(data, {}).jkt})
+    tok = token(scopes="scheduler.admin", cnf={"jkt": dpop_key(data, ClientSection()).jkt})
     body = b'{"exportId": "try-1",  "changedProductKeys": ["pkg:pypi/setuptools"]}'
     headers = signed_headers(body, delivery="try-1", tenant=None)
     args = ["POST", "/events/feedser-export", "--url", dpop_gw.url, "--token", tok,

@@ -262,3 +262,15 @@ cert_file = "c.pem"
         "gateway.webhooks[1].kind": "Invalid enum value 'vex'",
         "gateway.tls": "Object missing required field `key_file`",
     }
+
+
+def test_the_core_settings_come_from_the_typed_sections() -> None:
+    values = {
+        "STREAMPROC_DATA_DIR": "/srv/sp", "STREAMPROC_HTTP_PORT": "9000",
+        "STREAMPROC_HLC_RESERVE_MS": "250", "NATS_URL": "nats://a:4222, nats://b:4222",
+    }  # fmt: skip
+    s = config.load(configuration=config.Configuration(values=values))
+    assert (str(s.data_dir), s.http_port, s.hlc_reserve_ms) == ("/srv/sp", 9000, 250)
+    assert s.nats_url == "nats://a:4222, nats://b:4222"  # as given: connect splits it
+    assert config.load({"http_port": 1}, config.Configuration(values=values)).http_port == 1
+    assert config.load() == config.Settings(node_id=config.load().node_id)

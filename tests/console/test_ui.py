@@ -29,6 +29,7 @@ from streamproc.client.http import ApiClient
 from streamproc.client.settings import dpop_key
 from streamproc.client.tokens import StaticToken
 from streamproc.config import Settings
+from streamproc.configfile.sections import Client
 from streamproc.console.routes import mount_console
 from streamproc.devsetup import prepare_dev_auth
 from streamproc.events import payloads as p
@@ -140,7 +141,7 @@ def dpop_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def operator_client(tmp: Path, key_file: Path) -> ApiClient:
     """The API as our own client calls it (DPoP): the gateway under test takes nothing else."""
-    key = dpop_key(tmp / "operator", {})
+    key = dpop_key(tmp / "operator", Client())
     return ApiClient(key, StaticToken(mint_token(key_file, jkt=key.jkt), key))
 
 
@@ -327,7 +328,7 @@ async def test_console_end_to_end(
 
             # ... and the aggregator posts it (signed webhook, with a token).
             raw = json.dumps(export, separators=(",", ":")).encode()
-            hook_key = dpop_key(tmp_path / "feedser", {})
+            hook_key = dpop_key(tmp_path / "feedser", Client())
             hook = mint_token(dev.issuer_key, "scheduler.webhook", jkt=hook_key.jkt)
             async with ApiClient(hook_key, StaticToken(hook, hook_key)) as sender:
                 r = await sender.request(

@@ -183,6 +183,13 @@ def sample_payloads() -> dict[str, p.Payload]:
             findings=[finding],
             report_url="https://reports/1",
         ),
+        "delta.acknowledged": p.DeltaAcknowledged(
+            run_id="run-1",
+            digest=DIGEST,
+            by="alice",
+            note="fix in the next base image",
+            ticket="SEC-1234",
+        ),
         "audit.snapshot": p.AuditSnapshot(
             from_chain_link=HEX64,
             to_chain_link="1e" * 32,

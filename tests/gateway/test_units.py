@@ -230,3 +230,28 @@ def test_token_types_and_lifetime_settings() -> None:
         settings.load({"STREAMPROC_GATEWAY_TOKEN_TYPES": "application/dpop+jwt"}, document={})
     with pytest.raises(settings.GatewayConfigError, match=">= 60"):
         settings.load({"STREAMPROC_GATEWAY_MAX_TOKEN_LIFETIME_S": "5"}, document={})
+
+
+def test_a_process_builds_the_gateway_from_its_typed_sections(tmp_path: Path) -> None:
+    """What ``configured`` builds equals what the text gives; a key left at its default does
+    not replace the gateway file's value, a given one does."""
+    from streamproc.config import Configuration
+
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text('leeway_s = 7\nrequired_modes = ["dpop"]\n')
+    env = {
+        settings.ENV_FILE: str(cfg),
+        "STREAMPROC_GATEWAY_MAX_TOKEN_LIFETIME_S": "3600",
+        "STREAMPROC_GATEWAY_TOKEN_TYPES": "at+jwt, JWT",
+        "STREAMPROC_GATEWAY_DPOP_REQUIRE_NONCE": "off",
+        "STREAMPROC_GATEWAY_ISSUER": "https://a",
+        "STREAMPROC_GATEWAY_ISSUER_KEY": "k1=" + "A" * 43,
+        "STREAMPROC_GATEWAY_ISSUER_TENANTS": "acme, team-*",
+    }
+    s = settings.configured(Configuration(values=env))
+    assert s == settings.load(env)
+    assert (s.leeway_s, s.required_modes, s.max_token_lifetime_s) == (7, ["dpop"], 3600)
+    assert (s.token_types, s.dpop.require_nonce) == (["at+jwt", "JWT"], False)
+    assert s.issuers[0].tenants == ["acme", "team-*"] and s.issuers[0].keys[0].kid == "k1"
+    given = settings.configured(Configuration(values={**env, "STREAMPROC_GATEWAY_LEEWAY_S": "30"}))
+    assert given.leeway_s == 30

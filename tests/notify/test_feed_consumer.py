@@ -21,6 +21,8 @@ from streamproc.client.dpop import DpopKey
 from streamproc.client.http import ApiClient, Reply
 from streamproc.client.tokens import ClientCredentials
 from streamproc.config import ConfigError
+from streamproc.configfile.registry import BY_PATH
+from streamproc.configfile.sections import Notify
 from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.notify import messages as nm
 from streamproc.notify.feed_consumer import (
@@ -29,6 +31,7 @@ from streamproc.notify.feed_consumer import (
     FeedConsumer,
     Partition,
     PartitionFailed,
+    from_section,
     load_settings,
 )
 from streamproc.notify.feed_state import Checkpoint, FeedState
@@ -298,12 +301,19 @@ def test_settings_are_the_documents_with_their_bounds() -> None:
     assert s.tenants == ("acme", "globex") and s.kinds == ("rescan.delta",)
     assert load_settings(base_url="http://h", tenants=[], kinds=[], token_tenant="acme",
                          env={}).tenants == ("acme",)  # fmt: skip
+    for typed, why in (  # what the start's decode refuses first; the consumer checks again
+        ({"batch_size": 0}, "BATCH_SIZE=0: a whole number from 1 to 500"),
+        ({"batch_size": 501}, "BATCH_SIZE=501: a whole number from 1 to 500"),
+        ({"lease_ttl_s": 2.9}, "LEASE_TTL_S=2.9: at least 3"),
+        ({"poll_interval_s": 0.0}, "POLL_INTERVAL_S=0: positive"),
+        ({"http_timeout_s": -1.0}, "HTTP_TIMEOUT_S=-1: positive"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            from_section(Notify(**typed), base_url="http://h", tenants=["a"], kinds=[])
+        text = {BY_PATH[f"notify.{f}"].env: str(v) for f, v in typed.items()}
+        with pytest.raises(ConfigError, match=BY_PATH[f"notify.{next(iter(typed))}"].env):
+            load_settings(base_url="http://h", tenants=["a"], kinds=[], env=text)
     for env, tenants, url, why in (
-        ({"STREAMPROC_NOTIFY_BATCH_SIZE": "0"}, ["a"], "http://h", "1 to 500"),
-        ({"STREAMPROC_NOTIFY_BATCH_SIZE": "501"}, ["a"], "http://h", "1 to 500"),
-        ({"STREAMPROC_NOTIFY_LEASE_TTL_S": "2.9"}, ["a"], "http://h", "at least 3"),
-        ({"STREAMPROC_NOTIFY_POLL_INTERVAL_S": "0"}, ["a"], "http://h", "positive"),
-        ({"STREAMPROC_NOTIFY_HTTP_TIMEOUT_S": "-1"}, ["a"], "http://h", "positive"),
         ({}, [], "http://h", "no default or system tenant"),
         ({}, ["acme", "ACME"], "http://h", "listed twice"),
         ({}, ["ac.me"], "http://h", "ASCII letters"),
@@ -318,3 +328,17 @@ def test_settings_are_the_documents_with_their_bounds() -> None:
            "STREAMPROC_NOTIFY_TENANTS": "acme, globex"}  # fmt: skip
     s = load_settings(base_url=None, tenants=[], kinds=["run.summary"], env=env)
     assert s.base_url == "https://feed.internal" and s.tenants == ("acme", "globex")
+
+
+def test_the_feeds_registration_lease_is_at_most_a_year() -> None:
+    """The bound the typed section leaves to the feed's settings."""
+    from streamproc.configfile.sections import Sections
+    from streamproc.notify import registrations
+
+    year = 366 * 86_400.0
+    assert registrations.from_sections(Sections(notify=Notify(feed_lease_s=year))).lease_s == year
+    with pytest.raises(ConfigError, match=r"STREAMPROC_FEED_LEASE_S='31622401': seconds"):
+        registrations.from_sections(Sections(notify=Notify(feed_lease_s=year + 1)))
+    assert registrations.load_settings({"STREAMPROC_NOTIFY_CONSUMER_CLIENT_IDS": "a, b"}) == (
+        registrations.FeedSettings(consumer_client_ids=("a", "b"))
+    )

@@ -15,6 +15,7 @@ import pytest
 
 from streamproc.bus import jsapi
 from streamproc.client.settings import dpop_key
+from streamproc.configfile.sections import Client
 from streamproc.natsd.server import EmbeddedNats
 from streamproc.notify.feed_state import FeedState
 from tests.gateway.conftest import drop_streams
@@ -55,7 +56,7 @@ async def test_notify_tail_http_on_a_dpop_only_gateway(
     # Without a token nothing is sent: a usage error naming the client's key.
     refused = await tail(data, dpop_gw.url)
     assert refused.returncode == 2, refused.stderr
-    key = dpop_key(data, {})
+    key = dpop_key(data, Client())
     assert "never sent without a token" in refused.stderr and key.jkt in refused.stderr
     # An unbound token is refused by the client itself (a DPoP-only gateway would refuse it).
     unbound = token(scopes="scheduler.read", sub="streamproc-notify")
@@ -82,7 +83,7 @@ async def test_the_tail_takes_over_an_earlier_versions_checkpoint_file(
     old = {"url": dpop_gw.url, "kind": "rescan.delta", "epoch": info.created, "seq": seqs[1]}
     (data / "notify").mkdir(parents=True)
     (data / "notify" / "notify-tail.json").write_text(json.dumps(old))
-    key = dpop_key(data, {})
+    key = dpop_key(data, Client())
     bound = token(scopes="scheduler.read", sub="streamproc-notify", cnf={"jkt": key.jkt})
     out = await tail(data, dpop_gw.url, "--token", bound)
     assert out.returncode == 0, out.stderr
@@ -96,7 +97,7 @@ async def test_the_tail_fails_closed_with_exit_code_3_and_keeps_its_checkpoint(
     assert dpop_gw.system.publisher is not None and dpop_gw.system.nc is not None
     await publish(dpop_gw.system.publisher, prefix, [delta("acme", 0)])
     data = tmp_path / "client-data"
-    key = dpop_key(data, {})
+    key = dpop_key(data, Client())
     bound = token(scopes="scheduler.read", sub="streamproc-notify", cnf={"jkt": key.jkt})
     assert (await tail(data, dpop_gw.url, "--token", bound)).returncode == 0
     state = FeedState(data / "notify" / "notify-tail.sqlite", ttl_s=120)

@@ -12,6 +12,8 @@ from streamproc.config import ConfigError
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode
 from streamproc.readmodel import Exports, Runs, Schedules
+from streamproc.readmodel.acks import CF as ACKS_CF
+from streamproc.readmodel.acks import DeltaAcks
 from streamproc.readmodel.queries import ReadModel
 from streamproc.readmodel.retention import EXPIRY_CF, FINISHED_PREFIX
 from streamproc.readmodel.runs import BY_TIME_CF, CF, DELTAS_CF
@@ -36,7 +38,7 @@ from tests.readmodel.retention_scenario import (
 
 def fold(events: Sequence[Envelope], batch: int, days: int = 180) -> MemoryStore:
     store = MemoryStore()
-    folder = Folder(store, [Schedules(), Runs(retention_days=days), Exports()], "test")
+    folder = Folder(store, [Schedules(), Runs(retention_days=days), Exports(), DeltaAcks()], "test")
     for i in range(0, len(events), batch):
         chunk = events[i : i + batch]
         msgs = [(i + j + 1, f"x.{e.kind}", encode(e)) for j, e in enumerate(chunk)]
@@ -209,3 +211,33 @@ def test_the_gateway_folds_with_the_process_environment(monkeypatch: pytest.Monk
     monkeypatch.setenv("STREAMPROC_READMODEL_RETENTION_DAYS", "soon")
     with pytest.raises(ConfigError):
         gateway_runs()
+
+
+def test_a_pruned_runs_acknowledgements_leave_with_it() -> None:
+    digest = "sha256:" + "c" * 64
+    ack = p.DeltaAcknowledged(run_id="r", digest=digest, by="alice", ticket="SEC-1")
+    kept = p.DeltaAcknowledged(run_id="k", digest=digest, by="bob")
+    seg = p.SegmentEnqueued(segment_id="g1", run_id="r", shard=0, digests=[digest])
+    events = [
+        at(0, "run.requested", requested("r")),
+        at(0, "segment.enqueued", seg),
+        at(0, "verdict.recorded", verdict("r", digest)),
+        at(0, "delta.acknowledged", ack),
+        at(1, "run.completed", p.RunCompleted(run_id="r")),
+        at(150, "run.requested", requested("k")),
+        at(
+            150,
+            "segment.enqueued",
+            p.SegmentEnqueued(segment_id="g1", run_id="k", shard=0, digests=[digest]),
+        ),
+        at(150, "verdict.recorded", verdict("k", digest)),
+        at(150, "delta.acknowledged", kept),
+    ]
+    store = fold(events, batch=1)
+    rm = ReadModel(store)
+    assert rm.acknowledgement("t1", "r", digest) is not None, "not due yet"
+    store = fold([*events, at(200, "export.feedser", p.FeedserExport(export_id="e"))], batch=1)
+    rm = ReadModel(store)
+    assert rm.run("t1", "r") is None
+    assert rm.acknowledgement("t1", "r", digest) is None
+    assert [k for k, _ in store.scan(ACKS_CF)] == [b"t1\x00k\x00" + digest.encode()]

@@ -14,7 +14,8 @@ from nacl.signing import SigningKey
 
 from streamproc.client.settings import dpop_key
 from streamproc.client.tokens import ClientCredentials, StaticToken, TokenRefused
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
+from streamproc.configfile.sections import Client
 from streamproc.gateway.tokens_cli import mint_token, write_key_file
 from streamproc.jose import unverified_claims
 from streamproc.scanner.sender_auth import MintedTokens, credentials
@@ -40,7 +41,7 @@ async def test_with_make_run_tokens_are_minted_for_its_feedser_sources_tenants(
     tmp_path: Path,
 ) -> None:
     data = demo_dir(tmp_path)
-    creds = credentials(data, {})
+    creds = credentials(data, Configuration(values={}))
     assert creds.tenants == ["demo"] and isinstance(creds.tokens, MintedTokens)
     assert creds.key is not None and creds.key.path == data / "client" / "dpop.jwk"
     async with aiohttp.ClientSession() as http:
@@ -55,26 +56,28 @@ async def test_with_make_run_tokens_are_minted_for_its_feedser_sources_tenants(
         "demo", "scheduler.webhook", {"jkt": creds.key.jkt}
     )  # fmt: skip
     assert claims["exp"] - claims["iat"] == 300
-    assert credentials(data, {"STREAMPROC_FEEDSER_TENANTS": "a, b"}).tenants == ["a", "b"]
-    assert credentials(data, {}, tenants=["c"]).tenants == ["c"]
+    assert credentials(
+        data, Configuration(values={"STREAMPROC_FEEDSER_TENANTS": "a, b"})
+    ).tenants == ["a", "b"]
+    assert credentials(data, Configuration(values={}), tenants=["c"]).tenants == ["c"]
 
 
 def test_a_configured_token_must_be_bound_to_the_client_key(tmp_path: Path) -> None:
     data = demo_dir(tmp_path)
-    key = dpop_key(data, {})
+    key = dpop_key(data, Client())
     issuer_doc = {"kid": "k1", "iss": "https://authority.test"}
     bound = mint_token(ISSUER, issuer_doc, tenant="demo", scope="scheduler.webhook",
                        cnf={"jkt": key.jkt})  # fmt: skip
-    creds = credentials(data, {"STREAMPROC_FEEDSER_TOKEN": bound})
+    creds = credentials(data, Configuration(values={"STREAMPROC_FEEDSER_TOKEN": bound}))
     assert isinstance(creds.tokens, StaticToken) and creds.tenants == [None]
-    assert credentials(data, {}, token=bound).how == "the configured token"
+    assert credentials(data, Configuration(values={}), token=bound).how == "the configured token"
     other = mint_token(ISSUER, issuer_doc, tenant="demo", scope="scheduler.webhook",
                        cnf={"jkt": "someone-elses-key"})  # fmt: skip
     with pytest.raises(ConfigError, match="bound to the key someone-elses-key"):
-        credentials(data, {"STREAMPROC_FEEDSER_TOKEN": other})
+        credentials(data, Configuration(values={"STREAMPROC_FEEDSER_TOKEN": other}))
     unbound = mint_token(ISSUER, issuer_doc, tenant="demo", scope="scheduler.webhook")
     with pytest.raises(ConfigError, match="not DPoP-bound"):
-        credentials(data, {}, token=unbound)
+        credentials(data, Configuration(values={}), token=unbound)
 
 
 def test_client_credentials_an_explicit_issuer_and_none(tmp_path: Path) -> None:
@@ -85,18 +88,24 @@ def test_client_credentials_an_explicit_issuer_and_none(tmp_path: Path) -> None:
         "STREAMPROC_CLIENT_SECRET": "s3cret",
         "STREAMPROC_FEEDSER_TENANTS": "acme,globex",
     }
-    creds = credentials(data, env)
+    creds = credentials(data, Configuration(values=env))
     assert isinstance(creds.tokens, ClientCredentials) and creds.tenants == ["acme", "globex"]
     assert creds.tokens.scopes == ("scheduler.webhook",)
     with pytest.raises(ConfigError, match="STREAMPROC_CLIENT_SECRET"):
-        credentials(data, {k: v for k, v in env.items() if k != "STREAMPROC_CLIENT_SECRET"})
+        credentials(
+            data,
+            Configuration(values={k: v for k, v in env.items() if k != "STREAMPROC_CLIENT_SECRET"}),
+        )
     # No development issuer here, nothing configured: no token (a source that takes none).
-    assert credentials(data, {}).tokens is None
+    assert credentials(data, Configuration(values={})).tokens is None
     issuer = issuer_file(tmp_path / "issuer.jwk")
     with pytest.raises(ConfigError, match="for which tenants"):
-        credentials(data, {"STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer)})
+        credentials(data, Configuration(values={"STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer)}))
     creds = credentials(
-        data, {"STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer), "STREAMPROC_FEEDSER_TENANTS": "x"}
+        data,
+        Configuration(
+            values={"STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer), "STREAMPROC_FEEDSER_TENANTS": "x"}
+        ),
     )
     assert isinstance(creds.tokens, MintedTokens) and creds.tenants == ["x"]
 
@@ -105,23 +114,27 @@ async def test_vexer_export_takes_its_own_settings_and_make_runs_vexer_source(
     tmp_path: Path,
 ) -> None:
     data = demo_dir(tmp_path)
-    creds = credentials(data, {}, kind="vexer")
+    creds = credentials(data, Configuration(values={}), kind="vexer")
     assert creds.tenants == ["other"] and isinstance(creds.tokens, MintedTokens)
     async with aiohttp.ClientSession() as http:
         claims = unverified_claims(await creds.tokens.token(http, "other"))
     assert claims is not None and (claims["sub"], claims["scope"]) == ("vexer", "scheduler.webhook")
     feedsers = {"STREAMPROC_FEEDSER_TENANTS": "a", "STREAMPROC_FEEDSER_ISSUER_KEY": "/nowhere"}
-    assert credentials(data, feedsers, kind="vexer").tenants == ["other"], "not Feedser's"
-    assert credentials(data, {"STREAMPROC_VEXER_TENANTS": "a,b"}, kind="vexer").tenants == [
+    assert credentials(data, Configuration(values=feedsers), kind="vexer").tenants == ["other"], (
+        "not Feedser's"
+    )
+    assert credentials(
+        data, Configuration(values={"STREAMPROC_VEXER_TENANTS": "a,b"}), kind="vexer"
+    ).tenants == [
         "a",
         "b",
     ]
-    key = dpop_key(data, {})
+    key = dpop_key(data, Client())
     bound = mint_token(ISSUER, {"kid": "k1", "iss": "https://authority.test"}, tenant="demo",
                        scope="scheduler.webhook", cnf={"jkt": key.jkt})  # fmt: skip
-    mine = credentials(data, {"STREAMPROC_VEXER_TOKEN": bound}, kind="vexer")
+    mine = credentials(data, Configuration(values={"STREAMPROC_VEXER_TOKEN": bound}), kind="vexer")
     assert isinstance(mine.tokens, StaticToken) and mine.how == "the configured token"
     unbound = mint_token(ISSUER, {"kid": "k1", "iss": "https://authority.test"}, tenant="demo",
                          scope="scheduler.webhook")  # fmt: skip
     with pytest.raises(ConfigError, match="STREAMPROC_VEXER_TOKEN is not DPoP-bound"):
-        credentials(data, {"STREAMPROC_VEXER_TOKEN": unbound}, kind="vexer")
+        credentials(data, Configuration(values={"STREAMPROC_VEXER_TOKEN": unbound}), kind="vexer")

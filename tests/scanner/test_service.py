@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from streamproc.client.http import ApiClient
+from streamproc.config import Configuration
 from streamproc.gateway.tokens_cli import write_key_file
 from streamproc.natsd.server import EmbeddedNats
 from streamproc.runner.scanner_client import ImageFailed, ScannerClient, ScannerUnavailable
@@ -136,7 +137,7 @@ async def test_feedser_export_of_changed_advisories_reaches_the_gateway(
         "STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer),
         "STREAMPROC_FEEDSER_TENANTS": "acme,globex",
     }
-    creds = credentials(tmp_path / "data", env)
+    creds = credentials(tmp_path / "data", Configuration(values=env))
     assert creds.tenants == ["acme", "globex"] and creds.key is not None
     assert (tmp_path / "data/client/dpop.jwk").is_file(), "the client key every command shares"
     h = await start(tmp_path, nats_server.url, prefix, default_settings(tmp_path))

@@ -245,6 +245,24 @@ class ImpactCursorView(Response, kw_only=True):
     vexer_last_export_ref: str | None
 
 
+class DeltaAcknowledge(Request, kw_only=True):
+    """Take charge of a delta: a note and the ticket that tracks the work, both optional."""
+
+    note: Text | None = None
+    ticket: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+
+
+class AcknowledgementView(Response, kw_only=True):
+    run_id: str
+    digest: str
+    acknowledged_by: str | None
+    """The token's subject of whoever acknowledged it."""
+    acknowledged_at: str
+    note: str | None
+    ticket: str | None
+    event_id: str
+
+
 class DeltaView(Response, kw_only=True):
     digest: str
     segment_id: str
@@ -254,6 +272,8 @@ class DeltaView(Response, kw_only=True):
     kev_hits: list[str]
     top_findings: list[Finding]
     report_url: str | None
+    acknowledgement: AcknowledgementView | None = None
+    """Who took charge of it (``PUT …/acknowledgement``); null while nobody has."""
 
 
 class DeltaList(Response, kw_only=True):

@@ -57,6 +57,13 @@ def path_id(name: str = "id") -> Param:
     return Param(name, "path", {"type": "string", "maxLength": 512}, required=True)
 
 
+DIGEST = Param(
+    "digest",
+    "path",
+    {"type": "string", "pattern": "^[a-z0-9]+:[a-f0-9]{32,128}$"},
+    "the image's manifest digest, e.g. sha256:<64 hex>",
+    required=True,
+)
 WAIT = Param(
     "wait",
     "query",

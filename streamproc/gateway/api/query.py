@@ -9,6 +9,8 @@ import msgspec
 from aiohttp import web
 
 from streamproc import names
+from streamproc.configfile.typed import flag
+from streamproc.events.payloads import Digest
 from streamproc.ids import ascii_int
 from streamproc.problems import ProblemError
 from streamproc.readmodel.keys import CursorError
@@ -40,6 +42,20 @@ def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -
     return value
 
 
+def digest_param(request: web.Request) -> str:
+    """The ``{digest}`` of the path, checked as the events check an image digest."""
+    raw = request.match_info["digest"]
+    try:
+        return msgspec.convert(raw, Digest)
+    except msgspec.ValidationError:
+        raise ProblemError(
+            400,
+            "invalid-parameter",
+            f"{raw[:200]!r} is not an image digest (algorithm:hex, e.g. sha256:<64 hex>)",
+            field="path.digest",
+        ) from None
+
+
 def paged(request: web.Request, listing: Callable[..., T], *args: Any, **filters: Any) -> T:
     """``listing(*args, limit=, cursor=, **filters)`` with the page's ``limit`` (1-500,
     default 50) and ``cursor`` from the query; a cursor this server did not issue is 400."""
@@ -51,17 +67,17 @@ def paged(request: web.Request, listing: Callable[..., T], *args: Any, **filters
 
 
 def bool_param(request: web.Request, name: str) -> bool | None:
+    """A boolean query parameter: ``None`` when absent, 400 for a word that is neither true
+    nor false (the words of a true/false setting, :func:`streamproc.configfile.typed.flag`)."""
     raw = request.query.get(name)
     if raw is None:
         return None
-    low = raw.lower()
-    if low in ("true", "1", "yes"):
-        return True
-    if low in ("false", "0", "no"):
-        return False
-    raise ProblemError(
-        400, "invalid-parameter", f"{name} must be true or false", field=f"query.{name}"
-    )
+    value = flag(raw)
+    if value is None:
+        raise ProblemError(
+            400, "invalid-parameter", f"{name} must be true or false", field=f"query.{name}"
+        )
+    return value
 
 
 def set_param(request: web.Request, name: str, allowed: frozenset[str]) -> frozenset[str]:

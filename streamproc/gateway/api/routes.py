@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from streamproc.gateway.api import (
+    routes_acks,
     routes_audit,
     routes_backlog,
     routes_feed,
@@ -18,6 +19,7 @@ from streamproc.gateway.api.operations import Operation
 OPERATIONS: list[Operation] = [
     *routes_schedules.OPERATIONS,
     *routes_runs.OPERATIONS,
+    *routes_acks.OPERATIONS,
     *routes_backlog.OPERATIONS,
     *routes_preview.OPERATIONS,
     *routes_audit.OPERATIONS,

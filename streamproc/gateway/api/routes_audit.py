@@ -6,14 +6,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from streamproc.gateway.api.operations import Operation, Param
+from streamproc.gateway.api.query import bool_param
 from streamproc.gateway.api.writes import json_response
 from streamproc.gateway.auth.callers import READ, Principal
 from streamproc.gateway.context import GatewayContext
 from streamproc.ids import InvalidTenant, validate_tenant
 from streamproc.problems import ProblemError
 from streamproc.queries import ChainReport
-
-_TRUE = ("1", "true", "yes")
 
 
 async def verify_chain(
@@ -27,7 +26,7 @@ async def verify_chain(
         raise ProblemError(400, "invalid-tenant", str(exc), field="tenantId") from None
     if tenant != who.tenant:  # as for every other resource of another tenant: it is not there
         raise ProblemError(404, "not-found", f"no audit chain for tenant {tenant!r}")
-    log_view = request.query.get("logView", "").lower() in _TRUE
+    log_view = bool(bool_param(request, "logView"))
     return json_response(await gw.remote.verify(tenant, log_view))
 
 

@@ -16,11 +16,11 @@ from aiohttp import web
 from streamproc import metrics
 from streamproc.bus import objects
 from streamproc.bus.jsapi import JsApiError
-from streamproc.events.payloads import Digest, ImageIndexed, ImageRemoved
+from streamproc.events.payloads import ImageIndexed, ImageRemoved
 from streamproc.gateway.accesslog import RID
 from streamproc.gateway.api.models import ImageAccepted, ImageList, ImagePut, ImageView
-from streamproc.gateway.api.operations import CURSOR, LIMIT, WAIT, Operation, Param
-from streamproc.gateway.api.query import page_response, paged
+from streamproc.gateway.api.operations import CURSOR, DIGEST, LIMIT, WAIT, Operation, Param
+from streamproc.gateway.api.query import digest_param, page_response, paged
 from streamproc.gateway.api.views import image_view
 from streamproc.gateway.api.writes import (
     UNAVAILABLE_HEADERS,
@@ -59,26 +59,6 @@ _RESULTS = {
     r: metrics.SCHEDULER_EVENTS.labels("images", r)
     for r in ("accepted", "duplicate", "refused", "failed")
 }
-DIGEST = Param(
-    "digest",
-    "path",
-    {"type": "string", "pattern": "^[a-z0-9]+:[a-f0-9]{32,128}$"},
-    "the image's manifest digest, e.g. sha256:<64 hex>",
-    required=True,
-)
-
-
-def _digest(request: web.Request) -> str:
-    raw = request.match_info["digest"]
-    try:
-        return msgspec.convert(raw, Digest)
-    except msgspec.ValidationError:
-        raise ProblemError(
-            400,
-            "invalid-parameter",
-            f"{raw[:200]!r} is not an image digest (algorithm:hex, e.g. sha256:<64 hex>)",
-            field="path.digest",
-        ) from None
 
 
 def _sbom_field(path: str) -> str:
@@ -225,7 +205,7 @@ async def put_image(
 ) -> web.Response:
     assert who is not None
     try:
-        digest = _digest(request)
+        digest = digest_param(request)
         require_json(request)
         raw = await read_body(request, gw.body_cap)
         data = decode_content(raw, request.headers.get("Content-Encoding"), gw.inflated_cap)
@@ -245,7 +225,7 @@ async def delete_image(
     gw: GatewayContext, request: web.Request, who: Principal | None
 ) -> web.Response:
     assert who is not None
-    digest = _digest(request)
+    digest = digest_param(request)
     out = await _write(
         gw, request, "image.removed", who.tenant, digest, ImageRemoved(digest=digest)
     )
@@ -258,7 +238,7 @@ async def get_image(
     gw: GatewayContext, request: web.Request, who: Principal | None
 ) -> web.Response:
     assert who is not None
-    digest = _digest(request)
+    digest = digest_param(request)
     rec = gw.rm.image(who.tenant, digest)
     if rec is None:
         raise ProblemError(404, "not-found", f"image {digest} is not indexed")
@@ -269,7 +249,7 @@ async def get_sbom(gw: GatewayContext, request: web.Request, who: Principal | No
     """The image's SBOM, byte for byte as it was sent; 404 for an image of another tenant,
     as for any image this tenant has not indexed."""
     assert who is not None
-    digest = _digest(request)
+    digest = digest_param(request)
     rec = gw.rm.image(who.tenant, digest)
     if rec is None:
         raise ProblemError(404, "not-found", f"image {digest} is not indexed")

@@ -15,6 +15,7 @@ from streamproc.gateway.api.models import (
     OLD_STATES,
     Accepted,
     DeltaList,
+    DeltaView,
     ImpactCursorView,
     RunCancel,
     RunCreate,
@@ -31,7 +32,7 @@ from streamproc.gateway.context import GatewayContext
 from streamproc.gateway.hardening import decode_json, read_body, require_json
 from streamproc.ids import derive_id, uuid7
 from streamproc.problems import ProblemError
-from streamproc.readmodel.records import RUN_STATES, TERMINAL, RunRecord
+from streamproc.readmodel.records import RUN_STATES, TERMINAL, DeltaRecord, RunRecord
 from streamproc.readmodel.runs import Runs
 
 _create = msgspec.json.Decoder(RunCreate)
@@ -41,11 +42,13 @@ TRIGGERS = frozenset({"cron", "feedser", "vexer", "manual"})
 PROJECTION = Runs.name
 
 
-def _by(who: Principal) -> str | None:
+def recorded_by(who: Principal) -> str | None:
+    """The caller's name as an event records it (None when it has none that fits)."""
     return who.subject if who.subject and len(who.subject) <= 512 else None
 
 
-async def _found(gw: GatewayContext, tenant: str, run_id: str) -> RunRecord:
+async def found_run(gw: GatewayContext, tenant: str, run_id: str) -> RunRecord:
+    """The run as the read model holds it, read again once caught up; else a 404 problem."""
     rec = gw.rm.run(tenant, run_id)
     if rec is None and await caught_up(gw):
         rec = gw.rm.run(tenant, run_id)
@@ -74,7 +77,7 @@ async def create_run(
         mode=body.mode,
         selection=body.selection,
         reason=p.RunReason(text=body.reason),
-        requested_by=_by(who),
+        requested_by=recorded_by(who),
     )
     event = stamp(gw, request, "run.requested", who.tenant, payload)
     try:
@@ -128,22 +131,26 @@ async def list_runs(
 
 async def get_run(gw: GatewayContext, request: web.Request, who: Principal | None) -> web.Response:
     assert who is not None
-    return json_response(run_view(await _found(gw, who.tenant, request.match_info["id"])))
+    return json_response(run_view(await found_run(gw, who.tenant, request.match_info["id"])))
 
 
 async def list_deltas(
     gw: GatewayContext, request: web.Request, who: Principal | None
 ) -> web.Response:
     assert who is not None
-    rec = await _found(gw, who.tenant, request.match_info["id"])
-    return page_response(paged(request, gw.rm.deltas, who.tenant, rec.id), delta_view)
+    rec = await found_run(gw, who.tenant, request.match_info["id"])
+
+    def render(d: DeltaRecord) -> DeltaView:
+        return delta_view(d, gw.rm.acknowledgement(who.tenant, rec.id, d.digest))
+
+    return page_response(paged(request, gw.rm.deltas, who.tenant, rec.id), render)
 
 
 async def list_exports(
     gw: GatewayContext, request: web.Request, who: Principal | None
 ) -> web.Response:
     assert who is not None
-    rec = await _found(gw, who.tenant, request.match_info["id"])
+    rec = await found_run(gw, who.tenant, request.match_info["id"])
     return page_response(paged(request, gw.rm.run_exports, who.tenant, rec.id), run_export_view)
 
 
@@ -165,12 +172,12 @@ async def cancel_run(
         if raw.strip():
             require_json(request)
             body = decode_json(raw, _cancel)
-    rec = await _found(gw, who.tenant, run_id)
+    rec = await found_run(gw, who.tenant, run_id)
     if rec.state in TERMINAL:
         raise ProblemError(
             409, "run-finished", f"run {run_id} is already {rec.state}", reason="run_finished"
         )
-    payload = p.RunCancelRequested(run_id=run_id, by=_by(who), reason=body.reason)
+    payload = p.RunCancelRequested(run_id=run_id, by=recorded_by(who), reason=body.reason)
     # One cancel per run: repeats within JetStream's duplicate window are absorbed.
     event = stamp(
         gw,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from streamproc.gateway.api.models import (
+    AcknowledgementView,
     DeltaView,
     ImageView,
     ImpactCursorView,
@@ -17,6 +18,7 @@ from streamproc.gateway.api.models import (
     SegmentCounts,
 )
 from streamproc.gateway.api.operations import BASE
+from streamproc.readmodel.acks import AckRecord
 from streamproc.readmodel.images import ImageSummary
 from streamproc.readmodel.nextfire import iso, ms_to_iso, next_fire_times
 from streamproc.readmodel.records import (
@@ -133,7 +135,19 @@ def cursor_view(tenant: str, c: CursorRecord) -> ImpactCursorView:
     )
 
 
-def delta_view(d: DeltaRecord) -> DeltaView:
+def ack_view(a: AckRecord) -> AcknowledgementView:
+    return AcknowledgementView(
+        run_id=a.run_id,
+        digest=a.digest,
+        acknowledged_by=a.by,
+        acknowledged_at=ms_to_iso(a.acknowledged_ms) or "",
+        note=a.note,
+        ticket=a.ticket,
+        event_id=a.event_id,
+    )
+
+
+def delta_view(d: DeltaRecord, ack: AckRecord | None = None) -> DeltaView:
     return DeltaView(
         digest=d.digest,
         segment_id=d.segment_id,
@@ -143,6 +157,7 @@ def delta_view(d: DeltaRecord) -> DeltaView:
         kev_hits=d.kev_hits,
         top_findings=d.top_findings,
         report_url=d.report_url,
+        acknowledgement=ack_view(ack) if ack is not None else None,
     )
 
 

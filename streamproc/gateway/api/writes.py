@@ -25,6 +25,7 @@ from streamproc.events.envelope import Envelope, new_event
 from streamproc.events.payloads import Payload
 from streamproc.gateway.accesslog import RID
 from streamproc.gateway.api.models import Accepted
+from streamproc.gateway.api.query import bool_param
 from streamproc.gateway.context import GatewayContext
 from streamproc.problems import ProblemError
 
@@ -101,7 +102,7 @@ async def publish(gw: GatewayContext, event: Envelope, expected: int | None = No
 
 
 def wants_wait(request: web.Request) -> bool:
-    return request.query.get("wait", "").lower() in ("true", "1", "yes")
+    return bool(bool_param(request, "wait"))
 
 
 async def caught_up(gw: GatewayContext) -> bool:

@@ -35,6 +35,18 @@ async def test_create_answers_202_with_event_id_and_sequence(gw: Harness) -> Non
     assert headers["X-Request-Id"]
 
 
+async def test_a_wait_that_is_neither_true_nor_false_is_400_and_publishes_nothing(
+    gw: Harness,
+) -> None:
+    before = await gw.last_seq()
+    status, problem, _ = await gw.call("POST", f"{S}?wait=maybe", tok=token(), json=NEW)
+    assert status == 400 and problem["field"] == "query.wait", problem
+    assert "wait must be true or false" in problem["detail"]
+    assert await gw.last_seq() == before
+    status, view, _ = await gw.call("POST", f"{S}?wait=on", tok=token(), json=NEW)
+    assert status == 201 and view["name"] == "nightly", view
+
+
 async def test_create_with_wait_reads_back_next_fire_times_in_its_zone(gw: Harness) -> None:
     view = await create(gw, {**NEW, "id": "nightly-1", "selection": {"namespaces": ["prod"]}})
     assert view["id"] == "nightly-1" and view["tenantId"] == "acme"
