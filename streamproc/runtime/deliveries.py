@@ -2,8 +2,9 @@
 which sequences it passed over, whether a delivery went missing — and whether the stream
 still holds what was passed over.
 
-A consumer numbers its deliveries one by one (a redelivery keeps its number) and says in
-each how many messages of its filter it has not delivered yet. Without a filter it delivers
+A consumer numbers its deliveries one by one (a redelivery takes the next number too; its
+stream sequence tells it apart) and says in each how many messages of its filter it has not
+delivered yet. Without a filter it delivers
 every sequence, so a skipped one was removed from the stream; with one (the kinds the role
 folds, :mod:`streamproc.events.filters`) skipping sequences is the point, a missing delivery
 number is a message lost in flight, and only the stream can say whether what was skipped is
