@@ -16,6 +16,7 @@ import os
 import shutil
 import statistics
 import time
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -388,6 +389,22 @@ async def test_console_end_to_end(
             await page.locator("#deltas tbody tr, .empty").first.wait_for()
             deltas = await page.locator("#deltas tbody tr").count()
             assert deltas >= 1, "the new advisories made some demo image worse"
+            first = page.locator("#deltas tbody tr").first
+            assert await first.locator("td.ack").text_content() == "—", "nobody took it yet"
+            digest = await first.locator('td[data-label="Image"]').get_attribute("title")
+            run_id = urllib.parse.unquote(page.url.split("#/runs/", 1)[1])
+            async with operator_client(tmp_path, dev.issuer_key) as client:
+                r = await client.request(
+                    "PUT",
+                    f"{base}/api/v1/scheduler/runs/{run_id}/deltas/{digest}/acknowledgement",
+                    json={"ticket": "SEC-42", "note": "upgrading it"},
+                    params={"wait": "true"},
+                )
+                assert r.status == 200, r.detail()
+            await page.reload()
+            taken = page.locator("#deltas tbody tr td.ack", has_text="SEC-42")
+            await taken.first.wait_for()
+            assert await taken.first.get_attribute("title") == "upgrading it"
             refs = await page.locator("#run-exports li").all_text_contents()
             assert refs and all(r.startswith("feedser:") for r in refs), refs
             await b.shot("06-run-detail")

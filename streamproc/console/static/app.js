@@ -951,6 +951,18 @@ function deltaRow(d) {
       { "data-label": "Top findings" },
       h("ul", { class: "findings" }, d.topFindings.slice(0, 3).map((f) => h("li", {}, badge(f.severity), " ", externalHref(f.link) ? h("a", { href: externalHref(f.link), rel: "noreferrer noopener", target: "_blank" }, f.vulnId) : f.vulnId, h("span", { class: "muted" }, ` ${short(f.purl, 40)}`)))),
     ),
+    ackCell(d.acknowledgement),
+  );
+}
+
+/** Who took charge of a delta (PUT …/acknowledgement): the ticket, by whom, the note on hover. */
+function ackCell(ack) {
+  if (!ack) return h("td", { "data-label": "Acknowledged", class: "ack muted" }, "—");
+  return h(
+    "td",
+    { "data-label": "Acknowledged", class: "ack", title: ack.note || "" },
+    ack.ticket ? h("span", { class: "mono" }, ack.ticket) : null,
+    h("span", { class: "muted" }, `${ack.ticket ? " " : ""}by ${ack.acknowledgedBy || "?"}`),
   );
 }
 
@@ -990,7 +1002,7 @@ async function viewRun(view, gen, id) {
     put(images, 
       h("h2", {}, "Affected images"),
       deltas.length
-        ? h("div", { class: "table-wrap" }, h("table", { class: "grid deltas", id: "deltas" }, h("thead", {}, h("tr", {}, ["Image", "Segment", "Status", "New critical", "New high", "KEV", "Top findings"].map((t) => h("th", {}, t)))), h("tbody", {}, deltas.map(deltaRow))))
+        ? h("div", { class: "table-wrap" }, h("table", { class: "grid deltas", id: "deltas" }, h("thead", {}, h("tr", {}, ["Image", "Segment", "Status", "New critical", "New high", "KEV", "Top findings", "Acknowledged"].map((t) => h("th", {}, t)))), h("tbody", {}, deltas.map(deltaRow))))
         : h("p", { class: "empty" }, "No image got worse in this run."),
       deltaCursor ? h("button", { type: "button", class: "ghost", onclick: moreDeltas }, "Load more images") : null,
     );
