@@ -152,6 +152,14 @@ class ReadModel:
         raw = self.store.get(ACKS_CF, ack_key(tenant, run_id, digest))
         return decode_ack(raw) if raw is not None else None
 
+    def acknowledgements(
+        self, tenant: str, run_id: str, digests: list[str]
+    ) -> dict[str, AckRecord]:
+        """The acknowledgements of these images' deltas in the run, read in one call (a page
+        of deltas)."""
+        raws = self.store.get_many(ACKS_CF, [ack_key(tenant, run_id, d) for d in digests])
+        return {d: decode_ack(raw) for d, raw in zip(digests, raws, strict=True) if raw}
+
     def backlog(self, tenant: str) -> list[BacklogRecord]:
         """Work spilled to the next window and not yet requested as a continuation."""
         prefix = keys.tenant_prefix(tenant)

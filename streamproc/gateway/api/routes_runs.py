@@ -139,11 +139,13 @@ async def list_deltas(
 ) -> web.Response:
     assert who is not None
     rec = await found_run(gw, who.tenant, request.match_info["id"])
+    page = paged(request, gw.rm.deltas, who.tenant, rec.id)
+    acks = gw.rm.acknowledgements(who.tenant, rec.id, [d.digest for d in page.items])
 
     def render(d: DeltaRecord) -> DeltaView:
-        return delta_view(d, gw.rm.acknowledgement(who.tenant, rec.id, d.digest))
+        return delta_view(d, acks.get(d.digest))
 
-    return page_response(paged(request, gw.rm.deltas, who.tenant, rec.id), render)
+    return page_response(page, render)
 
 
 async def list_exports(
