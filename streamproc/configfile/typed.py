@@ -103,31 +103,36 @@ class SectionProblems(ValueError):
         super().__init__(f"{len(problems)} problem(s):\n{lines}")
 
 
-def problems(values: Mapping[str, str]) -> list[tuple[Key, str]]:
-    """Every set key whose text does not fit it, and any variable of an earlier version that
-    was renamed (it would be ignored silently otherwise)."""
+def _typed(values: Mapping[str, str]) -> tuple[dict[str, dict[str, object]], list[tuple[Key, str]]]:
+    """Each set key's text typed once, by section, and the keys whose text does not fit
+    (with any variable of an earlier version that was renamed: it would be ignored silently
+    otherwise)."""
+    raw: dict[str, dict[str, object]] = {}
     out = []
     for key in KEYS:
         if values.get(key.env):
             try:
-                from_env(key, values[key.env])
+                typed = from_env(key, values[key.env])
             except ValueProblem as exc:
                 out.append((key, str(exc)))
+            else:
+                raw.setdefault(field_name(key.section), {})[key.name] = typed
     for old, new in RENAMED_ENV.items():
         if values.get(old, "").strip():
             key = next(k for k in KEYS if k.env == new)
             out.append((key, f"{old} is now {new} (docs/configuration.md); set that instead"))
-    return out
+    return raw, out
+
+
+def problems(values: Mapping[str, str]) -> list[tuple[Key, str]]:
+    """Every set key whose text does not fit it, and every renamed variable still set."""
+    return _typed(values)[1]
 
 
 def decode(values: Mapping[str, str]) -> Sections:
     """``values`` (environment name → text; empty counts as unset) as :class:`Sections`;
     :class:`SectionProblems` names every key that does not fit."""
-    found = problems(values)
+    raw, found = _typed(values)
     if found:
         raise SectionProblems(found)
-    raw: dict[str, dict[str, object]] = {}
-    for key in KEYS:
-        if values.get(key.env):
-            raw.setdefault(field_name(key.section), {})[key.name] = from_env(key, values[key.env])
     return msgspec.convert(raw, Sections)

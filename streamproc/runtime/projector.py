@@ -124,7 +124,7 @@ class Projector:
         the projections fold (:func:`streamproc.events.filters.filter_subjects`), for the
         consumer to deliver nothing else (a planner partition's: its subjects); None or empty:
         the whole stream. ``trim_interval_s``: ``projector.malloc_trim_s``, as configured
-        (:func:`streamproc.state.settings.trim_interval_s`)."""
+        (:func:`streamproc.state.settings.trim_from`)."""
         self.nc = nc
         self.store = store
         self.stream = stream

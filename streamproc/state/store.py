@@ -156,7 +156,7 @@ class StoreSizes:
     together (``projector.write_buffer_mb``: 8 MB, chosen by the soak, docs/operations.md
     "Memory"; 0: RocksDB's own defaults), ``block_cache_bytes`` the block cache it shares
     with every store of the process opened with the same size (``projector.block_cache_mb``).
-    Read by :func:`streamproc.state.settings.store_sizes`."""
+    Read by :func:`streamproc.state.settings.sizes_from`."""
 
     write_buffer_bytes: int = DEFAULT_WRITE_BUFFER_MB << 20
     block_cache_bytes: int = DEFAULT_BLOCK_CACHE_MB << 20
@@ -219,7 +219,7 @@ class RocksStore(Store):
 
     An advisory file lock keeps a second writer out of a directory that is in use;
     ``read_only`` opens a point-in-time view beside a running writer (CLI inspection).
-    ``sizes``: its memory bounds, as configured (:func:`streamproc.state.settings.store_sizes`).
+    ``sizes``: its memory bounds, as configured (:func:`streamproc.state.settings.sizes_from`).
     """
 
     def __init__(

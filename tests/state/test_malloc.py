@@ -4,17 +4,18 @@ projection that asks."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.loader import environ
 from streamproc.events.envelope import encode
 from streamproc.impact.projection import ImpactProjection
 from streamproc.runtime.projection import Folder
 from streamproc.state import keys, malloc
-from streamproc.state.settings import TRIM_ENV, trim_interval_s
+from streamproc.state.settings import TRIM_ENV, trim_from
 from streamproc.state.store import RocksStore
 from tests.impact.helpers import indexed, purl
 
@@ -70,29 +71,35 @@ def test_trimmer_off_never_trims() -> None:
 
 def test_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(TRIM_ENV, raising=False)
-    assert trim_interval_s(environ()) == malloc.Trimmer().interval_s == malloc.DEFAULT_TRIM_S
+    assert trim(environ()) == malloc.Trimmer().interval_s == malloc.DEFAULT_TRIM_S
     monkeypatch.setenv(TRIM_ENV, "0")
-    assert trim_interval_s(environ()) == 0.0
+    assert trim(environ()) == 0.0
+
+
+def trim(env: dict[str, str]) -> float:
+    """The interval as a role's projector gets it: from the typed section, decoded as at
+    start."""
+    return Configuration(values=env).built(trim_from)
 
 
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
-        ("soon", "'soon': not a number of seconds"),
-        ("-1", "-1: seconds, 0 or more"),
-        ("nan", "nan: seconds, 0 or more"),
+        ("soon", "expected a number, got 'soon'"),
+        ("-1", "-1.0 is below the minimum 0"),
+        ("nan", "expected a number, got 'nan'"),
     ],
 )
 def test_a_bad_interval_is_a_config_error_naming_the_variable(raw: str, reason: str) -> None:
-    with pytest.raises(ConfigError, match=f"^STREAMPROC_MALLOC_TRIM_S={reason}"):
-        trim_interval_s({TRIM_ENV: raw})
+    with pytest.raises(ConfigError, match=rf"\(STREAMPROC_MALLOC_TRIM_S\): {re.escape(reason)}"):
+        trim({TRIM_ENV: raw})
 
 
 def fold_two_batches(path: Path) -> Folder:
     """Two batches folded with the configured trim interval (as the projector passes it)."""
     store = RocksStore(path)
     impact = ImpactProjection(max_bytes=None, warm_on_start=False)
-    folder = Folder(store, [impact], "impact", trim_interval_s=trim_interval_s(environ()))
+    folder = Folder(store, [impact], "impact", trim_interval_s=trim(environ()))
     for b in range(2):
         events = [indexed("t", b * 10 + i, [(*purl(i, 0), True)]) for i in range(10)]
         msgs = [(b * 10 + k + 1, "s", encode(e)) for k, e in enumerate(events)]

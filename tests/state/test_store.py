@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
-from streamproc.config import ConfigError
+from streamproc.config import ConfigError, Configuration
 from streamproc.configfile.loader import environ
 from streamproc.state import store as store_module
 from streamproc.state.digest import state_digest
 from streamproc.state.keys import META_CF, POINT_READ_FAMILIES
-from streamproc.state.settings import store_sizes, write_buffer_bytes
+from streamproc.state.settings import sizes_from
 from streamproc.state.store import MemoryStore, RocksStore, StateLocked, Store
 
 KEYS = [b"a", b"a\x00", b"a/1", b"a/2", b"a/10", b"ab", b"b", b"b/1", b"\xff", b"\xff\xff"]
@@ -365,7 +365,9 @@ def test_rocks_bounds_the_memtables_of_all_families_together(tmp_path, monkeypat
     together (RocksDB's own default, 0, keeps up to 64 MB per family): 32 MB written across
     two families stays within a small multiple of a 4 MB bound, and all of it is readable."""
     monkeypatch.setenv("STREAMPROC_WRITE_BUFFER_MB", str(bound_mb))
-    s = RocksStore(tmp_path / "state", sizes=store_sizes(environ()))  # as a role opens its store
+    s = RocksStore(
+        tmp_path / "state", sizes=Configuration(values=environ()).built(sizes_from)
+    )  # as a role opens its store
     try:
         s.ensure_families(["t", "u"])
         rnd = random.Random(3)
@@ -384,12 +386,14 @@ def test_rocks_bounds_the_memtables_of_all_families_together(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize(
-    ("raw", "reason"), [("64MB", "'64MB': not a whole number of MB"), ("-1", "-1: MB, 0 or more")]
+    ("raw", "reason"),
+    [("64MB", "expected an integer, got '64MB'"), ("-1", "-1 is below the minimum 0")],
 )
 def test_a_bad_write_buffer_bound_is_a_config_error_naming_the_variable(raw, reason):
-    with pytest.raises(ConfigError, match=f"^STREAMPROC_WRITE_BUFFER_MB={reason}"):
-        write_buffer_bytes({"STREAMPROC_WRITE_BUFFER_MB": raw})
-    assert write_buffer_bytes({}) == 8 << 20 and write_buffer_bytes({"X": "1"}) == 8 << 20
+    with pytest.raises(ConfigError, match=rf"\(STREAMPROC_WRITE_BUFFER_MB\): {reason}"):
+        Configuration(values={"STREAMPROC_WRITE_BUFFER_MB": raw}).built(sizes_from)
+    assert Configuration().built(sizes_from).write_buffer_bytes == 8 << 20
+    assert Configuration(values={"X": "1"}).built(sizes_from).write_buffer_bytes == 8 << 20
 
 
 def test_rocks_keeps_table_files_in_one_bounded_cache(tmp_path, monkeypatch):
@@ -402,7 +406,9 @@ def test_rocks_keeps_table_files_in_one_bounded_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("STREAMPROC_BLOCK_CACHE_MB", "1")
     monkeypatch.setenv("STREAMPROC_WRITE_BUFFER_MB", "1")  # many small table files
     rnd = random.Random(5)
-    sizes = store_sizes(environ())  # as a role reads them to open its stores
+    sizes = Configuration(values=environ()).built(
+        sizes_from
+    )  # as a role reads them to open its stores
     stores = [RocksStore(tmp_path / f"s{i}", sizes=sizes) for i in range(2)]
     try:
         for s in stores:
