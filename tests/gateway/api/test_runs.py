@@ -9,6 +9,7 @@ import pytest
 from streamproc.events import payloads as p
 from streamproc.events.envelope import new_event
 from streamproc.gateway.api import writes
+from streamproc.runtime.projector import Projector
 from tests.gateway.harness import BASE, Harness, token
 from tests.helpers import eventually
 
@@ -135,6 +136,19 @@ async def test_cancel_is_best_effort_and_409_once_finished(gw: Harness) -> None:
     assert await gw.last_seq() == seq
 
 
+def hold(projector: Projector, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Hold the read model's projector before its next step until the event is set."""
+    go = asyncio.Event()
+    step = projector.step
+
+    async def held(timeout: float = 1.0) -> int:
+        await go.wait()
+        return await step(timeout)
+
+    monkeypatch.setattr(projector, "step", held)
+    return go
+
+
 async def test_a_run_in_the_log_is_found_though_the_read_model_lags(
     gw: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -146,14 +160,7 @@ async def test_a_run_in_the_log_is_found_though_the_read_model_lags(
     once the read waits for it."""
     assert gw.system.publisher is not None and gw.system.clock is not None
     projector = gw.system.projectors["gateway-test"]
-    go = asyncio.Event()
-    step = projector.step
-
-    async def held(timeout: float = 1.0) -> int:
-        await go.wait()
-        return await step(timeout)
-
-    monkeypatch.setattr(projector, "step", held)
+    go = hold(projector, monkeypatch)
     now = gw.system.clock.now()
     backlog = [
         new_event("run.requested", "acme", p.RunRequested(run_id=f"lag-{i}", trigger="manual"), now)
@@ -180,14 +187,7 @@ async def test_a_run_applied_while_the_gateway_asks_for_the_log_head_is_found(
     log's head: the gateway reads again rather than answer 404."""
     assert gw.system.publisher is not None and gw.system.clock is not None
     projector = gw.system.projectors["gateway-test"]
-    go = asyncio.Event()
-    step = projector.step
-
-    async def held(timeout: float = 1.0) -> int:
-        await go.wait()
-        return await step(timeout)
-
-    monkeypatch.setattr(projector, "step", held)
+    go = hold(projector, monkeypatch)
     # A step already under way is not held: one event it applies, and the next step waits.
     first = new_event(
         "run.requested", "acme", p.RunRequested(run_id="before", trigger="manual"),
