@@ -17,7 +17,7 @@ from streamproc.events.envelope import new_event
 from streamproc.ids import derive_id
 from streamproc.notify import messages as nm
 from streamproc.runner.delta import RANK
-from streamproc.runner.state import Reader, RunRec, VulnAgg
+from streamproc.runner.records import Reader, RunRec, VulnAgg
 from streamproc.runtime.reactor import RoleContext
 
 log = logging.getLogger(__name__)

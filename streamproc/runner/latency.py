@@ -2,7 +2,7 @@
 
 Both ends are HLC times from the event log, never process clocks: the first verdict's stamp,
 and the cause's, which the runner's projection folds into the run's record
-(:attr:`~streamproc.runner.state.RunRec.cause_ms`) — the earliest of the exports an
+(:attr:`~streamproc.runner.records.RunRec.cause_ms`) — the earliest of the exports an
 export-driven run was coalesced from (so the debounce window and the planning delay count),
 else the run's ``run.requested`` (a cron tick, a manual request, a spill continuation).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from streamproc import metrics
-from streamproc.runner.state import RunRec
+from streamproc.runner.records import RunRec
 
 REMEMBERED = 10_000
 

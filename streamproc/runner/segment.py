@@ -44,9 +44,9 @@ from streamproc.runner.latency import RunLatency
 from streamproc.runner.limiter import Limiter, Stopped
 from streamproc.runner.outbox import Outbox, Record, Tally
 from streamproc.runner.pacing import SegmentPace
+from streamproc.runner.records import Reader, RunRec
 from streamproc.runner.scanner_client import ImageFailed, ScannerUnavailable
 from streamproc.runner.settings import RunnerSettings
-from streamproc.runner.state import Reader, RunRec
 from streamproc.runner.verdict import Decision, ImageJob, decide, decide_failed, scan_key
 from streamproc.runtime.reactor import RoleContext
 

@@ -15,159 +15,43 @@ from __future__ import annotations
 from typing import ClassVar
 
 import msgspec
-from msgspec import UNSET, UnsetType
 
 from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope
 from streamproc.hlc import sort_key
 from streamproc.ids import export_run_id
-from streamproc.names import (
-    RUNNER,
-    RUNNER_EXPORTS_CF,
-    RUNNER_IMAGES_CF,
-    RUNNER_OPEN_CF,
-    RUNNER_RULES_CF,
-    RUNNER_RUNS_CF,
-    RUNNER_SUMMARY_CF,
-    RUNNER_SUMMARY_IMAGES_CF,
-    RUNNER_VERDICTS_CF,
+from streamproc.names import RUNNER
+from streamproc.runner.delta import new_findings
+from streamproc.runner.records import (
+    EXPORTS_CF,
+    IMAGES_CF,
+    OPEN_CF,
+    RULES_CF,
+    RUNS_CF,
+    SEP,
+    SUMMARY_CF,
+    SUMMARY_IMAGES,
+    SUMMARY_IMAGES_CF,
+    VERDICTS_CF,
+    ImageRec,
+    Rule,
+    RunRec,
+    SegDone,
+    StoredNotify,
+    VerdictRec,
+    VulnAgg,
+    decode_image,
+    decode_rule,
+    decode_run,
+    decode_vuln,
+    encode,
+    export_key,
+    failure_category,
+    key,
 )
-from streamproc.runner.delta import FindingKey, new_findings
 from streamproc.runtime.fold import folds
 from streamproc.runtime.projection import Projection, Rejection
-from streamproc.state.store import Store
 from streamproc.state.tx import Table, Tx
-
-RUNS_CF = RUNNER_RUNS_CF
-VERDICTS_CF = RUNNER_VERDICTS_CF
-IMAGES_CF = RUNNER_IMAGES_CF
-RULES_CF = RUNNER_RULES_CF
-SUMMARY_CF = RUNNER_SUMMARY_CF
-"""(tenant, run, vulnerability) → how many images it newly affects (``VulnAgg``)."""
-SUMMARY_IMAGES_CF = RUNNER_SUMMARY_IMAGES_CF
-"""(tenant, run, vulnerability, n) → the n-th of those images (the first ``SUMMARY_IMAGES``):
-one small key each, so a batch of verdicts never rewrites a growing list."""
-OPEN_CF = RUNNER_OPEN_CF
-"""Runs not yet completed or cancelled: what the completion reactor looks at."""
-EXPORTS_CF = RUNNER_EXPORTS_CF
-"""(tenant, source, export ref[, revision past the first]) → the export's HLC time (ms),
-until a run claims it."""
-SEP = b"\x00"
-SUMMARY_IMAGES = 1000
-"""Digests kept per vulnerability in a run summary (the count is always exact)."""
-
-
-def key(*parts: str) -> bytes:
-    return SEP.join(x.encode() for x in parts)
-
-
-def _export_key(tenant: str, source: str, ref: str, revision: int) -> bytes:
-    if revision == 1:
-        return key(tenant, source, ref)
-    return key(tenant, source, ref, str(revision))
-
-
-class SegDone(msgspec.Struct, array_like=True):
-    completed: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    dead_lettered: bool = False
-    reason: str | None = None
-
-
-class RunRec(msgspec.Struct, kw_only=True):
-    tenant: str
-    run_id: str
-    trigger: str = "manual"
-    schedule_ids: list[str] = []
-    mode: str = "analysis-only"
-    planned: bool = False
-    plan: p.RunStats = msgspec.field(default_factory=p.RunStats)
-    segments: dict[str, int] = {}
-    """segment id → images, from run.planned."""
-    done: dict[str, SegDone] = {}
-    verdicts: dict[str, list[int]] = {}
-    """segment id → [ok, failed] verdicts folded for it."""
-    cancel_requested: bool = False
-    cancel_reason: str | None = None
-    terminal: str | None = None
-    deltas: int = 0
-    new_criticals: int = 0
-    resolved: int | UnsetType = UNSET
-    """Findings of the images' previous verdicts that a VEX claim dropped in this run (left
-    out until there is one, so runs without VEX keep their bytes)."""
-    failure_reasons: dict[str, int] = {}
-    cause_ms: int = 0
-    """HLC time (ms) of what caused the run: its earliest export, else its request."""
-
-    def accounted(self) -> bool:
-        return self.planned and all(s in self.done for s in self.segments)
-
-
-class VerdictRec(msgspec.Struct, array_like=True):
-    status: str
-    segment_id: str
-    delta: bool = False
-
-
-class ImageRec(msgspec.Struct, array_like=True):
-    findings: list[tuple[str, str, str, bool]] = []
-    """(purl, vulnId, severity, kev) of the image's latest successful verdict."""
-
-
-class VulnAgg(msgspec.Struct, kw_only=True):
-    severity: str
-    kev: bool
-    count: int = 0
-    epss: p.Epss | UnsetType = UNSET
-    """The highest EPSS among the vulnerability's new findings in the run."""
-    digests: list[str] = []
-    """Filled by :meth:`Reader.summary` (stored apart, in ``SUMMARY_IMAGES_CF``)."""
-
-
-class StoredNotify(msgspec.Struct, kw_only=True, rename="camel"):
-    """A schedule's notify rule as this view stores it: its own keys (those schema-2 events
-    had), so a renamed API or event field never changes the runner's state format."""
-
-    on_new_findings: bool = True
-    min_severity: p.Severity = "high"
-    include_kev: bool = True
-
-    @classmethod
-    def of(cls, rule: p.NotifyRule) -> StoredNotify:
-        return cls(
-            on_new_findings=rule.on_new_findings,
-            min_severity=rule.min_severity,
-            include_kev=rule.include_kev,
-        )
-
-    def rule(self) -> p.NotifyRule:
-        return p.NotifyRule(
-            on_new_findings=self.on_new_findings,
-            min_severity=self.min_severity,
-            include_kev=self.include_kev,
-        )
-
-
-class Rule(msgspec.Struct, kw_only=True):
-    notify: StoredNotify = msgspec.field(default_factory=StoredNotify)
-    limits: p.Limits = msgspec.field(default_factory=p.Limits)
-
-
-_enc = msgspec.msgpack.Encoder()
-decode_run = msgspec.msgpack.Decoder(RunRec).decode
-decode_verdict = msgspec.msgpack.Decoder(VerdictRec).decode
-decode_image = msgspec.msgpack.Decoder(ImageRec).decode
-decode_vuln = msgspec.msgpack.Decoder(VulnAgg).decode
-decode_rule = msgspec.msgpack.Decoder(Rule).decode
-
-
-def failure_category(error: str | None) -> str:
-    """``"timeout: no answer in 10 s"`` → ``"timeout"``; the coverage line groups by it."""
-    if not error:
-        return "scanner_error"
-    head = error.split(":", 1)[0].strip()
-    return head if head and len(head) <= 40 and " " not in head else "scanner_error"
 
 
 class RunnerState(Projection):
@@ -241,7 +125,7 @@ class RunnerState(Projection):
     def _export(tx: Tx, e: Envelope, source: str, ref: str, revision: int) -> None:
         """The time of the export (by its ref, as runs name it), per revision."""
         t = tx.table(EXPORTS_CF)
-        k = _export_key(e.tenant, source, ref, revision)
+        k = export_key(e.tenant, source, ref, revision)
         if t.get(k) is None:  # a redelivered export keeps its first time
             t.put(k, b"%d" % sort_key(e.hlc)[0])
 
@@ -254,7 +138,7 @@ class RunnerState(Projection):
             raise Rejection("schedule_exists", f"schedule {s.schedule_id} already exists")
         t.put(
             key(e.tenant, s.schedule_id),
-            _enc.encode(Rule(notify=StoredNotify.of(s.notify), limits=s.limits)),
+            encode(Rule(notify=StoredNotify.of(s.notify), limits=s.limits)),
         )
 
     @staticmethod
@@ -272,7 +156,7 @@ class RunnerState(Projection):
             rule.notify = StoredNotify.of(s.notify)
         if s.limits is not msgspec.UNSET:
             rule.limits = s.limits
-        t.put(key(e.tenant, s.schedule_id), _enc.encode(rule))
+        t.put(key(e.tenant, s.schedule_id), encode(rule))
 
     @folds(p.ScheduleStateChange, kinds=("schedule.deleted",))
     def _schedule_deleted(self, tx: Tx, e: Envelope, s: p.ScheduleStateChange) -> None:
@@ -314,7 +198,7 @@ class RunnerState(Projection):
         t = tx.table(EXPORTS_CF)
         for source, ids in (("feedser", feedser), ("vexer", vexer)):
             for export_id in ids:
-                ek = _export_key(e.tenant, source, export_id, reason.revision_of(export_id))
+                ek = export_key(e.tenant, source, export_id, reason.revision_of(export_id))
                 raw = t.get(ek)
                 if raw is not None:
                     ms = min(ms, int(raw))
@@ -391,7 +275,7 @@ class RunnerState(Projection):
                 reason: rec.failure_reasons.get(reason, 0) + 1,
             }
         rec.verdicts = {**rec.verdicts, v.segment_id: counts}
-        vt.put(vk, _enc.encode(VerdictRec(v.status, v.segment_id, delta)))
+        vt.put(vk, encode(VerdictRec(v.status, v.segment_id, delta)))
         if delta:
             rec.deltas += 1
             rec.new_criticals += v.new_criticals
@@ -435,7 +319,7 @@ class RunnerState(Projection):
                 not isinstance(agg.epss, p.Epss) or score.score > agg.epss.score
             ):
                 agg.epss = score
-        it.put(ik, _enc.encode(ImageRec(sorted(current))))
+        it.put(ik, encode(ImageRec(sorted(current))))
 
     # ------------------------------------------------------------------ batch hooks
 
@@ -443,7 +327,7 @@ class RunnerState(Projection):
         t, o = tx.table(RUNS_CF), tx.table(OPEN_CF)
         for k in self._dirty:
             rec = self._runs[k]
-            t.put(k, _enc.encode(rec))
+            t.put(k, encode(rec))
             if rec.terminal is None:
                 o.put(k, b"")
             else:
@@ -452,58 +336,10 @@ class RunnerState(Projection):
         self._runs.clear()
         st = tx.table(SUMMARY_CF)
         for sk, agg in self._aggs.items():
-            st.put(sk, _enc.encode(agg))
+            st.put(sk, encode(agg))
         self._aggs.clear()
 
     def discard(self) -> None:
         self._dirty.clear()
         self._runs.clear()
         self._aggs.clear()
-
-
-# ---------------------------------------------------------------------- reads (committed state)
-
-
-class Reader:
-    """Reads of committed state for the workers and reactors (never inside a fold)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def _get(self, cf: str, k: bytes) -> bytes | None:
-        return self.store.get(cf, k)
-
-    def run(self, tenant: str, run_id: str) -> RunRec | None:
-        raw = self._get(RUNS_CF, key(tenant, run_id))
-        return decode_run(raw) if raw is not None else None
-
-    def verdict(self, tenant: str, run_id: str, digest: str) -> VerdictRec | None:
-        raw = self._get(VERDICTS_CF, key(tenant, run_id, digest))
-        return decode_verdict(raw) if raw is not None else None
-
-    def previous(self, tenant: str, digest: str) -> list[FindingKey] | None:
-        raw = self._get(IMAGES_CF, key(tenant, digest))
-        return decode_image(raw).findings if raw is not None else None
-
-    def rule(self, tenant: str, schedule_id: str) -> Rule | None:
-        raw = self._get(RULES_CF, key(tenant, schedule_id))
-        return decode_rule(raw) if raw is not None else None
-
-    def open_runs(self) -> list[RunRec]:
-        out = []
-        for k, _ in self.store.scan(OPEN_CF):
-            raw = self._get(RUNS_CF, k)
-            if raw is not None:
-                out.append(decode_run(raw))
-        return out
-
-    def summary(self, tenant: str, run_id: str) -> dict[str, VulnAgg]:
-        prefix = key(tenant, run_id) + SEP
-        out = {
-            k[len(prefix) :].decode(): decode_vuln(v)
-            for k, v in self.store.scan(SUMMARY_CF, prefix)
-        }
-        for k, v in self.store.scan(SUMMARY_IMAGES_CF, prefix):
-            vuln = k[len(prefix) :].rsplit(SEP, 1)[0].decode()
-            out[vuln].digests.append(v.decode())  # in the order they were folded
-        return out

@@ -16,7 +16,8 @@ from streamproc.planner.open_runs import PlannerOpenRuns
 from streamproc.planner.recovery import requeue_lost
 from streamproc.readmodel.runs import Runs
 from streamproc.runner.completion import final_stats
-from streamproc.runner.state import Reader, RunnerState
+from streamproc.runner.records import Reader
+from streamproc.runner.state import RunnerState
 from streamproc.runtime.projection import Folder
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore

@@ -12,7 +12,8 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import encode, new_event
 from streamproc.hlc import HybridLogicalClock
 from streamproc.runner.completion import Completer
-from streamproc.runner.state import Reader, RunnerState
+from streamproc.runner.records import Reader
+from streamproc.runner.state import RunnerState
 from streamproc.runtime.projection import Folder
 from streamproc.runtime.reactor import RoleContext
 from streamproc.state import keys

@@ -9,7 +9,8 @@ from streamproc.events import payloads as p
 from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.ids import export_run_id
 from streamproc.runner.latency import RunLatency
-from streamproc.runner.state import EXPORTS_CF, Reader, RunnerState, RunRec
+from streamproc.runner.records import EXPORTS_CF, Reader, RunRec
+from streamproc.runner.state import RunnerState
 from streamproc.state.keys import Checkpoint
 from tests.helpers import memory_fold
 
