@@ -37,7 +37,7 @@ ERRORS: dict[str, int] = {
     "streamproc.natsd.owner.NatsServerError": USAGE,
     "streamproc.runtime.lease.LeaseError": USAGE,
     "streamproc.runtime.projection.StateFormatError": USAGE,
-    "streamproc.runtime.projector.PositionError": USAGE,
+    "streamproc.runtime.position.PositionError": USAGE,
     "streamproc.state.store.StateLocked": USAGE,
     "streamproc.audit.common.UsageError": USAGE,
     "streamproc.notify.consumer.ConsumerConflict": USAGE,

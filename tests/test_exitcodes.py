@@ -32,7 +32,7 @@ ERRORS = {
     "streamproc.natsd.owner.NatsServerError": 2,
     "streamproc.runtime.lease.LeaseError": 2,
     "streamproc.runtime.projection.StateFormatError": 2,
-    "streamproc.runtime.projector.PositionError": 2,
+    "streamproc.runtime.position.PositionError": 2,
     "streamproc.state.store.StateLocked": 2,
     "streamproc.audit.common.UsageError": 2,
     "streamproc.notify.consumer.ConsumerConflict": 2,

@@ -27,8 +27,9 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.config import Configuration
 from streamproc.names import EVENTS
 from streamproc.runtime.deliveries import role_filter
+from streamproc.runtime.position import PositionError
 from streamproc.runtime.projection import Projection
-from streamproc.runtime.projector import SYNC_FAILURES, PositionError, Projector
+from streamproc.runtime.projector import SYNC_FAILURES, Projector
 from streamproc.state.digest import state_digest
 from streamproc.state.settings import sizes_from
 from streamproc.state.store import RocksStore, StoreSizes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamproc.runtime.projector import PositionError, check_position
+from streamproc.runtime.position import PositionError, check_position
 from streamproc.state.keys import Checkpoint
 
 STREAM = "SCHEDULER"

@@ -13,7 +13,8 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.events.envelope import encode
 from streamproc.projections.activity import Activity, read_all
-from streamproc.runtime.projector import PositionError, Projector
+from streamproc.runtime.position import PositionError
+from streamproc.runtime.projector import Projector
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore

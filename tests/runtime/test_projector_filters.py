@@ -22,8 +22,9 @@ from streamproc.names import stream_names as stream_names_of
 from streamproc.natsd.server import EmbeddedNats
 from streamproc.roles import System, projections_for, rebuild
 from streamproc.runtime.deliveries import role_filter
+from streamproc.runtime.position import PositionError
 from streamproc.runtime.projection import Projection
-from streamproc.runtime.projector import PositionError, Projector
+from streamproc.runtime.projector import Projector
 from streamproc.scanner.indexed import IndexedImages
 from streamproc.state import keys
 from streamproc.state.digest import state_digest

@@ -20,7 +20,8 @@ from streamproc.config import Configuration
 from streamproc.natsd.server import EmbeddedNats, free_port
 from streamproc.projections.activity import Activity
 from streamproc.roles import projections_for, rebuild
-from streamproc.runtime.projector import PositionError, Projector
+from streamproc.runtime.position import PositionError
+from streamproc.runtime.projector import Projector
 from streamproc.state import keys
 from streamproc.state.digest import state_digest
 from streamproc.state.store import RocksStore
