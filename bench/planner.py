@@ -167,7 +167,7 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
             shared={x.name: x for x in projections},
         )
         reactor = TimedReactor(settings, cfg, source=StaticSource(index))
-        from streamproc.runtime.app import react_loop
+        from streamproc.runtime.loops import react_loop
 
         tasks = [
             asyncio.create_task(proj.run()),

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -28,7 +28,6 @@ from streamproc.bus.connect import NatsAuth, connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.bus.services import Served
-from streamproc.cancellation import checkpoint
 from streamproc.config import Settings
 from streamproc.hlc import HybridLogicalClock
 from streamproc.natsd.owner import StoreLock, claim
@@ -36,9 +35,10 @@ from streamproc.natsd.server import EmbeddedNats
 from streamproc.ops_http import add_ops_routes, ops_app
 from streamproc.runtime.deliveries import role_filter
 from streamproc.runtime.leadership import Leadership
+from streamproc.runtime.loops import active_react_loop, react_loop, serve_when_current
 from streamproc.runtime.projection import Projection
 from streamproc.runtime.projector import Projector
-from streamproc.runtime.reactor import Reactor, RoleContext, RoleSpec, build
+from streamproc.runtime.reactor import RoleContext, RoleSpec, build
 from streamproc.signals import install_stop_signals
 from streamproc.state.settings import sizes_from, trim_from
 from streamproc.state.store import RocksStore
@@ -359,69 +359,6 @@ def projector_consumer(role: str, node_id: str, state_dir: Path) -> str:
     hosts the role (gateways, runners, a standby), the same across its restarts."""
     where = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
     return names.projector_consumer(role, node_id, where)
-
-
-async def serve_when_current(
-    role: str,
-    proj: Projector,
-    ctx: RoleContext,
-    start: Callable[[RoleContext], Awaitable[Served]],
-    served: dict[str, Served],
-) -> None:
-    """Start the role's services once its state has caught up with the stream head as it was
-    at start, so no instance answers from state far behind the others'. A start that fails
-    (NATS unavailable) is tried again."""
-    target = proj.head
-    while proj.applied < target:
-        checkpoint()
-        with contextlib.suppress(TimeoutError):
-            await proj.wait_for(target, 60)
-    while True:
-        checkpoint()
-        try:
-            served[role] = await start(ctx)
-        except Exception as exc:
-            log.warning("%s: cannot start its NATS services (%s); retrying", role, exc)
-            await asyncio.sleep(1)
-            continue
-        log.info("%s: answering queries over NATS", role)
-        return
-
-
-async def active_react_loop(
-    proj: Projector, spec: RoleSpec, ctx: RoleContext, leader: Leadership, reactors: list[Reactor]
-) -> None:
-    """A singleton role's reactors run only while this process holds the role's lease;
-    every later term starts with fresh reactors (nothing remembered from an earlier one)."""
-    while True:
-        checkpoint()
-        await leader.wait_active()
-        try:
-            await react_loop(proj, reactors, ctx, leader.active)
-        finally:
-            ctx.problems.clear()  # they were this term's; a standby has none of its own
-            for r in reactors:
-                r.end_term()
-        reactors = [make(ctx.settings) for make in spec.reactors]
-
-
-async def react_loop(
-    proj: Projector,
-    reactors: list[Reactor],
-    ctx: RoleContext,
-    gate: Callable[[], bool] | None = None,
-) -> None:
-    """Run every reactor after each committed batch, and on the shortest reactor interval;
-    with a ``gate``, return as soon as it closes (it is checked before every reactor)."""
-    intervals = [r.interval for r in reactors if r.interval]
-    tick = min(intervals) if intervals else None
-    while True:
-        checkpoint()  # a reactor's NATS call can lose the stop (cancellation.py)
-        await proj.next_commit(tick)
-        for r in reactors:
-            if gate is not None and not gate():
-                return
-            await r.react(ctx)
 
 
 async def run_roles(
