@@ -45,7 +45,7 @@ EXPORT_SHARDS: Final = 16
 """Subjects the exports of one tenant and source kind are spread over
 (``<prefix>.events.<tenant>.<feedser|vexer>.s<NN>``, by a hash of the export's ref): a subject
 per export grew nats-server's memory with every export ever recorded. Part of the subject
-layout: every process that records exports must agree on it (streamproc/gateway/exportlog.py)."""
+layout: every process that records exports must agree on it (streamproc/recording/exportlog.py)."""
 
 
 def tenant_events(prefix: str, tenant: str) -> str:
