@@ -45,6 +45,12 @@ def load_db(cfg: FeedsSettings, skipped: dict[Path, str]) -> AdvisoryDb:
     file left out goes into ``skipped`` with the reason."""
     osv = cfg.path("osv_dir")
     assert osv is not None
+    for name in ("kev_file", "epss_file", "debian_sources"):
+        path = cfg.path(name)
+        # The loaders take a missing file for an empty one: every KEV mark would then be
+        # exported as gone. A file being replaced is read at the next poll instead.
+        if path is not None and not path.is_file():
+            raise Unreadable(f"{path} (feeds.{name}): no such file")
     try:
         with os.scandir(osv):  # glob() would take an unreadable directory for an empty one
             pass
@@ -55,7 +61,7 @@ def load_db(cfg: FeedsSettings, skipped: dict[Path, str]) -> AdvisoryDb:
             cfg.path("epss_file"),
             skipped=lambda path, why: skipped.__setitem__(path, why),
         )
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:  # EOFError: a truncated gzip
         raise Unreadable(str(exc)) from None
 
 

@@ -207,5 +207,3 @@ async def test_without_a_directory_the_role_says_so_and_stays_healthy(
 async def _n(got: Any, n: int) -> list[Envelope] | None:
     evs: list[Envelope] = await got
     return evs if len(evs) >= n else None
-
-
