@@ -16,7 +16,7 @@ import msgspec
 
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import AdvisoryChange, FeedserExport
-from streamproc.names import FEEDS, FEEDS_ADVISORIES_CF, FEEDS_EXPORTS_CF
+from streamproc.names import FEEDS, FEEDS_ADVISORIES_CF, FEEDS_EXPORTS_CF, FEEDS_SOURCE
 from streamproc.projections.revision import check_revision
 from streamproc.readmodel import keys
 from streamproc.readmodel.exports import export_digest, export_key
@@ -26,7 +26,7 @@ from streamproc.runtime.fold import folds
 from streamproc.runtime.projection import Projection
 from streamproc.state.tx import Tx
 
-SOURCE: Final = "feeds"
+SOURCE: Final = FEEDS_SOURCE
 """The source the role records its exports as (their ref: ``feeds:<exportId>``)."""
 
 _encode = msgspec.json.Encoder().encode

@@ -76,6 +76,8 @@ class FeedsReactor(Reactor):
         self.recorder: Recorder | None = None
         self.reported: dict[Path, str] = {}
         """Files left out at the last poll, each logged once while it stays as it is."""
+        self.unreadable: str | None = None
+        """Why the last poll could not read its input (logged once while it stays so)."""
 
     async def react(self, ctx: RoleContext) -> None:
         if not self.cfg.osv_dir:
@@ -101,8 +103,15 @@ class FeedsReactor(Reactor):
         try:
             db = await asyncio.to_thread(load_db, self.cfg, skipped)
         except Unreadable as exc:
-            log.warning("feeds: cannot read %s (trying again next poll): %s", self.cfg.osv_dir, exc)
+            if str(exc) != self.unreadable:  # once while it stays so (a poll a minute)
+                log.warning(
+                    "feeds: cannot read %s (trying again every poll): %s", self.cfg.osv_dir, exc
+                )
+            self.unreadable = str(exc)
             return "failed"
+        if self.unreadable is not None:
+            log.info("feeds: %s is readable again", self.cfg.osv_dir)
+            self.unreadable = None
         for path, why in skipped.items():
             if self.reported.get(path) != why:
                 log.warning("feeds: %s left out: %s", path, why)

@@ -46,3 +46,19 @@ def test_good_settings_pass_and_the_defaults_do_nothing(
     assert FeedsSettings().osv_dir is None and FeedsSettings().poll_interval_s == 60.0
     got = load({"STREAMPROC_FEEDS_OSV_DIR": "/srv/osv", "STREAMPROC_FEEDS_TENANTS": "a,b"})
     assert got.tenants == ["a", "b"] and got.path("osv_dir") == Path("/srv/osv")
+
+
+def test_no_webhook_source_may_take_the_feeds_roles_source_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    toml = """
+[[gateway.webhooks]]
+name = "feeds"
+kind = "feedser"
+tenants = ["acme"]
+hmac_secrets = ["0123456789abcdef0123456789abcdef"]
+"""
+    code, err = check(tmp_path, capsys, toml)
+    assert code == 2 and "webhook source name 'feeds' is the feeds role's" in err, err
+    code, err = check(tmp_path, capsys, toml.replace('name = "feeds"', 'name = "feedser"'))
+    assert code == 0, err
