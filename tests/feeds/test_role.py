@@ -150,6 +150,8 @@ async def test_a_directory_becomes_exports_per_tenant_planned_as_a_webhooks(
         copy(osv, LATER)  # one new advisory: one new export per tenant, of it alone
         got = await eventually(lambda: _n(exports(system), 4), 30, "the new advisory's exports")
         assert [advisories_of(e) for e in got[2:]] == [[LATER], [LATER]]
+        ids = {e.payload.export_id for e in got[2:]}  # type: ignore[union-attr]
+        assert len(ids) == 1, "one export, recorded for each tenant"
         await a_poll_completes("unchanged")
         assert len(await exports(system)) == 4
 
