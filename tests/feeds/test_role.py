@@ -23,8 +23,10 @@ from streamproc.devsetup import prepare_dev_auth
 from streamproc.events.envelope import Envelope
 from streamproc.events.payloads import FeedserExport
 from streamproc.feeds.ledger import SOURCE
+from streamproc.feeds.queries import LedgerQueries
 from streamproc.natsd.server import EmbeddedNats, free_port
-from streamproc.roles import System
+from streamproc.roles import System, rebuild
+from streamproc.state.store import RocksStore
 from streamproc.status.report import assess, render
 from tests.gateway.conftest import drop_streams
 from tests.helpers import env_configuration, eventually, mint_token
@@ -155,10 +157,26 @@ async def test_a_directory_becomes_exports_per_tenant_planned_as_a_webhooks(
         await a_poll_completes("unchanged")
         assert len(await exports(system)) == 4
 
-    # A replacement elsewhere (a fresh state directory) continues from the log.
+    # A replacement elsewhere (a fresh state directory) continues from the log; a replay
+    # (`streamproc replay --role feeds`) rebuilds the same ledger.
     async with running(nats_server.url, prefix, tmp_path / "b", ["feeds"], "feeds-b") as system:
         await a_poll_completes("unchanged")
         assert len(await exports(system)) == 4, "nothing recorded again"
+        assert system.nc is not None
+        s = system.settings
+        target = tmp_path / "replayed"
+        await rebuild(
+            system.nc, s.events_stream, "feeds", target, progress=False,
+            configuration=s.configuration,
+        )  # fmt: skip
+        live = LedgerQueries(system.contexts["feeds"].store)
+        replayed = RocksStore(target, read_only=True)
+        try:
+            for tenant in TENANTS:
+                sent = LedgerQueries(replayed).sent(tenant)
+                assert sent == live.sent(tenant) and sorted(sent) == sorted([*FIRST, LATER])
+        finally:
+            replayed.close()
 
 
 async def test_two_instances_record_each_export_once(
