@@ -117,7 +117,10 @@ class FeedsReactor(Reactor):
                 log.warning("feeds: %s left out: %s", path, why)
         self.reported = skipped
         queries = LedgerQueries(ctx.store)
-        todo: Plan = plan(db, {t: queries.sent(t) for t in self.cfg.tenants})
+        sent = {t: queries.sent(t) for t in self.cfg.tenants}
+        # Every advisory's entry is built and hashed: off the event loop, which the gateway
+        # may share (streamproc up).
+        todo: Plan = await asyncio.to_thread(plan, db, sent)
         for vuln, why in todo.invalid.items():
             log.warning("feeds: advisory %s left out of exports: %s", vuln, why)
         new = 0
