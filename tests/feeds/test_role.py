@@ -20,12 +20,15 @@ import pytest
 from streamproc import metrics
 from streamproc.config import Settings
 from streamproc.devsetup import prepare_dev_auth
-from streamproc.events.envelope import Envelope
-from streamproc.events.payloads import FeedserExport
+from streamproc.events.envelope import Envelope, new_event
+from streamproc.events.payloads import FeedserExport, sourced_export
 from streamproc.feeds.ledger import SOURCE
+from streamproc.feeds.plan import plan
 from streamproc.feeds.queries import LedgerQueries
 from streamproc.natsd.server import EmbeddedNats, free_port
+from streamproc.recording.exports import revision_event_id
 from streamproc.roles import System, rebuild
+from streamproc.scanner.advisories import AdvisoryDb
 from streamproc.state.store import RocksStore
 from streamproc.status.report import assess, render
 from tests.gateway.conftest import drop_streams
@@ -203,6 +206,48 @@ async def test_two_instances_record_each_export_once(
         assert len(got) == 4, [(e.tenant, advisories_of(e)) for e in got]
         states = sorted(str(s.leaders["feeds"].state) for s in (a, b))
         assert states == ["active", "standby"]
+
+
+async def test_a_crash_between_two_tenants_is_finished_for_the_other_alone(
+    nats_server: EmbeddedNats,
+    prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    dropped: None,
+) -> None:
+    """An instance recorded the export for the first tenant and died: the next one records
+    the very same export (its exportId from the content) for the second, nothing for the
+    first."""
+    osv = tmp_path / "osv"
+    configure(monkeypatch, osv)
+    async with running(nats_server.url, prefix, tmp_path / "a", ["feeds"], "feeds-a") as system:
+        await a_poll_completes("failed")  # no directory yet: nothing recorded
+        staged = tmp_path / "staged"
+        copy(staged, *FIRST)
+        db = AdvisoryDb.load(staged, DATA / "kev.json", DATA / "osv/debian-sources.json")
+        (only,) = plan(db, {TENANTS[0]: {}}).exports
+        body = only.body
+        event_id = revision_event_id(SOURCE, body.export_id, TENANTS[0], 1)
+        assert system.publisher is not None and system.clock is not None
+        await system.publisher.publish_event(
+            new_event(
+                "export.feedser",
+                TENANTS[0],
+                sourced_export(body, SOURCE),
+                system.clock.now(),
+                event_id=event_id,
+            )
+        )
+        ledger = LedgerQueries(system.contexts["feeds"].store)
+        await eventually(lambda: ledger.sent(TENANTS[0]), 30, "the first tenant's export folded")
+        copy(osv, *FIRST)
+        got = await eventually(lambda: _n(exports(system), 2), 30, "the second tenant's")
+        assert [(e.tenant, e.payload.export_id) for e in got] == [  # type: ignore[union-attr]
+            (TENANTS[0], body.export_id),
+            (TENANTS[1], body.export_id),
+        ]
+        await a_poll_completes("unchanged")
+        assert len(await exports(system)) == 2
 
 
 async def test_without_a_directory_the_role_says_so_and_stays_healthy(
