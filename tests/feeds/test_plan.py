@@ -132,3 +132,19 @@ def test_a_replay_of_the_ledger_reaches_the_same_state(tmp_path: Path) -> None:
             for tenant in ("acme", "globex"):
                 ledger.record(body, tenant)
     assert state_digest(logs[0].store) == state_digest(logs[1].store)
+
+
+def test_a_new_kev_mark_on_an_unchanged_file_is_the_exports_next_revision(
+    tmp_path: Path,
+) -> None:
+    """The exportId follows the files; the body follows the entries: a KEV mark that arrives
+    with a new KEV file makes the same exportId with another body (a revision)."""
+    d = osv_dir(tmp_path, "DSA-5514-1")
+    ledger = Ledgers()
+    before = AdvisoryDb.load(d, None, DATA / "osv/debian-sources.json")
+    (first,) = plan(before, {"acme": {}}).exports
+    assert first.body.kev == []
+    ledger.record(first.body, "acme")
+    (marked,) = plan(load(d), {"acme": ledger.q.sent("acme")}).exports
+    assert marked.body.export_id == first.body.export_id
+    assert marked.body.kev == ["CVE-2023-4911"] and marked.body != first.body
