@@ -223,6 +223,14 @@ LEASE_TAKEOVERS = Counter(
     "streamproc_lease_takeovers", "Times this process took its role's lease (active)", ["role"]
 )
 
+# ---------------------------------------------------------------- feeds
+FEEDS_POLLS = Counter(
+    "streamproc_feeds_polls",
+    "Polls of the feeds role's OSV directory, by outcome",
+    ["result"],
+)
+_preset(FEEDS_POLLS, "recorded", "unchanged", "failed")
+
 # ---------------------------------------------------------------- read-model retention
 RUNS_PRUNED = Counter(
     "scheduler_runs_pruned",

@@ -45,7 +45,7 @@ EXPORT_SHARDS: Final = 16
 """Subjects the exports of one tenant and source kind are spread over
 (``<prefix>.events.<tenant>.<feedser|vexer>.s<NN>``, by a hash of the export's ref): a subject
 per export grew nats-server's memory with every export ever recorded. Part of the subject
-layout: every process that records exports must agree on it (streamproc/gateway/exportlog.py)."""
+layout: every process that records exports must agree on it (streamproc/recording/exportlog.py)."""
 
 
 def tenant_events(prefix: str, tenant: str) -> str:
@@ -173,6 +173,11 @@ RM_VEX: Final = "rm_vex"
 PL_EPSS: Final = "pl_epss"
 """The planner's EPSS score per vulnerability (from Feedser advisories)."""
 SCANNER_IMAGES: Final = "scanner_images"
+FEEDS: Final = "feeds"
+"""The ``feeds`` role's ledger of the exports it recorded."""
+FEEDS_SOURCE: Final = "feeds"
+"""The source the ``feeds`` role records its exports as (their ref: ``feeds:<exportId>``);
+no webhook source may take its name."""
 RM_EXPORTS: Final = "rm_exports"
 RM_IMAGES: Final = "rm_images"
 RM_RUNS: Final = "rm_runs"
@@ -229,6 +234,11 @@ IMPACT_GROUPS_CF: Final = "impact_groups"
 IMPACT_OWNERS_CF: Final = "impact_owners"
 IMPACT_IMAGES_CF: Final = "impact_images"
 IMPACT_NAMES_CF: Final = "impact_names"
+
+FEEDS_EXPORTS_CF: Final = "feeds_exports"
+"""(tenant, kind, ref) → the ``feeds`` role's export as recorded (latest revision)."""
+FEEDS_ADVISORIES_CF: Final = "feeds_advisories"
+"""(tenant, vulnId) → the digest of the advisory as the ``feeds`` role last exported it."""
 
 AUDIT_CHAIN_CF: Final = "audit_chain"
 AUDIT_LOG_CF: Final = "audit_log"

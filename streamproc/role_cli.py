@@ -26,11 +26,19 @@ from streamproc.roles import run_roles
 from streamproc.runtime.reactor import RoleSpec
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-DEFAULT_PORTS = {"gateway": 8480, "planner": 8481, "runner": 8482, "auditor": 8483}
+DEFAULT_PORTS = {
+    "gateway": 8480,
+    "planner": 8481,
+    "runner": 8482,
+    "auditor": 8483,
+    "feeds": 8485,
+}
 HELP = {
     "gateway": "run the gateway: REST API and webhooks over its own read model",
     "planner": "run the planner (one active, others standby): exports and cron become runs",
     "auditor": "run the auditor (one active, others standby): audit chains, signed snapshots",
+    "feeds": "run the feeds role (one active, others standby): an OSV directory watched, its "
+    "changes recorded as Feedser exports",
 }
 
 Common = Callable[[argparse.ArgumentParser], None]
@@ -93,7 +101,7 @@ def cmd_role_process(args: argparse.Namespace) -> int:
 def register(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: Common
 ) -> None:
-    for role in ("gateway", "planner", "auditor"):
+    for role in ("gateway", "planner", "auditor", "feeds"):
         p = subparsers.add_parser(role, help=HELP[role], description=HELP[role])
         add_process_options(p, common, role)
         p.set_defaults(fn=cmd_role_process, process_role=role)

@@ -13,6 +13,7 @@ from pathlib import Path
 from streamproc.audit.role import AUDITOR
 from streamproc.bus.fastclient import FastClient
 from streamproc.config import Configuration, Settings
+from streamproc.feeds.role import FEEDS
 from streamproc.gateway.role import GATEWAY
 from streamproc.natsd.owner import StoreLock
 from streamproc.planner.role import PLANNER, planner_spec
@@ -32,6 +33,7 @@ ROLES: dict[str, RoleSpec] = {
     "runner": RUNNER,
     "auditor": AUDITOR,
     "scanner": SCANNER,
+    "feeds": FEEDS,
 }
 DEMO_ONLY = frozenset({"scanner"})
 """Roles ``streamproc up`` runs only with ``--demo``: the reference scanner's catalog."""

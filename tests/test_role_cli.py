@@ -205,11 +205,12 @@ def test_role_process_defaults_and_bad_flags(monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.delenv(var, raising=False)
     parser = build_parser()
     ports = {}
-    for role in ("gateway", "planner", "runner", "auditor"):
+    for role in ("gateway", "planner", "runner", "auditor", "feeds"):
         s = process_settings(parser.parse_args([role]), role)
         assert s.nats_url == DEFAULT_NATS_URL and s.http_host == "127.0.0.1"
         ports[role] = s.http_port
-    assert ports == {"gateway": 8480, "planner": 8481, "runner": 8482, "auditor": 8483}
+    assert ports == {"gateway": 8480, "planner": 8481, "runner": 8482, "auditor": 8483,
+                     "feeds": 8485}  # fmt: skip
     s = process_settings(parser.parse_args(["auditor", "--http-port", "9000"]), "auditor")
     assert s.http_port == 9000
     monkeypatch.setenv("STREAMPROC_HTTP_PORT", "9100")

@@ -1,5 +1,5 @@
 """``config check``'s second half: every capability's own validation (core settings, planner,
-runner, auditor, signing and trusted keys, gateway sources and issuers, NATS credentials, the
+runner, auditor, feeds, signing and trusted keys, gateway sources and issuers, NATS credentials, the
 Notify stream, feed and HTTP consumer) run
 against the merged settings, each failure attributed to the key that causes it."""
 
@@ -23,6 +23,7 @@ from streamproc.client import settings as client_settings
 from streamproc.configfile.loader import Problem
 from streamproc.configfile.registry import BY_ENV, BY_PATH, KEYS
 from streamproc.configfile.typed import problems
+from streamproc.feeds import settings as feeds_settings
 from streamproc.gateway import settings as gw
 from streamproc.gateway.auth.callers import issuer_keys
 from streamproc.gateway.auth.dpop import nonce_key
@@ -116,6 +117,10 @@ def check_audit(env: Env) -> list[Problem]:
             env,
         )
     return out
+
+
+def check_feeds(env: Env) -> list[Problem]:
+    return attribute("feeds", feeds_settings.load, feeds_settings.ENV.values(), env)
 
 
 def check_nats(env: Env) -> list[Problem]:
@@ -268,6 +273,7 @@ def check_all(env: Env, documents: Mapping[str, Mapping[str, Any]]) -> list[Prob
         check_planner,
         check_runner,
         check_audit,
+        check_feeds,
         check_nats,
         check_operations,
         check_notify,

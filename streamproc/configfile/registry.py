@@ -83,6 +83,7 @@ SECTIONS: dict[str, str] = {
     "scanner.osv-scanner": "the `osv-scanner` kind: OSV-Scanner on the stored SBOM "
     "(`osv-scanner scan --sbom FILE --format json`)",
     "audit": "the audit chain: snapshots, signing key, trusted keys",
+    "feeds": "the `feeds` role: an OSV directory watched, its changes recorded as Feedser exports",
     "impact": "the impact index",
     "sboms": "the SBOM store (`<prefix>_sboms`): every indexed SBOM as it was sent",
     "gateway": "the HTTP API: tokens, webhooks, body limits",
@@ -396,6 +397,22 @@ KEYS: tuple[Key, ...] = (
        "nonce lifetime", minimum=10, maximum=3600),
     _k("gateway.dpop.iat_window_s", "STREAMPROC_GATEWAY_DPOP_IAT_WINDOW_S", "int", 60,
        "proof `iat` further off is refused", minimum=5, maximum=600),
+    # ------------------------------------------------------------------ feeds
+    _k("feeds.osv_dir", "STREAMPROC_FEEDS_OSV_DIR", "str", None,
+       "directory of OSV advisories (`*.json`) the `feeds` role watches; new or changed "
+       "advisories are recorded as a Feedser export for each of `feeds.tenants`",
+       default_text="unset: the role runs and records nothing"),
+    _k("feeds.tenants", "STREAMPROC_FEEDS_TENANTS", "list[str]", [],
+       "tenants each export is recorded for (at least one when `feeds.osv_dir` is set)"),
+    _k("feeds.poll_interval_s", "STREAMPROC_FEEDS_POLL_INTERVAL_S", "float", 60.0,
+       "seconds between two reads of the directory", minimum=1, maximum=86400),
+    _k("feeds.kev_file", "STREAMPROC_FEEDS_KEV_FILE", "str", None,
+       "CISA KEV catalog JSON: marks the KEV ids among the advisories", default_text="none"),
+    _k("feeds.epss_file", "STREAMPROC_FEEDS_EPSS_FILE", "str", None,
+       "FIRST's EPSS scores CSV (gzipped or not): each advisory's EPSS", default_text="none"),
+    _k("feeds.debian_sources", "STREAMPROC_FEEDS_DEBIAN_SOURCES", "str", None,
+       "Debian binary→source package map (JSON `binaryToSource`): expands Debian advisories "
+       "to their binary packages", default_text="none"),
     # ------------------------------------------------------------------ clients
     _k("feedser.secret", "STREAMPROC_FEEDSER_SECRET", "str", None,
        "HMAC secret `streamproc feedser export` signs with", secret=True, default_text="none"),

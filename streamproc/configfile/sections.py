@@ -344,6 +344,28 @@ class Audit(msgspec.Struct, frozen=True, kw_only=True):
         return _masked(self, ("signing_key",))
 
 
+class Feeds(msgspec.Struct, frozen=True, kw_only=True):
+    """[feeds]: the `feeds` role: an OSV directory watched, its changes recorded as Feedser
+    exports.
+    """
+
+    # STREAMPROC_FEEDS_OSV_DIR: directory of OSV advisories (`*.json`) the `feeds` role watches;
+    # new or changed advisories are recorded as a Feedser export for each of `feeds.tenants`
+    osv_dir: str | None = None
+    # STREAMPROC_FEEDS_TENANTS: tenants each export is recorded for (at least one when
+    # `feeds.osv_dir` is set)
+    tenants: tuple[str, ...] = ()
+    # STREAMPROC_FEEDS_POLL_INTERVAL_S: seconds between two reads of the directory
+    poll_interval_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0)] = 60.0
+    # STREAMPROC_FEEDS_KEV_FILE: CISA KEV catalog JSON: marks the KEV ids among the advisories
+    kev_file: str | None = None
+    # STREAMPROC_FEEDS_EPSS_FILE: FIRST's EPSS scores CSV (gzipped or not): each advisory's EPSS
+    epss_file: str | None = None
+    # STREAMPROC_FEEDS_DEBIAN_SOURCES: Debian binary→source package map (JSON `binaryToSource`):
+    # expands Debian advisories to their binary packages
+    debian_sources: str | None = None
+
+
 class Impact(msgspec.Struct, frozen=True, kw_only=True):
     """[impact]: the impact index."""
 
@@ -559,6 +581,7 @@ class Sections(msgspec.Struct, frozen=True, kw_only=True):
     scanner_grype: ScannerGrype = msgspec.field(default_factory=ScannerGrype)
     scanner_osv_scanner: ScannerOsvScanner = msgspec.field(default_factory=ScannerOsvScanner)
     audit: Audit = msgspec.field(default_factory=Audit)
+    feeds: Feeds = msgspec.field(default_factory=Feeds)
     impact: Impact = msgspec.field(default_factory=Impact)
     sboms: Sboms = msgspec.field(default_factory=Sboms)
     gateway: Gateway = msgspec.field(default_factory=Gateway)

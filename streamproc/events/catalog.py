@@ -177,7 +177,7 @@ KINDS: dict[str, KindSpec] = {
             "feedser",
             "ref",
             version=3,
-            emitted_by="gateway (webhook), feedser CLI",
+            emitted_by="gateway (webhook), feedser CLI, feeds",
             upcasters={1: _unscoped_export, 2: _first_revision},
             shards=EXPORT_SHARDS,
         ),

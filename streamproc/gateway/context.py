@@ -18,7 +18,6 @@ from streamproc.bus.ttlkv import TtlBucket
 from streamproc.gateway.auth.callers import Authenticator, Principal
 from streamproc.gateway.auth.replay import ReplayGuard, bucket_definition, bucket_name
 from streamproc.gateway.auth.webhooks import WebhookVerifier
-from streamproc.gateway.exportlog import ExportLog
 from streamproc.gateway.hardening import decode_json, read_body, require_json
 from streamproc.gateway.remote import Remote
 from streamproc.gateway.settings import GatewaySettings
@@ -27,6 +26,7 @@ from streamproc.notify.registrations import from_sections as feed_settings_from
 from streamproc.notify.retention import WindowKeeper
 from streamproc.planner import settings as planner_settings
 from streamproc.readmodel.queries import ReadModel
+from streamproc.recording.exportlog import ExportLog
 from streamproc.runtime.reactor import RoleContext
 
 R = TypeVar("R", bound=web.StreamResponse)

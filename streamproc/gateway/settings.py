@@ -24,7 +24,7 @@ from streamproc.configfile.sections import Sections
 from streamproc.configfile.typed import flag
 from streamproc.events.payloads import VEX_DOCUMENT_SOURCE
 from streamproc.ids import TENANT_RE
-from streamproc.names import AUDIENCE
+from streamproc.names import AUDIENCE, FEEDS_SOURCE
 
 Mode = Literal["bearer", "dpop", "mtls"]
 ENV_FILE = env_name("gateway.config")
@@ -179,6 +179,11 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         names = [s.name for s in self.webhooks]
         if len(set(names)) != len(names):
             raise ValueError("webhook source names must be unique")
+        if FEEDS_SOURCE in names:
+            raise ValueError(
+                f"webhook source name {FEEDS_SOURCE!r} is the feeds role's: its exports are "
+                "recorded as that source"
+            )
         kids = [k.kid for i in self.issuers for k in i.keys]
         if len(set(kids)) != len(kids):
             raise ValueError("issuer key ids (kid) must be unique across issuers")

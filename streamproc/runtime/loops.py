@@ -57,6 +57,7 @@ async def active_react_loop(
             await react_loop(proj, reactors, ctx, leader.active)
         finally:
             ctx.problems.clear()  # they were this term's; a standby has none of its own
+            ctx.notes.clear()
             for r in reactors:
                 r.end_term()
         reactors = [make(ctx.settings) for make in spec.reactors]

@@ -44,6 +44,10 @@ class RoleContext:
     """Conditions a reactor reports until they clear (name → what is wrong): while any is
     set the process answers ``/readyz`` with 503 and ``streamproc status`` shows the role
     degraded."""
+    notes: dict[str, str] = field(default_factory=dict)
+    """What a reactor says about how it runs, not wrong (name → text): shown by
+    ``streamproc status`` beside the instance, with no effect on its health (the ``feeds``
+    role with no directory to watch)."""
     folded_stream: str = ""
     """The stream ``store`` is folded from, when it is not the event log (a planner
     partition's, :mod:`streamproc.planner.partitions`): ``applied`` counts in its sequences."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,7 +149,12 @@ class AdvisoryDb:
         kev_file: Path | None = None,
         sources: Path | None = None,
         epss_file: Path | None = None,
+        *,
+        skipped: Callable[[Path, str], None] | None = None,
     ) -> AdvisoryDb:
+        """The advisories of ``osv_dir`` (a record that is withdrawn or not an OSV record is
+        left out); with ``skipped``, each file left out — a file that cannot be read too,
+        which otherwise raises — is told to it with the reason."""
         db = cls(kev=load_kev(kev_file), epss=load_epss(epss_file))
         if sources is not None and sources.exists():
             db.debian_sources = dict(orjson.loads(sources.read_bytes()).get("binaryToSource", {}))
@@ -157,8 +162,14 @@ class AdvisoryDb:
             for path in sorted(osv_dir.glob("*.json")):
                 try:
                     db.add(parse_advisory(path.read_bytes(), db.kev))
-                except AdvisoryError:
+                except AdvisoryError as exc:
+                    if skipped is not None:
+                        skipped(path, str(exc))
                     continue  # withdrawn or not an OSV record: not an advisory to match
+                except OSError as exc:
+                    if skipped is None:
+                        raise
+                    skipped(path, exc.strerror or str(exc))
         db.reindex()
         return db
 

@@ -28,7 +28,7 @@ import aiohttp
 from nacl.signing import SigningKey
 
 from streamproc.client.http import ApiClient
-from streamproc.scanner.advisories import AdvisoryDb
+from streamproc.scanner.advisories import Advisory, AdvisoryDb
 from streamproc.scanner.sender_auth import Credentials
 
 WEBHOOK_PATH = "/api/v1/scheduler/events/feedser-export"
@@ -50,6 +50,34 @@ def build_export(
                if known.get(a.id) != a.digest]  # fmt: skip
     if not changed:
         return None
+    body = export_of(db, changed)
+    pending = state.get("pending")
+    if isinstance(pending, dict) and pending.get("exportId") == body["exportId"]:
+        return pending
+    to = datetime.fromtimestamp(now if now is not None else time.time(), UTC)
+    body["window"] = {"from": state.get("exportedAt"), "to": to.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return body
+
+
+def entry_of(db: AdvisoryDb, a: Advisory) -> dict[str, Any]:
+    """One advisory as an export lists it: vulnId, productKeys, severity, kev, and its EPSS
+    when one of its CVEs is scored."""
+    entry: dict[str, Any] = {
+        "vulnId": a.id,
+        "productKeys": db.product_keys(a),
+        "severity": a.severity,
+        "kev": a.kev,
+    }
+    epss = db.epss_of(a)
+    if epss is not None:
+        entry["epss"] = {"score": epss.score, "percentile": epss.percentile, "date": epss.date}
+    return entry
+
+
+def export_of(db: AdvisoryDb, changed: list[Advisory]) -> dict[str, Any]:
+    """The export of ``changed`` advisories (in this order), without a window: every field
+    derived from their content, the exportId included (``osv-`` and a hash of each one's id
+    and digest), so the same change always makes the same body."""
     h = hashlib.sha256()
     for a in changed:
         h.update(f"{a.id}={a.digest};".encode())
@@ -57,33 +85,17 @@ def build_export(
     entries = []
     kev: set[str] = set()
     for a in changed:
-        product_keys = db.product_keys(a)
-        keys.update(product_keys)
+        entry = entry_of(db, a)
+        keys.update(entry["productKeys"])
         if a.kev:
             kev.update(c for c in a.cves if c in db.kev)
-        entry: dict[str, Any] = {
-            "vulnId": a.id,
-            "productKeys": product_keys,
-            "severity": a.severity,
-            "kev": a.kev,
-        }
-        epss = db.epss_of(a)
-        if epss is not None:
-            entry["epss"] = {"score": epss.score, "percentile": epss.percentile, "date": epss.date}
         entries.append(entry)
-    export_id = "osv-" + h.hexdigest()[:24]
-    pending = state.get("pending")
-    if isinstance(pending, dict) and pending.get("exportId") == export_id:
-        return pending
-    to = datetime.fromtimestamp(now if now is not None else time.time(), UTC)
-    body: dict[str, Any] = {
-        "exportId": export_id,
+    return {
+        "exportId": "osv-" + h.hexdigest()[:24],
         "changedProductKeys": sorted(keys),
         "kev": sorted(kev),
         "advisories": entries,
-        "window": {"from": state.get("exportedAt"), "to": to.strftime("%Y-%m-%dT%H:%M:%SZ")},
     }
-    return body
 
 
 def sending_state(state: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:

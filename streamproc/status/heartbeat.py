@@ -50,6 +50,11 @@ def _problems(system: Observed, role: str) -> list[str]:
     return [f"{k}: {v}"[:500] for k, v in sorted(ctx.problems.items())] if ctx else []
 
 
+def _notes(system: Observed, role: str) -> list[str]:
+    ctx = getattr(system, "contexts", {}).get(role)
+    return [v[:500] for _, v in sorted(ctx.notes.items())] if ctx else []
+
+
 def _failure(system: Observed, role: str) -> str | None:
     proj = system.projectors[role]
     if proj.failure is not None:
@@ -111,6 +116,7 @@ class StatusHeartbeat:
                     failure=_failure(self.system, role),
                     lease=_lease(self.system, role),
                     problems=_problems(self.system, role),
+                    notes=_notes(self.system, role),
                     rejections=proj.folder.rejections,
                     started=self.started,
                     updated_ms=now,

@@ -64,6 +64,9 @@ class Heartbeat(msgspec.Struct, kw_only=True):
     problems: list[str] = []
     """What its reactors report wrong while it runs (e.g. a failing restart check): the
     instance is ``degraded`` and answers ``/readyz`` with 503."""
+    notes: list[str] = []
+    """What its reactors say about how it runs (a role with nothing to do): shown, never a
+    problem."""
     rejections: dict[str, dict[str, int]] = {}
     """Per projection and reason, the events its state records as rejected (an update of
     an unknown run, segment, schedule or image …): not a health problem, but worth a look."""

@@ -149,6 +149,11 @@ def render(report: Report) -> str:
         for i in report.instances
         if describe_rejections(i.beat.rejections)
     ]
+    lines += [
+        f"note: {i.beat.role} {i.beat.instance}: {n}"
+        for i in report.instances
+        for n in i.beat.notes
+    ]
     lines += report.partitions
     lines += [f"problem: {p}" for p in report.problems]
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from streamproc.configfile.registry import (
     RENAMED_ENV,
     SECTIONS,
 )
+from streamproc.feeds import settings as feeds
 from streamproc.gateway import settings as gateway
 from streamproc.impact.projection import DEFAULT_CACHE_MB
 from streamproc.notify import cli as notify_cli
@@ -51,6 +52,7 @@ def test_every_reader_variable_is_registered_with_its_default() -> None:
     tables: list[tuple[dict[str, str], dict[str, object]]] = [
         (planner.ENV, defaults(planner.PlannerSettings)),
         (audit.ENV, defaults(audit.AuditSettings)),
+        (feeds.ENV, defaults(feeds.FeedsSettings)),
         ({k: v for k, v in runner.ENV.items()}, defaults(runner.RunnerSettings)),
         (
             {k: v for k, v in config.ENV.items() if k != "node_id"},

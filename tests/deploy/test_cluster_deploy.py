@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 CLUSTER = DEPLOY / "nats" / "cluster"
 SYSTEMD = DEPLOY / "systemd"
-ROLES = ("gateway", "planner", "runner", "auditor")
+ROLES = ("gateway", "planner", "runner", "auditor", "feeds")
 
 
 def without_comments(text: str) -> str:

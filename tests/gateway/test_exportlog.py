@@ -1,4 +1,4 @@
-"""Exports recorded exactly once on a bounded set of subjects (streamproc/gateway/exportlog.py):
+"""Exports recorded exactly once on a bounded set of subjects (streamproc/recording/exportlog.py):
 the subjects (and JetStream's duplicate-window entries) do not grow with the exports; two
 replicas taking the same exports at once record each once; a resent publish is known as our
 own; a read model that cannot catch up answers 503 and records nothing."""
@@ -18,10 +18,10 @@ from streamproc.bus.publisher import Publisher
 from streamproc.events import payloads as p
 from streamproc.events.catalog import subject_for
 from streamproc.events.envelope import decode, encode, new_event
-from streamproc.gateway.exportlog import SCAN_MAX, Append, ExportLog, NotCaughtUp, Recorded
 from streamproc.hlc import HybridLogicalClock
 from streamproc.names import EXPORT_SHARDS
 from streamproc.readmodel.exports import export_digest
+from streamproc.recording.exportlog import SCAN_MAX, Append, ExportLog, NotCaughtUp, Recorded
 from tests.gateway.auth.test_replay import pair as pair  # the two-replica fixture
 from tests.gateway.auth.test_webhooks import FEEDSER, export, post, shard
 from tests.gateway.harness import Harness

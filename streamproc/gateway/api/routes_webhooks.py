@@ -6,7 +6,7 @@ the allowlist for a source configured to take no token).
 An export is known by its ref, ``<source>:<exportId>``: export ids are the sender's own,
 and another configured source using the same id neither blocks nor stands in for this one.
 Each tenant's event is appended to its shard of the tenant's exports
-(:mod:`streamproc.gateway.exportlog`) only when the export's latest revision there has
+(:mod:`streamproc.recording.exportlog`) only when the export's latest revision there has
 another body: a repeated delivery — a moment or months later — yields no second event, and
 the read model is checked first so repeats are answered without publishing at all. The same
 source sending the same ``exportId`` with another body records the export's next revision
@@ -18,22 +18,13 @@ duplicate.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable
 
 import msgspec
 from aiohttp import web
 
 from streamproc import metrics
-from streamproc.events.catalog import subject_for
-from streamproc.events.envelope import encode, new_event
-from streamproc.events.payloads import (
-    FeedserExportBody,
-    VexerExportBody,
-    export_ref,
-    sourced_export,
-)
+from streamproc.events.payloads import FeedserExportBody, VexerExportBody
 from streamproc.gateway.accesslog import RID
 from streamproc.gateway.accesslog import SOURCE as SOURCE_KEY
 from streamproc.gateway.accesslog import TENANT as TENANT_KEY
@@ -51,18 +42,15 @@ from streamproc.gateway.auth.webhooks import (
     Source,
 )
 from streamproc.gateway.context import GatewayContext
-from streamproc.gateway.exportlog import Append, NotCaughtUp, Recorded, Unreadable
 from streamproc.gateway.hardening import (
     check_key_count,
     decode_content,
     decode_export,
     require_json,
 )
-from streamproc.ids import derive_id
 from streamproc.problems import ProblemError
-from streamproc.readmodel.exports import payload_digest
-from streamproc.readmodel.queries import ReadModel
-from streamproc.readmodel.records import ExportRecord
+from streamproc.recording.exportlog import NotCaughtUp, Unreadable
+from streamproc.recording.exports import NotRecorded, Outcome, Recorder, record
 
 Body = FeedserExportBody | VexerExportBody
 _DECODERS: dict[str, msgspec.json.Decoder[FeedserExportBody | VexerExportBody]] = {
@@ -87,33 +75,14 @@ def key_count(payload: Body) -> int:
     return len(payload.changed_claims)
 
 
-def _own_legacy(
-    rm: ReadModel, tenant: str, kind: str, export_id: str, event_id: str
-) -> ExportRecord | None:
-    """This source's record of the export from before refs (keyed by the bare id), if any:
-    the event id, derived from the source, tells it from another source's."""
-    rec = rm.export(tenant, kind, export_id)
-    return rec if rec is not None and rec.event_id == event_id else None
-
-
-def _recorded(rec: ExportRecord) -> Recorded:
-    return Recorded(rec.event_id, rec.seq, rec.payload_sha256, rec.revision)
-
-
-def revision_event_id(source: str, export_id: str, tenant: str, revision: int) -> str:
-    """The first revision keeps the id exports always had; later ones add their number."""
-    if revision == 1:
-        return derive_id(source, export_id, tenant)
-    return derive_id(source, export_id, tenant, "revision", revision)
-
-
-def _outcome(tenant: str, rec: Recorded, recorded: bool) -> ExportEvent:
+def _outcome(out: Outcome) -> ExportEvent:
+    rec = out.rec
     return ExportEvent(
-        tenant=tenant,
-        outcome="recorded" if recorded else "duplicate",
+        tenant=out.tenant,
+        outcome="recorded" if out.recorded else "duplicate",
         event_id=rec.event_id,
         seq=rec.seq,
-        duplicate=not recorded,
+        duplicate=not out.recorded,
         revision=rec.revision,
     )
 
@@ -130,6 +99,11 @@ def _append_failure(exc: BaseException) -> ProblemError:
     return publish_failure(exc)
 
 
+def recorder(gw: GatewayContext) -> Recorder:
+    """The gateway's recording path: its export log over its read model's export records."""
+    return Recorder(gw.exports, gw.rm.export, gw.ctx.clock, gw.ctx.publisher.prefix)
+
+
 async def _record(
     gw: GatewayContext,
     request: web.Request,
@@ -138,87 +112,16 @@ async def _record(
     body: Body,
     tenants: list[str],
 ) -> tuple[int, WebhookAccepted]:
-    """Record ``body`` for ``tenants`` (of ``source``); the status (202 if any tenant's event
-    is new, 200 if none is) and each tenant's outcome.
-
-    Per tenant, the export's latest revision in the log decides: none yet, revision 1; the
-    same body, a duplicate; another body, the next revision. Tenants are appended all at
-    once, shielded when there are several, so a cancelled request cannot stop between
-    them; a payload is encoded once per revision however many tenants share it."""
+    """Record ``body`` for ``tenants`` (of ``source``) through
+    :func:`streamproc.recording.exports.record`; the status (202 if any tenant's event is
+    new, 200 if none is) and each tenant's outcome."""
     export_id = body.export_id
-    ref = export_ref(source.name, export_id)
-    digest = payload_digest(body)
-    settled: dict[str, ExportEvent] = {}
-    legacy: set[str] = set()
-    """Tenants whose export was recorded before refs existed, with another body."""
-    pending: list[str] = []
-    for tenant in tenants:
-        first_id = revision_event_id(source.name, export_id, tenant, 1)
-        current = gw.rm.export(tenant, kind, ref)
-        known = current or _own_legacy(gw.rm, tenant, kind, export_id, first_id)
-        if known is not None and known.payload_sha256 == digest:
-            settled[tenant] = _outcome(tenant, _recorded(known), recorded=False)
-            continue
-        if current is None and known is not None:
-            legacy.add(tenant)
-        pending.append(tenant)
-    raws: dict[int, msgspec.Raw] = {}
-    first = sourced_export(body, source.name, 1)
-    """Names the export's shard subject (the same for every revision)."""
-
-    def decide(tenant: str, latest: Recorded | None) -> Append | Recorded:
-        if latest is not None and latest.digest == digest:
-            return latest  # a repeat of the latest revision
-        n = 1 if latest is None else latest.revision + 1
-        if n == 1 and tenant in legacy:  # the old event has the first revision's id
-            event_id = derive_id(source.name, export_id, tenant, "ref")
-        else:
-            event_id = revision_event_id(source.name, export_id, tenant, n)
-        payload = first if n == 1 else sourced_export(body, source.name, n)
-        event = new_event(
-            f"export.{kind}",
-            tenant,
-            payload,
-            gw.ctx.clock.now(),
-            event_id=event_id,
-            correlation_id=request[RID],
-        )
-        if n not in raws:
-            raws[n] = msgspec.Raw(msgspec.json.encode(payload))
-        return Append(encode(msgspec.structs.replace(event, payload=raws[n])), event_id, digest, n)
-
-    def append(tenant: str) -> Awaitable[tuple[Recorded, bool]]:
-        def lookup() -> Recorded | None:
-            rec = gw.rm.export(tenant, kind, ref)
-            return None if rec is None else _recorded(rec)
-
-        return gw.exports.append(
-            subject_for(gw.ctx.publisher.prefix, tenant, f"export.{kind}", first),
-            (tenant, kind, ref),
-            lookup,
-            lambda latest: decide(tenant, latest),
-        )
-
-    outs: list[tuple[Recorded, bool] | BaseException]
-    if len(pending) == 1:
-        try:
-            outs = [await append(pending[0])]
-        except Exception as exc:
-            outs = [exc]
-    else:
-        sends = [append(t) for t in pending]
-        outs = list(await asyncio.shield(asyncio.gather(*sends, return_exceptions=True)))
-    failure: BaseException | None = None
-    for tenant, out in zip(pending, outs, strict=True):
-        if isinstance(out, BaseException):
-            failure = failure or out
-            continue
-        rec, appended = out
-        settled[tenant] = _outcome(tenant, rec, recorded=appended)
-    if failure is not None:
+    try:
+        outs = await record(recorder(gw), source.name, kind, body, tenants, request[RID])
+    except NotRecorded as exc:
         # Tenants already stored are found on the sender's retry (by the ref).
-        raise _append_failure(failure)
-    events = [settled[t] for t in tenants]
+        raise _append_failure(exc.cause) from None
+    events = [_outcome(o) for o in outs]
     revised = [e.tenant for e in events if e.outcome == "recorded" and e.revision > 1]
     if revised:
         log.info(
