@@ -11,9 +11,8 @@ an open chunk (see :data:`~streamproc.impact.groups.Member`), so the fold resolv
 image's purls with one C-level ``map(dict.get, purls)`` and records it with one C-level
 ``map(list.append, ...)``. On this class of machine a random memory access costs ~1 µs;
 everything per purl beyond those two is settled once per touched product per batch, in
-bulk. The chunk new images go to stays open (decoded) until the memory bound needs its
-memory (``_shrink`` closes it, or its group is evicted): closing and re-decoding it cost
-more than all the appends. A chunk no new
+bulk. The chunk new images go to stays open (decoded) until its group is evicted under the
+memory bound: closing and re-decoding it cost more than all the appends. A chunk no new
 image goes to any more (below the lowest free id's) is closed after the batch that left it,
 a slice of groups a batch: re-indexing or removing one of its images opens it again.
 """
