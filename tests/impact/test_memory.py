@@ -15,8 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from streamproc.events.envelope import Envelope, encode
-from streamproc.impact import keys as K
-from streamproc.impact.groups import open_sizes
 from streamproc.impact.projection import ImpactProjection
 from streamproc.runtime.projection import Folder
 from streamproc.state import keys
@@ -78,44 +76,3 @@ def test_folding_beyond_the_bound_keeps_containers_and_blocks_bounded(tmp_path: 
     grown = blocks[-1] - blocks[BATCHES // 4]
     assert grown < 20 * BATCH * (BATCHES - BATCHES // 4 - 1), (blocks[BATCHES // 4], blocks)
     store.close()
-
-
-def _fold(store: RocksStore, proj: ImpactProjection, events: list[bytes]) -> list[int]:
-    """Fold ``events`` in batches of BATCH; after each batch, the products whose group is
-    not in memory."""
-    folder = Folder(store, [proj], "impact")
-    evicted = []
-    for lo in range(0, len(events), BATCH):
-        msgs = [(lo + k + 1, "s", data) for k, data in enumerate(events[lo : lo + BATCH])]
-        folder.apply(msgs, keys.Checkpoint("S", "e", lo + len(msgs)))
-        evicted.append(proj.index.product_count() - len(proj.index._groups))
-        assert proj.index.cached_bytes <= (proj.max_bytes or proj.index.cached_bytes)
-    return evicted
-
-
-def _impact_state(store: RocksStore) -> dict[str, dict[bytes, bytes]]:
-    return {cf: dict(store.scan(cf)) for cf in K.FAMILIES}
-
-
-def test_past_the_bound_open_chunks_are_closed_before_any_group_is_evicted(
-    tmp_path: Path,
-) -> None:
-    """A bound that every group fits in with its chunk closed, but not with the fold's
-    open members: the least recently used groups' open chunks are closed (and re-opened
-    from their stored bytes when an image names them again), no group is evicted, and the
-    stored state is the unbounded fold's."""
-    events = [encode(e) for e in images(BATCH * 8)]
-    free_store = RocksStore(tmp_path / "unbounded")
-    free = ImpactProjection(max_bytes=None, warm_on_start=False)
-    _fold(free_store, free, events)
-    full = free.index.cached_bytes
-    members = open_sizes(free.index._groups.values())
-    bound = full - members // 2  # every group closed fits; all of them open do not
-
-    store = RocksStore(tmp_path / "bounded")
-    proj = ImpactProjection(max_bytes=bound, warm_on_start=False)
-    assert _fold(store, proj, events) == [0] * 8  # no group evicted after any batch
-    assert open_sizes(proj.index._groups.values()) < members  # chunks were closed
-    assert _impact_state(store) == _impact_state(free_store)
-    store.close()
-    free_store.close()
