@@ -61,10 +61,6 @@ class Lru:
     def full(self) -> bool:
         return self.total >= self.max_bytes
 
-    def oldest(self) -> Iterator[Hashable]:
-        """Keys from the least recently used on (none may be set or dropped meanwhile)."""
-        return iter(self._sizes)
-
     def victims(self) -> Iterator[Hashable]:
         """Yield least recently used keys (already forgotten here) until under the bound."""
         sizes, recent = self._sizes, self.recent

@@ -32,7 +32,6 @@ __all__ = [
     "bulk_union",
     "find",
     "member_bitmap",
-    "open_sizes",
     "stored_sizes",
     "stored_union",
 ]
@@ -48,7 +47,6 @@ _BIGLEN = K.BIG + 1
 _AFTER1 = itemgetter(slice(1, None))
 _deserialize = BitMap.deserialize
 _CHUNKS = attrgetter("chunks")
-_OPEN_MEMBERS = attrgetter("open_members")
 
 
 def member_bitmap(m: Member) -> BitMap:
@@ -309,16 +307,6 @@ class Group:
         """Estimated resident bytes, O(1): the stored chunks, about as much again for the
         product bitmaps rebuilt from them, and the decoded members of open chunks."""
         return _OVERHEAD + 2 * self.raw_bytes + _PER_OPEN_MEMBER * self.open_members
-
-    def open_size(self) -> int:
-        """What closing every open chunk (keeping the stored bytes) takes off ``size``."""
-        return _PER_OPEN_MEMBER * self.open_members
-
-
-def open_sizes(groups: Iterable[Group]) -> int:
-    """``Group.open_size`` summed over these groups (C-level)."""
-    total: int = sum(map(_OPEN_MEMBERS, groups))
-    return _PER_OPEN_MEMBER * total
 
 
 def bulk_union(groups: Iterable[Group], side: int) -> BitMap:

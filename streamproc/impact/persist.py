@@ -172,7 +172,7 @@ class Persistence(IndexState):
         self._dirty_records.clear()
         self._dirty_names.clear()
         self._close_finished(CLOSE_SLICE)
-        self._evict(shrink=True)
+        self._evict()
 
     def _close_finished(self, budget: int) -> None:
         """Close the chunks no new image goes to (below the lowest free id's): their decoded

@@ -32,21 +32,13 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.cache import Lru
-from streamproc.impact.groups import (
-    Group,
-    Member,
-    Opened,
-    bitmap_bytes,
-    open_sizes,
-    stored_sizes,
-)
+from streamproc.impact.groups import Group, Member, Opened, bitmap_bytes, stored_sizes
 from streamproc.impact.records import ImageRecord, decode_record
 from streamproc.state.store import Store
 
 _AFTER4 = itemgetter(slice(4, None))
 _CHUNKS = attrgetter("chunks")
 _PK = attrgetter("pk")
-_OPEN = attrgetter("open")
 _IS6 = (6).__eq__
 _is_not_none = partial(is_not, None)
 _U16 = partial(int.from_bytes, byteorder="big")
@@ -406,14 +398,10 @@ class IndexState:
             or self._dirty_names
         )
 
-    def _evict(self, shrink: bool = False) -> None:
-        """Drop least recently used groups and owners until under the bound; never while a
-        batch is pending. With ``shrink`` (after a batch: the fold's open chunks are what
-        fills the bound), first close the open chunks of the least recently used groups."""
+    def _evict(self) -> None:
+        """Drop least recently used groups and owners; never while a batch is pending."""
         if self._lru is None or self._has_dirty():
             return
-        if shrink and self._lru.total > self._lru.max_bytes:
-            self._shrink()
         for key in self._lru.victims():
             if isinstance(key, str):
                 g = self._groups.get(key)
@@ -423,32 +411,6 @@ class IndexState:
                     self._stored.pop(key, None)
             else:
                 self._owners.pop(cast(bytes, key), None)  # an owner key: not a product's str
-
-    def _shrink(self) -> None:
-        """Close the open chunks of the least recently used groups, each group keeping its
-        place in the cache, until the estimate is under the bound — when closing them all
-        would get it there (otherwise eviction alone, as without this). A closed group
-        keeps its stored bytes, so the fold re-opens it by decoding them: no read, no new
-        group, no product bitmap rebuilt, all of which an evicted group costs again.
-        Products in a few images of a chunk (most of a catalog) hold most open members."""
-        lru = self._lru
-        assert lru is not None
-        excess = lru.total - lru.max_bytes
-        if open_sizes(filter(_OPEN, self._groups.values())) < excess:
-            return
-        # groups with an open chunk, least recently used first, by C-level maps (the closed
-        # ones before them are skipped without Python work); owner keys are bytes: no group
-        cached = filter(None, map(self._groups.get, lru.oldest()))  # type: ignore[arg-type]  # product keys are str, owner keys bytes (get answers None)
-        shut: list[Group] = []
-        for g in cast(Iterator[Group], filter(_OPEN, cached)):
-            shut.append(g)
-            excess -= g.open_size()
-            if excess <= 0:
-                break
-        for g in shut:
-            for chunk in list(g.open):
-                self._close(g, chunk)
-        lru.resize_many(list(map(_PK, shut)), list(map(Group.size, shut)))
 
     @property
     def cached_bytes(self) -> int:
