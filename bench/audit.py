@@ -39,7 +39,7 @@ from streamproc.audit.entry import CHAINED_KINDS, make_entry
 from streamproc.audit.log import AuditLog
 from streamproc.audit.snapshots import snapshot_event
 from streamproc.audit.verify import verify_tenant
-from streamproc.events.envelope import Envelope, encode
+from streamproc.events.envelope import Envelope, encode, new_event
 from streamproc.hlc import Timestamp
 from streamproc.projections.activity import Activity
 from streamproc.runtime.projection import Folder, Projection
@@ -47,7 +47,7 @@ from streamproc.state.keys import Checkpoint
 from streamproc.state.store import RocksStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the sample events: tests/
-from tests.samples import BASE_MS, sample_event
+from tests.samples import BASE_MS, KIND_CYCLE, sample_event, sample_payload
 
 BATCH = 1000
 SNAPSHOT = 1000
@@ -55,14 +55,19 @@ SIGNER = Signer("bench", SigningKey(b"\x42" * 32))
 
 
 def templates() -> list[Envelope]:
-    """One sample event of every chained kind, to vary cheaply."""
+    """One sample event of every chained kind, to vary cheaply: those the samples' cycle
+    makes, then one of each chained kind it does not (``sample_payload`` refuses a kind it
+    has no sample of, so a new chained kind fails here instead of looping)."""
     out: dict[str, Envelope] = {}
-    i = 0
-    while len(out) < len(CHAINED_KINDS):
+    for i in range(len(KIND_CYCLE)):
         e = sample_event(i)
-        i += 1
-        if e.kind in CHAINED_KINDS and e.kind not in out:
-            out[e.kind] = e
+        if e.kind in CHAINED_KINDS:
+            out.setdefault(e.kind, e)
+    for i, kind in enumerate(sorted(CHAINED_KINDS - out.keys()), start=len(KIND_CYCLE)):
+        hlc = f"{BASE_MS + i}:0:sample"
+        out[kind] = new_event(
+            kind, "tenant-0", sample_payload(kind, i), hlc, event_id=f"sample-{i}"
+        )
     return list(out.values())
 
 

@@ -81,6 +81,8 @@ def sample_payload(kind: str, i: int) -> p.Payload:
         return p.SegmentFailed(segment_id=seg, run_id=run, reason="scanner unavailable")
     if kind == "verdict.recorded":
         return p.VerdictRecorded(run_id=run, segment_id=seg, digest=digest(i), new_high=i % 3)
+    if kind == "delta.acknowledged":
+        return p.DeltaAcknowledged(run_id=run, digest=digest(i), by="ops", ticket=f"SEC-{i}")
     if kind == "audit.snapshot":
         link = hashlib.sha256(str(i).encode()).hexdigest()
         return p.AuditSnapshot(

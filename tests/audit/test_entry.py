@@ -26,7 +26,7 @@ from streamproc.events.catalog import KINDS
 from streamproc.events.envelope import new_event
 from streamproc.state.store import RocksStore
 from tests.audit.conftest import Pristine
-from tests.samples import sample_event
+from tests.samples import sample_event, sample_payload
 
 
 def test_every_catalog_kind_is_classified() -> None:
@@ -222,3 +222,10 @@ def test_fields_added_to_a_chained_kind_leave_old_links_alone() -> None:
     event = new_event("verdict.recorded", "acme", new, "1767225600000:0:n", event_id="e1")
     payload = make_entry(event, 0, None).payload
     assert '"scanner":"grype"' in payload and '"fixedVersion":"1.2"' in payload
+
+
+def test_every_chained_kind_has_a_sample_payload() -> None:
+    """bench/audit.py chains one sample of every chained kind; a chained kind without a
+    sample made it loop for ever (``delta.acknowledged``)."""
+    for i, kind in enumerate(sorted(CHAINED_KINDS)):
+        assert sample_payload(kind, i) is not None, kind
