@@ -6,7 +6,8 @@ tests/scenarios/sboms.py); one indexed with ``streamproc index add`` beside the 
 with no ``--nats-url`` (it finds the node through the data directory), the other with
 ``PUT /images/{digest}``; the real GitHub advisories for them dropped into the scanner's
 advisory directory; ``streamproc feedser export``; and ``streamproc notify tail``, with no
-flags, printing a ``rescan.delta`` for each image that names its advisory within 5 s of the
+flags, printing a ``rescan.delta`` for each image that names its advisory within the
+specification's event → first verdict bound (60 s) of the
 export — at the default settings (the planner's 30 s window plans a quiet system's first
 export at once)."""
 
@@ -35,6 +36,10 @@ from tests.scenarios.sboms import generated_sbom, has_usage_data, purls
 
 pytestmark = pytest.mark.slow
 
+FIRST_VERDICT_S = 60
+"""The specification's target from an export to the first rescan verdict (p95): the test
+waits for the deltas up to it (a machine loaded by other work once took 7 s; the figure
+itself is bench/e2e.py's ``export_to_first_delta_p95_s``, not a test's)."""
 YAML_ADVISORY = "GHSA-8q59-q68h-6hv4"
 """PyYAML < 5.4, full_load code execution (CVE-2020-14343): critical."""
 REQUESTS_ADVISORY = "GHSA-j8r2-6x86-q33q"
@@ -214,15 +219,16 @@ async def test_the_operators_path_from_a_generated_sbom_to_a_delta(tmp_path: Pat
                 return next(((t, line) for t, line in node.lines
                              if " rescan.delta " in line and image[:19] in line), None)  # fmt: skip
 
-            deadline = sent + 5
+            deadline = sent + FIRST_VERDICT_S
             while time.monotonic() < deadline and not all(map(delta_for, expected)):
                 await asyncio.sleep(0.05)
             printed = "\n".join(line for _, line in node.lines)
             for image, vuln in expected.items():
                 found = delta_for(image)
-                assert found is not None, f"no rescan.delta for {image} within 5 s:\n{printed}"
+                why = f"no rescan.delta for {image} within {FIRST_VERDICT_S} s:\n{printed}"
+                assert found is not None, why
                 assert vuln in found[1], found[1]
-                assert found[0] - sent <= 5
+                assert found[0] - sent <= FIRST_VERDICT_S
         finally:
             reader.cancel()
             if tail.returncode is None:
