@@ -25,6 +25,9 @@ API = "$JS.API"
 STREAM_NOT_FOUND = 10059
 CONSUMER_NOT_FOUND = 10014
 STREAM_NAME_IN_USE = 10058
+NO_SUITABLE_PEERS = 10005
+"""No peers to place a stream on; with ``peer offline`` in its description, a peer the
+metadata group has not yet seen come up (a cluster still forming): transient."""
 """``STREAM.CREATE`` of a name that exists with another configuration."""
 NO_MESSAGE = 10037
 """``STREAM.MSG.GET`` of a sequence the stream does not hold."""
@@ -189,6 +192,12 @@ async def create_consumer(nc: Client, stream: str, config: dict[str, Any]) -> di
     return await request(nc, subject, {"stream_name": stream, "config": config})
 
 
+def _transient(exc: JsApiError) -> bool:
+    if exc.err_code == NO_SUITABLE_PEERS:
+        return "peer offline" in exc.description
+    return not exc.err_code and exc.code in TRANSIENT
+
+
 async def with_retries(
     call: Callable[[], Awaitable[T]], budget_s: float = 60.0, pause_s: float = 1.0
 ) -> T:
@@ -200,6 +209,6 @@ async def with_retries(
         try:
             return await call()
         except JsApiError as exc:
-            if exc.err_code or exc.code not in TRANSIENT or time.monotonic() + pause_s > deadline:
+            if not _transient(exc) or time.monotonic() + pause_s > deadline:
                 raise
         await asyncio.sleep(pause_s)

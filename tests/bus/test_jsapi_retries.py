@@ -39,3 +39,19 @@ async def test_the_budget_ends_the_retries() -> None:
     with pytest.raises(jsapi.JsApiError, match="timed out"):
         await jsapi.with_retries(call, budget_s=0.05, pause_s=0.01)  # type: ignore[arg-type]
     assert 2 <= len(calls) < 100
+
+
+async def test_a_peer_not_yet_up_in_a_forming_cluster_is_asked_again() -> None:
+    offline = jsapi.JsApiError(
+        400, jsapi.NO_SUITABLE_PEERS, "no suitable peers for placement, peer offline"
+    )
+    call, calls = failing([offline])
+    assert await jsapi.with_retries(call, budget_s=5, pause_s=0.01) == "ok"  # type: ignore[arg-type]
+    assert len(calls) == 2
+
+
+async def test_too_few_peers_is_raised_at_once() -> None:
+    call, calls = failing([jsapi.JsApiError(400, jsapi.NO_SUITABLE_PEERS, "no suitable peers")])
+    with pytest.raises(jsapi.JsApiError):
+        await jsapi.with_retries(call, budget_s=5, pause_s=0.01)  # type: ignore[arg-type]
+    assert len(calls) == 1
