@@ -176,7 +176,8 @@ class PlannerSchedules(Projection):
 
 
 class PlannerRuns(Projection):
-    """Requested runs (pending until planned or cancelled), planned markers, the backlog."""
+    """Requested runs (pending until planned, a cancelled one too: its plan is empty),
+    planned markers, the backlog."""
 
     name: ClassVar[str] = PL_RUNS
     creates: ClassVar[frozenset[str]] = frozenset({"run.requested"})
@@ -195,7 +196,7 @@ class PlannerRuns(Projection):
         self.backlog.clear()
         for _, v in store.scan(RUNS_CF):
             rec = r.decode_run(v)
-            if rec.state == "requested":
+            if rec.state in r.UNPLANNED:
                 self.pending[(rec.tenant, rec.run_id)] = rec
         for _, v in store.scan(BACKLOG_CF):
             b = r.decode_backlog(v)
@@ -207,9 +208,9 @@ class PlannerRuns(Projection):
         return None if raw is None else r.decode_run(raw)
 
     def is_settled(self, tenant: str, run_id: str) -> bool:
-        """Planned or cancelled: nothing more to plan for this run id."""
+        """Its plan is recorded: nothing more to plan for this run id."""
         rec = self.record(tenant, run_id)
-        return rec is not None and rec.state != "requested"
+        return rec is not None and rec.state not in r.UNPLANNED
 
     def backlog_images(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -284,10 +285,10 @@ class PlannerRuns(Projection):
         cur = self._current(tx, tenant, run_id)
         if cur is None:
             raise Rejection("unknown_run", f"a cancel for run {run_id}, never requested")
-        if cur.state == "requested":
+        if cur.state == "requested":  # it stays pending: the planner records an empty plan
             rec = msgspec.structs.replace(cur, state="cancelled")
             tx.table(RUNS_CF).put(r.key(tenant, run_id), r.encode(rec))
-            self.pending.pop((tenant, run_id), None)
+            self.pending[(tenant, run_id)] = rec
         for key, b in sorted(self.backlog.items()):  # the rest of a spill chain goes too
             if b.tenant == tenant and run_id in (b.parent_run_id, b.root_run_id):
                 tx.table(BACKLOG_CF).delete(r.key(tenant, b.run_id))

@@ -44,7 +44,7 @@ from streamproc.planner.plan import build_plan, host_resolver
 from streamproc.planner.projection import LastReports, PlannerRuns, PlannerSchedules
 from streamproc.planner.records import Backlog, RunRecord
 from streamproc.planner.recovery import RestartCheck, requeue_lost
-from streamproc.planner.select import select_images, targets_for
+from streamproc.planner.select import Selected, select_images, targets_for
 from streamproc.planner.settings import PlannerSettings
 from streamproc.planner.settings import from_sections as planner_from_sections
 from streamproc.runtime.reactor import Reactor, RoleContext
@@ -345,14 +345,19 @@ class PlannerReactor(Reactor):
         mode = pacing.mode_of(cause.trigger)
         with tracing.span("resolve", tenant=d.tenant, run_id=d.run_id, trigger=cause.trigger):
             targets = targets_for(cause, state.schedules.for_tenant(d.tenant))
-            selected = select_images(
-                cause,
-                targets,
-                source,
-                state.reports.get(d.tenant),
-                self.cfg.usage_only,
-                self.cfg.epss_high_percentile,
-            )
+            if d.record is not None and d.record.state == "cancelled":
+                # Cancelled before it was planned: an empty plan, which the runner ends
+                # ``cancelled`` (without a plan the run would stay ``planning``).
+                selected = Selected([], [], 0, 0, 0, None)
+            else:
+                selected = select_images(
+                    cause,
+                    targets,
+                    source,
+                    state.reports.get(d.tenant),
+                    self.cfg.usage_only,
+                    self.cfg.epss_high_percentile,
+                )
         metrics.IMPACT_RESOLVE_SECONDS.labels(mode).observe(time.perf_counter() - t0)
         plan = build_plan(cause, targets, selected, self.cfg, host_resolver(source, d.tenant))
         events = plan_events(

@@ -19,6 +19,10 @@ from streamproc.projections.schedule import ScheduleBase
 SEP = b"\x00"
 Source = Literal["feedser", "vexer"]
 RunState = Literal["requested", "planned", "cancelled"]
+"""``cancelled``: cancelled before its plan was recorded; the planner then records an empty
+plan, which lets the runner end the run ``cancelled`` (``planned`` from then on)."""
+UNPLANNED: frozenset[str] = frozenset({"requested", "cancelled"})
+"""The states of a run whose ``run.planned`` the planner has still to record."""
 
 KEV = 1
 CRITICAL = 2

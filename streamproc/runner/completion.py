@@ -127,7 +127,9 @@ class Completer:
 
     async def finish(self, ctx: RoleContext, reader: Reader, rec: RunRec) -> None:
         stats, coverage = final_stats(rec)
-        cancelled = rec.cancel_requested and stats.cancelled > 0
+        # A cancel ends the run ``cancelled`` when it stopped work, or when it came before
+        # the plan (which is then empty).
+        cancelled = rec.cancel_requested and (stats.cancelled > 0 or not rec.segments)
         stamp = ctx.clock.now()
         state = "cancelled" if cancelled else "completed"
         if not cancelled and stats.candidates and not stats.completed and stats.failed:

@@ -180,6 +180,35 @@ async def test_manual_run_requested_is_planned_at_manual_priority(
     assert {subj for subj, _, _ in items} == {f"{prefix}.work.t1.segment.2"}
 
 
+async def test_a_run_cancelled_before_it_is_planned_gets_an_empty_plan(
+    nc: FastClient,
+    publisher: Publisher,
+    prefix: str,
+    stream_names: tuple[str, str, str],
+    state_dir: Path,
+    index: ImpactIndex,
+) -> None:
+    """The cancel is folded in the same pass as the request (the planner was busy or down):
+    the run is still planned, empty, so that the runner can end it ``cancelled`` — without a
+    ``run.planned`` it would stay ``planning`` for ever."""
+    events, work, _ = stream_names
+    req = p.RunRequested(run_id="c-1", trigger="manual", selection=p.Selection(digests=[]))
+    await publisher.publish_event(ev("run.requested", req, event_id="c-1"))
+    await publisher.publish_event(ev("run.cancel_requested", p.RunCancelRequested(run_id="c-1")))
+    planner = await PlannerProcess(
+        nc, publisher, prefix, state_dir, StaticSource(index), CFG
+    ).start()
+    try:
+        await wait_until(lambda: _settled(planner, "c-1"), what="cancelled run planned")
+    finally:
+        await planner.stop()
+    (plan,) = await events_of(nc, events, "run.planned")
+    assert plan.payload.run_id == "c-1" and plan.payload.segments == []
+    assert (plan.payload.stats.candidates, plan.payload.stats.queued) == (0, 0)
+    assert await events_of(nc, events, "segment.enqueued") == []
+    assert await count(nc, work) == 0
+
+
 async def has(nc: FastClient, stream: str, n: int) -> bool:
     return await count(nc, stream) >= n
 

@@ -189,7 +189,12 @@ def test_cancel_stops_a_pending_run_and_its_spill_chain() -> None:
     log = Log()
     log.fold(event("run.requested", run_requested("m1")))
     log.fold(event("run.cancel_requested", p.RunCancelRequested(run_id="m1")))
-    assert log.state.runs.pending == {} and log.state.runs.record("t1", "m1").state == "cancelled"  # type: ignore[union-attr]
+    # Cancelled before its plan: still to be planned (empty), so that the runner can end it.
+    assert log.state.runs.record("t1", "m1").state == "cancelled"  # type: ignore[union-attr]
+    assert list(log.state.runs.pending) == [("t1", "m1")]
+    assert not log.state.runs.is_settled("t1", "m1")
+    log.fold(event("run.planned", planned("m1", queued=0)))
+    assert log.state.runs.pending == {} and log.state.runs.is_settled("t1", "m1")
     log.fold(event("run.requested", run_requested("m2")))
     log.fold(event("run.planned", planned("m2", queued=1, spilled=3)))
     assert log.state.runs.backlog

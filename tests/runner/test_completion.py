@@ -4,6 +4,7 @@ completion is folded — it keeps nothing per run that ever completed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from streamproc.bus.publisher import Publisher
@@ -21,9 +22,9 @@ from streamproc.state.store import MemoryStore
 from tests.runner.harness import events
 
 
-async def test_finished_runs_are_forgotten_once_their_completion_is_folded(
-    publisher: Publisher, prefix: str, stream_names: tuple[str, str, str], tmp_path: Path
-) -> None:
+def harness(
+    publisher: Publisher, prefix: str, tmp_path: Path
+) -> tuple[Callable[[str, p.Payload], None], RoleContext, MemoryStore]:
     store = MemoryStore()
     folder = Folder(store, [RunnerState()])
     seq = 0
@@ -45,6 +46,13 @@ async def test_finished_runs_are_forgotten_once_their_completion_is_folded(
         wait_for=lambda _s, _t: None,  # type: ignore[arg-type,return-value]
         lag=lambda: 0,
     )
+    return fold, ctx, store
+
+
+async def test_finished_runs_are_forgotten_once_their_completion_is_folded(
+    publisher: Publisher, prefix: str, stream_names: tuple[str, str, str], tmp_path: Path
+) -> None:
+    fold, ctx, store = harness(publisher, prefix, tmp_path)
     completer = Completer()
     runs = [f"run-{i}" for i in range(5)]
     for run_id in runs:  # planned with nothing to scan: accounted for at once
@@ -59,3 +67,18 @@ async def test_finished_runs_are_forgotten_once_their_completion_is_folded(
     assert Reader(store).open_runs() == []
     assert await completer.check(ctx) == 0
     assert completer._sent == {}, "nothing kept for runs that completed"
+
+
+async def test_a_run_cancelled_before_its_plan_ends_cancelled(
+    publisher: Publisher, prefix: str, stream_names: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """The planner records an empty plan for a run cancelled before it was planned: the run
+    ends ``cancelled``, not ``completed``."""
+    fold, ctx, _ = harness(publisher, prefix, tmp_path)
+    fold("run.requested", p.RunRequested(run_id="c", trigger="manual"))
+    fold("run.cancel_requested", p.RunCancelRequested(run_id="c", reason="not now"))
+    fold("run.planned", p.RunPlanned(run_id="c", trigger="manual"))
+    assert await Completer().check(ctx) == 1
+    (done,) = await events(publisher.nc, stream_names[0], "run.cancelled")
+    assert done.payload.run_id == "c" and done.payload.reason == "not now"
+    assert await events(publisher.nc, stream_names[0], "run.completed") == []
