@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,7 @@ from streamproc.notify.feed_consumer import (
 from streamproc.notify.feed_http import epoch_of
 from streamproc.notify.feed_state import Checkpoint, FeedState
 from streamproc.notify.schemas import write_all
+from streamproc.signals import until_signalled
 
 TOKEN_ENV = env_name("notify.token")
 
@@ -100,6 +102,9 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 
 TAIL_RECONNECTS = 20
 """Reconnects (0.5 s apart) ``notify tail`` makes before it says NATS went away: ~10 s."""
+STOPS = {signal.SIGINT: exitcodes.INTERRUPTED, signal.SIGTERM: exitcodes.OK}
+"""How a tail stops: on either signal, its loop cancelled and its cleanup run, with these
+exit codes, even when it was started with SIGINT ignored."""
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
@@ -127,7 +132,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         return exitcodes.USAGE
 
     try:  # --nats-url, else the data directory's running server (or a temporary one)
-        return int(uvloop.run(_tail_nats(settings, args, kinds, show)))
+        return int(uvloop.run(until_signalled(_tail_nats(settings, args, kinds, show), STOPS)))
     except ConsumerConflict as exc:
         print(f"streamproc: notify tail: {exc}: pass another --durable, or --reset to take "
               "the name over", file=sys.stderr)  # fmt: skip
@@ -166,7 +171,7 @@ def _tail_http(
     _adopt_legacy(settings.data_dir / "notify" / f"{name}.json", state, cs)
     consumer = FeedConsumer(cs, ApiClient(key, tokens, timeout_s=cs.http_timeout_s), state, show)
     try:
-        return int(uvloop.run(consumer.run(once=args.once)))
+        return int(uvloop.run(until_signalled(consumer.run(once=args.once), STOPS)))
     except FeedClosed as exc:
         print(f"streamproc: notify tail stopped (fail closed): {exc}. The checkpoint is kept; "
               "nothing was skipped (docs/notify.md: recovering)", file=sys.stderr)  # fmt: skip

@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from streamproc import exitcodes
+from streamproc.cancellation import checkpoint
 from streamproc.client.http import ApiClient, Reply, Unreachable
 from streamproc.client.settings import absolute_http_url
 from streamproc.client.tokens import TokenRefused, TokenUnavailable
@@ -364,6 +365,7 @@ class FeedConsumer:
         try:
             async with self.api:
                 while True:
+                    checkpoint()  # a stop a library call below dropped
                     code = await self.round()
                     if once:
                         return code

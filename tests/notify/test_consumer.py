@@ -4,7 +4,9 @@ the code; messages round-trip."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +180,36 @@ async def test_notify_tail_says_so_when_the_server_goes_away(tmp_path: Path, how
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Traceback" not in err, err
     assert "NATS went away" in err and "resumes after the last message it printed" in err
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+async def test_notify_tail_stops_on_a_signal_even_started_with_sigint_ignored(
+    nats_server: EmbeddedNats,
+    nc: FastClient,
+    prefix: str,
+    stream_names: tuple[str, str, str],
+    sig: int,
+    code: int,
+) -> None:
+    """A background job of a script inherits SIGINT ignored, and Python keeps that: the tail
+    installs its own handlers, so ``kill -INT`` stops it (130) and ``kill -TERM`` too (0),
+    both after its cleanup, as ``streamproc up`` does."""
+    argv = [*TAIL, "notify", "tail", "--nats-url", nats_server.url, "--prefix", prefix]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    try:
+
+        async def following() -> bool:
+            with contextlib.suppress(jsapi.JsApiError):
+                await jsapi.request(nc, f"CONSUMER.INFO.{stream_names[2]}.notify-tail")
+                return True
+            return False
+
+        await eventually(following, 30, "the tail follows the Notify stream")
+        proc.send_signal(sig)
+        _, err = await asyncio.to_thread(proc.communicate, timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == code and "Traceback" not in err, err
