@@ -47,6 +47,7 @@ from streamproc.bus.connect import connect  # noqa: E402
 from streamproc.bus.fastclient import FastClient  # noqa: E402
 from streamproc.bus.publisher import Publisher  # noqa: E402
 from streamproc.client.http import ApiClient  # noqa: E402
+from streamproc.config import Configuration  # noqa: E402
 from streamproc.events import payloads as p  # noqa: E402
 from streamproc.events.envelope import new_event  # noqa: E402
 from streamproc.events.payloads import export_ref  # noqa: E402
@@ -277,8 +278,9 @@ async def export_latency(tmp: Path, nats_url: str, trials: int = 20) -> list[flo
                               lambda t=t: request_run(pub, t, f"baseline-{t}"), 120)  # fmt: skip
             advisory = (DATA / f"osv/{TRIAL_ADVISORY}.json").read_bytes()
             last: dict[str, float] = {}
-            creds = credentials(tmp, {"STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer),
-                                      "STREAMPROC_FEEDSER_TENANTS": ",".join(TENANTS)})  # fmt: skip
+            creds = credentials(tmp, Configuration(values={
+                "STREAMPROC_FEEDSER_ISSUER_KEY": str(issuer),
+                "STREAMPROC_FEEDSER_TENANTS": ",".join(TENANTS)}))  # fmt: skip
             assert creds.key is not None and creds.tokens is not None
             async with aiohttp.ClientSession() as s, ApiClient(creds.key, creds.tokens) as api:
                 for trial in range(trials):
