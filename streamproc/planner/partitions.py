@@ -271,6 +271,19 @@ class Partition:
             self.store.close()
             self.store = None
 
+    def lapsed(self) -> bool:
+        """Its reactors stopped because the lease's validity ran out between two renewals
+        (the loop held up longer than the TTL): a renewal may still succeed, nobody else
+        having taken it, but this partition acts no more. It must be handed on and started
+        afresh, or its tenants' runs would wait for ever."""
+        acting = self._tasks[1] if len(self._tasks) > 1 else None
+        return (
+            acting is not None
+            and acting.done()
+            and not acting.cancelled()
+            and (acting.exception() is None)
+        )
+
     def failure(self) -> BaseException | None:
         """Why the partition's projector or reactors stopped, if they failed."""
         for t in self._tasks:
@@ -313,6 +326,12 @@ class PartitionSet:
             error = part.failure()
             if error is not None:
                 raise error
+            if part.lapsed():
+                log.warning("planner p%d/%d: handing it on (its lease ran out)", k, self.n)
+                del self.held[k]
+                await part.stop()
+                await part.lease.release()
+                continue
             if not await part.lease.renew():
                 log.warning("planner p%d/%d: lease lost; stopping it", k, self.n)
                 del self.held[k]

@@ -7,6 +7,8 @@ every work item queued once; previews of a partition nobody serves yet are 503 w
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import signal
 import time
 from collections import Counter
@@ -22,12 +24,13 @@ from streamproc.events.envelope import Envelope, new_event
 from streamproc.gateway.remote import Remote
 from streamproc.hlc import wall_ms
 from streamproc.ids import export_run_id, partition_of
-from streamproc.names import plan_stream
+from streamproc.names import partition_lease, plan_stream
 from streamproc.natsd.server import EmbeddedNats
 from streamproc.planner.partitions import ensure_stream
 from streamproc.planner.role import PARTITIONED_PLANNER, PLANNER, planner_spec
 from streamproc.problems import ProblemError
 from streamproc.queries import PreviewRequest, preview_endpoint
+from streamproc.runtime.lease import open_bucket
 from tests.cluster.system import read_events
 from tests.helpers import eventually
 from tests.planner.partitioned import catalog, export, holders, planner, planner_env, spread_tenants
@@ -229,3 +232,68 @@ async def test_two_planners_share_four_partitions_and_one_takes_over_when_the_ot
 
 def _run(tenant: str, export_id: str) -> str:
     return export_run_id(tenant, [export_id])
+
+
+async def test_a_partition_whose_lease_ran_out_while_held_up_is_started_afresh(
+    nats_server: EmbeddedNats,
+    nc: FastClient,
+    publisher: Publisher,
+    prefix: str,
+    stream_names: tuple[str, str, str],
+    tmp_path: Path,
+) -> None:
+    """A planner held up past the TTL (a long fold; here SIGSTOP) finds its partitions'
+    leases lapsed, though its next renewal can still succeed: nobody took them, and the
+    server had not expired the entries yet (here the test keeps them, as the server's
+    expiry lags the TTL). Its reactors have stopped; the partition is then handed on and
+    started afresh, so its tenants' exports are still planned, once each. They waited for
+    ever before: the lease renewed, nobody acting."""
+    events = stream_names[0]
+    tenants = spread_tenants(2, 2)
+    for t in tenants:
+        await publisher.publish_events(catalog(t, IMAGES))
+    proc = planner("pa", nats_server.url, prefix, tmp_path, planner_env(2, TTL_S))
+    proc.start()
+    try:
+
+        async def active(count: int) -> bool:
+            proc.check_alive()
+            return proc.log.read_text().count(": active (caught up") >= count
+
+        await eventually(lambda: active(2), 90, "both partitions active", every=0.2)
+        kv, _ = await open_bucket(nc, prefix, TTL_S)
+        keys = [partition_lease(k, 2) for k in range(2)]
+        assert proc.proc is not None
+        for _ in range(20):  # until the reactors, not the renewal, see a lapse first
+            proc.proc.send_signal(signal.SIGSTOP)
+            until = time.monotonic() + 1.5 * TTL_S
+            while time.monotonic() < until:  # the entries stay the planner's
+                for key in keys:
+                    entry = await kv.get(key)
+                    await kv.update(key, entry.value or b"", last=entry.revision)
+                await asyncio.sleep(0.2)
+            proc.proc.send_signal(signal.SIGCONT)
+            with contextlib.suppress(TimeoutError):
+                await eventually(lambda: ran_out(proc.log), TTL_S, "a lapse seen", every=0.1)
+                break
+        assert ran_out(proc.log), proc.tail()
+        exports = {t: f"fx-{t}-lapse" for t in tenants}
+        await publisher.publish_events([export(t, x) for t, x in exports.items()])
+        want = {_run(t, x) for t, x in exports.items()}
+
+        async def planned() -> bool:
+            proc.check_alive()
+            return want <= set(run_ids([e for _, e in await read_events(nc, events)]))
+
+        await eventually(planned, 60, "both exports planned after the lapse", every=0.5)
+        assert "handing it on (its lease ran out)" in proc.log.read_text(), proc.tail()
+        assert proc.stop() == 0, proc.tail()
+    finally:
+        proc.stop()
+    log = [e for _, e in await read_events(nc, events)]
+    assert run_ids(log) == dict.fromkeys(want, 1)
+    await jsapi.request(nc, f"STREAM.DELETE.{plan_stream(events, 2)}")
+
+
+def ran_out(log: Path) -> bool:
+    return "the lease ran out; stopped acting" in log.read_text()
