@@ -133,6 +133,18 @@ class FastClient(Client):
             self.announced_urls = frozenset(info["connect_urls"] or ())
         await super()._process_info(info, initial_connection)
 
+    async def _process_pong(self) -> None:
+        """A PONG whose ``flush`` gave up (timed out, or its task was cancelled) finds its
+        future cancelled. nats-py sets its result regardless, and the read loop takes the
+        ``InvalidStateError`` for a broken connection: it reconnects, and every pull
+        request in flight is lost (a projector then waits out its gap)."""
+        if self._pongs:
+            future = self._pongs.pop(0)
+            if not future.done():
+                future.set_result(True)
+            self._pongs_received += 1
+            self._pings_outstanding = 0
+
     async def subscribe_raw(self, subject: str, handler: RawHandler) -> Subscription:
         sub = await self.subscribe(subject)
         self._raw_handlers[sub._id] = handler

@@ -5,6 +5,7 @@ instead of queueing a message that is never sent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,35 @@ async def test_publish_while_reconnecting_is_buffered_and_sent_after(tmp_path: P
 async def test_publish_with_an_empty_subject_raises(nc: FastClient) -> None:
     with pytest.raises(errors.BadSubjectError):
         await nc.publish_hpub("", "", HEADER, b"nowhere")
+
+
+async def test_a_pong_for_an_abandoned_flush_keeps_the_connection(
+    nats_server: EmbeddedNats,
+) -> None:
+    """A flush cancelled while it waits for its PONG (a stop, a timeout around it) leaves a
+    cancelled future for that PONG. nats-py set its result regardless: the read loop died on
+    the InvalidStateError ("nats: encountered error" in the log) and nothing more was read
+    until the connection was found stale, minutes later."""
+    nc = await connect(nats_server.url)
+    try:
+        abandoned = 0
+        for _ in range(200):
+            flushing = asyncio.create_task(nc.flush(5))
+            while not nc._pongs:
+                await asyncio.sleep(0)
+            pong = nc._pongs[-1]
+            await asyncio.sleep(0)  # into its wait for the PONG
+            flushing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flushing
+            abandoned += pong.cancelled()  # else its PONG had come first
+            if abandoned:
+                break
+        assert abandoned, "no flush was abandoned with its PONG still to come"
+        await nc.flush(2)  # read after the abandoned ones' PONGs: the read loop is alive
+        assert nc.is_connected and nc._reading_task is not None
+        assert not nc._reading_task.done()
+    finally:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(10):  # a dead read loop held close() for 2 minutes
+                await nc.close()
