@@ -135,9 +135,9 @@ class FastClient(Client):
 
     async def _process_pong(self) -> None:
         """A PONG whose ``flush`` gave up (timed out, or its task was cancelled) finds its
-        future cancelled. nats-py sets its result regardless, and the read loop takes the
-        ``InvalidStateError`` for a broken connection: it reconnects, and every pull
-        request in flight is lost (a projector then waits out its gap)."""
+        future cancelled. nats-py sets its result regardless, and its read loop ends on the
+        ``InvalidStateError`` with the connection still counted as up: nothing more is read
+        (replies, pulled messages) until the connection is found stale."""
         if self._pongs:
             future = self._pongs.pop(0)
             if not future.done():

@@ -167,6 +167,8 @@ class Partition:
         self.problems: dict[str, str] = {}
         """What the partition's reactors report (the restart check failing)."""
         self._tasks: list[asyncio.Task[None]] = []
+        self._acting: asyncio.Task[None] | None = None
+        """The reactors' task (one of ``_tasks``): it returns only once the lease ran out."""
 
     @property
     def ctx_name(self) -> str:
@@ -215,9 +217,10 @@ class Partition:
             folded_stream=self.stream,
             folded_head=self.head,
         )
+        self._acting = asyncio.create_task(self._act(ctx), name=f"reactors-planner-p{self.k}")
         self._tasks = [
             asyncio.create_task(proj.run(), name=f"projector-planner-p{self.k}"),
-            asyncio.create_task(self._act(ctx), name=f"reactors-planner-p{self.k}"),
+            self._acting,
         ]
 
     async def _act(self, ctx: RoleContext) -> None:
@@ -264,6 +267,7 @@ class Partition:
             with contextlib.suppress(BaseException):
                 await t
         self._tasks = []
+        self._acting = None
         for r in self.reactors:
             r.end_term()
         self.reactors = []
@@ -276,7 +280,7 @@ class Partition:
         (the loop held up longer than the TTL): a renewal may still succeed, nobody else
         having taken it, but this partition acts no more. It must be handed on and started
         afresh, or its tenants' runs would wait for ever."""
-        acting = self._tasks[1] if len(self._tasks) > 1 else None
+        acting = self._acting
         return (
             acting is not None
             and acting.done()
