@@ -20,6 +20,9 @@ class Lru:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.total = 0
+        self.pinned = 0
+        """Bytes held outside the entries (the fold's open chunks): counted in ``total``,
+        never a victim, so the entries give way to them."""
         self._sizes: OrderedDict[Hashable, int] = OrderedDict()
         self.recent: set[Hashable] = set()
 
@@ -52,6 +55,11 @@ class Lru:
         old = sum(map(d.__getitem__, new))
         d.update(new)  # an ordered dict keeps an updated key where it was
         self.total += sum(new.values()) - old
+
+    def pin(self, size: int) -> None:
+        """Set the bytes held outside the entries."""
+        self.total += size - self.pinned
+        self.pinned = size
 
     def drop(self, key: Hashable) -> None:
         size = self._sizes.pop(key, None)
