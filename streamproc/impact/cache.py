@@ -47,6 +47,12 @@ class Lru:
         d.update(new)
         self.total += sum(new.values()) - old
 
+    def resize(self, key: Hashable, size: int) -> None:
+        """A new size for a key already here, keeping its place."""
+        d = self._sizes
+        self.total += size - d[key]
+        d[key] = size
+
     def resize_many(self, keys: list[Hashable], sizes: list[int]) -> None:
         """New sizes for keys already here, each keeping its place (closing a chunk does not
         make a group recently used)."""

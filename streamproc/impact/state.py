@@ -269,7 +269,10 @@ class IndexState:
         return self._product(g, 0), self._product(g, 1)
 
     def _product(self, g: Group, side: int) -> BitMap:
+        built = (g.up if side else g.cp) is None
         bm = g.product(side)
+        if built and self._lru is not None and g.pk in self._lru:
+            self._lru.resize(g.pk, g.size())  # the bitmap is charged from now on
         if not side:
             self._cp[g.pk] = bm
             n, live = len(bm), len(self)
