@@ -84,7 +84,7 @@ def main() -> int:
         flush=True,
     )
     print("images  ms_cpu/img  rss_mb  estimate_mb  open  read_back  load1", flush=True)
-    seq, cpu, cpu_all, back0 = 0, 0.0, 0.0, 0
+    seq, cpu, cpu_all, back0, lo = 0, 0.0, 0.0, 0, 0
     t0 = time.perf_counter()
     for _, hi in batches(images, batch):
         events = msgspec.msgpack.decode(parent.recv_bytes(), type=list[bytes])
@@ -99,12 +99,12 @@ def main() -> int:
         if hi % STEP < batch or hi == images:
             what, n = _open_count(proj.index)
             print(
-                f"{hi:>6}  {1000 * cpu / STEP:>10.2f}  {rss_mb():>6.0f}  "
+                f"{hi:>6}  {1000 * cpu / (hi - lo):>10.2f}  {rss_mb():>6.0f}  "
                 f"{proj.index.cached_bytes / 2**20:>11.0f}  {n:>8} {what}  "
                 f"{read_back[0] - back0:>9}  {_loadavg().split()[0]}",
                 flush=True,
             )
-            cpu, back0 = 0.0, read_back[0]
+            cpu, back0, lo = 0.0, read_back[0], hi
     parent.recv_bytes()
     proc.join()
     store.close()

@@ -11,12 +11,11 @@ the bound evicted and re-decoded groups every batch). Now an open chunk holds on
   member, no list, no suffix map). It is a cache: dropping it loses nothing but the next
   images' look-ups (their purls are checked again and their group ids looked up by product
   key), so it is what gives way when it alone would take a large part of the bound.
-- the batch's *pending* pairs, appended by C-level ``extend`` calls: the purls (references to
-  the event's strings), their group ids and the image ids (``array('I')``), once for the
-  contains side and once for the used side.
+- the batch's *pending* ids, per purl (contains, and used), appended by C-level calls: a
+  list per purl the batch touched, gone once the batch is merged.
 
 The stored form stays the only form of a member: before anything reads a chunk (a flush, a
-query, a strip) the pending pairs are inverted (purl -> ids, then group -> suffix -> ids) and
+query, a strip) the pending ids are regrouped (purl -> ids into group -> suffix -> ids) and
 merged into each touched group's stored chunk bytes by :func:`merge_chunk`; the bytes depend
 only on the ids, as before (small lists sorted and unique, roaring bitmaps never
 run-optimised), so a store written by the previous representation reads the same and is
@@ -25,10 +24,11 @@ written the same.
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections import defaultdict, deque
+from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
+from operator import getitem
 from sys import intern
 
 from pyroaring import BitMap
@@ -38,6 +38,7 @@ from streamproc.impact import keys as K
 __all__ = [
     "FLAT_ENTRY_BYTES",
     "PENDING_PAIR_BYTES",
+    "PENDING_PURL_BYTES",
     "NewIds",
     "OpenChunk",
     "merge_chunk",
@@ -48,76 +49,84 @@ FLAT_ENTRY_BYTES = 130
 """Estimated bytes of one ``flat`` entry (the purl string, ~85 B for the benchmark's purls,
 and a dict slot, 30-60 B with the dict's spare room): measured with tracemalloc by
 ``tests/impact/test_columns.py``, which also checks that this stays an upper bound."""
-PENDING_PAIR_BYTES = 12
-"""One pending pair: a reference to the event's purl string (8 B) and an id (4 B)."""
+PENDING_PURL_BYTES = 150
+"""A purl with pending ids: its list (~90 B) and its slot in the batch's map."""
+PENDING_PAIR_BYTES = 8
+"""A pending id: one list slot (the image's id object is shared by all its purls)."""
 
 NewIds = dict[int, tuple[dict[str, list[int]], dict[str, list[int]]]]
 """Group id -> (contains, used): exact-purl suffix -> the ids a batch added (unsorted)."""
 
 _deserialize = BitMap.deserialize
+_append = list.append
+
+
+def consume(it: Iterable[object]) -> None:
+    """Run an iterator of C calls to the end without a Python-level loop."""
+    deque(it, maxlen=0)
 
 
 class OpenChunk:
-    __slots__ = ("flat", "gids", "ids", "purls", "ugids", "uids", "upurls")
+    __slots__ = ("c", "flat", "pairs", "u")
 
     def __init__(self) -> None:
         self.flat: dict[str, int] = {}
-        self.purls: list[str] = []
-        self.gids = array("I")
-        self.ids = array("I")
-        self.upurls: list[str] = []
-        self.ugids = array("I")
-        self.uids = array("I")
+        self.c: defaultdict[str, list[int]] = defaultdict(list)
+        self.u: defaultdict[str, list[int]] = defaultdict(list)
+        """The batch's pending ids per purl, contains and used (a ``defaultdict``: its
+        ``__getitem__`` creates a missing list in C, so ``add`` stays C-level)."""
+        self.pairs = 0
 
-    def add(self, iid: int, purls: Sequence[str], gids: list[int], used: Sequence[bool]) -> None:
-        """Record one image's purls (and the used ones): C-level appends only."""
-        n = len(purls)
-        self.purls += purls
-        self.gids.extend(gids)
-        self.ids.extend(repeat(iid, n))
-        k = used.count(True)
-        if k:
-            self.upurls += compress(purls, used)
-            self.ugids.extend(compress(gids, used))
-            self.uids.extend(repeat(iid, k))
+    def add(self, iid: int, purls: Sequence[str], used: Sequence[bool]) -> None:
+        """Record one image's purls (and the used ones): C-level calls only."""
+        consume(map(_append, map(self.c.__getitem__, purls), repeat(iid)))
+        self.pairs += len(purls)
+        if True in used:
+            up = list(compress(purls, used))
+            consume(map(_append, map(self.u.__getitem__, up), repeat(iid)))
+            self.pairs += len(up)
 
     def pending(self) -> int:
-        return len(self.ids) + len(self.uids)
+        return self.pairs
+
+    def held_bytes(self) -> int:
+        """Estimated bytes: the checked purls and the pending ids."""
+        return (
+            FLAT_ENTRY_BYTES * len(self.flat)
+            + PENDING_PURL_BYTES * (len(self.c) + len(self.u))
+            + PENDING_PAIR_BYTES * self.pairs
+        )
 
     def take(self, pk_by_gid: list[str | None]) -> NewIds:
-        """Invert the pending pairs into group -> suffix -> ids, and forget them."""
+        """The pending ids as group -> suffix -> ids (each purl's group from ``flat``:
+        every pending purl was checked there), and forget them."""
         out: NewIds = {}
-        for side, (purls, gids, ids) in enumerate(
-            ((self.purls, self.gids, self.ids), (self.upurls, self.ugids, self.uids))
-        ):
-            if not ids:
+        flat = self.flat
+        for side, by in enumerate((self.c, self.u)):
+            if not by:
                 continue
-            by: dict[str, list[int]] = {}
-            get = by.get
-            for p, i in zip(purls, ids, strict=True):
-                got = get(p)
-                if got is None:
-                    by[p] = [i]
-                else:
-                    got.append(i)
-            gid_of = dict(zip(purls, gids, strict=True))
-            for p, got in by.items():
-                gid = gid_of[p]
-                pk: str = pk_by_gid[gid]  # type: ignore[assignment]  # a pending gid is live
-                per = out.get(gid)
+            gids = list(map(flat.__getitem__, by))
+            lens = map(len, map(pk_by_gid.__getitem__, gids))  # type: ignore[arg-type]  # a pending gid is live
+            suffixes = map(intern, map(getitem, by, map(slice, lens, repeat(None))))  # type: ignore[arg-type]  # str[slice] -> str
+            get = out.get
+            for gid, s, ids in zip(gids, suffixes, by.values(), strict=True):
+                per = get(gid)
                 if per is None:
                     per = out[gid] = ({}, {})
-                per[side][intern(p[len(pk) :])] = got
-        self.purls, self.gids, self.ids = [], array("I"), array("I")
-        self.upurls, self.ugids, self.uids = [], array("I"), array("I")
+                per[side][s] = ids
+        self.c, self.u, self.pairs = defaultdict(list), defaultdict(list), 0
         return out
 
 
 def _merge_side(
     small: dict[str, list[int]], big: dict[str, bytes], new: dict[str, list[int]], gid: int
 ) -> None:
+    """Add ``new`` (suffix -> ids, in fold order) to one side of a decoded chunk, in place.
+    The common cases take no sort: a member new to the chunk with one id (the catalog's
+    tail), one id above a small member's last (appended to the decoded list)."""
+    get = small.get
     for s, ids in new.items():
-        m = small.get(s)
+        m = get(s)
         if m is None:
             raw = big.get(s)
             if raw is not None:  # a bitmap only grows here
@@ -125,9 +134,15 @@ def _merge_side(
                 bm.update(ids)
                 big[s] = bm.serialize()
                 continue
-            ids = sorted(set(ids)) if len(ids) > 1 else ids
-        elif len(ids) == 1 and ids[0] > m[-1] and len(m) > 1:
-            ids = m[1:] + ids  # the common case: a new, higher id
+            if len(ids) == 1:
+                small[s] = [gid, *ids]
+                continue
+            ids = sorted(set(ids))
+        elif len(ids) == 1 and ids[0] > m[-1]:
+            if len(m) <= K.BIG:
+                m += ids
+                continue
+            ids = m[1:] + ids
         else:
             ids = sorted(set(m[1:]).union(ids))
         if len(ids) > K.BIG:

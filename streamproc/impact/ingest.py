@@ -1,8 +1,8 @@
 """Changing the index: index, re-index and remove images; fold advisories into the vuln map.
 
 The hot path (a new image whose purls are all known in the open chunk) is a handful of
-C-level calls: one dict lookup per purl and a few ``extend`` calls into the open chunk's
-pending pairs (:mod:`streamproc.impact.columns`), nothing else.
+C-level calls: one dict lookup per purl and one append of the image id per purl to the open chunk's
+pending ids (:mod:`streamproc.impact.columns`), nothing else.
 Everything that may refuse the image (an unparseable purl, a product key that is not the
 purl's prefix) is checked before anything changes, so a refused image leaves no trace.
 Re-indexing strips the image from everything its old record names, then adds it again, and
@@ -106,7 +106,7 @@ class Ingest(IndexState):
             self._resolve(purls, pks, chunk, validate=True, create=False)
             stripped = self._strip(iid, old, chunk)
             found = self._resolve(purls, pks, chunk, validate=False)
-        self._open[chunk].add(iid, purls, found, used)
+        self._open[chunk].add(iid, purls, used)
         gids = K.bitmap(found)
         _merge(self._dirty_chunks, chunk, gids)
         tag_list = sorted(set(tags))
@@ -152,7 +152,7 @@ class Ingest(IndexState):
     ) -> list[int]:
         """Every purl's group id. Purls not yet checked in the chunk are validated (when
         ``validate``) before any group is created; with ``create=False`` only validates.
-        No group is loaded: the pending pairs are merged into the groups at ``_settle``."""
+        No group is loaded: the pending ids are merged into the groups at ``_settle``."""
         oc = self._open.get(chunk)
         if oc is None:
             oc = self._open[chunk] = OpenChunk()

@@ -89,7 +89,7 @@ class Persistence(IndexState):
     # -- batches ---------------------------------------------------------------------------
     def dirty_writes(self) -> Writes:
         """Per column family, key -> serialized value (None = delete), changed since the
-        last ``clear_dirty``. Merges the open chunks' pending pairs into the touched chunks
+        last ``clear_dirty``. Merges the open chunks' pending ids into the touched chunks
         first (``_settle``); the values are then the groups' chunks as they are."""
         self._settle()
         groups_cf: dict[bytes, bytes | None] = dict.fromkeys(self._dead)

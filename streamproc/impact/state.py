@@ -9,9 +9,9 @@ bitmaps. Image records are read from the source when an image is re-indexed or r
 ``_open[chunk]`` is the chunk's columnar open state (:mod:`streamproc.impact.columns`):
 purl -> group id for the purls already checked there, so the fold resolves a whole image's
 purls with one C-level ``map(dict.get, purls)`` and records it with a few C-level
-``extend`` calls into the batch's pending pairs. On this class of machine a random memory
+appends into the batch's pending ids. On this class of machine a random memory
 access costs ~1 µs; everything per purl beyond that is settled once per touched product per
-batch, in bulk (``_settle`` merges the pending pairs into the groups' stored chunks). Groups
+batch, in bulk (``_settle`` merges the pending ids into the groups' stored chunks). Groups
 hold nothing but stored bytes, so evicting one drops no fold state, and the fold never
 needs a group in memory to add an image to it. The open state of a chunk no new image goes
 to any more is dropped after the batch (re-indexing or removing one of its images builds it
@@ -34,8 +34,6 @@ from pyroaring import BitMap
 from streamproc.impact import keys as K
 from streamproc.impact.cache import Lru
 from streamproc.impact.columns import (
-    FLAT_ENTRY_BYTES,
-    PENDING_PAIR_BYTES,
     OpenChunk,
     merge_chunk,
 )
@@ -109,7 +107,7 @@ class IndexState:
         self._open: dict[int, OpenChunk] = {}
         """Per chunk the fold touched since its last batch ended (the current one, and an
         older one an image of which was re-indexed or removed): checked purls and pending
-        pairs."""
+        ids."""
         self._owners: dict[bytes, BitMap] = {}
         self._tags: dict[str, set[str]] = {}
         self._vulns: dict[str, set[str]] = {}
@@ -314,11 +312,11 @@ class IndexState:
         self._up.pop(g.pk, None)
 
     def _settle(self) -> None:
-        """Merge every open chunk's pending pairs into its groups' stored chunks (loading the
+        """Merge every open chunk's pending ids into its groups' stored chunks (loading the
         groups not in memory) and mark their product bitmaps stale: before anything reads a
         chunk (queries, strips, the flush)."""
         for chunk, oc in self._open.items():
-            if oc.ids or oc.uids:
+            if oc.pairs:
                 self._merge_pending(chunk, oc)
 
     def _merge_pending(self, chunk: int, oc: OpenChunk) -> None:
@@ -337,11 +335,8 @@ class IndexState:
             self._lru.set_many(pks, list(map(Group.size, touched)))  # type: ignore[arg-type]  # pks are str product keys (the LRU also holds owner bytes)
 
     def _open_bytes(self) -> int:
-        """Estimated bytes of the open chunks (checked purls, pending pairs)."""
-        return sum(
-            FLAT_ENTRY_BYTES * len(oc.flat) + PENDING_PAIR_BYTES * oc.pending()
-            for oc in self._open.values()
-        )
+        """Estimated bytes of the open chunks (checked purls, pending ids)."""
+        return sum(map(OpenChunk.held_bytes, self._open.values()))
 
     # -- owners ----------------------------------------------------------------------------
     def _owner(self, key: bytes) -> BitMap | None:

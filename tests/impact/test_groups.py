@@ -168,7 +168,7 @@ def test_bulk_union_of_stored_chunks_is_the_union_of_their_products() -> None:
 def test_the_open_chunk_holds_checked_purls_and_nothing_per_member_after_a_flush() -> None:
     """The fold's open chunk is columnar (the ~10^6 open members of a large catalog were
     most of an ingest's memory): per checked purl one dict slot whose value is the group's
-    own id object, the batch's pairs in arrays, emptied by the flush; members exist only
+    own id object, the batch's ids in a list per purl, emptied by the flush; members exist only
     as stored bytes."""
     a = ("pkg:npm/left-pad@1.3.0", "pkg:npm/left-pad", True)
     b = ("pkg:npm/right-pad@1.3.0", "pkg:npm/right-pad", True)
@@ -177,7 +177,7 @@ def test_the_open_chunk_holds_checked_purls_and_nothing_per_member_after_a_flush
     (oc,) = ix._open.values()
     assert oc.flat == {a[0]: ix._gids[a[1]], b[0]: ix._gids[b[1]]}
     assert oc.flat[a[0]] is ix._gids[a[1]]  # no int object per purl
-    assert not oc.pending() and not oc.purls
+    assert not oc.pending() and not oc.c and not oc.u
     ga = ix._groups[a[1]]
     assert K.decode_chunk(ga.chunks[0]) == (
         {"@1.3.0": [ga.gid, 0, 1, 2]},
