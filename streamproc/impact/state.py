@@ -33,10 +33,7 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.cache import Lru
-from streamproc.impact.columns import (
-    OpenChunk,
-    merge_chunk,
-)
+from streamproc.impact.columns import OpenChunk, merge_chunk
 from streamproc.impact.groups import Group, bitmap_bytes, stored_sizes
 from streamproc.impact.records import ImageRecord, decode_record
 from streamproc.state.store import Store
