@@ -49,8 +49,10 @@ FLAT_ENTRY_BYTES = 130
 """Estimated bytes of one ``flat`` entry (the purl string, ~85 B for the benchmark's purls,
 and a dict slot, 30-60 B with the dict's spare room): measured with tracemalloc by
 ``tests/impact/test_columns.py``, which also checks that this stays an upper bound."""
-PENDING_PURL_BYTES = 150
-"""A purl with pending ids: its list (~90 B) and its slot in the batch's map."""
+PENDING_PURL_BYTES = 220
+"""A purl with pending ids: its list (~90 B), its slot in the batch's map and the event's
+purl string that keys it (until the batch is merged: what is pinned between batches is
+only ``flat``)."""
 PENDING_PAIR_BYTES = 8
 """A pending id: one list slot (the image's id object is shared by all its purls)."""
 
