@@ -20,6 +20,9 @@ class Lru:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.total = 0
+        self.pinned = 0
+        """Bytes held outside the entries (the fold's open chunks): counted in ``total``,
+        never a victim, so the entries give way to them."""
         self._sizes: OrderedDict[Hashable, int] = OrderedDict()
         self.recent: set[Hashable] = set()
 
@@ -44,6 +47,12 @@ class Lru:
         d.update(new)
         self.total += sum(new.values()) - old
 
+    def resize(self, key: Hashable, size: int) -> None:
+        """A new size for a key already here, keeping its place."""
+        d = self._sizes
+        self.total += size - d[key]
+        d[key] = size
+
     def resize_many(self, keys: list[Hashable], sizes: list[int]) -> None:
         """New sizes for keys already here, each keeping its place (closing a chunk does not
         make a group recently used)."""
@@ -52,6 +61,11 @@ class Lru:
         old = sum(map(d.__getitem__, new))
         d.update(new)  # an ordered dict keeps an updated key where it was
         self.total += sum(new.values()) - old
+
+    def pin(self, size: int) -> None:
+        """Set the bytes held outside the entries."""
+        self.total += size - self.pinned
+        self.pinned = size
 
     def drop(self, key: Hashable) -> None:
         size = self._sizes.pop(key, None)

@@ -1,7 +1,8 @@
 """Changing the index: index, re-index and remove images; fold advisories into the vuln map.
 
 The hot path (a new image whose purls are all known in the open chunk) is a handful of
-C-level ``map`` calls: one dict lookup and one ``list.append`` per purl, nothing else.
+C-level calls: one dict lookup per purl and one append of the image id per purl to the open chunk's
+pending ids (:mod:`streamproc.impact.columns`), nothing else.
 Everything that may refuse the image (an unparseable purl, a product key that is not the
 purl's prefix) is checked before anything changes, so a refused image leaves no trace.
 Re-indexing strips the image from everything its old record names, then adds it again, and
@@ -13,16 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
-from itertools import compress, repeat
-from operator import is_, itemgetter
-from sys import intern
+from itertools import compress
+from operator import is_
 
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
-from streamproc.impact.groups import Group, Member, member_empty
+from streamproc.impact.columns import OpenChunk, strip_chunk
+from streamproc.impact.groups import Group
 from streamproc.impact.records import ImageRecord, encode_record
-from streamproc.impact.state import IndexState, consume
+from streamproc.impact.state import IndexState
 from streamproc.sbom.image import ImageError, IndexedImage
 from streamproc.sbom.purls import (
     check_component,
@@ -32,27 +33,7 @@ from streamproc.sbom.purls import (
     normalize_purl,
 )
 
-_append = list.append
-_gid_of = itemgetter(0)
 _is_none = partial(is_, None)
-
-
-def _new_member(gid: int) -> Member:
-    """An empty member ``[gid]`` with room for three ids: most exact purls hold a few ids
-    per chunk, and a list literal grown by ``append`` reserves eight slots (32 bytes more
-    for each of the ~10^6 members of a large catalog)."""
-    m = [gid, gid, gid, gid]
-    del m[1:]
-    return m
-
-
-def _discard(m: Member, iid: int) -> None:
-    if len(m) > 1 and type(m[1]) is BitMap:
-        m[1].discard(iid)
-        if len(m) > 2:
-            m[2:] = [x for x in m[2:] if x != iid]
-    elif iid in m[1:]:
-        m[1:] = [x for x in m[1:] if x != iid]
 
 
 def _merge(dirty: dict[int, BitMap], chunk: int, gids: BitMap) -> None:
@@ -111,9 +92,7 @@ class Ingest(IndexState):
         if iid is None:
             iid = self._next_id()
             chunk = iid >> K.CHUNK_BITS
-            if chunk in self._closing_chunks:
-                self._finish_closing()
-            members = self._resolve(purls, pks, chunk, validate=True)
+            found = self._resolve(purls, pks, chunk, validate=True)
             if iid == len(self._digest_by_id):
                 self._digest_by_id.append(digest)
             else:
@@ -123,30 +102,20 @@ class Ingest(IndexState):
             self._dirty_names.add(K.DIGEST + dkey.encode())
         else:
             chunk = iid >> K.CHUNK_BITS
-            if chunk in self._closing_chunks:
-                self._finish_closing()
             old = self._record(iid)
             self._resolve(purls, pks, chunk, validate=True, create=False)
             stripped = self._strip(iid, old, chunk)
-            members = self._resolve(purls, pks, chunk, validate=False)
-        consume(map(_append, members, repeat(iid)))
-        umembers = self._resolve_used(purls, used, chunk, members) if True in used else []
-        consume(map(_append, umembers, repeat(iid)))
-        if iid != len(self._digest_by_id) - 1 or stripped is not None or len(set(purls)) != n:
-            # not the highest id, or a purl listed twice: restore sorted, unique lists
-            for m in (*members, *umembers):
-                if type(m[1]) is not BitMap:
-                    m[1:] = sorted(set(m[1:]))
-        gids = K.bitmap(list(map(_gid_of, members)))
+            found = self._resolve(purls, pks, chunk, validate=False)
+        self._open[chunk].add(iid, purls, used)
+        gids = K.bitmap(found)
         _merge(self._dirty_chunks, chunk, gids)
-        _merge(self._pending, chunk, gids)
         tag_list = sorted(set(tags))
         label_map = dict(labels or {})
         known = True in used if usage_known is None else usage_known
         for key in K.owner_keys(tenant, registry, repo, namespace, tag_list, label_map, known):
             self._owner_add(key, iid)
         if stripped is not None:
-            self._prune(stripped[0], stripped[1], chunk)
+            self._prune(stripped[0], stripped[1], gids)
         rec = ImageRecord(
             tenant, digest, registry, repo, namespace, tag_list, label_map, list(gids), known
         )
@@ -161,10 +130,8 @@ class Ingest(IndexState):
         if iid is None:
             return False
         chunk = iid >> K.CHUNK_BITS
-        if chunk in self._closing_chunks:
-            self._finish_closing()
         gids, owners = self._strip(iid, self._record(iid), chunk)
-        self._prune(gids, owners, chunk)
+        self._prune(gids, owners, K.bitmap())
         self._records.pop(iid, None)
         self._dirty_records.add(iid)
         del self._digests[dkey]
@@ -173,7 +140,7 @@ class Ingest(IndexState):
         self._free.add(iid)
         return True
 
-    # -- resolving purls to their members -------------------------------------------------
+    # -- resolving purls to their groups ---------------------------------------------------
     def _resolve(
         self,
         purls: Sequence[str],
@@ -182,95 +149,64 @@ class Ingest(IndexState):
         *,
         validate: bool,
         create: bool = True,
-    ) -> list[Member]:
-        """Every purl's member in the chunk. Purls new to the chunk are validated (when
-        ``validate``) before any is created; with ``create=False`` only validates."""
-        fc = self._flat_c.get(chunk)
-        if fc is None:
-            fc = self._flat_c[chunk] = {}
-        found: list[Member | None] = list(map(fc.get, purls))
+    ) -> list[int]:
+        """Every purl's group id. Purls not yet checked in the chunk are validated (when
+        ``validate``) before any group is created; with ``create=False`` only validates.
+        No group is loaded: the pending ids are merged into the groups at ``_settle``."""
+        oc = self._open.get(chunk)
+        if oc is None:
+            oc = self._open[chunk] = OpenChunk()
+        fc = oc.flat
+        found: list[int | None] = list(map(fc.get, purls))
         if None not in found:
             return found  # type: ignore[return-value]  # no None in found (checked above)
         missing = list(compress(range(len(found)), map(_is_none, found)))
-        mpks = [pks[i] for i in missing]
-        groups = self._groups
-        if self.source is not None and len(groups) < len(self._gids):
-            gids = self._gids  # known products not in memory: one multi-get
-            cold = [pk for pk in dict.fromkeys(mpks) if pk in gids and pk not in groups]
-            if cold:
-                self._load_groups(cold)
-        seen: dict[str, Group | None] = {}
-        new: list[tuple[int, str]] = []
-        for i, pk in zip(missing, mpks, strict=True):
-            if pk not in seen:  # open the chunk of every known product involved
-                g = seen[pk] = groups.get(pk)
-                if g is not None and chunk not in g.open:
-                    self._open(g, chunk)
-            m = fc.get(purls[i])
-            if m is None:
-                new.append((i, pk))
-            else:
-                found[i] = m
         if validate:
-            for i, pk in new:
-                check_component(purls[i], pk)
+            for i in missing:
+                check_component(purls[i], pks[i])
         if not create:
             return []
-        made: dict[str, tuple[Group, dict[str, Member]]] = {}  # pk -> group, its members
-        for i, pk in new:
+        gids = self._gids
+        for i in missing:
             purl = purls[i]
-            m = fc.get(purl)  # a purl listed twice in one image
-            if m is None:
-                got = made.get(pk)
-                if got is None:
-                    g = seen[pk] or self._new_group(pk)
-                    got = made[pk] = (g, self._open(g, chunk)[0])
-                # suffixes ("@1.2.3", "@1.0?arch=amd64") repeat across products: one copy
-                m = got[1][intern(purl[len(pk) :])] = fc[purl] = _new_member(got[0].gid)
-                got[0].open_members += 1
-            found[i] = m
-        return found  # type: ignore[return-value]  # every None slot was filled in the loop
-
-    def _resolve_used(
-        self, purls: Sequence[str], used: Sequence[bool], chunk: int, members: list[Member]
-    ) -> list[Member]:
-        """The used-by-entrypoint members of the used purls (their groups are open)."""
-        fu = self._flat_u.get(chunk)
-        if fu is None:
-            fu = self._flat_u[chunk] = {}
-        upurls = list(compress(purls, used))
-        found: list[Member | None] = list(map(fu.get, upurls))
-        if None not in found:
-            return found  # type: ignore[return-value]  # no None in found (checked above)
-        umembers = list(compress(members, used))
-        for j in compress(range(len(found)), map(_is_none, found)):
-            purl = upurls[j]
-            m = fu.get(purl)  # a purl listed twice
-            if m is None:
-                gid = umembers[j][0]
-                g = self._groups[self._pk_by_gid[gid]]  # type: ignore[index]  # a member's gid is live, so its product key is not None
-                m = self._open(g, chunk)[2][intern(purl[len(g.pk) :])] = _new_member(gid)
-                g.open_members += 1
-                fu[purl] = m
-            found[j] = m
+            gid = fc.get(purl)  # a purl listed twice in one image
+            if gid is None:
+                pk = pks[i]
+                gid = gids.get(pk)
+                if gid is None:
+                    gid = self._new_group(pk).gid
+                fc[purl] = gid  # the product's own id object: no int per purl
+            found[i] = gid
         return found  # type: ignore[return-value]  # every None slot was filled in the loop
 
     # -- stripping and pruning (re-index, removal) -----------------------------------------
     def _strip(self, iid: int, old: ImageRecord, chunk: int) -> tuple[list[int], list[bytes]]:
-        """Take ``iid`` out of every bitmap its record names; empties are pruned later."""
+        """Take ``iid`` out of every member its record's groups hold in its chunk (members
+        left empty go at once, with their checked purls); empty groups are pruned later."""
         self._settle()
         groups, by_gid = self._groups, self._pk_by_gid
         if self.source is not None:
             cold = [pk for gid in old.gids if (pk := by_gid[gid]) not in groups]
             if cold:
                 self._load_groups(cold)  # type: ignore[arg-type]  # an indexed image's gids are live, so their product keys are not None
+        oc = self._open.get(chunk)
+        fc = oc.flat if oc is not None else {}
+        touched: list[Group] = []
         for gid in old.gids:
             g = groups[by_gid[gid]]  # type: ignore[index]  # as above
             self._stale(g)
-            for members in self._open(g, chunk):
-                for m in members.values():
-                    _discard(m, iid)
+            raw = g.chunks.get(chunk)
+            if raw is None:
+                continue
+            new, changed, emptied = strip_chunk(raw, gid, iid)
+            if changed:
+                g.set_chunk(chunk, new)
+                touched.append(g)
+            for s in emptied:
+                fc.pop(g.pk + s, None)
         _merge(self._dirty_chunks, chunk, K.bitmap(old.gids))
+        if self._lru is not None and touched:
+            self._lru.set_many([g.pk for g in touched], [g.size() for g in touched])
         owners = K.owner_keys(
             old.tenant, old.registry, old.repo, old.namespace, old.tags, old.labels, old.usage_known
         )
@@ -281,33 +217,25 @@ class Ingest(IndexState):
                 self._dirty_owners.add(key)
         return old.gids, owners
 
-    def _prune(self, gids: list[int], owners: list[bytes], chunk: int) -> None:
-        """Drop what a strip emptied and the re-add did not refill."""
-        self._settle()
-        fc, fu = self._flat_c.get(chunk, {}), self._flat_u.get(chunk, {})
+    def _prune(self, gids: list[int], owners: list[bytes], kept: BitMap) -> None:
+        """Drop the groups and owner bitmaps a strip emptied and the re-add (its groups:
+        ``kept``) did not refill."""
         for gid in gids:
             pk = self._pk_by_gid[gid]
-            if pk is None:
+            if pk is None or gid in kept:
                 continue
             g = self._groups.get(pk)
-            if g is None or g.gid != gid:
-                continue
-            if not self._product(g, 0):
+            if g is not None and g.gid == gid and not g.chunks:
                 self._delete_group(g)
-                continue
-            for members, flat in zip(g.open[chunk], (fc, fc, fu, fu), strict=True):
-                empty = [s for s, m in members.items() if member_empty(m)]
-                for s in empty:
-                    del members[s]
-                    flat.pop(pk + s, None)
-                g.open_members -= len(empty)
         for key in owners:
             bm = self._owners.get(key)
             if bm is not None and not bm:
                 self._owner_delete(key)
 
     def _delete_group(self, g: Group) -> None:
-        self._dead.extend(K.group_key(g.gid, c) for c in g.chunk_numbers())
+        gdir = self._gdir[g.gid]
+        stored = [int.from_bytes(gdir[i : i + 2], "big") for i in range(4, len(gdir), 2)]
+        self._dead.extend(K.group_key(g.gid, c) for c in {*stored, *g.chunks})
         self._drop_group(g)
         if self._lru is not None:
             self._lru.drop(g.pk)

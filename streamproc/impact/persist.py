@@ -32,9 +32,6 @@ _AFTER1 = itemgetter(slice(1, None))
 _THIRD = itemgetter(2)
 _PK = attrgetter("pk")
 Writes = dict[str, dict[bytes, bytes | None]]
-CLOSE_SLICE = 50_000
-"""Groups whose finished chunk a batch closes: ~5 µs of CPU each here (cache misses, and the
-cache resize), ~0.25 s a batch while a chunk closes, against seconds for the batch."""
 
 
 class Persistence(IndexState):
@@ -92,25 +89,24 @@ class Persistence(IndexState):
     # -- batches ---------------------------------------------------------------------------
     def dirty_writes(self) -> Writes:
         """Per column family, key -> serialized value (None = delete), changed since the
-        last ``clear_dirty``. Encodes the touched chunks (normalising their members)."""
+        last ``clear_dirty``. Merges the open chunks' pending ids into the touched chunks
+        first (``_settle``); the values are then the groups' chunks as they are."""
+        self._settle()
         groups_cf: dict[bytes, bytes | None] = dict.fromkeys(self._dead)
         names: dict[bytes, bytes | None] = {}
         by_gid, groups, gdir = self._pk_by_gid, self._groups, self._gdir
-        resized: list[Group] = []
         for chunk, gids in self._dirty_chunks.items():
             suffix = chunk.to_bytes(2, "big")
             for gid in gids:
                 g = groups.get(by_gid[gid])  # type: ignore[arg-type]  # a dirty gid is live, so its product key is not None
-                if g is None or g.gid != gid or chunk not in g.open:
-                    continue  # deleted (its chunks are in _dead), or not changed after all
+                if g is None or g.gid != gid:
+                    continue  # deleted (its chunks are in _dead)
                 gid4 = gid.to_bytes(4, "big")
-                groups_cf[gid4 + suffix] = g.store_chunk(chunk)
-                if g.chunk_set_changed:  # the product directory entry changes
-                    value = gdir[gid] = gid4 + K.pack_chunks(g.chunks)
+                groups_cf[gid4 + suffix] = g.chunks.get(chunk)
+                value = gid4 + K.pack_chunks(g.chunks) if g.chunks else gid4
+                if value != gdir[gid]:  # the set of its chunks changed: a new directory entry
+                    gdir[gid] = value
                     names[K.PRODUCT + g.pk.encode()] = value
-                resized.append(g)
-        if self._lru is not None and resized:
-            self._lru.set_many(list(map(_PK, resized)), list(map(Group.size, resized)))
         owners = self._owners
         dirty_names = self._dirty_names.difference(names)
         names.update(zip(dirty_names, map(self._name_value, dirty_names), strict=True))
@@ -171,25 +167,16 @@ class Persistence(IndexState):
         self._dirty_owners.clear()
         self._dirty_records.clear()
         self._dirty_names.clear()
-        self._close_finished(CLOSE_SLICE)
+        self._close_finished()
         self._evict()
 
-    def _close_finished(self, budget: int) -> None:
-        """Close the chunks no new image goes to (below the lowest free id's): their decoded
-        members (most of the fold's memory once a catalog passes 65,536 images) are dropped,
-        their stored bytes stay. The flat maps go at once; the groups are closed
-        ``budget`` a batch, so no batch pays for a whole catalog's chunk at once."""
-        if not self._closing:
-            current = self._next_id() >> K.CHUNK_BITS
-            done = [c for c in self._flat_c.keys() | self._flat_u.keys() if c != current]
-            if not done:
-                return
-            for c in done:
-                self._flat_c.pop(c, None)
-                self._flat_u.pop(c, None)
-            self._closing_chunks.update(done)
-            self._closing = list(self._groups)
-        self._close_slice(budget)
+    def _close_finished(self) -> None:
+        """Drop the open state of chunks no new image goes to (below the lowest free id's):
+        nothing is pending there after a flush, and their checked purls are only a cache
+        (an image of theirs re-indexed or removed builds it again)."""
+        current = self._next_id() >> K.CHUNK_BITS
+        for c in [c for c in self._open if c != current]:
+            del self._open[c]
 
     # -- warming ---------------------------------------------------------------------------
     @property

@@ -6,15 +6,16 @@ ids by (tenant, digest), tenants' tag names and the vuln map. Cached (loaded fro
 source on demand, evicted least-recently-used under ``max_bytes``): product groups and owner
 bitmaps. Image records are read from the source when an image is re-indexed or removed.
 
-``_flat_c[chunk][purl]`` / ``_flat_u[chunk][purl]`` point straight at the purl's member in
-an open chunk (see :data:`~streamproc.impact.groups.Member`), so the fold resolves a whole
-image's purls with one C-level ``map(dict.get, purls)`` and records it with one C-level
-``map(list.append, ...)``. On this class of machine a random memory access costs ~1 µs;
-everything per purl beyond those two is settled once per touched product per batch, in
-bulk. The chunk new images go to stays open (decoded) until its group is evicted under the
-memory bound: closing and re-decoding it cost more than all the appends. A chunk no new
-image goes to any more (below the lowest free id's) is closed after the batch that left it,
-a slice of groups a batch: re-indexing or removing one of its images opens it again.
+``_open[chunk]`` is the chunk's columnar open state (:mod:`streamproc.impact.columns`):
+purl -> group id for the purls already checked there, so the fold resolves a whole image's
+purls with one C-level ``map(dict.get, purls)`` and records it with a few C-level
+appends into the batch's pending ids. On this class of machine a random memory
+access costs ~1 µs; everything per purl beyond that is settled once per touched product per
+batch, in bulk (``_settle`` merges the pending ids into the groups' stored chunks). Groups
+hold nothing but stored bytes, so evicting one drops no fold state, and the fold never
+needs a group in memory to add an image to it. The open state of a chunk no new image goes
+to any more is dropped after the batch (re-indexing or removing one of its images builds it
+again, as a cache).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.cache import Lru
-from streamproc.impact.groups import Group, Member, Opened, bitmap_bytes, stored_sizes
+from streamproc.impact.columns import OpenChunk, merge_chunk
+from streamproc.impact.groups import Group, bitmap_bytes, stored_sizes
 from streamproc.impact.records import ImageRecord, decode_record
 from streamproc.state.store import Store
 
@@ -99,10 +101,10 @@ class IndexState:
         self._common: set[str] = set()
         """Products in at least 0.1% of the images (popular ones included): tried next,
         before looking up every key."""
-        self._flat_c: dict[int, dict[str, Member]] = {}
-        self._flat_u: dict[int, dict[str, Member]] = {}
-        self._pending: dict[int, BitMap] = {}
-        """Per chunk, the group ids changed since the last ``_settle``."""
+        self._open: dict[int, OpenChunk] = {}
+        """Per chunk the fold touched since its last batch ended (the current one, and an
+        older one an image of which was re-indexed or removed): checked purls and pending
+        ids."""
         self._owners: dict[bytes, BitMap] = {}
         self._tags: dict[str, set[str]] = {}
         self._vulns: dict[str, set[str]] = {}
@@ -113,12 +115,6 @@ class IndexState:
         self._dirty_names: set[bytes] = set()
         self._warm_cursor: bytes | None = b""
         self._warm_owners: bytes | None = b""
-        self._closing: list[str] = []
-        """Product keys whose groups may still hold a chunk of ``_closing_chunks`` open:
-        closed a slice per batch (``Persistence._close_finished``)."""
-        self._closing_chunks: set[int] = set()
-        """Chunks no new image goes to any more, their flat maps already dropped: the fold
-        must call ``_finish_closing`` before it touches one of them again."""
 
     # -- images ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -268,7 +264,10 @@ class IndexState:
         return self._product(g, 0), self._product(g, 1)
 
     def _product(self, g: Group, side: int) -> BitMap:
+        built = (g.up if side else g.cp) is None
         bm = g.product(side)
+        if built and self._lru is not None and g.pk in self._lru:
+            self._lru.resize(g.pk, g.size())  # the bitmap is charged from now on
         if not side:
             self._cp[g.pk] = bm
             n, live = len(bm), len(self)
@@ -305,74 +304,36 @@ class IndexState:
 
     def _drop_group(self, g: Group) -> None:
         """Forget a group's in-memory form (eviction or deletion)."""
-        for chunk in list(g.open):
-            self._close(g, chunk)
         del self._groups[g.pk]
         self._cp.pop(g.pk, None)
         self._up.pop(g.pk, None)
 
-    def _open(self, g: Group, chunk: int) -> Opened:
-        opened, new = g.open_chunk(chunk)
-        if new:
-            add = g.pk.__add__
-            fc = self._flat_c.setdefault(chunk, {})
-            for members in opened[:2]:
-                fc.update(zip(map(add, members), members.values(), strict=True))
-            if opened[2] or opened[3]:
-                fu = self._flat_u.setdefault(chunk, {})
-                for members in opened[2:]:
-                    fu.update(zip(map(add, members), members.values(), strict=True))
-        return opened
-
-    def _close(self, g: Group, chunk: int) -> None:
-        opened = g.open.pop(chunk, None)
-        if opened is None:
-            return
-        g.open_members = max(0, g.open_members - sum(map(len, opened)))
-        pk = g.pk
-        for flat, members in ((self._flat_c, opened[:2]), (self._flat_u, opened[2:])):
-            fm = flat.get(chunk)
-            if fm is None:
-                continue
-            for s in chain(*members):
-                fm.pop(pk + s, None)
-
     def _settle(self) -> None:
-        """Mark the product bitmaps of groups changed since the last call as stale (they
-        are rebuilt from the members when next asked for): before queries and strips."""
-        if not self._pending:
-            return
-        groups, by_gid = self._groups, self._pk_by_gid
-        for gids in self._pending.values():
-            for gid in gids:
-                g = groups.get(by_gid[gid])  # type: ignore[arg-type]  # a pending gid is live, so its product key is not None
-                if g is not None and g.gid == gid:
-                    self._stale(g)
-        self._pending.clear()
+        """Merge every open chunk's pending ids into its groups' stored chunks (loading the
+        groups not in memory) and mark their product bitmaps stale: before anything reads a
+        chunk (queries, strips, the flush)."""
+        for chunk, oc in self._open.items():
+            if oc.pairs:
+                self._merge_pending(chunk, oc)
 
-    def _close_slice(self, budget: int | None) -> None:
-        """Close ``_closing_chunks`` in the next ``budget`` queued groups (all: None), and
-        resize them in the cache where they keep their place."""
-        queue, chunks, groups = self._closing, self._closing_chunks, self._groups
-        take = queue if budget is None else queue[-budget:]
-        closed: list[Group] = []
-        for g in cast(Iterator[Group], filter(_is_not_none, map(groups.get, take))):
-            for c in chunks:
-                opened = g.open.pop(c, None)
-                if opened is not None:
-                    g.open_members = max(0, g.open_members - sum(map(len, opened)))
-                    closed.append(g)
-        del queue[len(queue) - len(take) :]
-        if not queue:
-            chunks.clear()
-        if self._lru is not None and closed:
-            self._lru.resize_many(list(map(_PK, closed)), list(map(Group.size, closed)))
+    def _merge_pending(self, chunk: int, oc: OpenChunk) -> None:
+        new = oc.take(self._pk_by_gid)
+        pks: list[str] = list(map(self._pk_by_gid.__getitem__, new))  # type: ignore[arg-type]  # pending gids are live
+        groups = self._groups
+        if self.source is not None:
+            cold = list(filterfalse(groups.__contains__, pks))
+            if cold:
+                self._load_groups(cold)
+        touched: list[Group] = list(map(groups.__getitem__, pks))
+        for g, (c, u) in zip(touched, new.values(), strict=True):
+            g.set_chunk(chunk, merge_chunk(g.chunks.get(chunk), g.gid, c, u))
+            self._stale(g)
+        if self._lru is not None:
+            self._lru.set_many(pks, list(map(Group.size, touched)))  # type: ignore[arg-type]  # pks are str product keys (the LRU also holds owner bytes)
 
-    def _finish_closing(self) -> None:
-        """The fold is about to touch a closing chunk (an id reused, an old image re-indexed
-        or removed): close it everywhere first, so no group holds members that the flat maps
-        no longer point at."""
-        self._close_slice(None)
+    def _open_bytes(self) -> int:
+        """Estimated bytes of the open chunks (checked purls, pending ids)."""
+        return sum(map(OpenChunk.held_bytes, self._open.values()))
 
     # -- owners ----------------------------------------------------------------------------
     def _owner(self, key: bytes) -> BitMap | None:
@@ -402,6 +363,12 @@ class IndexState:
         """Drop least recently used groups and owners; never while a batch is pending."""
         if self._lru is None or self._has_dirty():
             return
+        held = self._open_bytes()
+        if 2 * held > self._lru.max_bytes:  # a cache: dropped rather than evict the rest
+            for oc in self._open.values():
+                oc.flat = {}
+            held = self._open_bytes()
+        self._lru.pin(held)
         for key in self._lru.victims():
             if isinstance(key, str):
                 g = self._groups.get(key)
@@ -418,7 +385,8 @@ class IndexState:
         if self._lru is not None:
             return self._lru.total
         return (
-            sum(g.size() for g in self._groups.values())
+            self._open_bytes()
+            + sum(g.size() for g in self._groups.values())
             + sum(stored_sizes(list(self._stored.values())))
             + sum(map(bitmap_bytes, self._owners.values()))
         )

@@ -5,11 +5,11 @@ or on the order of adds and removals), and answered exactly, cold or warm."""
 from __future__ import annotations
 
 import random
-import sys
 
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
+from streamproc.impact.columns import merge_chunk, strip_chunk
 from streamproc.impact.groups import Group, bulk_union
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
@@ -109,17 +109,14 @@ def test_member_bytes_do_not_depend_on_history() -> None:
     on the way, encodes exactly like one built from its final ids."""
     rnd = random.Random(3)  # a dense run of ids (a run container would be smaller) + spread
     final = sorted(set(range(200, 200 + 2 * K.BIG)) | set(rnd.sample(range(1000), K.BIG)))
-    g = Group(5, "pkg:pypi/x")
-    opened, _ = g.open_chunk(0)
-    m = opened[0]["@1"] = [5]
     extra = [i for i in range(1000, 1000 + 2 * K.BIG)]
-    for i in final[: K.BIG] + extra + final[K.BIG :]:
-        m.append(i)
-    m[1:] = sorted(m[1:])
-    g.encode_chunk(0)  # promoted to a bitmap
+    raw = None
+    for part in (final[: K.BIG], extra, final[K.BIG :]):  # one merge a batch
+        raw = merge_chunk(raw, 5, {"@1": list(reversed(part))}, {})
     for i in extra:
-        m[1].discard(i)
-    raw = g.encode_chunk(0)
+        assert raw is not None
+        raw, changed, emptied = strip_chunk(raw, 5, i)
+        assert changed and not emptied
     assert raw is not None
     (cs, cb, us, ub) = K.decode_chunk(raw)
     assert cs == {} and us == {} and ub == {}
@@ -127,10 +124,12 @@ def test_member_bytes_do_not_depend_on_history() -> None:
     assert BitMap.deserialize(cb["@1"]).get_statistics()["n_run_containers"] == 0
     assert len(final) > K.BIG
     for i in final[K.BIG // 2 :]:  # shrink to BIG // 2 ids: back to a plain list
-        m[1].discard(i)
-    cs, cb, _, _ = K.decode_chunk(g.encode_chunk(0))  # type: ignore[arg-type]
+        raw, _, _ = strip_chunk(raw, 5, i)  # type: ignore[arg-type]
+    cs, cb, _, _ = K.decode_chunk(raw)  # type: ignore[arg-type]
     assert cb == {} and cs == {"@1": [5, *final[: K.BIG // 2]]}
-    assert opened[0]["@1"] is m  # the fold's flat map still points at the same member
+    for i in final[: K.BIG // 2]:
+        raw, _, emptied = strip_chunk(raw, 5, i)  # type: ignore[arg-type]
+    assert raw is None and emptied == ["@1"]
 
 
 def test_bulk_union_of_stored_chunks_is_the_union_of_their_products() -> None:
@@ -166,17 +165,23 @@ def test_bulk_union_of_stored_chunks_is_the_union_of_their_products() -> None:
         assert len(got) > 100
 
 
-def test_new_members_share_suffixes_and_have_room_for_three_ids() -> None:
-    """The fold's new members are compact (the ~10^6 open members of a large catalog are
-    most of an ingest's memory): one suffix string across products, no list regrowth for
-    the first three ids."""
+def test_the_open_chunk_holds_checked_purls_and_nothing_per_member_after_a_flush() -> None:
+    """The fold's open chunk is columnar (the ~10^6 open members of a large catalog were
+    most of an ingest's memory): per checked purl one dict slot whose value is the group's
+    own id object, the batch's ids in a list per purl, emptied by the flush; members exist only
+    as stored bytes."""
     a = ("pkg:npm/left-pad@1.3.0", "pkg:npm/left-pad", True)
     b = ("pkg:npm/right-pad@1.3.0", "pkg:npm/right-pad", True)
     proj = fold(MemoryStore(), [indexed("t", i, [a, b]) for i in range(3)], sizes=[1])
-    groups = proj.index._groups
-    (sa, ma), (sb, _) = (next(iter(groups[pk].open[0][0].items())) for pk in (a[1], b[1]))
-    assert sa == sb == "@1.3.0" and sa is sb
-    assert ma == [groups[a[1]].gid, 0, 1, 2]
-    (ua,) = groups[a[1]].open[0][2].values()
-    assert ua == ma and ua is not ma
-    assert sys.getsizeof(ma) == sys.getsizeof([0, 0, 0, 0])  # allocated once, for 4 slots
+    ix = proj.index
+    (oc,) = ix._open.values()
+    assert oc.flat == {a[0]: ix._gids[a[1]], b[0]: ix._gids[b[1]]}
+    assert oc.flat[a[0]] is ix._gids[a[1]]  # no int object per purl
+    assert not oc.pending() and not oc.c and not oc.u
+    ga = ix._groups[a[1]]
+    assert K.decode_chunk(ga.chunks[0]) == (
+        {"@1.3.0": [ga.gid, 0, 1, 2]},
+        {},
+        {"@1.3.0": [ga.gid, 0, 1, 2]},
+        {},
+    )

@@ -19,7 +19,6 @@ from hypothesis.stateful import (
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
-from streamproc.impact import persist
 from streamproc.impact.index import ImpactIndex, _union_within
 from streamproc.impact.selector import Selector, SelectorError
 from streamproc.impact.stats import logical_bitmaps
@@ -267,17 +266,17 @@ TestIndexModel = IndexMachine.TestCase
 
 
 class SmallChunkMachine(IndexMachine):
-    """The same model with 4-id chunks and one group closed per batch: images land in
-    chunks that finish (no new id goes there) and are closed while removals free their ids
-    and re-indexing touches them again, mid-closing included."""
+    """The same model with 4-id chunks: images land in chunks that finish (no new id goes
+    there) and whose open state is dropped, while removals free their ids and re-indexing
+    touches them again."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._saved = K.CHUNK_BITS, persist.CLOSE_SLICE
-        K.CHUNK_BITS, persist.CLOSE_SLICE = 2, 1
+        self._saved = K.CHUNK_BITS
+        K.CHUNK_BITS = 2
 
     def teardown(self) -> None:
-        K.CHUNK_BITS, persist.CLOSE_SLICE = self._saved
+        K.CHUNK_BITS = self._saved
 
 
 SmallChunkMachine.TestCase.settings = IndexMachine.TestCase.settings
@@ -462,11 +461,10 @@ def test_bounded_store_evicts_and_reloads() -> None:
 def test_finished_chunks_are_closed_and_reopened_when_touched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Once no new id goes to a chunk, its decoded members are dropped a slice of groups a
-    batch; an id freed there (a removal) or an image of it re-indexed closes the rest first,
-    and every answer stays what a fresh index of the same images gives."""
+    """Once no new id goes to a chunk, its open state (checked purls) is dropped after the
+    batch; an id freed there (a removal) or an image of it re-indexed builds it again, and
+    every answer stays what a fresh index of the same images gives."""
     monkeypatch.setattr(K, "CHUNK_BITS", 1)  # two ids a chunk
-    monkeypatch.setattr(persist, "CLOSE_SLICE", 1)  # one group a batch
     kv = MemoryStore()
     kv.ensure_families(K.FAMILIES)
     ix = ImpactIndex(source=kv)
@@ -475,21 +473,15 @@ def test_finished_chunks_are_closed_and_reopened_when_touched(
     for rec in recs[:5]:
         ix.index_image(rec)
         flush_into(ix, kv)
-    # ids 4, 5 (chunk 2) take the next images; the chunks before close one group a batch,
-    # their flat maps dropped at once
-    assert ix._closing_chunks == {1} and ix._closing  # chunk 0 had two groups: done
-    assert 2 in ix._flat_c and 1 not in ix._flat_c and 0 not in ix._flat_c
-    assert any(1 in g.open for g in ix._groups.values())
-    assert ix.remove_image("t1", DIGESTS[3])  # frees id 3 (chunk 1): closes the rest first
-    assert not ix._closing and not ix._closing_chunks
-    assert all(set(g.open) <= {1, 2} for g in ix._groups.values())
+    assert set(ix._open) == {2}  # ids 4, 5 (chunk 2) take the next images
+    assert ix.remove_image("t1", DIGESTS[3])  # frees id 3 (chunk 1)
     flush_into(ix, kv)
+    assert not ix._open  # the lowest free id is in chunk 1 now: chunk 2's state dropped
     ix.index_image(recs[5])  # takes id 3, in chunk 1 again
     ix.index_image(image("t1", DIGESTS[1], [(RAW_PURLS[7], False)]))  # re-index, chunk 0
+    assert set(ix._open) == {0, 1}
     flush_into(ix, kv)
-    for _ in range(2 * len(ix._groups) + 2):  # a batch per group: chunks 0 and 1 closed
-        flush_into(ix, kv)
-    assert all(set(g.open) <= {2} for g in ix._groups.values()) and set(ix._flat_c) <= {2}
+    assert not ix._open  # the next id (6) is in chunk 3
     model = {r.digest: r for r in recs if r.digest != DIGESTS[3]}
     model[DIGESTS[1]] = image("t1", DIGESTS[1], [(RAW_PURLS[7], False)])
     fresh = ImpactIndex()
