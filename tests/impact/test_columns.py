@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from streamproc.impact import keys as K
 from streamproc.impact.columns import FLAT_ENTRY_BYTES
 from streamproc.impact.index import ImpactIndex
+from streamproc.impact.selector import Selector
 from streamproc.state.store import MemoryStore
 from tests.impact.helpers import purl
 
@@ -112,9 +113,7 @@ def _reopened(kv: MemoryStore) -> ImpactIndex:
     return ix
 
 
-def _tenant():  # type: ignore[no-untyped-def]
-    from streamproc.impact.selector import Selector
-
+def _tenant() -> Selector:
     return Selector(tenant="t")
 
 
