@@ -63,16 +63,15 @@ class Group:
         g.raw_bytes = len(raw)
         return g
 
-    def set_chunk(self, chunk: int, raw: bytes | None) -> bool:
-        """Record a chunk's new stored form (None: the chunk is gone); True when the set
-        of the group's chunks changed (the product directory entry must be rewritten)."""
+    def set_chunk(self, chunk: int, raw: bytes | None) -> None:
+        """Record a chunk's new stored form (None: the chunk is gone). Whether the set of
+        chunks changed is told at flush, by comparing the product directory entry."""
         old = self.chunks.pop(chunk, None)
         if old is not None:
             self.raw_bytes -= len(old)
         if raw is not None:
             self.chunks[chunk] = raw
             self.raw_bytes += len(raw)
-        return (old is None) != (raw is None)
 
     def products(self) -> tuple[BitMap, BitMap]:
         """(contains, used) of the product, rebuilt if stale."""
