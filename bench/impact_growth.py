@@ -1,6 +1,8 @@
 """How the ImpactIndex's ingest cost grows with the catalog: ``bench/impact.py``'s
 ``Catalog(N, 20 N)`` folded through the real ``Folder`` and ``ImpactProjection`` into RocksDB
-at the default settings (the projector's batch, the default cache bound), printing per 5,000
+at the default settings (batches of ``projector.batch`` events, the default cache bound;
+unlike the projector and ``bench/impact.py``, not made smaller by ``projector.batch_max_s``, so
+that a tree from before that setting folds the same batches), printing per 5,000
 images the folding process's CPU per image (``Folder.apply`` only; the events come from a
 forked producer), its RSS, the cache estimate, what the open chunk holds and how many groups
 were read back from RocksDB (evicted before).

@@ -51,6 +51,7 @@ from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.service import start as start_service
 from streamproc.planner.settings import from_sections as planner_from_sections
 from streamproc.queries import partition_endpoint
+from streamproc.runtime.batching import batch_time_from
 from streamproc.runtime.lease import Lease, NatsFailure, entries, holder_id, open_bucket, ttl_from
 from streamproc.runtime.projection import Projection
 from streamproc.runtime.projector import Projector
@@ -198,6 +199,7 @@ class Partition:
             subjects=names.plan_subjects(s.prefix, self.k),
             filter_subjects=[filter_subject(s.prefix, self.k)],
             trim_interval_s=conf.built(trim_from),
+            batch_max_s=conf.built(batch_time_from),
         )
         self.proj = proj
         await proj.start()

@@ -33,6 +33,7 @@ from streamproc.hlc import HybridLogicalClock
 from streamproc.natsd.owner import StoreLock, claim
 from streamproc.natsd.server import EmbeddedNats
 from streamproc.ops_http import add_ops_routes, ops_app
+from streamproc.runtime.batching import batch_time_from
 from streamproc.runtime.deliveries import role_filter
 from streamproc.runtime.leadership import Leadership
 from streamproc.runtime.loops import active_react_loop, react_loop, serve_when_current
@@ -178,6 +179,7 @@ class System:
                 subjects=s.events_subjects,
                 filter_subjects=role_filter(s.prefix, projections),
                 trim_interval_s=conf.built(trim_from),
+                batch_max_s=conf.built(batch_time_from),
             )
             await proj.start()
             if spec.on_open is not None:

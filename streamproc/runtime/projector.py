@@ -20,6 +20,7 @@ from streamproc.bus.fastclient import FastClient
 from streamproc.bus.pull import REPLY, ConsumerGone, PullLoop, RawMessage
 from streamproc.cancellation import checkpoint
 from streamproc.names import projector_consumer
+from streamproc.runtime.batching import BatchSizer
 from streamproc.runtime.deliveries import gap_message, passed_over_gap, removed, scan
 from streamproc.runtime.fold_report import report
 from streamproc.runtime.position import PositionError, check_position
@@ -65,6 +66,7 @@ class Projector:
         rebuild: bool = False,
         filter_subjects: Sequence[str] | None = None,
         trim_interval_s: float = DEFAULT_TRIM_S,
+        batch_max_s: float | None = None,
     ) -> None:
         """``consumer`` names the durable consumer (default ``proj_<role>``): each process
         hosting a role needs its own, as every start replaces it from its checkpoint.
@@ -76,12 +78,15 @@ class Projector:
         the projections fold (:func:`streamproc.events.filters.filter_subjects`), for the
         consumer to deliver nothing else (a planner partition's: its subjects); None or empty:
         the whole stream. ``trim_interval_s``: ``projector.malloc_trim_s``, as configured
-        (:func:`streamproc.state.settings.trim_from`)."""
+        (:func:`streamproc.state.settings.trim_from`). ``batch_max_s``:
+        ``projector.batch_max_s`` (:mod:`streamproc.runtime.batching`); None: every batch up
+        to ``batch`` events, however long it takes."""
         self.nc = nc
         self.store = store
         self.stream = stream
         self.role = role
         self.batch = batch
+        self.sizer = BatchSizer(batch, batch_max_s)
         self.durable = durable
         self.folder = Folder(store, projections, role, subjects, trim_interval_s)
         self.log_rejections = log_rejections
@@ -182,7 +187,7 @@ class Projector:
         if self._error is not None:
             raise self._error
         try:
-            msgs = await self._pull.next_batch(self.batch, timeout)
+            msgs = await self._pull.next_batch(self.sizer.size, timeout)
         except ConsumerGone as exc:
             await self._recover(exc)
             return 0
@@ -229,7 +234,9 @@ class Projector:
             self._resumes = 0
             metrics.LAST_APPLIED_SEQ.labels(self.role).set(last)
             report(self.role, folded, log_each=self.log_rejections, tallies=not self.rebuild)
-            metrics.BATCH_SECONDS.labels(self.role).observe(time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            metrics.BATCH_SECONDS.labels(self.role).observe(took)
+            self.sizer.observe(len(items), took)
             self.committed.set()
             self._wake()
         if gap is not None:

@@ -21,6 +21,7 @@ from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.role import PLANNER, PLANNER_PROJECTIONS
 from streamproc.planner.settings import PlannerSettings
 from streamproc.runtime.loops import react_loop
+from streamproc.runtime.batching import batch_time_from
 from streamproc.runtime.projector import Projector
 from streamproc.runtime.reactor import Reactor, RoleContext, build
 from streamproc.state.store import RocksStore
@@ -65,7 +66,13 @@ class PlannerProcess:
         projections = [build(f, self.settings.configuration) for f in makers]
         events = streams.stream_names(self.settings.prefix)[0]
         self.proj = await Projector(
-            self.nc, self.store, projections, stream=events, role="planner"
+            self.nc,
+            self.store,
+            projections,
+            stream=events,
+            role="planner",
+            batch=self.settings.batch,
+            batch_max_s=self.settings.configuration.built(batch_time_from),  # as the role's
         ).start()
         kw = {"wall": self.wall} if self.wall else {}
         if self.plan:
