@@ -154,11 +154,11 @@ KEYS: tuple[Key, ...] = (
        minimum=1, maximum=1000),
     _k("projector.batch", "STREAMPROC_BATCH", "int", 1000,
        "events folded per batch (one RocksDB WriteBatch, one ack)", minimum=1, maximum=10000),
-    _k("projector.batch_max_s", "STREAMPROC_BATCH_MAX_S", "float", 1.0,
+    _k("projector.batch_max_s", "STREAMPROC_BATCH_MAX_S", "float", 0.5,
        "while batches take longer than this to fold and commit, the next ones are smaller "
        "(down to one event), sized by the cost per event measured, and grow back to `batch` "
        "when they fit: the process's lease renewals, NATS services and other roles wait for "
-       "a batch. At most a third of `lease.ttl_s` is used, whatever this says; in seconds",
+       "a batch. At most a tenth of `lease.ttl_s` is used, whatever this says; in seconds",
        minimum=0.01, maximum=60),
     _k("projector.malloc_trim_s", "STREAMPROC_MALLOC_TRIM_S", "float", 5.0,
        "a projector whose view frees tens of MB per batch (the impact index) hands glibc's "

@@ -49,6 +49,8 @@ class BatchSizer:
 
 
 def batch_time_from(sections: Sections) -> float:
-    """``projector.batch_max_s``, and at most a third of ``lease.ttl_s``: a lease is renewed
-    every third of its TTL, and the renewal waits for the batch being folded."""
-    return min(sections.projector.batch_max_s, sections.lease.ttl_s / 3)
+    """``projector.batch_max_s``, and at most a tenth of ``lease.ttl_s``: a renewal's request
+    times out after a third of the TTL (:func:`streamproc.runtime.lease.call_timeout`),
+    measured on the event loop, and its reply can wait for two batches in a row (the one
+    being folded when it is sent, and the one its reply arrives during)."""
+    return min(sections.projector.batch_max_s, sections.lease.ttl_s / 10)

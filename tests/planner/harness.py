@@ -20,8 +20,8 @@ from streamproc.planner.model import ImpactSource
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.role import PLANNER, PLANNER_PROJECTIONS
 from streamproc.planner.settings import PlannerSettings
-from streamproc.runtime.loops import react_loop
 from streamproc.runtime.batching import batch_time_from
+from streamproc.runtime.loops import react_loop
 from streamproc.runtime.projector import Projector
 from streamproc.runtime.reactor import Reactor, RoleContext, build
 from streamproc.state.store import RocksStore

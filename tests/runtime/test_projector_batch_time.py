@@ -8,6 +8,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.config import Configuration, Settings
@@ -21,6 +23,7 @@ from streamproc.roles import System
 from streamproc.runtime.batching import FIRST_BATCH, batch_time_from
 from streamproc.runtime.fold import folds, payloads_of
 from streamproc.runtime.projector import Projector
+from streamproc.runtime.reactor import Reactor, RoleContext, RoleSpec
 from streamproc.state.store import RocksStore
 from streamproc.state.tx import Tx
 from tests.helpers import publish_samples
@@ -30,6 +33,11 @@ EVENTS = 300
 COST_S = 0.01
 """Each event's fold takes at least this long (a sleep: a floor no machine shortens)."""
 MAX_S = 0.2
+
+
+class Idle(Reactor):
+    async def react(self, ctx: RoleContext) -> None:
+        """Acts on nothing: what the lease guards here is only its being held."""
 
 
 class Costly(Activity):
@@ -81,9 +89,9 @@ async def test_a_costly_backlog_is_folded_in_batches_that_fit_the_time(
 async def test_the_roles_projectors_take_the_setting(
     nats_server: EmbeddedNats, prefix: str, stream_names: tuple[str, str, str], tmp_path: Path
 ) -> None:
-    assert batch_time_from(Sections()) == 1.0  # the default
+    assert batch_time_from(Sections()) == 0.5  # the default
     short = Configuration(values={"STREAMPROC_LEASE_TTL_S": "1.5"})
-    assert short.built(batch_time_from) == 0.5  # a third of the lease: renewals wait for it
+    assert short.built(batch_time_from) == 0.15  # a tenth of the lease: renewals wait for it
     conf = Configuration(values={"STREAMPROC_BATCH_MAX_S": "0.25"})
     settings = Settings(
         data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, configuration=conf
@@ -94,3 +102,30 @@ async def test_the_roles_projectors_take_the_setting(
         assert system.projectors["activity"].sizer.max_s == 0.25
     finally:
         await system.close()
+
+
+async def test_a_singleton_keeps_its_lease_while_it_folds_a_costly_backlog(
+    nats_server: EmbeddedNats,
+    prefix: str,
+    publisher: Publisher,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Three seconds of folding, twice the lease's TTL: in one batch the renewals would
+    wait for it, and the lease would lapse."""
+    conf = Configuration(values={"STREAMPROC_LEASE_TTL_S": "1.5"})
+    settings = Settings(
+        data_dir=tmp_path / "data", nats_url=nats_server.url, prefix=prefix, configuration=conf
+    )
+    spec = RoleSpec([Costly], [lambda _: Idle()], singleton=True)
+    system = System(settings, ["activity"], http=False, specs={"activity": spec})
+    await system.start()
+    try:
+        leader = system.leaders["activity"]
+        await asyncio.wait_for(leader.wait_active(), 10)
+        last = await publish_samples(publisher, [sample_event(i) for i in range(EVENTS)])
+        await system.projectors["activity"].wait_for(last, timeout=60)
+        assert leader.active
+    finally:
+        await system.close()
+    assert "lost the lease" not in caplog.text
