@@ -50,6 +50,12 @@ BATCH_SECONDS = Histogram(
     ["role"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
 )
+BATCH_EVENTS = Gauge(
+    "streamproc_projector_batch_events",
+    "Events the next batch folds at most: projector.batch, fewer while batches take longer "
+    "than projector.batch_max_s",
+    ["role"],
+)
 PUBLISHED = Counter("streamproc_published_events", "Events acknowledged by JetStream", ["result"])
 PUBLISH_RETRIES = Counter("streamproc_publish_retries", "Publishes retried with the same id")
 REPLAY_PROGRESS = Gauge("streamproc_replay_applied_sequence", "Replay position", ["role"])

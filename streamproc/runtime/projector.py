@@ -174,6 +174,7 @@ class Projector:
         self._ack = ack
         self._pull = await PullLoop(self.nc, self.stream, self.consumer, batch=self.batch).start()
         metrics.LAST_APPLIED_SEQ.labels(self.role).set(self.applied)
+        metrics.BATCH_EVENTS.labels(self.role).set(self.sizer.size)
         return self
 
     def _created(self, info: dict[str, Any]) -> None:
@@ -237,6 +238,7 @@ class Projector:
             took = time.perf_counter() - t0
             metrics.BATCH_SECONDS.labels(self.role).observe(took)
             self.sizer.observe(len(items), took)
+            metrics.BATCH_EVENTS.labels(self.role).set(self.sizer.size)
             self.committed.set()
             self._wake()
         if gap is not None:

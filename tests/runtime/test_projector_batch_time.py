@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
@@ -53,7 +54,7 @@ async def test_a_costly_backlog_is_folded_in_batches_that_fit_the_time(
     await publish_samples(publisher, [sample_event(i, tenants=1) for i in range(EVENTS)])
     store = RocksStore(state_dir)
     proj = Projector(
-        nc, store, [Costly()], stream=stream_names[0], role="t", batch=1000, batch_max_s=MAX_S
+        nc, store, [Costly()], stream=stream_names[0], role="costly", batch=1000, batch_max_s=MAX_S
     )
     await proj.start()
     sizes: list[int] = []
@@ -82,6 +83,8 @@ async def test_a_costly_backlog_is_folded_in_batches_that_fit_the_time(
         store.close()
     # ~16 events of >= 10 ms fit 0.8 x 0.2 s: no batch is larger, however many are buffered
     assert sum(sizes) == EVENTS and max(sizes) <= FIRST_BATCH, sizes
+    shown = REGISTRY.get_sample_value("streamproc_projector_batch_events", {"role": "costly"})
+    assert shown == proj.sizer.size <= FIRST_BATCH
     # one batch of all 300 would have held the loop for 3 s
     assert max(gaps) < 1.0, max(gaps)
 
