@@ -11,8 +11,8 @@ Phases (each timed on its own; generation and SQLite loading are never counted a
    NATS is left out on purpose (the fold is what is measured; the pull loop does ~100k
    msgs/s). A producer process generates the events and loads SQLite meanwhile (on the
    other core), so only ``Folder.apply`` is timed: wall clock, and the folding process's
-   CPU time. A thread samples the folding
-   process's RSS every 10 ms over the whole ingest (``ingest_peak_rss_mb``).
+   CPU time. A thread samples the folding process's RSS every 10 ms over the whole ingest
+   (``ingest_peak_rss_mb``).
 2. A fresh process opens the state directory and resolves 10,000 changed product keys:
    cold (the first query after opening; repeated over several reopenings), then hot after
    warming (p95 over many key sets), next to a bare pyroaring union of the very bitmaps the
@@ -246,7 +246,6 @@ def ingest(
     proc.start()
     sampler = PeakRss().start()
     store = RocksStore(state)
-    # As the planner hosts it: the settings of this process's environment, read once.
     # As the planner hosts it: the settings of this process's environment, read once, and
     # the projector's batches: up to ``batch`` events, fewer while a batch takes longer
     # than ``projector.batch_max_s`` (streamproc/runtime/batching.py).
