@@ -20,8 +20,9 @@ from operator import attrgetter, itemgetter, setitem
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
+from streamproc.impact.columns import consume
 from streamproc.impact.groups import Group, bitmap_bytes
-from streamproc.impact.state import IndexState, consume
+from streamproc.impact.state import IndexState
 from streamproc.sbom.image import IndexedImage
 
 Item = tuple[str, bytes, bytes | None]

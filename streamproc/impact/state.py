@@ -21,7 +21,6 @@ again, as a cache).
 from __future__ import annotations
 
 import gc
-from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -44,13 +43,6 @@ _PK = attrgetter("pk")
 _IS6 = (6).__eq__
 _is_not_none = partial(is_not, None)
 _U16 = partial(int.from_bytes, byteorder="big")
-
-
-def consume(it: Iterable[object]) -> None:
-    """Run an iterator of C calls (``map(list.append, ...)``, ``map(setitem, ...)``) to the
-    end without a Python-level loop: how ingest records members and restoring fills the id
-    tables."""
-    deque(it, maxlen=0)
 
 
 @contextmanager
