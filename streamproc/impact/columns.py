@@ -41,6 +41,7 @@ __all__ = [
     "PENDING_PURL_BYTES",
     "NewIds",
     "OpenChunk",
+    "absorb",
     "merge_chunk",
     "strip_chunk",
 ]
@@ -118,6 +119,24 @@ class OpenChunk:
                 per[side][s] = ids
         self.c, self.u, self.pairs = defaultdict(list), defaultdict(list), 0
         return out
+
+
+def absorb(into: NewIds, new: NewIds) -> None:
+    """Add one batch's regrouped pending ids (``OpenChunk.take``) to the ids still pending
+    from earlier batches of the same chunk, in place (``new``'s lists are taken over)."""
+    get = into.get
+    for gid, sides in new.items():
+        have = get(gid)
+        if have is None:
+            into[gid] = sides
+            continue
+        for old, add in zip(have, sides, strict=True):
+            for s, ids in add.items():
+                got = old.get(s)
+                if got is None:
+                    old[s] = ids
+                else:
+                    got += ids
 
 
 def _merge_side(

@@ -22,8 +22,8 @@ from pyroaring import BitMap
 from streamproc.impact import keys as K
 from streamproc.impact.columns import OpenChunk, strip_chunk
 from streamproc.impact.groups import Group
+from streamproc.impact.pending import Pending
 from streamproc.impact.records import ImageRecord, encode_record
-from streamproc.impact.state import IndexState
 from streamproc.sbom.image import ImageError, IndexedImage
 from streamproc.sbom.purls import (
     check_component,
@@ -44,7 +44,7 @@ def _merge(dirty: dict[int, BitMap], chunk: int, gids: BitMap) -> None:
         got |= gids
 
 
-class Ingest(IndexState):
+class Ingest(Pending):
     def index_image(self, rec: IndexedImage) -> int:
         """Add or replace an image; returns its id (unchanged on re-index)."""
         return self.index_components(
@@ -107,8 +107,9 @@ class Ingest(IndexState):
             stripped = self._strip(iid, old, chunk)
             found = self._resolve(purls, pks, chunk, validate=False)
         self._open[chunk].add(iid, purls, used)
+        if self.defer:  # merged batches later: stored image-major until then
+            self._add_delta(iid, list(purls), list(used), found)
         gids = K.bitmap(found)
-        _merge(self._dirty_chunks, chunk, gids)
         tag_list = sorted(set(tags))
         label_map = dict(labels or {})
         known = True in used if usage_known is None else usage_known
@@ -152,7 +153,8 @@ class Ingest(IndexState):
     ) -> list[int]:
         """Every purl's group id. Purls not yet checked in the chunk are validated (when
         ``validate``) before any group is created; with ``create=False`` only validates.
-        No group is loaded: the pending ids are merged into the groups at ``_settle``."""
+        No group is loaded: the pending ids are merged into the groups later
+        (:mod:`streamproc.impact.pending`)."""
         oc = self._open.get(chunk)
         if oc is None:
             oc = self._open[chunk] = OpenChunk()

@@ -69,6 +69,8 @@ PRODUCT = b"p"
 DIGEST = b"d"
 TAGS = b"t"
 VULN = b"v"
+PENDING = b"q"
+"""An image's ids not yet merged into the stored chunks (:mod:`streamproc.impact.pending`)."""
 
 OWNER_TENANT = b"t"
 OWNER_NAMESPACE = b"n"

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
+from functools import partial
 from itertools import islice, repeat
 from operator import attrgetter, itemgetter, setitem
+from typing import Any
 
 from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.columns import consume
 from streamproc.impact.groups import Group, bitmap_bytes
-from streamproc.impact.state import IndexState
+from streamproc.impact.pending import Pending, delta_key
 from streamproc.sbom.image import IndexedImage
 
 Item = tuple[str, bytes, bytes | None]
@@ -31,11 +33,12 @@ _VALUE = itemgetter(1)
 _FIRST4 = itemgetter(slice(0, 4))
 _AFTER1 = itemgetter(slice(1, None))
 _THIRD = itemgetter(2)
+_U32 = partial(int.from_bytes, byteorder="big")
 _PK = attrgetter("pk")
 Writes = dict[str, dict[bytes, bytes | None]]
 
 
-class Persistence(IndexState):
+class Persistence(Pending):
     # -- restoring -------------------------------------------------------------------------
     def restore(self) -> None:
         """Load the resident maps from the source (at start, and after a discarded batch)."""
@@ -47,6 +50,7 @@ class Persistence(IndexState):
         dirs: list[bytes] = []
         ids: list[int] = []
         scoped: list[str] = []
+        pending: list[tuple[int, bytes]] = []
         for kind, names, raws in self._scan_names():
             if kind == K.PRODUCT:
                 pks, dirs = names, raws
@@ -61,6 +65,8 @@ class Persistence(IndexState):
                 self._tags = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
             elif kind == K.VULN:
                 self._vulns = {n: set(K.decode_names(r)) for n, r in zip(names, raws, strict=True)}
+            elif kind == K.PENDING:
+                pending = list(zip(map(_U32, names), raws, strict=True))
         # id -> name tables, filled by C-level maps (hundreds of thousands of entries)
         self._digest_by_id = [None] * (max(ids, default=-1) + 1)
         digests = map(_THIRD, map(str.partition, scoped, repeat(K.SEP)))
@@ -72,27 +78,35 @@ class Persistence(IndexState):
         consume(map(setitem, repeat(self._pk_by_gid), gids, pks))
         consume(map(setitem, repeat(self._gdir), gids, dirs))
         self._free_gids = BitMap(range(top)) - BitMap(gids)
+        if pending:
+            self._restore_pending(pending)
 
-    def _scan_names(self) -> list[tuple[bytes, list[str], list[bytes]]]:
+    def _scan_names(self) -> list[tuple[bytes, list[Any], list[bytes]]]:
         """The names column family as (kind, names, values), read in bulk: ~300,000
-        entries for a 50,000-image catalog, so per-item Python is what opening costs."""
+        entries for a 50,000-image catalog, so per-item Python is what opening costs.
+        Names are str, but for pending entries: the image id's 4 bytes."""
         assert self.source is not None
         pairs = list(self.source.scan(K.NAMES_CF))
         keys = list(map(_KEY, pairs))
         out = []
-        for kind in (K.DIGEST, K.PRODUCT, K.TAGS, K.VULN):
+        for kind in (K.DIGEST, K.PRODUCT, K.PENDING, K.TAGS, K.VULN):
             lo = bisect_left(keys, kind)
             hi = bisect_left(keys, bytes([kind[0] + 1]), lo)
-            names = list(map(bytes.decode, map(_AFTER1, keys[lo:hi])))
+            raw_names = map(_AFTER1, keys[lo:hi])
+            names = list(raw_names if kind == K.PENDING else map(bytes.decode, raw_names))
             out.append((kind, names, list(map(_VALUE, pairs[lo:hi]))))
         return out
 
     # -- batches ---------------------------------------------------------------------------
-    def dirty_writes(self) -> Writes:
+    def dirty_writes(self, budget_s: float | None = None) -> Writes:
         """Per column family, key -> serialized value (None = delete), changed since the
-        last ``clear_dirty``. Merges the open chunks' pending ids into the touched chunks
-        first (``_settle``); the values are then the groups' chunks as they are."""
-        self._settle()
+        last ``clear_dirty``. Merges pending ids into their chunks first: all of them
+        (``budget_s`` None), or for about ``budget_s`` (:mod:`streamproc.impact.pending`);
+        the values are then the groups' chunks as they are."""
+        if budget_s is None:
+            self._settle()
+        else:
+            self._merge_budgeted(budget_s)
         groups_cf: dict[bytes, bytes | None] = dict.fromkeys(self._dead)
         names: dict[bytes, bytes | None] = {}
         by_gid, groups, gdir = self._pk_by_gid, self._groups, self._gdir
@@ -111,6 +125,7 @@ class Persistence(IndexState):
         owners = self._owners
         dirty_names = self._dirty_names.difference(names)
         names.update(zip(dirty_names, map(self._name_value, dirty_names), strict=True))
+        names.update(zip(map(delta_key, self._deltas), self._deltas.values(), strict=True))
         records = self._dirty_records
         out: Writes = {
             K.GROUPS_CF: groups_cf,
@@ -152,6 +167,7 @@ class Persistence(IndexState):
         out.update((K.OWNERS_CF, k) for k in self._dirty_owners)
         out.update((K.IMAGES_CF, K.u32(i)) for i in self._dirty_records)
         out.update((K.NAMES_CF, k) for k in self._dirty_names)
+        out.update((K.NAMES_CF, delta_key(i)) for i in self._deltas)
         return out
 
     def clear_dirty(self) -> None:
@@ -168,16 +184,19 @@ class Persistence(IndexState):
         self._dirty_owners.clear()
         self._dirty_records.clear()
         self._dirty_names.clear()
+        self._deltas.clear()
         self._close_finished()
         self._evict()
 
     def _close_finished(self) -> None:
         """Drop the open state of chunks no new image goes to (below the lowest free id's):
-        nothing is pending there after a flush, and their checked purls are only a cache
-        (an image of theirs re-indexed or removed builds it again)."""
+        their checked purls are only a cache (an image of theirs re-indexed or removed
+        builds it again), and their pending ids are kept by group."""
         current = self._next_id() >> K.CHUNK_BITS
         for c in [c for c in self._open if c != current]:
-            del self._open[c]
+            oc = self._open.pop(c)
+            if oc.pairs:  # pending over batches: by group from now on
+                self._take_chunk(c, oc)
 
     # -- warming ---------------------------------------------------------------------------
     @property

@@ -95,20 +95,29 @@ class ImpactProjection(Projection):
     replayed."""
 
     def __init__(
-        self, *, max_bytes: int | None = DEFAULT_CACHE_MB << 20, warm_on_start: bool = True
+        self,
+        *,
+        max_bytes: int | None = DEFAULT_CACHE_MB << 20,
+        warm_on_start: bool = True,
+        merge_budget_s: float | None = None,
     ) -> None:
         """``max_bytes``: the cache bound (``impact.cache_mb``, default 640 MB; None or 0:
         unbounded). ``warm_on_start``: load the hot groups in the background once opened
-        (``impact.warm_on_start``). A role passes what is configured
-        (:func:`streamproc.impact.settings.configured_projection`)."""
+        (``impact.warm_on_start``). ``merge_budget_s``: how long a batch merges pending
+        ids into the stored chunks, the rest waiting for later batches
+        (:mod:`streamproc.impact.pending`); None: each batch merges all of its own. A role
+        passes what is configured (:func:`streamproc.impact.settings.configured_projection`)."""
         self.max_bytes = max_bytes or None
         self.warm_on_start = warm_on_start
+        self.merge_budget_s = merge_budget_s
         self.index = ImpactIndex()
         self._warm = True
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, store: Store) -> None:
-        self.index = ImpactIndex(source=store, max_bytes=self.max_bytes)
+        self.index = ImpactIndex(
+            source=store, max_bytes=self.max_bytes, defer=self.merge_budget_s is not None
+        )
         self.index.restore()
         _settle_gc()
         self._warm = not self.warm_on_start or not self.index.product_count()
@@ -192,13 +201,18 @@ class ImpactProjection(Projection):
     def flush(self, tx: Tx) -> None:
         """Hand the batch's changes to ``tx`` in bulk (~100,000 values a batch; the per-event
         undo log of ``Table.put`` is of no use after the last fold)."""
-        for cf, items in self.index.dirty_writes().items():
+        for cf, items in self.index.dirty_writes(self.merge_budget_s).items():
             tx.put_flushed(cf, items)
         self.index.clear_dirty()
         CACHED_BYTES.set(self.index.cached_bytes)
 
+    def has_deferred(self) -> bool:
+        """Ids folded and not merged yet: the projector flushes again while idle."""
+        return self.index.has_pending()
+
     def discard(self) -> None:
-        """The batch did not commit: forget everything, reload the resident maps."""
+        """The batch did not commit: forget everything, reload the resident maps (and the
+        stored pending ids)."""
         self.index.restore()
 
 

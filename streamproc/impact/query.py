@@ -18,9 +18,10 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.groups import stored_union
+from streamproc.impact.pending import Pending
 from streamproc.impact.results import ImpactSet, covers, union, union_within
 from streamproc.impact.selector import Selector, tag_matcher
-from streamproc.impact.state import IndexState, gc_paused
+from streamproc.impact.state import gc_paused
 from streamproc.sbom.purls import check_key_count, is_product_key, normalize_purl
 
 _is_none = partial(is_, None)
@@ -31,7 +32,7 @@ bitmap: the tenant's usage-known images) on the used side within it and the cont
 elsewhere."""
 
 
-class Queries(IndexState):
+class Queries(Pending):
     def resolve_by_purls(
         self, keys: Collection[str], usage_only: bool, selector: Selector
     ) -> ImpactSet:
@@ -46,7 +47,7 @@ class Queries(IndexState):
             raise TypeError("keys must be a collection of purls, not one string")
         check_key_count(len(keys))
         keys = keys if isinstance(keys, list) else list(keys)
-        self._settle()
+        self._settle_keys(keys)
         usage = self._usage(selector.tenant, usage_only)
         found, result = self._answer(keys, usage, self._mask(selector))
         hit = self._hit_test(selector.tenant)
@@ -74,10 +75,10 @@ class Queries(IndexState):
         if isinstance(vuln_ids, str):
             raise TypeError("vuln_ids must be a collection of ids, not one string")
         check_key_count(len(vuln_ids))
-        self._settle()
         vulns = list(dict.fromkeys(vuln_ids))
         per_vuln = [sorted(self._vulns.get(v, ())) for v in vulns]
         all_keys = list(dict.fromkeys(k for ks in per_vuln for k in ks))
+        self._settle_keys(all_keys)
         usage = self._usage(selector.tenant, usage_only)
         found_list, result = self._answer(all_keys, usage, self._mask(selector))
         hit = self._hit_test(selector.tenant) or (lambda bm: True)
@@ -215,6 +216,7 @@ class Queries(IndexState):
         """Every key's bitmap (what ``unmatched`` needs, after the answer itself skipped
         lookups or loaded cold products in bulk); trims the cache like a query. Both sides:
         a key's used images plus the images containing it whose usage is not known."""
+        self._settle_keys(keys)  # asked after the answer: later batches may have folded
         if isinstance(usage, bool):
             found = self._lookup(keys, usage, bulk=False)[0]
         else:
@@ -239,13 +241,13 @@ class Queries(IndexState):
 
     def _bitmap_for(self, key: str, usage_only: bool) -> BitMap | None:
         """Slow path: a product not resident, an exact purl, or a non-canonical spelling."""
-        g = self._group(key)
+        g = self._settled_group(key)
         if g is not None:
             product = self._product(g, 1 if usage_only else 0)
             return product if product or not usage_only else None
         pk = K.product_part(key)
         if pk != key:
-            g = self._group(pk)
+            g = self._settled_group(pk)
             if g is not None:
                 bm = g.exact(key[len(pk) :], usage_only)
                 if bm is not None:
@@ -253,7 +255,7 @@ class Queries(IndexState):
         n = normalize_purl(key)  # raises PurlError for garbage
         if n.purl == key:
             return None  # canonical, and in no image
-        g = self._group(n.product_key)
+        g = self._settled_group(n.product_key)
         if g is None:
             return None
         if is_product_key(n):

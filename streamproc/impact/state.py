@@ -32,7 +32,13 @@ from pyroaring import BitMap
 
 from streamproc.impact import keys as K
 from streamproc.impact.cache import Lru
-from streamproc.impact.columns import OpenChunk, merge_chunk
+from streamproc.impact.columns import (
+    PENDING_PAIR_BYTES,
+    PENDING_PURL_BYTES,
+    NewIds,
+    OpenChunk,
+    absorb,
+)
 from streamproc.impact.groups import Group, bitmap_bytes, stored_sizes
 from streamproc.impact.records import ImageRecord, decode_record
 from streamproc.state.store import Store
@@ -59,11 +65,19 @@ def gc_paused() -> Iterator[None]:
 
 
 class IndexState:
-    def __init__(self, source: Store | None = None, max_bytes: int | None = None) -> None:
+    def __init__(
+        self, source: Store | None = None, max_bytes: int | None = None, *, defer: bool = False
+    ) -> None:
+        """``defer``: a batch's ids are merged into the stored chunks over the next batches
+        (a time-bounded slice each), and stored image-major until then
+        (:mod:`streamproc.impact.pending`); without it every batch merges all of its own."""
         if max_bytes is not None and source is None:
             raise ValueError("a memory bound needs a source to load evicted values back from")
+        if defer and source is None:
+            raise ValueError("deferred merging needs a source to store the pending ids in")
         self.source = source
         self.max_bytes = max_bytes
+        self.defer = defer
         self._reset()
 
     def _reset(self) -> None:
@@ -107,6 +121,22 @@ class IndexState:
         self._dirty_names: set[bytes] = set()
         self._warm_cursor: bytes | None = b""
         self._warm_owners: bytes | None = b""
+        self._round: dict[int, NewIds] = {}
+        """Per chunk, the pending ids being merged into the stored chunks, a slice per
+        batch (:mod:`streamproc.impact.pending`); ``_pend``: those of the batches folded
+        since this round began, merged in the next round."""
+        self._pend: dict[int, NewIds] = {}
+        self._round_iids: list[int] = []
+        """The images whose pending ids are in the round (or its batch's open chunk): their
+        stored pending entries are deleted in the batch that merges the round's last ids."""
+        self._pend_iids: list[int] = []
+        self._deltas: dict[int, bytes | None] = {}
+        """Stored pending entries (image id -> value, None: delete) the batch writes."""
+        self._round_cost = 0
+        self._pend_cost = 0
+        """Estimated bytes of the round's and of ``_pend``'s ids, as they were regrouped
+        (a query merging some of them early leaves the estimate as it is until the round
+        ends)."""
 
     # -- images ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -290,7 +320,10 @@ class IndexState:
             self._free_gids.remove(gid)
             self._pk_by_gid[gid] = pk
             self._gdir[gid] = K.u32(gid)
-        self._gids[pk] = gid  # its directory entry is written with its first chunk
+        self._gids[pk] = gid
+        # written in this batch, with or without a chunk: a deferred merge may write its
+        # first chunk batches later, and a restart must find the group under this id
+        self._dirty_names.add(K.PRODUCT + pk.encode())
         g = self._groups[pk] = Group(gid, pk)  # sized for the cache bound at flush
         return g
 
@@ -300,32 +333,25 @@ class IndexState:
         self._cp.pop(g.pk, None)
         self._up.pop(g.pk, None)
 
-    def _settle(self) -> None:
-        """Merge every open chunk's pending ids into its groups' stored chunks (loading the
-        groups not in memory) and mark their product bitmaps stale: before anything reads a
-        chunk (queries, strips, the flush)."""
+    def _take_open(self) -> None:
+        """Move the open chunks' pending ids (the batch's) into ``_pend``, by group: at
+        every flush (regrouping a whole round at once held the loop for seconds), and
+        before a query reads them or the checked purls they are found by are dropped."""
         for chunk, oc in self._open.items():
             if oc.pairs:
-                self._merge_pending(chunk, oc)
+                self._take_chunk(chunk, oc)
 
-    def _merge_pending(self, chunk: int, oc: OpenChunk) -> None:
-        new = oc.take(self._pk_by_gid)
-        pks: list[str] = list(map(self._pk_by_gid.__getitem__, new))  # type: ignore[arg-type]  # pending gids are live
-        groups = self._groups
-        if self.source is not None:
-            cold = list(filterfalse(groups.__contains__, pks))
-            if cold:
-                self._load_groups(cold)
-        touched: list[Group] = list(map(groups.__getitem__, pks))
-        for g, (c, u) in zip(touched, new.values(), strict=True):
-            g.set_chunk(chunk, merge_chunk(g.chunks.get(chunk), g.gid, c, u))
-            self._stale(g)
-        if self._lru is not None:
-            self._lru.set_many(pks, list(map(Group.size, touched)))  # type: ignore[arg-type]  # pks are str product keys (the LRU also holds owner bytes)
+    def _take_chunk(self, chunk: int, oc: OpenChunk) -> None:
+        self._pend_cost += PENDING_PURL_BYTES * (len(oc.c) + len(oc.u))
+        self._pend_cost += PENDING_PAIR_BYTES * oc.pairs
+        absorb(self._pend.setdefault(chunk, {}), oc.take(self._pk_by_gid))
 
     def _open_bytes(self) -> int:
-        """Estimated bytes of the open chunks (checked purls, pending ids)."""
-        return sum(map(OpenChunk.held_bytes, self._open.values()))
+        """Estimated bytes of the open chunks (checked purls, the batch's pending ids) and
+        of the ids still pending from earlier batches."""
+        return (
+            sum(map(OpenChunk.held_bytes, self._open.values())) + self._round_cost + self._pend_cost
+        )
 
     # -- owners ----------------------------------------------------------------------------
     def _owner(self, key: bytes) -> BitMap | None:
@@ -349,6 +375,7 @@ class IndexState:
             or self._dirty_owners
             or self._dirty_records
             or self._dirty_names
+            or self._deltas
         )
 
     def _evict(self) -> None:
@@ -357,6 +384,7 @@ class IndexState:
             return
         held = self._open_bytes()
         if 2 * held > self._lru.max_bytes:  # a cache: dropped rather than evict the rest
+            self._take_open()  # (pending purls are found by it)
             for oc in self._open.values():
                 oc.flat = {}
             held = self._open_bytes()

@@ -137,6 +137,12 @@ class Projection:
     def flush(self, tx: Tx) -> None:
         """Write cached objects changed in this batch into ``tx`` (once, before commit)."""
 
+    def has_deferred(self) -> bool:
+        """Work a flush left for later batches (the impact index's merging): while it is
+        true and no event waits, the projector flushes again without events
+        (:meth:`Folder.tidy`)."""
+        return False
+
     def discard(self) -> None:
         """The batch did not commit: drop in-memory changes made since the last commit."""
 
@@ -389,6 +395,38 @@ class Folder:
         self.rejected += len(out.rejected)
         self.quarantined += len(out.quarantined)
         return out
+
+    def has_deferred(self) -> bool:
+        """Whether a projection has deferred work (:meth:`Projection.has_deferred`)."""
+        return any(p.has_deferred() for p in self.projections)
+
+    def tidy(self) -> None:
+        """One flush without events of the projections with deferred work, committed on its
+        own (the checkpoint does not move: the state's content does not change)."""
+        paused = self._pauses_gc and gc.isenabled()
+        if paused:
+            gc.disable()
+        tx = Tx(self.store)
+        try:
+            for proj in self.projections:
+                if proj.has_deferred():
+                    proj.flush(tx)
+            self.store.commit(tx.writes)
+        except BaseException:
+            for proj in self.projections:
+                proj.discard()
+            raise
+        finally:
+            if paused:
+                gc.enable()
+            if self._trimmer is not None:
+                self._trimmer.after_batch()
+
+    def finish(self) -> None:
+        """Do all deferred work (a clean stop, the end of a replay): afterwards the state
+        depends only on the events folded."""
+        while self.has_deferred():
+            self.tidy()
 
     def _counted(self, rejected: list[keys.Rejected]) -> RejectionCounts:
         if not rejected:

@@ -187,6 +187,10 @@ class Projector:
         assert self._pull is not None
         if self._error is not None:
             raise self._error
+        if self._pull.buffered == 0 and self.folder.has_deferred():
+            # Nothing has arrived: a slice of deferred work, then look again.
+            self.folder.tidy()
+            return 0
         try:
             msgs = await self._pull.next_batch(self.sizer.size, timeout)
         except ConsumerGone as exc:
@@ -401,6 +405,7 @@ class Projector:
                 # While a backlog is buffered nothing above suspends; yield once a batch so
                 # HTTP, other roles and acks in the same process are served.
                 await asyncio.sleep(0)
+            self.folder.finish()  # a clean stop leaves nothing deferred
         except BaseException as exc:
             self.failure = exc
             for _, fut in self._waiters:

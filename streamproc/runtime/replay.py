@@ -149,6 +149,7 @@ async def rebuild(
         finally:
             bar.close()
             await proj.close()
+        proj.folder.finish()  # the digest of what the events make, nothing left deferred
         seconds = time.perf_counter() - t0
         return ReplaySummary(
             role=role,

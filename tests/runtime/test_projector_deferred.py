@@ -1,0 +1,84 @@
+"""A projection's deferred work (the impact index's merging) is done while no event waits,
+and a clean stop leaves none: real nats-server, real RocksDB, the real impact projection."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from streamproc.bus.fastclient import FastClient
+from streamproc.bus.publisher import Publisher
+from streamproc.impact import keys as K
+from streamproc.impact import pending
+from streamproc.impact.projection import ImpactProjection
+from streamproc.runtime.projector import Projector
+from streamproc.state.store import MemoryStore, RocksStore, Store
+from tests.helpers import eventually, publish_samples
+from tests.impact.helpers import indexed, purl
+from tests.impact.test_projection import fold, impact_digest
+
+IMAGES = 60
+
+
+@pytest.fixture(autouse=True)
+def _small_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zero budget and one group a slice: each flush merges one group only."""
+    monkeypatch.setattr(pending, "MERGE_SLICE", 1)
+
+
+def events() -> list:
+    return [
+        indexed("t1", i, [(*purl(p, i % 3), p % 2 == 0) for p in range(i % 7, 40, 3)])
+        for i in range(IMAGES)
+    ]
+
+
+def entries(store: Store) -> int:
+    return sum(1 for _ in store.scan(K.NAMES_CF, K.PENDING))
+
+
+def plain_digest() -> str:
+    store = MemoryStore()
+    fold(store, events(), sizes=[16])
+    return impact_digest(store)
+
+
+async def test_deferred_merging_finishes_while_the_stream_is_quiet(
+    nc: FastClient, publisher: Publisher, stream_names: tuple[str, str, str], state_dir: Path
+) -> None:
+    last = await publish_samples(publisher, events())
+    store = RocksStore(state_dir)
+    impact = ImpactProjection(max_bytes=None, warm_on_start=False, merge_budget_s=0.0)
+    proj = Projector(nc, store, [impact], stream=stream_names[0], role="impact", batch=16)
+    await proj.start()
+    task = asyncio.create_task(proj.run())
+    try:
+        await proj.wait_for(last)
+        await eventually(lambda: not impact.has_deferred(), 20, "merged with no new event")
+        assert entries(store) == 0
+        assert impact_digest(store) == plain_digest()
+    finally:
+        proj.stop()
+        await task
+        store.close()
+
+
+async def test_a_clean_stop_merges_what_is_left(
+    nc: FastClient, publisher: Publisher, stream_names: tuple[str, str, str], state_dir: Path
+) -> None:
+    last = await publish_samples(publisher, events())
+    store = RocksStore(state_dir)
+    impact = ImpactProjection(max_bytes=None, warm_on_start=False, merge_budget_s=0.0)
+    proj = Projector(nc, store, [impact], stream=stream_names[0], role="impact", batch=IMAGES)
+    await proj.start()
+    while proj.applied < last:
+        await proj.step()
+    assert impact.has_deferred() and entries(store) > 0
+    proj.stop()
+    await proj.run()  # stopped already: only what a clean stop does
+    assert not impact.has_deferred()
+    assert entries(store) == 0
+    assert impact_digest(store) == plain_digest()
+    store.close()
