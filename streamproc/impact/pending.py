@@ -73,6 +73,11 @@ class Pending(IndexState):
             or any(oc.pairs for oc in self._open.values())
         )
 
+    @property
+    def pending_images(self) -> int:
+        """Images whose stored pending entries remain (their ids not all merged yet)."""
+        return len(self._round_iids) + len(self._pend_iids)
+
     def _add_delta(self, iid: int, purls: list[str], used: list[bool], gids: list[int]) -> None:
         """Store a deferred image's pending entry in this batch."""
         self._deltas[iid] = encode_delta(purls, used, gids)

@@ -45,6 +45,10 @@ DEFAULT_CACHE_MB = 640
 1,000,000-purl benchmark catalog needs ~300 MB of it fully warm (~660 MB RSS in all)."""
 
 WARM = Gauge("streamproc_impact_warm", "1 once the impact index has finished warming")
+PENDING_IMAGES = Gauge(
+    "streamproc_impact_pending_images",
+    "Images whose ids are folded but not yet merged into the stored chunks",
+)
 CACHED_BYTES = Gauge(
     "streamproc_impact_cached_bytes", "Estimated bytes of impact bitmaps held in memory"
 )
@@ -205,6 +209,7 @@ class ImpactProjection(Projection):
             tx.put_flushed(cf, items)
         self.index.clear_dirty()
         CACHED_BYTES.set(self.index.cached_bytes)
+        PENDING_IMAGES.set(self.index.pending_images)
 
     def has_deferred(self) -> bool:
         """Ids folded and not merged yet: the projector flushes again while idle."""

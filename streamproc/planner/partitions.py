@@ -273,6 +273,8 @@ class Partition:
         for r in self.reactors:
             r.end_term()
         self.reactors = []
+        if self.proj is not None and self.store is not None:  # (not after a second stop)
+            self.proj.finish()
         if self.store is not None:
             self.store.close()
             self.store = None

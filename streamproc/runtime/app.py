@@ -319,6 +319,8 @@ class System:
                 await t
         for lead in self.leaders.values():  # reactors have stopped: hand the lease on now
             await lead.close()
+        for p in self.projectors.values():  # their tasks were cancelled: nothing folds now
+            p.finish()
         if self.publisher is not None:
             await self.publisher.close()
         if self.clock is not None:

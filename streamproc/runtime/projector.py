@@ -188,17 +188,18 @@ class Projector:
         if self._error is not None:
             raise self._error
         if self._pull.buffered == 0 and self.folder.has_deferred():
-            # Nothing has arrived: a slice of deferred work, then look again.
+            # Nothing has arrived: a slice of deferred work instead of waiting, then look
+            # again (the pull loop buffers what arrives meanwhile).
             self.folder.tidy()
-            return 0
-        try:
-            msgs = await self._pull.next_batch(self.sizer.size, timeout)
-        except ConsumerGone as exc:
-            await self._recover(exc)
-            return 0
-        self._gone_since = None
-        if msgs:
-            return await self._apply(msgs)
+        else:
+            try:
+                msgs = await self._pull.next_batch(self.sizer.size, timeout)
+            except ConsumerGone as exc:
+                await self._recover(exc)
+                return 0
+            self._gone_since = None
+            if msgs:
+                return await self._apply(msgs)
         if self._wants_sync(idle=True):  # quiet: pass what the filter kept from us
             with contextlib.suppress(*SYNC_FAILURES):  # an election: only later
                 await self.sync()
@@ -405,7 +406,7 @@ class Projector:
                 # While a backlog is buffered nothing above suspends; yield once a batch so
                 # HTTP, other roles and acks in the same process are served.
                 await asyncio.sleep(0)
-            self.folder.finish()  # a clean stop leaves nothing deferred
+            self.finish()  # a clean stop leaves nothing deferred
         except BaseException as exc:
             self.failure = exc
             for _, fut in self._waiters:
@@ -417,6 +418,15 @@ class Projector:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def finish(self) -> None:
+        """Do the projections' deferred work now (a clean stop, once the task running
+        :meth:`run` has ended or been cancelled): the state left then depends only on the
+        events folded. A failure leaves the work for the next start, which redoes it."""
+        try:
+            self.folder.finish()
+        except Exception:
+            log.exception("%s: deferred work left for the next start", self.role)
 
     async def close(self) -> None:
         if self._pull is not None:

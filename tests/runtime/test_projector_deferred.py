@@ -1,5 +1,6 @@
 """A projection's deferred work (the impact index's merging) is done while no event waits,
-and a clean stop leaves none: real nats-server, real RocksDB, the real impact projection."""
+and a clean stop leaves none, in a projector and in a role's process: real nats-server, real
+RocksDB, the real impact projection."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.impact import keys as K
 from streamproc.impact import pending
 from streamproc.impact.projection import ImpactProjection
+from streamproc.config import Settings
+from streamproc.natsd.server import EmbeddedNats
+from streamproc.roles import System
 from streamproc.runtime.projector import Projector
 from streamproc.state.store import MemoryStore, RocksStore, Store
-from tests.helpers import eventually, publish_samples
+from tests.helpers import env_configuration, eventually, publish_samples
 from tests.impact.helpers import indexed, purl
 from tests.impact.test_projection import fold, impact_digest
 
@@ -37,6 +42,10 @@ def events() -> list:
 
 def entries(store: Store) -> int:
     return sum(1 for _ in store.scan(K.NAMES_CF, K.PENDING))
+
+
+def pending_gauge() -> float | None:
+    return REGISTRY.get_sample_value("streamproc_impact_pending_images")
 
 
 def plain_digest() -> str:
@@ -76,9 +85,52 @@ async def test_a_clean_stop_merges_what_is_left(
     while proj.applied < last:
         await proj.step()
     assert impact.has_deferred() and entries(store) > 0
+    assert pending_gauge() == impact.index.pending_images > 0
     proj.stop()
     await proj.run()  # stopped already: only what a clean stop does
     assert not impact.has_deferred()
+    assert pending_gauge() == 0
     assert entries(store) == 0
     assert impact_digest(store) == plain_digest()
     store.close()
+
+
+async def test_a_role_stopped_cleanly_does_its_projectors_deferred_work(
+    nats_server: EmbeddedNats,
+    publisher: Publisher,
+    stream_names: tuple[str, str, str],
+    prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The role's projector tasks are cancelled at a clean stop; the deferred work is then
+    done by ``System.close`` itself, before the stores close."""
+    last = await publish_samples(publisher, events())
+    finished: list[str] = []
+    real = Projector.finish
+
+    def spy(self: Projector) -> None:
+        finished.append(self.role)
+        real(self)
+
+    monkeypatch.setattr(Projector, "finish", spy)
+    data = tmp_path / "data"
+    settings = Settings(
+        configuration=env_configuration(),
+        data_dir=data,
+        nats_url=nats_server.url,
+        prefix=prefix,
+        node_id="p",
+    )
+    system = System(settings, ["planner"], http=False)
+    try:
+        await system.start()
+        await system.projectors["planner"].wait_for(last)
+    finally:
+        await system.close()
+    assert finished == ["planner"]
+    store = RocksStore(data / "state" / "planner")
+    try:
+        assert entries(store) == 0
+    finally:
+        store.close()
