@@ -12,10 +12,10 @@ from prometheus_client import REGISTRY
 
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
+from streamproc.config import Settings
 from streamproc.impact import keys as K
 from streamproc.impact import pending
 from streamproc.impact.projection import ImpactProjection
-from streamproc.config import Settings
 from streamproc.natsd.server import EmbeddedNats
 from streamproc.roles import System
 from streamproc.runtime.projector import Projector
