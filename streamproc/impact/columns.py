@@ -12,11 +12,12 @@ the bound evicted and re-decoded groups every batch). Now an open chunk holds on
   images' look-ups (their purls are checked again and their group ids looked up by product
   key), so it is what gives way when it alone would take a large part of the bound.
 - the batch's *pending* ids, per purl (contains, and used), appended by C-level calls: a
-  list per purl the batch touched, gone once the batch is merged.
+  list per purl the batch touched, taken at the flush (:meth:`OpenChunk.take`).
 
-The stored form stays the only form of a member: before anything reads a chunk (a flush, a
-query, a strip) the pending ids are regrouped (purl -> ids into group -> suffix -> ids) and
-merged into each touched group's stored chunk bytes by :func:`merge_chunk`; the bytes depend
+The stored form stays the only form of a member: the pending ids are regrouped (purl -> ids
+into group -> suffix -> ids), kept by group until merged (:mod:`streamproc.impact.pending`:
+over later batches, or before a query, a strip reads the group) and merged into each
+group's stored chunk bytes by :func:`merge_chunk`; the bytes depend
 only on the ids, as before (small lists sorted and unique, roaring bitmaps never
 run-optimised), so a store written by the previous representation reads the same and is
 written the same.
@@ -52,8 +53,8 @@ and a dict slot, 30-60 B with the dict's spare room): measured with tracemalloc 
 ``tests/impact/test_columns.py``, which also checks that this stays an upper bound."""
 PENDING_PURL_BYTES = 220
 """A purl with pending ids: its list (~90 B), its slot in the batch's map and the event's
-purl string that keys it (until the batch is merged: what is pinned between batches is
-only ``flat``)."""
+purl string that keys it (at the flush its list moves, by group, to the ids pending
+merging, charged the same)."""
 PENDING_PAIR_BYTES = 8
 """A pending id: one list slot (the image's id object is shared by all its purls)."""
 

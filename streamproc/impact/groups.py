@@ -4,8 +4,8 @@ A *member* is one exact purl's ids in one chunk. A group holds its chunks as the
 bytes only (msgpack ``[contains small, contains big, used small, used big]``: suffix -> ids,
 a plain list ``[gid, id, ...]`` up to ``BIG`` ids, roaring bytes beyond): what the fold adds
 is kept apart, columnar, in the open chunk (:mod:`streamproc.impact.columns`), and merged
-into these bytes before anything reads them. So a group costs its bytes and its object,
-however many members its chunk being filled holds.
+into these bytes before anything reads them (:mod:`streamproc.impact.pending`). So a group
+costs its bytes and its object, however many members its chunk being filled holds.
 
 The product's contains/used bitmaps (``cp``/``up``) are rebuilt from the stored chunks when a
 query needs them after a change. On this class of machine every random memory access

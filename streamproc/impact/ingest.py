@@ -2,7 +2,8 @@
 
 The hot path (a new image whose purls are all known in the open chunk) is a handful of
 C-level calls: one dict lookup per purl and one append of the image id per purl to the open chunk's
-pending ids (:mod:`streamproc.impact.columns`), nothing else.
+pending ids (:mod:`streamproc.impact.columns`), and with deferred merging one msgpack
+encode of its purls, its stored pending entry (:mod:`streamproc.impact.pending`).
 Everything that may refuse the image (an unparseable purl, a product key that is not the
 purl's prefix) is checked before anything changes, so a refused image leaves no trace.
 Re-indexing strips the image from everything its old record names, then adds it again, and
