@@ -158,7 +158,9 @@ KEYS: tuple[Key, ...] = (
        "while batches take longer than this to fold and commit, the next ones are smaller "
        "(down to one event), sized by the cost per event measured, and grow back to `batch` "
        "when they fit: the process's lease renewals, NATS services and other roles wait for "
-       "a batch. At most a tenth of `lease.ttl_s` is used, whatever this says; in seconds",
+       "a batch. At most a tenth of `lease.ttl_s` is used, whatever this says; the planner's "
+       "impact index merges ids into its stored chunks for a fifth of it per batch, the rest "
+       "later; in seconds",
        minimum=0.01, maximum=60),
     _k("projector.malloc_trim_s", "STREAMPROC_MALLOC_TRIM_S", "float", 5.0,
        "a projector whose view frees tens of MB per batch (the impact index) hands glibc's "

@@ -104,7 +104,9 @@ class Projector(msgspec.Struct, frozen=True, kw_only=True):
     # STREAMPROC_BATCH_MAX_S: while batches take longer than this to fold and commit, the next
     # ones are smaller (down to one event), sized by the cost per event measured, and grow back to
     # `batch` when they fit: the process's lease renewals, NATS services and other roles wait for
-    # a batch. At most a tenth of `lease.ttl_s` is used, whatever this says; in seconds
+    # a batch. At most a tenth of `lease.ttl_s` is used, whatever this says; the planner's impact
+    # index merges ids into its stored chunks for a fifth of it per batch, the rest later; in
+    # seconds
     batch_max_s: Annotated[float, msgspec.Meta(ge=0.01, le=60.0)] = 0.5
     # STREAMPROC_MALLOC_TRIM_S: a projector whose view frees tens of MB per batch (the impact
     # index) hands glibc's free memory back to the OS after a batch at most this often, in seconds
