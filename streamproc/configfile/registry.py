@@ -164,7 +164,9 @@ KEYS: tuple[Key, ...] = (
        minimum=0.01, maximum=60),
     _k("projector.malloc_trim_s", "STREAMPROC_MALLOC_TRIM_S", "float", 5.0,
        "a projector whose view frees tens of MB per batch (the impact index) hands glibc's "
-       "free memory back to the OS after a batch at most this often, in seconds (0: never)",
+       "free memory back to the OS after a batch at most this often, in seconds (0: never); "
+       "less often while trims are slow, so that they take at most 5 % of the time (a trim "
+       "holds the process for as long as it walks the heap's free chunks)",
        minimum=0),
     _k("projector.write_buffer_mb", "STREAMPROC_WRITE_BUFFER_MB", "int", 8,
        "RocksDB memtable memory of one state directory, all its column families together, "

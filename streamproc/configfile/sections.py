@@ -110,7 +110,8 @@ class Projector(msgspec.Struct, frozen=True, kw_only=True):
     batch_max_s: Annotated[float, msgspec.Meta(ge=0.01, le=60.0)] = 0.5
     # STREAMPROC_MALLOC_TRIM_S: a projector whose view frees tens of MB per batch (the impact
     # index) hands glibc's free memory back to the OS after a batch at most this often, in seconds
-    # (0: never)
+    # (0: never); less often while trims are slow, so that they take at most 5 % of the time (a
+    # trim holds the process for as long as it walks the heap's free chunks)
     malloc_trim_s: Annotated[float, msgspec.Meta(ge=0.0)] = 5.0
     # STREAMPROC_WRITE_BUFFER_MB: RocksDB memtable memory of one state directory, all its column
     # families together, in MB (each memtable a quarter of it; 0: RocksDB's own, 64 MB per family)

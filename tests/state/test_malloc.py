@@ -63,6 +63,33 @@ def test_trimmer_is_rate_limited() -> None:
     assert t.trims == (3 if malloc.available() else 0)
 
 
+@needs_glibc
+def test_a_slow_trim_spaces_the_next_ones_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trim that took 2 s is followed by none for 2 / TRIM_SHARE = 40 s; a fast one
+    brings the interval back."""
+    clock = Clock()
+    took = [2.0]
+
+    def slow_trim() -> bool:
+        clock.t += took[0]
+        return True
+
+    monkeypatch.setattr(malloc, "trim", slow_trim)
+    t = malloc.Trimmer(5.0, clock)
+    assert t.after_batch()
+    done = []
+    for step in (6.0, 20.0, 13.0, 1.0):  # 39 s after it ended, then 40 s
+        clock.t += step
+        done.append(t.after_batch())
+    assert done == [False, False, False, True]
+    took[0] = 0.01
+    clock.t += 40.0
+    assert t.after_batch()  # the gap was 40 s again after the second slow one
+    clock.t += 5.0
+    assert t.after_batch()  # fast: every 5 s again
+    assert t.trims == 4
+
+
 def test_trimmer_off_never_trims() -> None:
     t = malloc.Trimmer(0.0, Clock())
     assert not any(t.after_batch() for _ in range(3))
