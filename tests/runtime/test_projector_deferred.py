@@ -54,14 +54,23 @@ def plain_digest() -> str:
     return impact_digest(store)
 
 
-async def test_deferred_merging_finishes_while_the_stream_is_quiet(
-    nc: FastClient, publisher: Publisher, stream_names: tuple[str, str, str], state_dir: Path
-) -> None:
+async def started(
+    nc: FastClient, publisher: Publisher, stream: str, state_dir: Path, batch: int
+) -> tuple[int, RocksStore, ImpactProjection, Projector]:
+    """The events published, and a projector of the impact projection merging one group a
+    flush, started on them."""
     last = await publish_samples(publisher, events())
     store = RocksStore(state_dir)
     impact = ImpactProjection(max_bytes=None, warm_on_start=False, merge_budget_s=0.0)
-    proj = Projector(nc, store, [impact], stream=stream_names[0], role="impact", batch=16)
+    proj = Projector(nc, store, [impact], stream=stream, role="impact", batch=batch)
     await proj.start()
+    return last, store, impact, proj
+
+
+async def test_deferred_merging_finishes_while_the_stream_is_quiet(
+    nc: FastClient, publisher: Publisher, stream_names: tuple[str, str, str], state_dir: Path
+) -> None:
+    last, store, impact, proj = await started(nc, publisher, stream_names[0], state_dir, 16)
     task = asyncio.create_task(proj.run())
     try:
         await proj.wait_for(last)
@@ -77,11 +86,7 @@ async def test_deferred_merging_finishes_while_the_stream_is_quiet(
 async def test_a_clean_stop_merges_what_is_left(
     nc: FastClient, publisher: Publisher, stream_names: tuple[str, str, str], state_dir: Path
 ) -> None:
-    last = await publish_samples(publisher, events())
-    store = RocksStore(state_dir)
-    impact = ImpactProjection(max_bytes=None, warm_on_start=False, merge_budget_s=0.0)
-    proj = Projector(nc, store, [impact], stream=stream_names[0], role="impact", batch=IMAGES)
-    await proj.start()
+    last, store, impact, proj = await started(nc, publisher, stream_names[0], state_dir, IMAGES)
     while proj.applied < last:
         await proj.step()
     assert impact.has_deferred() and entries(store) > 0
