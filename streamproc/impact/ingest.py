@@ -37,14 +37,6 @@ from streamproc.sbom.purls import (
 _is_none = partial(is_, None)
 
 
-def _merge(dirty: dict[int, BitMap], chunk: int, gids: BitMap) -> None:
-    got = dirty.get(chunk)
-    if got is None:
-        dirty[chunk] = gids.copy()
-    else:
-        got |= gids
-
-
 class Ingest(Pending):
     def index_image(self, rec: IndexedImage) -> int:
         """Add or replace an image; returns its id (unchanged on re-index)."""
@@ -207,7 +199,7 @@ class Ingest(Pending):
                 touched.append(g)
             for s in emptied:
                 fc.pop(g.pk + s, None)
-        _merge(self._dirty_chunks, chunk, K.bitmap(old.gids))
+        self._mark_dirty(chunk, old.gids)
         if self._lru is not None and touched:
             self._lru.set_many([g.pk for g in touched], [g.size() for g in touched])
         owners = K.owner_keys(

@@ -149,8 +149,7 @@ class Pending(IndexState):
         deadline = time.perf_counter() + budget_s
         while True:
             if not self._round:
-                self._merged(self._round_iids)
-                self._round_iids, self._round_cost = [], 0
+                self._end_round()
                 if not self._pend:  # (queries may have merged it: only entries are left)
                     self._merged(self._pend_iids)
                     self._pend_iids, self._pend_cost = [], 0
@@ -166,9 +165,13 @@ class Pending(IndexState):
             self._merge_new(chunk, part)
             if time.perf_counter() >= deadline:
                 if not self._round:  # the last slice ended the round
-                    self._merged(self._round_iids)
-                    self._round_iids, self._round_cost = [], 0
+                    self._end_round()
                 return
+
+    def _end_round(self) -> None:
+        """The round's ids are all merged: its images' stored entries go in this batch."""
+        self._merged(self._round_iids)
+        self._round_iids, self._round_cost = [], 0
 
     def _merge_new(self, chunk: int, new: NewIds) -> None:
         """Merge regrouped pending ids into their groups' stored chunks (loading the groups
@@ -185,11 +188,7 @@ class Pending(IndexState):
         for g, (c, u) in zip(touched, new.values(), strict=True):
             g.set_chunk(chunk, merge_chunk(g.chunks.get(chunk), g.gid, c, u))
             self._stale(g)
-        dirty = self._dirty_chunks.get(chunk)
-        if dirty is None:
-            self._dirty_chunks[chunk] = K.bitmap(list(new))
-        else:
-            dirty.update(list(new))
+        self._mark_dirty(chunk, list(new))
         if self._lru is not None:
             self._lru.set_many(pks, list(map(Group.size, touched)))  # type: ignore[arg-type]  # pks are str product keys (the LRU also holds owner bytes)
 

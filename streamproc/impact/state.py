@@ -346,6 +346,14 @@ class IndexState:
         self._pend_cost += PENDING_PAIR_BYTES * oc.pairs
         absorb(self._pend.setdefault(chunk, {}), oc.take(self._pk_by_gid))
 
+    def _mark_dirty(self, chunk: int, gids: Iterable[int]) -> None:
+        """These groups' chunk ``chunk`` changed: the flush writes it."""
+        dirty = self._dirty_chunks.get(chunk)
+        if dirty is None:
+            self._dirty_chunks[chunk] = K.bitmap(gids)
+        else:
+            dirty.update(gids)
+
     def _open_bytes(self) -> int:
         """Estimated bytes of the open chunks (checked purls, the batch's pending ids) and
         of the ids still pending from earlier batches."""

@@ -11,8 +11,9 @@ same events yields byte-identical state.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -327,13 +328,19 @@ class Folder:
         ``subjects``) and to record a quarantined message. Rejections and quarantined
         messages are recorded in the same batch; what happened is returned, for the caller
         to count and log once the batch is committed."""
-        # A projection whose batches allocate long-lived containers by the hundred thousand
-        # asks for the cyclic GC to stay off until the batch is committed (or dropped).
+        with self._batch():
+            return self._apply(messages, checkpoint)
+
+    @contextlib.contextmanager
+    def _batch(self) -> Iterator[None]:
+        """Around a batch or a flush without events: a projection whose batches allocate
+        long-lived containers by the hundred thousand asks for the cyclic GC to stay off
+        until the batch is committed (or dropped); memory is trimmed after it."""
         paused = self._pauses_gc and gc.isenabled()
         if paused:
             gc.disable()
         try:
-            return self._apply(messages, checkpoint)
+            yield
         finally:
             if paused:
                 gc.enable()
@@ -403,24 +410,17 @@ class Folder:
     def tidy(self) -> None:
         """One flush without events of the projections with deferred work, committed on its
         own (the checkpoint does not move: the state's content does not change)."""
-        paused = self._pauses_gc and gc.isenabled()
-        if paused:
-            gc.disable()
-        tx = Tx(self.store)
-        try:
-            for proj in self.projections:
-                if proj.has_deferred():
-                    proj.flush(tx)
-            self.store.commit(tx.writes)
-        except BaseException:
-            for proj in self.projections:
-                proj.discard()
-            raise
-        finally:
-            if paused:
-                gc.enable()
-            if self._trimmer is not None:
-                self._trimmer.after_batch()
+        with self._batch():
+            tx = Tx(self.store)
+            try:
+                for proj in self.projections:
+                    if proj.has_deferred():
+                        proj.flush(tx)
+                self.store.commit(tx.writes)
+            except BaseException:
+                for proj in self.projections:
+                    proj.discard()
+                raise
 
     def finish(self) -> None:
         """Do all deferred work (a clean stop, the end of a replay): afterwards the state

@@ -183,7 +183,8 @@ class Projector:
         self._pending = int(info.get("num_pending") or 0)
 
     async def step(self, timeout: float = 1.0) -> int:
-        """Fold and commit one batch (whatever has arrived, up to ``batch``)."""
+        """Fold and commit one batch (whatever has arrived, up to ``batch``); when nothing
+        has arrived and a projection has deferred work, one flush of it instead."""
         assert self._pull is not None
         if self._error is not None:
             raise self._error
