@@ -139,6 +139,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "productKeys": s.product_keys,
         "purls": s.purls,
         "vulns": s.vulns,
+        "pendingImages": s.pending_images,
         "ownerBitmaps": s.owner_bitmaps,
         "groupValues": s.group_values,
         "bitmapBytes": s.bitmap_bytes,
@@ -159,6 +160,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"  product keys    {s.product_keys:,}")
     print(f"  purls           {s.purls:,}")
     print(f"  vulns           {s.vulns:,}")
+    if s.pending_images:
+        print(
+            f"  pending         {s.pending_images:,} images not merged into the chunks yet "
+            "(purls and bitmap bytes count merged ids only)"
+        )
     print(
         f"  bitmap bytes    {s.bitmap_bytes:,} ({s.group_values:,} group chunks, "
         f"{s.owner_bitmaps:,} owner bitmaps)"

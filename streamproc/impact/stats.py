@@ -27,6 +27,9 @@ class IndexStats:
     purls: int = 0
     vulns: int = 0
     owner_bitmaps: int = 0
+    pending_images: int = 0
+    """Images whose ids are not all merged into the stored chunks yet (``purls`` and the
+    bitmap bytes count merged ids only)."""
     group_values: int = 0
     group_bytes: int = 0
     owner_bytes: int = 0
@@ -54,6 +57,8 @@ def index_stats(store: Store) -> IndexStats:
             s.product_keys += 1
         elif kind == K.VULN:
             s.vulns += 1
+        elif kind == K.PENDING:
+            s.pending_images += 1
     last_gid = -1
     suffixes: set[str] = set()
     for key, raw in store.scan(K.GROUPS_CF):

@@ -11,6 +11,7 @@ from streamproc.impact import pending
 from streamproc.impact.index import ImpactIndex
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
+from streamproc.impact.stats import index_stats
 from streamproc.runtime.projection import Folder
 from streamproc.state import keys
 from streamproc.state.store import MemoryStore, Store
@@ -113,3 +114,15 @@ def test_a_query_merges_only_the_groups_it_reads() -> None:
     assert [names[pending.delta_key(i)] for i in range(3)] == [None, None, None]
     ix.clear_dirty()
     assert not ix.has_pending()
+
+
+def test_index_stats_count_the_images_waiting_to_be_merged() -> None:
+    store = MemoryStore()
+    proj = deferred()
+    folder = Folder(store, [proj], "impact")
+    fold_batches(folder, random_events(7, 200), 0, Model())
+    waiting = proj.index.pending_images
+    assert waiting > 0
+    assert index_stats(store).pending_images == waiting
+    folder.finish()
+    assert index_stats(store).pending_images == 0
