@@ -46,6 +46,7 @@ from streamproc.bus.connect import connect
 from streamproc.bus.fastclient import FastClient
 from streamproc.bus.publisher import Publisher
 from streamproc.config import Settings
+from streamproc.configfile.loader import environment_only
 from streamproc.events import payloads as p
 from streamproc.events.envelope import decode, encode, new_event
 from streamproc.hlc import HybridLogicalClock, wall_ms
@@ -61,6 +62,7 @@ from streamproc.planner.plan import plan_run
 from streamproc.planner.reactor import PlannerReactor
 from streamproc.planner.role import PLANNER_PROJECTIONS
 from streamproc.planner.settings import PlannerSettings
+from streamproc.runtime.batching import batch_time_from
 from streamproc.runtime.projector import Projector
 from streamproc.runtime.reactor import RoleContext
 from streamproc.sbom.image import IndexedImage
@@ -151,8 +153,14 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
         cfg = PlannerSettings(debounce_s=0, max_jobs_per_run=100_000)
         store = RocksStore(work / "state")
         projections = [f() for f in PLANNER_PROJECTIONS]
-        proj = await Projector(
-            nc, store, projections, stream=settings.events_stream, role="planner"
+        proj = await Projector(  # with the batch-time bound the planner role runs with
+            nc,
+            store,
+            projections,
+            stream=settings.events_stream,
+            role="planner",
+            batch=settings.batch,
+            batch_max_s=environment_only().built(batch_time_from),
         ).start()
         clock = HybridLogicalClock("bench")
         ctx = RoleContext(
