@@ -9,16 +9,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
+from streamproc.events.envelope import encode
+from streamproc.impact import pending
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
 from streamproc.natsd.server import EmbeddedNats
+from streamproc.runtime.projection import Folder
 from streamproc.runtime.projector import Projector
 from streamproc.sbom.parse import read_sbom
 from streamproc.sbom.purls import normalize_purl
+from streamproc.state.keys import Checkpoint
 from streamproc.state.store import RocksStore
-from tests.impact.helpers import digest
+from tests.impact.helpers import digest, random_events
 
 SBOMS = Path(__file__).parent.parent / "data" / "sboms"
 FILES = ["debian-base.cdx15.json", "tools-nested.cdx16.json", "python-app.spdx23.json"]
@@ -148,3 +154,29 @@ def test_stats_on_a_state_without_the_index_says_where_the_index_is(tmp_path: Pa
     assert r.returncode == 2, r
     assert "holds no impact index" in r.stderr
     assert "state/planner-p<k>-of-<N>" in r.stderr
+
+
+def test_stats_count_the_images_whose_ids_wait_to_be_merged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state directory as a crash leaves it mid-import: ids folded, not merged yet."""
+    monkeypatch.setattr(pending, "MERGE_SLICE", 1)  # one group merged per batch
+    state = tmp_path / "planner"
+    store = RocksStore(state)
+    try:
+        proj = ImpactProjection(warm_on_start=False, merge_budget_s=0.0)
+        folder = Folder(store, [proj], "impact")
+        events = random_events(8, 120)
+        for lo in range(0, len(events), 40):
+            part = events[lo : lo + 40]
+            msgs = [(lo + i + 1, "subject", encode(e)) for i, e in enumerate(part)]
+            folder.apply(msgs, Checkpoint("S", "epoch", lo + len(part)))
+        waiting = proj.index.pending_images
+        assert waiting > 0
+    finally:
+        store.close()
+    r = cli("stats", "--state-dir", str(state), "--json")
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout)["pendingImages"] == waiting
+    r = cli("stats", "--state-dir", str(state))
+    assert f"pending         {waiting:,} images not merged" in r.stdout
