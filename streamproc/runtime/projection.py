@@ -335,12 +335,18 @@ class Folder:
     def _batch(self) -> Iterator[None]:
         """Around a batch or a flush without events: a projection whose batches allocate
         long-lived containers by the hundred thousand asks for the cyclic GC to stay off
-        until the batch is committed (or dropped); memory is trimmed after it."""
+        until the batch is committed (or dropped); a batch that fails is dropped by every
+        projection; memory is trimmed after it."""
         paused = self._pauses_gc and gc.isenabled()
         if paused:
             gc.disable()
         try:
             yield
+        except BaseException:
+            # Nothing of this batch is committed: in-memory caches must forget it too.
+            for proj in self.projections:
+                proj.discard()
+            raise
         finally:
             if paused:
                 gc.enable()
@@ -353,51 +359,45 @@ class Folder:
         dispatch = self._dispatch
         subjects = self.subjects
         out = Folded()
-        try:
-            for m in messages:
-                seq, data = m[0], m[2]
-                out.messages += 1
+        for m in messages:
+            seq, data = m[0], m[2]
+            out.messages += 1
+            try:
+                event = decode(data)
+                if subjects is not None:
+                    _check_subject(subjects, m[1], event)
+            except EventError as exc:
+                subject = m[1].decode(errors="replace") if isinstance(m[1], bytes) else m[1]
+                q = keys.Quarantined(seq, subject, exc.reason, exc.detail[:2000], data[:65536])
+                meta.put(keys.seq_key(keys.QUARANTINE_PREFIX, seq), msgspec.json.encode(q))
+                out.quarantined.append(q)
+                continue
+            refused = False
+            for proj in dispatch.get(event.kind, ()):
+                tx.begin(seq)
                 try:
-                    event = decode(data)
-                    if subjects is not None:
-                        _check_subject(subjects, m[1], event)
-                except EventError as exc:
-                    subject = m[1].decode(errors="replace") if isinstance(m[1], bytes) else m[1]
-                    q = keys.Quarantined(seq, subject, exc.reason, exc.detail[:2000], data[:65536])
-                    meta.put(keys.seq_key(keys.QUARANTINE_PREFIX, seq), msgspec.json.encode(q))
-                    out.quarantined.append(q)
-                    continue
-                refused = False
-                for proj in dispatch.get(event.kind, ()):
-                    tx.begin(seq)
-                    try:
-                        proj.fold(tx, event)
-                    except Rejection as r:
-                        tx.rollback_event()
-                        refused = True
-                        rec = keys.Rejected(
-                            seq, proj.name, event.id, event.kind, r.reason, r.detail[:2000]
-                        )
-                        meta.put(
-                            keys.seq_key(keys.REJECTION_PREFIX, seq) + proj.name.encode(),
-                            msgspec.json.encode(rec),
-                        )
-                        out.rejected.append(rec)
-                if not refused:
-                    out.applied += 1
-            for proj in self.projections:
-                proj.flush(tx)
-            counts = self._counted(out.rejected)
-            if out.rejected:
-                meta.put(keys.REJECTION_COUNTS_KEY, msgspec.json.encode(counts))
-            meta.put(keys.CHECKPOINT_KEY, msgspec.json.encode(checkpoint))
-            self.store.commit(tx.writes)
-            out.counts = tx.counts
-        except BaseException:
-            # Nothing of this batch is committed: in-memory caches must forget it too.
-            for proj in self.projections:
-                proj.discard()
-            raise
+                    proj.fold(tx, event)
+                except Rejection as r:
+                    tx.rollback_event()
+                    refused = True
+                    rec = keys.Rejected(
+                        seq, proj.name, event.id, event.kind, r.reason, r.detail[:2000]
+                    )
+                    meta.put(
+                        keys.seq_key(keys.REJECTION_PREFIX, seq) + proj.name.encode(),
+                        msgspec.json.encode(rec),
+                    )
+                    out.rejected.append(rec)
+            if not refused:
+                out.applied += 1
+        for proj in self.projections:
+            proj.flush(tx)
+        counts = self._counted(out.rejected)
+        if out.rejected:
+            meta.put(keys.REJECTION_COUNTS_KEY, msgspec.json.encode(counts))
+        meta.put(keys.CHECKPOINT_KEY, msgspec.json.encode(checkpoint))
+        self.store.commit(tx.writes)
+        out.counts = tx.counts
         self.rejections = counts
         self.rejected += len(out.rejected)
         self.quarantined += len(out.quarantined)
@@ -412,15 +412,10 @@ class Folder:
         own (the checkpoint does not move: the state's content does not change)."""
         with self._batch():
             tx = Tx(self.store)
-            try:
-                for proj in self.projections:
-                    if proj.has_deferred():
-                        proj.flush(tx)
-                self.store.commit(tx.writes)
-            except BaseException:
-                for proj in self.projections:
-                    proj.discard()
-                raise
+            for proj in self.projections:
+                if proj.has_deferred():
+                    proj.flush(tx)
+            self.store.commit(tx.writes)
 
     def finish(self) -> None:
         """Do all deferred work (a clean stop, the end of a replay): afterwards the state

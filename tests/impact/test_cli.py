@@ -13,7 +13,6 @@ import pytest
 
 from streamproc.bus import jsapi
 from streamproc.bus.fastclient import FastClient
-from streamproc.events.envelope import encode
 from streamproc.impact import pending
 from streamproc.impact.projection import ImpactProjection
 from streamproc.impact.selector import Selector
@@ -22,9 +21,9 @@ from streamproc.runtime.projection import Folder
 from streamproc.runtime.projector import Projector
 from streamproc.sbom.parse import read_sbom
 from streamproc.sbom.purls import normalize_purl
-from streamproc.state.keys import Checkpoint
 from streamproc.state.store import RocksStore
-from tests.impact.helpers import digest, random_events
+from tests.impact.helpers import Model, digest, random_events
+from tests.impact.test_pending import deferred, fold_batches
 
 SBOMS = Path(__file__).parent.parent / "data" / "sboms"
 FILES = ["debian-base.cdx15.json", "tools-nested.cdx16.json", "python-app.spdx23.json"]
@@ -164,13 +163,8 @@ def test_stats_count_the_images_whose_ids_wait_to_be_merged(
     state = tmp_path / "planner"
     store = RocksStore(state)
     try:
-        proj = ImpactProjection(warm_on_start=False, merge_budget_s=0.0)
-        folder = Folder(store, [proj], "impact")
-        events = random_events(8, 120)
-        for lo in range(0, len(events), 40):
-            part = events[lo : lo + 40]
-            msgs = [(lo + i + 1, "subject", encode(e)) for i, e in enumerate(part)]
-            folder.apply(msgs, Checkpoint("S", "epoch", lo + len(part)))
+        proj = deferred()
+        fold_batches(Folder(store, [proj], "impact"), random_events(8, 120), 0, Model())
         waiting = proj.index.pending_images
         assert waiting > 0
     finally:
